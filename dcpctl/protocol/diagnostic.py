@@ -1,0 +1,101 @@
+"""Named diagnostics: what a framed message does that its specification does not allow.
+
+A diagnostic never stops decoding (house rule 4). Every name used anywhere is declared in ``CATALOGUE`` with
+its severity and meaning, so ``dcpctl fields --diagnostics`` and the man page can list them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+ERROR: Final = "error"
+WARNING: Final = "warning"
+NOTE: Final = "note"
+
+CATALOGUE: Final[dict[str, tuple[str, str]]] = {
+    # framing and header
+    "unknown_magic": (ERROR, "first byte is not a known magic"),
+    "unknown_opcode": (NOTE, "opcode unknown to this dialect; body kept raw"),
+    "body_length_mismatch": (ERROR, "total body length disagrees with the bytes present"),
+    "truncated": (ERROR, "the packet ends before its declared length"),
+    "lengths_exceed_body": (ERROR, "framing extras + extras + key lengths exceed the total body length"),
+    "skipped_bytes": (ERROR, "bytes that do not start a plausible header were skipped"),
+    "body_too_long": (ERROR, "total body length above the configured maximum"),
+    # frame infos
+    "bad_frame_info": (ERROR, "frame info runs past the framing extras"),
+    "unknown_frame_info": (WARNING, "frame info id unknown"),
+    "illegal_frame_info_length": (ERROR, "frame info has the wrong length for its id"),
+    "non_canonical_frame_info": (NOTE, "frame info uses a longer encoding than needed"),
+    "stream_id_zero": (ERROR, "DCP stream id 0 is invalid"),
+    # layout
+    "illegal_extras_length": (ERROR, "extras length not allowed for this message"),
+    "extras_length_mismatch": (ERROR, "header extras length differs from the documented layout"),
+    "must_not_have_key": (ERROR, "message must not have a key"),
+    "must_have_key": (ERROR, "message must have a key"),
+    "must_not_have_value": (ERROR, "message must not have a value"),
+    "must_have_value": (ERROR, "message must have a value"),
+    "illegal_value_length": (ERROR, "value length does not fit the value layout"),
+    "nmeta_not_zero": (ERROR, "extended meta length must be 0"),
+    "by_seqno_zero": (ERROR, "by_seqno 0 is invalid"),
+    "unknown_flags": (ERROR, "flag bits the specification does not define"),
+    "invalid_datatype": (ERROR, "datatype bits above 0x07"),
+    "invalid_deletion_datatype": (ERROR, "datatype not allowed for a deletion"),
+    "unknown_marker_version": (ERROR, "snapshot marker version byte unknown"),
+    "unknown_system_event": (WARNING, "system event id or version unknown; value kept raw"),
+    "odd_feature_list": (ERROR, "HELLO value has an odd length"),
+    "redacted": (NOTE, "secret bytes hidden; --show-secrets reveals them"),
+    # values
+    "bad_snappy": (ERROR, "value marked SNAPPY does not decompress"),
+    "bad_xattr": (ERROR, "value marked XATTR has a malformed xattr blob"),
+    "bad_json": (WARNING, "value marked JSON is not valid JSON"),
+    "bad_leb128": (ERROR, "collection-id prefix of the key is not valid LEB128"),
+    "collections_unknown": (NOTE, "collections state unknown: key prefix not split"),
+    # stream-request JSON value (reference 3.4.4, seed 004)
+    "stream_request_json_invalid": (ERROR, "stream-request value is not a JSON object"),
+    "stream_request_json_no_known_key": (ERROR, "stream-request value has none of the known keys"),
+    "stream_request_json_unknown_key": (NOTE, "stream-request value has a key the server ignores"),
+    "stream_request_sid_invalid": (ERROR, "sid must be an integer from 1 to 65535"),
+    "stream_request_collections_and_scope": (ERROR, "collections together with scope is invalid"),
+    "stream_request_bad_collection_id": (ERROR, "collection ids must be hex strings"),
+    "stream_request_bad_scope_id": (ERROR, "scope id must be a hex string"),
+    "stream_request_bad_uid": (WARNING, "uid should be a hex string"),
+    "stream_request_bad_purge_seqno": (ERROR, "purge_seqno must be a string of decimal digits"),
+    "stream_request_value_without_collections": (WARNING, "a value is only allowed with HELLO Collections"),
+    "stream_request_seqno_range": (WARNING, "snap_start <= start <= snap_end or start <= end violated"),
+    # documents and dialects (errata)
+    "legacy_stream_request_layout": (NOTE, "40-byte stream request (2013-2014 layout ending in high seqno)"),
+    "rollback_seqno_in_extras": (WARNING, "rollback seqno sent as extras; servers send it as the value"),
+    "marker_v2_1_retired": (NOTE, "snapshot marker v2.1 (timestamp) was removed from servers in 2024"),
+    "obsolete_opcode": (WARNING, "opcode is obsolete and unsupported by current servers"),
+    "response_type_conflict": (WARNING, "the draft's response-type table gives this type another meaning"),
+    "document_errata": (NOTE, "the source document's annotation disagrees with its bytes"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """A named finding about one message; ``offset``/``length`` point at the bytes concerned."""
+
+    name: str
+    message: str
+    offset: int | None = None
+    length: int = 0
+
+    @property
+    def severity(self) -> str:
+        return CATALOGUE[self.name][0]
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "severity": self.severity, "message": self.message}
+        if self.offset is not None:
+            out["offset"] = self.offset
+            out["length"] = self.length
+        return out
+
+
+def diagnostic(name: str, message: str, offset: int | None = None, length: int = 0) -> Diagnostic:
+    """Create a diagnostic; the name must be declared in ``CATALOGUE``."""
+    if name not in CATALOGUE:
+        raise KeyError(f"undeclared diagnostic {name!r}")
+    return Diagnostic(name, message, offset, length)

@@ -1,0 +1,232 @@
+"""Encoding a JSON record (what ``--format json`` prints) back into wire bytes.
+
+The record's own length fields are honoured when present, so a malformed packet re-encodes to the same
+malformed bytes; ``fix_lengths`` recomputes them from the content instead (for hand-edited records).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from dcpctl.protocol import frameinfo, walk
+from dcpctl.protocol.constants import (
+    ALT_MAGICS,
+    DATATYPE_SNAPPY,
+    DATATYPE_XATTR,
+    MAGIC_CLASS,
+    MAGICS,
+    RESPONSE_MAGICS,
+    STATUSES,
+    Vocabulary,
+)
+from dcpctl.protocol.message import HEADER, select_variant, value_grammar
+from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant
+from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
+
+
+class EncodeError(ValueError):
+    """The record cannot be turned into bytes (a missing or mistyped field); one line, names the field."""
+
+
+def _bytes(rec: Mapping[str, Any], name: str) -> bytes:
+    value = rec.get(name)
+    if value is None:
+        return b""
+    if not isinstance(value, str):
+        raise EncodeError(f"{name} must be a string")
+    if rec.get(f"{name}_encoding") == "hex":
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            raise EncodeError(f"{name} is marked hex but is not hex") from None
+    return value.encode("utf-8")
+
+
+def _code(vocab: Vocabulary, value: Any, what: str) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return vocab.code(str(value))
+    except KeyError:
+        raise EncodeError(f"unknown {what} {value!r}") from None
+
+
+def _int(rec: Mapping[str, Any], name: str, default: int = 0) -> int:
+    value = rec.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EncodeError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = False) -> bytes:
+    """Wire bytes for one record; raises :class:`EncodeError` with a one-line reason."""
+    if "opcode" not in rec or "magic" not in rec:
+        raise EncodeError("a record needs at least magic and opcode")
+    magic = _code(MAGICS, rec["magic"], "magic")
+    magic_class = MAGIC_CLASS.get(magic)
+    spec = _find_spec(dialect, magic_class, rec["opcode"])
+    opcode = spec.opcode if spec else _opcode_number(rec["opcode"])
+    response = magic in RESPONSE_MAGICS
+    has_status = response and (spec is None or spec.has_status)
+    type_field = spec.type_field if spec else "datatype"
+    type_byte = _int(rec, type_field)
+    word = _code(STATUSES, rec.get("status", 0), "status") if has_status else _int(rec, "vbucket")
+
+    framing = _framing(rec, response)
+    variant = _variant(spec, rec, magic, word if has_status else type_byte)
+    extras = _extras(rec, variant)
+    key = _key(rec, variant)
+    value = _value(rec, variant, type_byte if type_field == "datatype" else 0, extras)
+
+    keylen = len(key) if fix_lengths or "key_length" not in rec else _int(rec, "key_length")
+    extlen = len(extras) if fix_lengths or "extras_length" not in rec else _int(rec, "extras_length")
+    felen = len(framing) if fix_lengths or "framing_extras_length" not in rec else _int(
+        rec, "framing_extras_length")
+    body = framing + extras + key + value
+    total = len(body) if fix_lengths or "total_body_length" not in rec else _int(rec, "total_body_length")
+    if magic in ALT_MAGICS:
+        if felen > 0xFF or keylen > 0xFF:
+            raise EncodeError("alternative encoding allows at most 255 bytes of framing extras and key")
+        key_word = (felen << 8) | keylen
+    else:
+        if framing:
+            raise EncodeError(f"frame infos need magic 0x08 or 0x18, not {MAGICS.name(magic)}")
+        key_word = keylen
+    if key_word > 0xFFFF or extlen > 0xFF or total > 0xFFFFFFFF:
+        raise EncodeError("a length does not fit its header field")
+    header = HEADER.pack(magic, opcode, key_word, extlen, type_byte, word, total,
+                         _int(rec, "opaque"), _int(rec, "cas"))
+    return header + body
+
+
+def _opcode_number(name: Any) -> int:
+    if isinstance(name, int):
+        return name
+    try:
+        return int(str(name), 0)
+    except ValueError:
+        raise EncodeError(f"unknown opcode {name!r}") from None
+
+
+def _find_spec(dialect: Dialect, magic_class: int | None, opcode: Any) -> MessageSpec | None:
+    if magic_class is None:
+        return None
+    for (cls, _), spec in dialect.table.items():
+        if cls == magic_class and (spec.name == opcode or spec.opcode == opcode):
+            return spec
+    return None
+
+
+def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int,
+             type_or_status: int) -> Variant | None:
+    if spec is None or "extras" in rec:
+        return None
+    has_value = 1 if (rec.get("value") or any(
+        name in rec for v in spec.variants if v.value is ValueKind.GRAMMAR
+        for name in _grammar_fields(v))) else 0
+    if "extras_length" in rec:
+        byte0 = _int(rec, "marker_version", -1)
+        return select_variant(spec, magic, _int(rec, "extras_length"), type_or_status, byte0, has_value)
+    for variant in spec.variants:  # hand-written record: the first row whose extras fields are all given
+        layout = variant.layout
+        names = layout.names if layout else ()
+        if all(n in rec for n in names):
+            byte0 = _int(rec, names[0], -1) if names else -1
+            found = select_variant(spec, magic, len(names) and layout.size if layout else 0,
+                                   type_or_status, byte0, has_value)
+            if found is variant:
+                return variant
+    return None
+
+
+def _grammar_fields(variant: Variant) -> list[str]:
+    grammars = [variant.value_grammar] if variant.value_grammar is not None else []
+    grammars += list(variant.value_grammars.values())
+    return [name for grammar in grammars for name, _ in walk.field_names(grammar)]
+
+
+def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
+    if "framing_extras" in rec:
+        return bytes.fromhex(rec["framing_extras"])
+    out = b""
+    for info in rec.get("frame_infos", []):
+        if "data" in info:
+            data = bytes.fromhex(info["data"])
+        else:
+            grammars = frameinfo.RESPONSE_FRAME_GRAMMARS if response else frameinfo.REQUEST_FRAME_GRAMMARS
+            options = grammars.get(int(info["id"]), {})
+            for grammar in options.values():
+                names = [n for n, _ in walk.field_names(grammar)]
+                if all(n in info for n in names):
+                    data = grammar.build(walk.from_json(grammar, info))
+                    break
+            else:
+                raise EncodeError(f"frame info {info.get('id')} needs its data")
+        out += frameinfo.encode_element(int(info["id"]), data)
+    if not out and "stream_id" in rec and not response:
+        out = frameinfo.encode_element(frameinfo.DCP_STREAM_ID, struct.pack(">H", _int(rec, "stream_id")))
+    return out
+
+
+def _extras(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
+    if "extras" in rec:
+        return bytes.fromhex(rec["extras"])
+    if variant is None or variant.layout is None:
+        return b""
+    layout = variant.layout
+    missing = [n for n in layout.names if n not in rec]
+    if missing:
+        raise EncodeError(f"{variant.name} needs {', '.join(missing)}")
+    try:
+        return layout.pack(rec)
+    except struct.error as exc:
+        raise EncodeError(f"{variant.name}: {exc}") from None
+
+
+def _key(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
+    key = _bytes(rec, "key")
+    if variant is not None and variant.key is KeyKind.DOCUMENT and "collection_id" in rec:
+        key = leb128_encode(_int(rec, "collection_id")) + key
+    return key
+
+
+def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
+           extras: bytes) -> bytes:
+    kind = variant.value if variant else ValueKind.RAW
+    if kind is ValueKind.GRAMMAR and variant is not None and rec.get("value_encoding") != "hex":
+        extras_fields = variant.layout.unpack(extras) if variant.layout and extras else {}
+        length = _grammar_length_hint(rec, variant)
+        grammar = value_grammar(variant, extras_fields, length)
+        if grammar is None:
+            return _bytes(rec, "value")
+        names = [n for n, _ in walk.field_names(grammar)]
+        if not any(n in rec for n in names):
+            return b""
+        try:
+            built = bytes(grammar.build(walk.from_json(grammar, rec)))
+        except Exception as exc:  # noqa: BLE001 - construct build errors name the field
+            raise EncodeError(f"{variant.name} value: {exc}") from None
+        return built + bytes.fromhex(rec.get("value_trailing", ""))
+    if kind is ValueKind.SECRET and rec.get("value_redacted"):
+        raise EncodeError("the SASL value was redacted; decode with --show-secrets to re-encode it")
+    if kind is ValueKind.DOCUMENT:
+        if "value_compressed" in rec:
+            return bytes.fromhex(rec["value_compressed"])
+        body = _bytes(rec, "value")
+        if "xattrs" in rec and datatype & DATATYPE_XATTR:
+            pairs = [Xattr(str(p["key"]), str(p["value"])) for p in rec["xattrs"]]
+            body = build_xattrs(pairs) + body
+        if datatype & DATATYPE_SNAPPY:
+            body = snappy_compress(body)
+        return body
+    return _bytes(rec, "value")
+
+
+def _grammar_length_hint(rec: Mapping[str, Any], variant: Variant) -> int:
+    if variant.value_select == ("value_length",):
+        return 43 if "old_vbucket_uuid" in rec else 27
+    return 0

@@ -1,0 +1,133 @@
+"""Framer: bytes in any chunking -> whole packets with their stream offsets (sans-IO).
+
+Theory of operation. ``feed`` appends to one buffer; ``events`` yields a :class:`Frame` for every complete
+packet and a :class:`Skipped` for bytes that cannot start one. A position starts a packet when its 24 bytes
+form a *plausible header*: a known magic, and lengths that fit inside the total body, which itself is at
+most ``max_body_length``. When the bytes at the current position are not plausible the framer skips ahead to
+the next position that is (one ``Skipped`` per run of garbage, with its size), so a capture that starts
+mid-stream or a corrupt segment costs only the damaged bytes. A header whose only fault is a body above the
+maximum is reported as ``body_too_long`` and skipped the same way: the framer never waits for, or buffers,
+more than one legitimate packet. Invariant: every byte fed is accounted for exactly once, in a Frame, a
+Skipped, or the ``pending`` count still buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from dcpctl.protocol.constants import ALT_MAGICS, MAGIC_CLASS
+
+HEADER_LENGTH: Final = 24
+# The largest body a server produces: 20 MiB documents plus 1 MiB of system xattrs, key, extras and frame
+# infos, rounded up. Anything above it is a corrupt or hostile length, not a packet.
+DEFAULT_MAX_BODY_LENGTH: Final = 22 * 1024 * 1024
+_PREFIX: Final = struct.Struct(">BBHBBHI")
+# Opcodes and magics that start a plausible header when resynchronising; while in sync any opcode frames.
+_RESYNC_MAGICS: Final = frozenset(MAGIC_CLASS)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    offset: int  # of the first byte in the stream
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    offset: int
+    length: int
+    reason: str  # "garbage" or "body_too_long"
+
+
+Event = Frame | Skipped
+
+
+class Framer:
+    """Incremental framer; see the module docstring for the contract."""
+
+    def __init__(self, max_body_length: int = DEFAULT_MAX_BODY_LENGTH, known_opcodes: frozenset[int]
+                 | None = None) -> None:
+        self.max_body_length = max_body_length
+        self.known_opcodes = known_opcodes
+        self._buf = bytearray()
+        self._pos = 0  # index of the next unconsumed byte in _buf
+        self._base = 0  # stream offset of _buf[0]
+        self._synced = True
+
+    @property
+    def pending(self) -> int:
+        """Bytes buffered that are not yet part of an event."""
+        return len(self._buf) - self._pos
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next unconsumed byte."""
+        return self._base + self._pos
+
+    def feed(self, data: bytes) -> None:
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[:self._pos]
+            self._base += self._pos
+            self._pos = 0
+        self._buf += data
+
+    def _plausible(self, pos: int) -> int | None:
+        """Total packet length if a plausible header starts at ``pos``, else None (needs 24 bytes)."""
+        magic, opcode, keylen, extlen, _dt, _vb, body = _PREFIX.unpack_from(self._buf, pos)
+        if magic not in _RESYNC_MAGICS:
+            return None
+        framing = 0
+        if magic in ALT_MAGICS:
+            framing, keylen = keylen >> 8, keylen & 0xFF
+        if framing + extlen + keylen > body:
+            return None
+        if not self._synced and self.known_opcodes is not None and opcode not in self.known_opcodes:
+            return None
+        return HEADER_LENGTH + body
+
+    def events(self) -> Iterator[Event]:
+        buf = self._buf
+        while len(buf) - self._pos >= HEADER_LENGTH:
+            pos = self._pos
+            total = self._plausible(pos)
+            if total is not None and total - HEADER_LENGTH > self.max_body_length:
+                self._synced = False
+                yield Skipped(self._base + pos, 1, "body_too_long")
+                self._pos = pos + 1
+                yield from self._resync()
+                continue
+            if total is None:
+                self._synced = False
+                yield from self._resync()
+                continue
+            if len(buf) - pos < total:
+                return
+            self._synced = True
+            self._pos = pos + total
+            yield Frame(self._base + pos, bytes(buf[pos:pos + total]))
+
+    def _resync(self) -> Iterator[Event]:
+        """Skip to the next plausible header (or keep the last 23 bytes, which may start one)."""
+        buf = self._buf
+        start = self._pos
+        pos = start
+        end = len(buf) - HEADER_LENGTH
+        while pos <= end:
+            if buf[pos] in _RESYNC_MAGICS:
+                total = self._plausible(pos)
+                if total is not None and total - HEADER_LENGTH <= self.max_body_length:
+                    break
+            pos += 1
+        if pos > start:
+            self._pos = pos
+            yield Skipped(self._base + start, pos - start, "garbage")
+
+    def close(self) -> Iterator[Event]:
+        """End of input: what is left is a truncated packet or garbage."""
+        if self.pending:
+            start = self._pos
+            self._pos = len(self._buf)
+            yield Skipped(self._base + start, len(self._buf) - start, "truncated")

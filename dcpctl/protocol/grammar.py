@@ -1,0 +1,255 @@
+"""Construct declarations of every extras and value layout: one declaration per wire layout.
+
+Field order is wire order and names are the reference's (``../shared/docs/dcp-reference.md``) or Wireshark's
+``couchbase.extras.*`` vocabulary. Everything else (decode, encode, hexdump spans, the JSON field list and the
+Spark schema) is derived from these objects; nothing restates a layout.
+"""
+
+from __future__ import annotations
+
+from construct import (
+    Bytes,
+    Const,
+    GreedyRange,
+    Int8ub,
+    Int16ub,
+    Int32ub,
+    Int64ub,
+    Struct,
+    this,
+)
+
+# --- 1. headers -------------------------------------------------------------------------------------
+request_header = Struct(
+    "magic" / Int8ub,
+    "opcode" / Int8ub,
+    "key_length" / Int16ub,
+    "extras_length" / Int8ub,
+    "datatype" / Int8ub,
+    "vbucket" / Int16ub,
+    "total_body_length" / Int32ub,
+    "opaque" / Int32ub,
+    "cas" / Int64ub,
+)
+response_header = Struct(
+    "magic" / Int8ub,
+    "opcode" / Int8ub,
+    "key_length" / Int16ub,
+    "extras_length" / Int8ub,
+    "datatype" / Int8ub,
+    "status" / Int16ub,
+    "total_body_length" / Int32ub,
+    "opaque" / Int32ub,
+    "cas" / Int64ub,
+)
+alt_request_header = Struct(
+    "magic" / Int8ub,
+    "opcode" / Int8ub,
+    "framing_extras_length" / Int8ub,
+    "key_length" / Int8ub,
+    "extras_length" / Int8ub,
+    "datatype" / Int8ub,
+    "vbucket" / Int16ub,
+    "total_body_length" / Int32ub,
+    "opaque" / Int32ub,
+    "cas" / Int64ub,
+)
+alt_response_header = Struct(
+    "magic" / Int8ub,
+    "opcode" / Int8ub,
+    "framing_extras_length" / Int8ub,
+    "key_length" / Int8ub,
+    "extras_length" / Int8ub,
+    "datatype" / Int8ub,
+    "status" / Int16ub,
+    "total_body_length" / Int32ub,
+    "opaque" / Int32ub,
+    "cas" / Int64ub,
+)
+# UPR transport draft (seed 001): byte 5 is the request/response/message type, bytes 6-7 always a vbucket.
+upr_draft_header = Struct(
+    "magic" / Int8ub,
+    "opcode" / Int8ub,
+    "key_length" / Int16ub,
+    "extras_length" / Int8ub,
+    "request_type" / Int8ub,
+    "vbucket" / Int16ub,
+    "total_body_length" / Int32ub,
+    "opaque" / Int32ub,
+    "cas" / Int64ub,
+)
+HEADER_LENGTH = 24
+
+# --- 2. frame infos (values after the id/length nibbles) --------------------------------------------
+stream_id_frame = Struct("stream_id" / Int16ub)
+durability_frame = Struct("durability_level" / Int8ub)
+durability_timeout_frame = Struct("durability_level" / Int8ub, "durability_timeout" / Int16ub)
+impersonate_token_frame = Struct("token_id" / Int16ub)
+server_duration_frame = Struct("server_duration_encoded" / Int16ub)
+read_units_frame = Struct("read_units" / Int16ub)
+write_units_frame = Struct("write_units" / Int16ub)
+throttle_duration_frame = Struct("throttle_duration_encoded" / Int16ub)
+
+# --- 3. DCP extras ----------------------------------------------------------------------------------
+dcp_open_extras = Struct("seqno" / Int32ub, "flags" / Int32ub)
+add_stream_extras = Struct("flags" / Int32ub)
+add_stream_response_extras = Struct("stream_opaque" / Int32ub)
+stream_req_extras = Struct(
+    "flags" / Int32ub,
+    "reserved" / Int32ub,
+    "start_seqno" / Int64ub,
+    "end_seqno" / Int64ub,
+    "vbucket_uuid" / Int64ub,
+    "snap_start_seqno" / Int64ub,
+    "snap_end_seqno" / Int64ub,
+)
+# Oct 2013 - Apr 2014 layout (reference 11; seed 000's second request): ends in the high seqno.
+stream_req_v0_extras = Struct(
+    "flags" / Int32ub,
+    "reserved" / Int32ub,
+    "start_seqno" / Int64ub,
+    "end_seqno" / Int64ub,
+    "vbucket_uuid" / Int64ub,
+    "high_seqno" / Int64ub,
+)
+# Seed 000 puts the rollback seqno in the extras of its rollback response; servers send it as the value.
+rollback_extras = Struct("rollback_seqno" / Int64ub)
+stream_end_extras = Struct("stream_end_status" / Int32ub)
+snapshot_marker_v1_extras = Struct(
+    "snap_start_seqno" / Int64ub,
+    "snap_end_seqno" / Int64ub,
+    "snapshot_flags" / Int32ub,
+)
+snapshot_marker_v2_extras = Struct("marker_version" / Int8ub)
+mutation_extras = Struct(
+    "by_seqno" / Int64ub,
+    "rev_seqno" / Int64ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "lock_time" / Int32ub,
+    "nmeta" / Int16ub,
+    "nru" / Int8ub,
+)
+deletion_v1_extras = Struct("by_seqno" / Int64ub, "rev_seqno" / Int64ub, "nmeta" / Int16ub)
+deletion_v2_extras = Struct(
+    "by_seqno" / Int64ub,
+    "rev_seqno" / Int64ub,
+    "delete_time" / Int32ub,
+    "unused" / Int8ub,
+)
+expiration_extras = Struct("by_seqno" / Int64ub, "rev_seqno" / Int64ub, "delete_time" / Int32ub)
+set_vbucket_state_extras = Struct("vbucket_state" / Int8ub)
+buffer_ack_extras = Struct("bytes_to_ack" / Int32ub)
+system_event_extras = Struct("by_seqno" / Int64ub, "event_id" / Int32ub, "event_version" / Int8ub)
+prepare_extras = Struct(
+    "by_seqno" / Int64ub,
+    "rev_seqno" / Int64ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "lock_time" / Int32ub,
+    "nru" / Int8ub,
+    "deleted" / Int8ub,
+    "durability_level" / Int8ub,
+)
+seqno_acknowledged_extras = Struct("prepared_seqno" / Int64ub)
+commit_extras = Struct("prepared_seqno" / Int64ub, "commit_seqno" / Int64ub)
+abort_extras = Struct("prepared_seqno" / Int64ub, "abort_seqno" / Int64ub)
+seqno_advanced_extras = Struct("by_seqno" / Int64ub)
+oso_snapshot_extras = Struct("oso_flags" / Int32ub)
+
+# --- 3. DCP values ----------------------------------------------------------------------------------
+failover_entry = Struct("vbucket_uuid" / Int64ub, "seqno" / Int64ub)
+failover_log_value = Struct("failover_log" / GreedyRange(failover_entry))
+rollback_value = Struct("rollback_seqno" / Int64ub)
+snapshot_marker_v2_0_value = Struct(
+    "snap_start_seqno" / Int64ub,
+    "snap_end_seqno" / Int64ub,
+    "snapshot_flags" / Int32ub,
+    "max_visible_seqno" / Int64ub,
+    "high_completed_seqno" / Int64ub,
+)
+snapshot_marker_v2_1_value = Struct(
+    "snap_start_seqno" / Int64ub,
+    "snap_end_seqno" / Int64ub,
+    "snapshot_flags" / Int32ub,
+    "max_visible_seqno" / Int64ub,
+    "high_completed_seqno" / Int64ub,
+    "timestamp" / Int64ub,
+)
+snapshot_marker_v2_2_value = Struct(
+    "snap_start_seqno" / Int64ub,
+    "snap_end_seqno" / Int64ub,
+    "snapshot_flags" / Int32ub,
+    "max_visible_seqno" / Int64ub,
+    "high_completed_seqno" / Int64ub,
+    "purge_seqno" / Int64ub,
+    "high_prepared_seqno" / Int64ub,
+)
+begin_collection_v0_value = Struct(
+    "manifest_uid" / Int64ub, "scope_id" / Int32ub, "collection_id" / Int32ub
+)
+begin_collection_v1_value = Struct(
+    "manifest_uid" / Int64ub, "scope_id" / Int32ub, "collection_id" / Int32ub, "max_ttl" / Int32ub
+)
+end_collection_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub, "collection_id" / Int32ub)
+create_scope_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+drop_scope_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+cache_transfer_record = Struct(
+    "cas" / Int64ub,
+    "by_seqno" / Int64ub,
+    "rev_seqno" / Int64ub,
+    "value_length" / Int32ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "key_length" / Int16ub,
+    "datatype" / Int8ub,
+    "cache_hint" / Int8ub,
+    "key" / Bytes(this.key_length),
+    "value" / Bytes(this.value_length),
+)
+cache_transfer_value = Struct("records" / GreedyRange(cache_transfer_record))
+
+# --- 4. non-DCP commands ----------------------------------------------------------------------------
+hello_value = Struct("features" / GreedyRange(Int16ub))
+error_map_request_value = Struct("error_map_version" / Int16ub)
+cluster_config_extras = Struct("epoch" / Int64ub, "revision" / Int64ub)
+get_all_vb_seqnos_state_extras = Struct("vbucket_state_filter" / Int32ub)
+get_all_vb_seqnos_extras = Struct("vbucket_state_filter" / Int32ub, "collection_id" / Int32ub)
+vb_seqno_entry = Struct("vbucket" / Int16ub, "seqno" / Int64ub)
+get_all_vb_seqnos_value = Struct("vbucket_seqnos" / GreedyRange(vb_seqno_entry))
+observe_seqno_request_value = Struct("vbucket_uuid" / Int64ub)
+observe_seqno_v0_value = Struct(
+    "format_type" / Const(0, Int8ub),
+    "observed_vbucket" / Int16ub,
+    "vbucket_uuid" / Int64ub,
+    "last_persisted_seqno" / Int64ub,
+    "current_seqno" / Int64ub,
+)
+observe_seqno_v1_value = Struct(
+    "format_type" / Const(1, Int8ub),
+    "observed_vbucket" / Int16ub,
+    "vbucket_uuid" / Int64ub,
+    "last_persisted_seqno" / Int64ub,
+    "current_seqno" / Int64ub,
+    "old_vbucket_uuid" / Int64ub,
+    "last_received_seqno" / Int64ub,
+)
+clustermap_notification_extras = Struct("revision" / Int32ub)
+clustermap_notification_epoch_extras = Struct("epoch" / Int64ub, "revision" / Int64ub)
+
+# --- UPR transport draft (seed 001) -------------------------------------------------------------------
+upr_stream_req_extras = Struct(
+    "start_seqno" / Int64ub,
+    "end_seqno" / Int64ub,
+    "vbucket_uuid" / Int64ub,
+    "high_seqno" / Int64ub,
+)
+upr_mutation_extras = Struct(
+    "by_seqno" / Int64ub,
+    "rev_seqno" / Int64ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "lock_time" / Int32ub,
+)
+upr_failover_entry = Struct("vbucket_uuid" / Int64ub, "high_seqno" / Int64ub)
+upr_failover_log_value = Struct("failover_log" / GreedyRange(upr_failover_entry))

@@ -1,0 +1,457 @@
+"""Registry tables: ``(magic class, opcode) -> MessageSpec``, each spec a list of explicit variant rows.
+
+A variant is chosen by matching its ``when`` conditions (header fields, the first extras byte, the value
+length) in order; the first row that matches wins. The UPR transport draft is an overlay: it replaces the rows
+for opcodes 0x01-0x05 and shares every other row with the DCP registry.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
+
+from construct import Construct, FormatField, Struct
+
+from dcpctl.protocol import grammar as g
+from dcpctl.protocol.constants import (
+    DCP_OPEN_FLAGS,
+    DURABILITY_LEVELS,
+    OPCODES,
+    OSO_FLAGS,
+    SERVER_OPCODES,
+    SNAPSHOT_FLAGS,
+    STREAM_END_STATUSES,
+    STREAM_FLAGS,
+    SYSTEM_EVENTS,
+    UPR_OPCODES,
+    VBUCKET_STATES,
+    Vocabulary,
+)
+
+
+class KeyKind(Enum):
+    NONE = "none"  # must not have a key
+    DOCUMENT = "document"  # document key, LEB128 collection prefix when collections are on
+    TEXT = "text"  # a name: connection name, control key, mechanism, bucket, group id
+    RAW = "raw"  # unknown: kept as bytes
+
+
+class ValueKind(Enum):
+    NONE = "none"  # must not have a value
+    DOCUMENT = "document"  # datatype-driven: snappy, xattrs, JSON
+    JSON = "json"  # JSON text
+    TEXT = "text"  # text (control value, mechanism list, stats)
+    SECRET = "secret"  # SASL client messages: redacted unless asked
+    GRAMMAR = "grammar"  # a construct declaration (value_grammars)
+    STREAM_REQUEST_JSON = "stream_request_json"  # JSON validated per reference 3.4.4
+    AUTO = "auto"  # error bodies and unknowns: JSON if it parses, else text, else hex
+    RAW = "raw"
+
+
+class Presence(Enum):
+    FORBIDDEN = "forbidden"
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+
+
+@dataclass(frozen=True)
+class FixedLayout:
+    """A fixed-size all-integer construct Struct compiled to one ``struct.Struct`` (the fast path).
+
+    Derived from the declaration, never written by hand: a Struct whose every field is a construct
+    ``FormatField`` maps one to one onto a ``struct`` format string.
+    """
+
+    grammar: Struct
+    names: tuple[str, ...]
+    codec: struct.Struct
+
+    @property
+    def size(self) -> int:
+        return self.codec.size
+
+    def unpack(self, buf: bytes, offset: int = 0) -> dict[str, int]:
+        return dict(zip(self.names, self.codec.unpack_from(buf, offset), strict=True))
+
+    def pack(self, values: Mapping[str, Any]) -> bytes:
+        return self.codec.pack(*(int(values.get(name, 0)) for name in self.names))
+
+
+def fixed_layout(grammar: Struct) -> FixedLayout:
+    fmt = ">"
+    names = []
+    for sub in grammar.subcons:
+        inner = sub.subcon if hasattr(sub, "subcon") and not isinstance(sub, FormatField) else sub
+        if not isinstance(inner, FormatField):
+            raise TypeError(f"{sub.name} is not a fixed integer field")
+        fmt += inner.fmtstr.lstrip("<>=!")
+        names.append(sub.name)
+    return FixedLayout(grammar, tuple(names), struct.Struct(fmt))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One explicit row of a message: its extras layout, key, value and the conditions that select it."""
+
+    name: str
+    extras: Struct | None = None
+    when: tuple[tuple[str, int | tuple[int, ...]], ...] = ()
+    key: KeyKind = KeyKind.NONE
+    key_presence: Presence = Presence.FORBIDDEN
+    value: ValueKind = ValueKind.NONE
+    value_presence: Presence = Presence.FORBIDDEN
+    # value grammar selection: field names (extras fields, "value_length") -> grammar per key tuple
+    value_grammar: Construct | None = None
+    value_select: tuple[str, ...] = ()
+    value_grammars: Mapping[tuple[int, ...], Construct] = field(default_factory=dict)
+    # a diagnostic every message of this row gets (legacy layout, documentation errata)
+    note: tuple[str, str] | None = None
+    # vocabularies for fields of this row (pretty names; ``features`` is also named in JSON)
+    vocabularies: Mapping[str, Vocabulary] = field(default_factory=dict)
+    label: str | None = None  # UPR draft: the type's own name
+
+    @property
+    def layout(self) -> FixedLayout | None:
+        return _layout_of(self.extras)
+
+    @property
+    def extras_length(self) -> int:
+        layout = self.layout
+        return layout.size if layout else 0
+
+
+_LAYOUTS: dict[int, FixedLayout] = {}
+
+
+def _layout_of(grammar: Struct | None) -> FixedLayout | None:
+    if grammar is None:
+        return None
+    key = id(grammar)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = fixed_layout(grammar)
+    return _LAYOUTS[key]
+
+
+@dataclass(frozen=True)
+class MessageSpec:
+    """Everything declared about one (magic class, opcode): its kv_engine name and its variant rows."""
+
+    name: str
+    opcode: int
+    magic_class: int
+    variants: tuple[Variant, ...]
+    summary: str = ""
+    type_field: str = "datatype"  # UPR draft: "request_type"
+    has_status: bool = True  # response header carries a status (UPR draft: a vbucket)
+    vocabulary: Vocabulary = OPCODES
+
+
+def _x(**kwargs: Any) -> Variant:
+    return Variant(**kwargs)
+
+
+def _when_ext(n: int) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
+    return (("extras_length", n),)
+
+
+EMPTY = _x(name="empty", when=_when_ext(0))
+SUCCESS = (("status", 0x00),)
+ERROR_BODY = _x(name="error", when=_when_ext(0), value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
+
+REQ: Final = 0x80
+RES: Final = 0x81
+SREQ: Final = 0x82
+SRES: Final = 0x83
+
+
+def _spec(magic_class: int, name: str, *variants: Variant, summary: str = "") -> MessageSpec:
+    vocabulary = SERVER_OPCODES if magic_class in (SREQ, SRES) else OPCODES
+    opcode = vocabulary.code_of[name]
+    return MessageSpec(name, opcode, magic_class, variants, summary or vocabulary.meaning_of[opcode])
+
+
+def _response(name: str, *success: Variant) -> MessageSpec:
+    """A response: the success rows given, then any status with an optional error body."""
+    return _spec(RES, name, *success, ERROR_BODY)
+
+
+_STREAM_FLAGS = {"flags": STREAM_FLAGS}
+_DOC_KEY = {"key": KeyKind.DOCUMENT, "key_presence": Presence.REQUIRED}
+
+DCP_REQUESTS: Final[list[MessageSpec]] = [
+    _spec(REQ, "DCP_OPEN", _x(name="dcp_open", extras=g.dcp_open_extras, when=_when_ext(8),
+                              key=KeyKind.TEXT, key_presence=Presence.REQUIRED,
+                              value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
+                              vocabularies={"flags": DCP_OPEN_FLAGS})),
+    _spec(REQ, "DCP_ADD_STREAM", _x(name="add_stream", extras=g.add_stream_extras, when=_when_ext(4),
+                                    vocabularies=_STREAM_FLAGS)),
+    _spec(REQ, "DCP_CLOSE_STREAM", EMPTY),
+    _spec(REQ, "DCP_STREAM_REQ",
+          _x(name="stream_req", extras=g.stream_req_extras, when=_when_ext(48),
+             value=ValueKind.STREAM_REQUEST_JSON, value_presence=Presence.OPTIONAL,
+             vocabularies=_STREAM_FLAGS),
+          _x(name="stream_req_v0", extras=g.stream_req_v0_extras, when=_when_ext(40),
+             note=("legacy_stream_request_layout",
+                   "40-byte extras: the Oct 2013 - Apr 2014 layout, whose last field is the high seqno "
+                   "at the time the vbucket uuid was generated (MB-10640 replaced it by the snapshot "
+                   "range); current servers accept only 48 bytes"),
+             vocabularies=_STREAM_FLAGS)),
+    _spec(REQ, "DCP_GET_FAILOVER_LOG", EMPTY),
+    _spec(REQ, "DCP_STREAM_END", _x(name="stream_end", extras=g.stream_end_extras, when=_when_ext(4),
+                                    vocabularies={"stream_end_status": STREAM_END_STATUSES})),
+    _spec(REQ, "DCP_SNAPSHOT_MARKER",
+          _x(name="snapshot_marker_v1", extras=g.snapshot_marker_v1_extras, when=_when_ext(20),
+             vocabularies={"snapshot_flags": SNAPSHOT_FLAGS}),
+          _x(name="snapshot_marker_v2_0", extras=g.snapshot_marker_v2_extras,
+             when=(("extras_length", 1), ("extras_byte0", 0)),
+             value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+             value_grammar=g.snapshot_marker_v2_0_value, vocabularies={"snapshot_flags": SNAPSHOT_FLAGS}),
+          _x(name="snapshot_marker_v2_1", extras=g.snapshot_marker_v2_extras,
+             when=(("extras_length", 1), ("extras_byte0", 1)),
+             value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+             value_grammar=g.snapshot_marker_v2_1_value,
+             note=("marker_v2_1_retired", "snapshot marker v2.1 (PiTR timestamp) was removed in 2024 "
+                   "(KV 19d8135d6); only old captures carry it"),
+             vocabularies={"snapshot_flags": SNAPSHOT_FLAGS}),
+          _x(name="snapshot_marker_v2_2", extras=g.snapshot_marker_v2_extras,
+             when=(("extras_length", 1), ("extras_byte0", 2)),
+             value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+             value_grammar=g.snapshot_marker_v2_2_value, vocabularies={"snapshot_flags": SNAPSHOT_FLAGS})),
+    _spec(REQ, "DCP_MUTATION", _x(name="mutation", extras=g.mutation_extras, when=_when_ext(31),
+                                  value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY)),
+    _spec(REQ, "DCP_DELETION",
+          _x(name="deletion_v1", extras=g.deletion_v1_extras, when=_when_ext(18),
+             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY),
+          _x(name="deletion_v2", extras=g.deletion_v2_extras, when=_when_ext(21),
+             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY)),
+    _spec(REQ, "DCP_EXPIRATION", _x(name="expiration", extras=g.expiration_extras, when=_when_ext(20),
+                                    value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
+                                    **_DOC_KEY)),
+    _spec(REQ, "DCP_FLUSH", _x(name="flush", when=_when_ext(0),
+                               note=("obsolete_opcode", "DCP_FLUSH is obsolete; current servers answer "
+                                     "NotSupported (DcpFlush_Unsupported)"))),
+    _spec(REQ, "DCP_SET_VBUCKET_STATE", _x(name="set_vbucket_state", extras=g.set_vbucket_state_extras,
+                                           when=_when_ext(1),
+                                           vocabularies={"vbucket_state": VBUCKET_STATES})),
+    _spec(REQ, "DCP_NOOP", EMPTY),
+    _spec(REQ, "DCP_BUFFER_ACKNOWLEDGEMENT", _x(name="buffer_ack", extras=g.buffer_ack_extras,
+                                                when=_when_ext(4))),
+    _spec(REQ, "DCP_CONTROL", _x(name="control", when=_when_ext(0), key=KeyKind.TEXT,
+                                 key_presence=Presence.REQUIRED, value=ValueKind.TEXT,
+                                 value_presence=Presence.REQUIRED)),
+    _spec(REQ, "DCP_SYSTEM_EVENT", _x(
+        name="system_event", extras=g.system_event_extras, when=_when_ext(13),
+        key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
+        value_presence=Presence.OPTIONAL, value_select=("event_id", "event_version"),
+        value_grammars={
+            (0, 0): g.begin_collection_v0_value,
+            (0, 1): g.begin_collection_v1_value,
+            (1, 0): g.end_collection_value,
+            (3, 0): g.create_scope_value,
+            (4, 0): g.drop_scope_value,
+        },
+        vocabularies={"event_id": SYSTEM_EVENTS})),
+    _spec(REQ, "DCP_PREPARE", _x(name="prepare", extras=g.prepare_extras, when=_when_ext(31),
+                                 value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
+                                 vocabularies={"durability_level": DURABILITY_LEVELS}, **_DOC_KEY)),
+    _spec(REQ, "DCP_SEQNO_ACKNOWLEDGED", _x(name="seqno_acknowledged", extras=g.seqno_acknowledged_extras,
+                                            when=_when_ext(8))),
+    _spec(REQ, "DCP_COMMIT", _x(name="commit", extras=g.commit_extras, when=_when_ext(16), **_DOC_KEY)),
+    _spec(REQ, "DCP_ABORT", _x(name="abort", extras=g.abort_extras, when=_when_ext(16), **_DOC_KEY)),
+    _spec(REQ, "DCP_SEQNO_ADVANCED", _x(name="seqno_advanced", extras=g.seqno_advanced_extras,
+                                        when=_when_ext(8))),
+    _spec(REQ, "DCP_OSO_SNAPSHOT", _x(name="oso_snapshot", extras=g.oso_snapshot_extras, when=_when_ext(4),
+                                      vocabularies={"oso_flags": OSO_FLAGS})),
+    _spec(REQ, "DCP_CACHE_TRANSFER", _x(name="cache_transfer", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                                        value_presence=Presence.REQUIRED,
+                                        value_grammar=g.cache_transfer_value)),
+    _spec(REQ, "DCP_CACHE_TRANSFER_END", EMPTY),
+]
+
+OTHER_REQUESTS: Final[list[MessageSpec]] = [
+    _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT,
+                           key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
+                           value_presence=Presence.OPTIONAL, value_grammar=g.hello_value)),
+    _spec(REQ, "SASL_LIST_MECHS", EMPTY),
+    _spec(REQ, "SASL_AUTH", _x(name="sasl_auth", when=_when_ext(0), key=KeyKind.TEXT,
+                               key_presence=Presence.REQUIRED, value=ValueKind.SECRET,
+                               value_presence=Presence.OPTIONAL)),
+    _spec(REQ, "SASL_STEP", _x(name="sasl_step", when=_when_ext(0), key=KeyKind.TEXT,
+                               key_presence=Presence.REQUIRED, value=ValueKind.SECRET,
+                               value_presence=Presence.OPTIONAL)),
+    _spec(REQ, "SELECT_BUCKET", _x(name="select_bucket", when=_when_ext(0), key=KeyKind.TEXT,
+                                   key_presence=Presence.REQUIRED)),
+    _spec(REQ, "GET_ERROR_MAP", _x(name="get_error_map", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                                   value_presence=Presence.REQUIRED,
+                                   value_grammar=g.error_map_request_value)),
+    _spec(REQ, "GET_CLUSTER_CONFIG", EMPTY,
+          _x(name="get_cluster_config_known_version", extras=g.cluster_config_extras,
+             when=_when_ext(16))),
+    _spec(REQ, "GET_ALL_VB_SEQNOS", EMPTY,
+          _x(name="get_all_vb_seqnos_state", extras=g.get_all_vb_seqnos_state_extras, when=_when_ext(4)),
+          _x(name="get_all_vb_seqnos_collection", extras=g.get_all_vb_seqnos_extras, when=_when_ext(8))),
+    _spec(REQ, "OBSERVE_SEQNO", _x(name="observe_seqno", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                                   value_presence=Presence.REQUIRED,
+                                   value_grammar=g.observe_seqno_request_value)),
+    _spec(REQ, "GET_FAILOVER_LOG", EMPTY),
+    _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
+                          value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
+    _spec(REQ, "VERSION", EMPTY),
+    _spec(REQ, "NOOP", EMPTY),
+]
+
+_FAILOVER_LOG = _x(name="failover_log", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+                   value_presence=Presence.OPTIONAL, value_grammar=g.failover_log_value)
+_EMPTY_OK = _x(name="ok", when=SUCCESS + _when_ext(0))
+
+RESPONSES: Final[list[MessageSpec]] = [
+    _response("DCP_OPEN", _EMPTY_OK),
+    _response("DCP_ADD_STREAM", _x(name="add_stream_response", extras=g.add_stream_response_extras,
+                                   when=SUCCESS + _when_ext(4))),
+    _response("DCP_CLOSE_STREAM", _EMPTY_OK),
+    _response("DCP_STREAM_REQ", _FAILOVER_LOG,
+              _x(name="rollback", when=(("status", 0x23), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.REQUIRED, value_grammar=g.rollback_value),
+              _x(name="rollback_in_extras", extras=g.rollback_extras,
+                 when=(("status", 0x23), ("extras_length", 8)),
+                 note=("rollback_seqno_in_extras",
+                       "the rollback seqno is in the extras (extras length 8): the early stream-request "
+                       "page shows it so, but servers send it as an 8-byte value with extras length 0"))),
+    _response("DCP_GET_FAILOVER_LOG", _FAILOVER_LOG),
+    _response("DCP_SNAPSHOT_MARKER", _EMPTY_OK),
+    _response("DCP_SET_VBUCKET_STATE", _EMPTY_OK),
+    _response("DCP_NOOP", _EMPTY_OK),
+    _response("DCP_CONTROL", _EMPTY_OK),
+    _response("DCP_BUFFER_ACKNOWLEDGEMENT", _EMPTY_OK),
+    _response("DCP_SYSTEM_EVENT", _EMPTY_OK),
+    _response("DCP_CACHE_TRANSFER", _EMPTY_OK),
+    _response("DCP_STREAM_END", _EMPTY_OK),
+    _response("DCP_MUTATION", _EMPTY_OK),
+    _response("DCP_DELETION", _EMPTY_OK),
+    _response("DCP_EXPIRATION", _EMPTY_OK),
+    _response("DCP_SEQNO_ACKNOWLEDGED", _EMPTY_OK),
+    _response("HELLO", _x(name="hello_response", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+                          value_presence=Presence.OPTIONAL, value_grammar=g.hello_value)),
+    _response("SASL_LIST_MECHS", _x(name="mechanisms", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
+                                    value_presence=Presence.OPTIONAL)),
+    _spec(RES, "SASL_AUTH", _x(name="sasl_response", when=_when_ext(0), value=ValueKind.TEXT,
+                               value_presence=Presence.OPTIONAL)),
+    _spec(RES, "SASL_STEP", _x(name="sasl_response", when=_when_ext(0), value=ValueKind.TEXT,
+                               value_presence=Presence.OPTIONAL)),
+    _response("SELECT_BUCKET", _EMPTY_OK),
+    _response("GET_ERROR_MAP", _x(name="error_map", when=SUCCESS + _when_ext(0), value=ValueKind.JSON,
+                                  value_presence=Presence.REQUIRED)),
+    _response("GET_CLUSTER_CONFIG", _x(name="cluster_config", when=SUCCESS + _when_ext(0),
+                                       value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
+    _response("GET_ALL_VB_SEQNOS", _x(name="vbucket_seqnos", when=SUCCESS + _when_ext(0),
+                                      value=ValueKind.GRAMMAR, value_presence=Presence.OPTIONAL,
+                                      value_grammar=g.get_all_vb_seqnos_value)),
+    _response("OBSERVE_SEQNO", _x(name="observe_seqno_response", when=SUCCESS + _when_ext(0),
+                                  value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+                                  value_select=("value_length",),
+                                  value_grammars={(27,): g.observe_seqno_v0_value,
+                                                  (43,): g.observe_seqno_v1_value})),
+    _response("GET_FAILOVER_LOG", _FAILOVER_LOG),
+    _spec(RES, "STAT", _x(name="stat_response", when=_when_ext(0), key=KeyKind.TEXT,
+                          key_presence=Presence.OPTIONAL, value=ValueKind.AUTO,
+                          value_presence=Presence.OPTIONAL)),
+    _response("VERSION", _x(name="version", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
+                            value_presence=Presence.OPTIONAL)),
+    _response("NOOP", _EMPTY_OK),
+]
+
+SERVER_REQUESTS: Final[list[MessageSpec]] = [
+    _spec(SREQ, "ClustermapChangeNotification",
+          _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
+             key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
+             value_presence=Presence.OPTIONAL),
+          _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
+             when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
+             value_presence=Presence.OPTIONAL)),
+]
+
+
+# --- UPR transport draft overlay (seed 001) ------------------------------------------------------------
+def _upr(magic_class: int, name: str, *variants: Variant) -> MessageSpec:
+    opcode = UPR_OPCODES.code_of[name]
+    return MessageSpec(name, opcode, magic_class, variants, UPR_OPCODES.meaning_of[opcode],
+                       type_field="request_type", has_status=False, vocabulary=UPR_OPCODES)
+
+
+def _type(n: int) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
+    return (("request_type", n),)
+
+
+_UPR_KEY = {"key": KeyKind.TEXT, "key_presence": Presence.REQUIRED}
+
+UPR_DRAFT_ROWS: Final[list[MessageSpec]] = [
+    _upr(REQ, "UPR_REQUEST",
+         _x(name="upr_stream_request", label="Stream Request", extras=g.upr_stream_req_extras,
+            when=_type(1), **_UPR_KEY),
+         _x(name="upr_failover_log_request", label="Failover Log Request", when=_type(2))),
+    _upr(RES, "UPR_RESPONSE",
+         _x(name="upr_ok", label="OK", when=_type(1)),
+         _x(name="upr_failover_log_response", label="Failover Log Response",
+            when=(("request_type", 2), ("has_value", 1)),
+            value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+            value_grammar=g.upr_failover_log_value,
+            note=("response_type_conflict", "the draft labels this failover-log response type 2, which "
+                  "its own response-type table defines as Not My VBucket")),
+         _x(name="upr_not_my_vbucket", label="Not My VBucket", when=_type(2)),
+         _x(name="upr_rollback", label="Rollback", when=_type(3), value=ValueKind.GRAMMAR,
+            value_presence=Presence.REQUIRED, value_grammar=g.rollback_value)),
+    _upr(RES, "UPR_STREAM_BEGIN", _x(name="upr_stream_begin", label="Stream Begin")),
+    _upr(RES, "UPR_STREAM_MESSAGE",
+         _x(name="upr_snapshot_start", label="Snapshot Start", when=_type(1)),
+         _x(name="upr_snapshot_end", label="Snapshot End", when=_type(2)),
+         _x(name="upr_mutation", label="Mutation", when=_type(3), extras=g.upr_mutation_extras,
+            value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_UPR_KEY),
+         _x(name="upr_deletion", label="Deletion", when=_type(4), extras=g.upr_mutation_extras, **_UPR_KEY),
+         _x(name="upr_expiration", label="Expiration", when=_type(5), extras=g.upr_mutation_extras,
+            **_UPR_KEY),
+         _x(name="upr_flush", label="Flush", when=_type(6))),
+    _upr(RES, "UPR_STREAM_CLOSE",
+         _x(name="upr_stream_end_ok", label="OK", when=_type(1)),
+         _x(name="upr_stream_end_state_changed", label="State Changed", when=_type(2))),
+]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A registry: which spec describes (magic class, opcode)."""
+
+    name: str
+    table: Mapping[tuple[int, int], MessageSpec]
+    # documented layouts are authoritative over the header's extras length (the draft's field tables)
+    layout_authoritative: bool = False
+
+    def spec(self, magic_class: int, opcode: int) -> MessageSpec | None:
+        return self.table.get((magic_class, opcode))
+
+
+def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
+    table: dict[tuple[int, int], MessageSpec] = {}
+    for group in groups:
+        for spec in group:
+            key = (spec.magic_class, spec.opcode)
+            if key in table:
+                raise ValueError(f"duplicate registry row {spec.name}")
+            table[key] = spec
+    return table
+
+
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, RESPONSES, SERVER_REQUESTS))
+_UPR_TABLE = dict(DCP.table)
+_UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
+UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)
+DIALECTS: Final[dict[str, Dialect]] = {d.name: d for d in (DCP, UPR_DRAFT)}
+
+
+def all_variants() -> list[tuple[Dialect, MessageSpec, Variant]]:
+    """Every (dialect, spec, variant) row once; UPR rows are listed under the UPR dialect only."""
+    rows = [(DCP, spec, variant) for spec in DCP.table.values() for variant in spec.variants]
+    rows += [(UPR_DRAFT, spec, variant) for spec in UPR_DRAFT_ROWS for variant in spec.variants]
+    return rows

@@ -1,0 +1,65 @@
+"""Validation of the DCP_STREAM_REQ JSON value (reference 3.4.4; seed 004).
+
+Pure: takes the value bytes, returns the parsed object and diagnostics. It follows the server where the
+document and the server differ: ``{}`` and objects with none of the known keys are rejected (the document
+says unknown keys are never an error), ``sid`` is a u16 from 1 to 65535 (the document says 1 to 65536).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
+
+KNOWN_KEYS: Final = ("uid", "sid", "collections", "scope", "purge_seqno", "cts")
+MAX_STREAM_ID: Final = 0xFFFF
+_HEX = re.compile(r"[0-9a-fA-F]{1,8}")
+_DECIMAL = re.compile(r"[0-9]{1,20}")
+
+
+def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
+    """Parse and check a stream-request value; ``offset`` places diagnostics in the packet."""
+    n = len(value)
+
+    def d(name: str, message: str) -> Diagnostic:
+        return diagnostic(name, message, offset, n)
+
+    try:
+        obj = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return None, [d("stream_request_json_invalid", "stream-request value is not valid JSON")]
+    if not isinstance(obj, dict):
+        return obj, [d("stream_request_json_invalid", "stream-request value is not a JSON object")]
+    diags: list[Diagnostic] = []
+    if not any(key in obj for key in KNOWN_KEYS):
+        diags.append(d("stream_request_json_no_known_key",
+                       "no sid, uid, scope, collections, purge_seqno or cts key: the server answers Einval "
+                       "(the value document says unknown keys are not an error)"))
+    for key in obj:
+        if key not in KNOWN_KEYS:
+            diags.append(d("stream_request_json_unknown_key", f"key {key!r} is ignored by the server"))
+    if "uid" in obj and not (isinstance(obj["uid"], str) and _HEX.fullmatch(obj["uid"])):
+        diags.append(d("stream_request_bad_uid", f"uid {obj['uid']!r} is not a hex string without 0x"))
+    if "sid" in obj:
+        sid = obj["sid"]
+        if not isinstance(sid, int) or isinstance(sid, bool) or not 1 <= sid <= MAX_STREAM_ID:
+            diags.append(d("stream_request_sid_invalid",
+                           f"sid {sid!r} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
+                           "says 1 to 65536, but the stream id is a u16 and 0 is DcpStreamIdInvalid)"))
+    if "collections" in obj and "scope" in obj:
+        diags.append(d("stream_request_collections_and_scope",
+                       "collections and scope together: the server answers Einval"))
+    if "collections" in obj:
+        ids = obj["collections"]
+        if not isinstance(ids, list) or not all(isinstance(c, str) and _HEX.fullmatch(c) for c in ids):
+            diags.append(d("stream_request_bad_collection_id",
+                           "collections must be an array of hex strings without 0x"))
+    if "scope" in obj and not (isinstance(obj["scope"], str) and _HEX.fullmatch(obj["scope"])):
+        diags.append(d("stream_request_bad_scope_id", "scope must be a hex string without 0x"))
+    if "purge_seqno" in obj and not (isinstance(obj["purge_seqno"], str)
+                                     and _DECIMAL.fullmatch(obj["purge_seqno"])):
+        diags.append(d("stream_request_bad_purge_seqno",
+                       "purge_seqno must be a string of decimal digits"))
+    return obj, diags

@@ -1,0 +1,125 @@
+"""Value and key codecs: unsigned LEB128 collection prefixes, the xattr blob, snappy, text (reference 6)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+import cramjam
+
+# Largest valid collection id prefix: a u32 takes at most 5 LEB128 bytes.
+MAX_LEB128_BYTES: Final = 5
+# A snappy block declares its uncompressed size up front; refuse to inflate more than the largest value a
+# server stores (20 MiB items plus 1 MiB of system xattrs), so a hostile header cannot ask for gigabytes.
+MAX_DECOMPRESSED_LENGTH: Final = 21 * 1024 * 1024
+
+
+def leb128_decode(buf: bytes) -> tuple[int, int] | None:
+    """``(value, bytes used)`` of the unsigned LEB128 prefix of ``buf``, or None if it is not valid."""
+    value = 0
+    for i in range(min(len(buf), MAX_LEB128_BYTES)):
+        byte = buf[i]
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            if value > 0xFFFFFFFF:
+                return None
+            return value, i + 1
+    return None
+
+
+def leb128_encode(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Xattr:
+    key: str
+    value: str
+
+
+def parse_xattrs(value: bytes) -> tuple[list[Xattr], int] | str:
+    """``(pairs, body offset)`` or an error string describing what is wrong with the blob."""
+    if len(value) < 4:
+        return "xattr blob shorter than its 4-byte length"
+    (total,) = struct.unpack_from(">I", value, 0)
+    if 4 + total > len(value):
+        return f"xattr length {total} exceeds the value ({len(value) - 4} bytes after the length)"
+    pairs: list[Xattr] = []
+    pos, end = 4, 4 + total
+    while pos < end:
+        if pos + 4 > end:
+            return "xattr pair length runs past the blob"
+        (pair_length,) = struct.unpack_from(">I", value, pos)
+        pos += 4
+        if pair_length < 2 or pos + pair_length > end:
+            return f"xattr pair length {pair_length} runs past the blob"
+        pair = value[pos:pos + pair_length]
+        pos += pair_length
+        key_end = pair.find(b"\x00")
+        if key_end < 0 or pair[-1] != 0 or key_end == len(pair) - 1:
+            return "xattr pair is not key NUL value NUL"
+        try:
+            pairs.append(Xattr(pair[:key_end].decode("utf-8"), pair[key_end + 1:-1].decode("utf-8")))
+        except UnicodeDecodeError:
+            return "xattr key or value is not UTF-8"
+    return pairs, end
+
+
+def build_xattrs(pairs: list[Xattr]) -> bytes:
+    blob = bytearray()
+    for pair in pairs:
+        item = pair.key.encode() + b"\x00" + pair.value.encode() + b"\x00"
+        blob += struct.pack(">I", len(item)) + item
+    return struct.pack(">I", len(blob)) + bytes(blob)
+
+
+def snappy_length(data: bytes) -> int | None:
+    """The uncompressed length a raw snappy block declares (a varint), or None if unreadable."""
+    decoded = leb128_decode(data)
+    return decoded[0] if decoded else None
+
+
+def snappy_decompress(data: bytes) -> bytes | str:
+    """Decompressed bytes, or an error string (never raises)."""
+    declared = snappy_length(data)
+    if declared is None:
+        return "snappy length prefix is unreadable"
+    if declared > MAX_DECOMPRESSED_LENGTH:
+        return f"snappy block declares {declared} bytes, above the {MAX_DECOMPRESSED_LENGTH} limit"
+    try:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except Exception as exc:  # noqa: BLE001 - cramjam raises its own error types for corrupt input
+        return f"snappy data does not decompress: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+
+
+def snappy_compress(data: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(data))
+
+
+def text_or_hex(data: bytes) -> tuple[str, bool]:
+    """``(text, False)`` when ``data`` is UTF-8 without control characters, else ``(hex, True)``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.hex(), True
+    if text.isprintable() or all(c.isprintable() or c in "\t\r\n" for c in text):
+        return text, False
+    return data.hex(), True
+
+
+def is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True

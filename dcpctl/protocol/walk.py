@@ -1,0 +1,165 @@
+"""Walks over construct declarations: JSON conversion both ways, field spans, and the field catalogue.
+
+These are the derivations house rule 1 asks for: given a declaration, produce what a renderer or an encoder
+needs without restating the layout. Supported building blocks are the ones ``grammar.py`` uses: Struct,
+GreedyRange, FormatField integers, Bytes and Const (through Renamed wrappers).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from construct import Bytes, Const, Construct, Container, FormatField, GreedyRange, Renamed, Struct
+
+from dcpctl.protocol.constants import HELLO_FEATURES, Vocabulary
+
+# Grammar fields whose JSON form is a list of names rather than numbers.
+NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
+
+
+def _unwrap(sub: Construct) -> Construct:
+    while isinstance(sub, Renamed):
+        sub = sub.subcon
+    return sub
+
+
+def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
+    """A parsed construct value as JSON-ready data: containers -> dicts, bytes -> hex."""
+    inner = _unwrap(grammar)
+    if isinstance(inner, Struct):
+        out: dict[str, Any] = {}
+        for sub in inner.subcons:
+            if sub.name and not sub.name.startswith("_"):
+                out[sub.name] = to_json(sub, obj[sub.name], sub.name)
+        return out
+    if isinstance(inner, GreedyRange):
+        vocab = NAMED_LIST_FIELDS.get(name)
+        if vocab is not None:
+            return [vocab.name(int(v), 4) for v in obj]
+        return [to_json(inner.subcon, item) for item in obj]
+    if isinstance(obj, bytes | bytearray):
+        return bytes(obj).hex()
+    return obj
+
+
+def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
+    """The inverse of :func:`to_json`, ready for ``grammar.build``."""
+    inner = _unwrap(grammar)
+    if isinstance(inner, Struct):
+        out = Container()
+        for sub in inner.subcons:
+            if not sub.name:
+                continue
+            if isinstance(_unwrap(sub), Const):
+                out[sub.name] = None
+                continue
+            out[sub.name] = from_json(sub, data[sub.name], sub.name)
+        return out
+    if isinstance(inner, GreedyRange):
+        vocab = NAMED_LIST_FIELDS.get(name)
+        if vocab is not None:
+            return [vocab.code(v) if isinstance(v, str) else int(v) for v in data]
+        return [from_json(inner.subcon, item) for item in data]
+    if isinstance(inner, Bytes):
+        return bytes.fromhex(data)
+    return data
+
+
+def fixed_size(grammar: Construct) -> int | None:
+    try:
+        return int(grammar.sizeof())
+    except Exception:  # noqa: BLE001 - construct raises SizeofError for variable layouts
+        return None
+
+
+def item_size(grammar: Construct) -> int | None:
+    """Size of one repeated item when the grammar is a single GreedyRange of fixed-size items."""
+    inner = _unwrap(grammar)
+    if isinstance(inner, Struct) and len(inner.subcons) == 1:
+        only = _unwrap(inner.subcons[0])
+        if isinstance(only, GreedyRange):
+            return fixed_size(only.subcon)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    path: str  # dotted field path: "failover_log.0.vbucket_uuid"
+    offset: int
+    length: int
+    value: Any
+
+
+def spans(grammar: Construct, data: bytes, base: int = 0, prefix: str = "") -> Iterator[Span]:
+    """Leaf fields of ``grammar`` over ``data`` with their byte offsets (``base`` added)."""
+    stream = io.BytesIO(data)
+    yield from _spans(grammar, stream, Container(), base, prefix)
+
+
+def _spans(grammar: Construct, stream: io.BytesIO, context: Container, base: int,
+           prefix: str) -> Iterator[Span]:
+    inner = _unwrap(grammar)
+    if isinstance(inner, Struct):
+        ctx = Container(_=context)
+        for sub in inner.subcons:
+            path = f"{prefix}.{sub.name}" if prefix else str(sub.name)
+            start = stream.tell()
+            sub_inner = _unwrap(sub)
+            if isinstance(sub_inner, Struct | GreedyRange):
+                yield from _spans(sub_inner, stream, ctx, base, path)
+                continue
+            value = sub._parsereport(stream, ctx, path)
+            ctx[sub.name] = value
+            end = stream.tell()
+            yield Span(path, base + start, end - start, bytes(value).hex()
+                       if isinstance(value, bytes | bytearray) else value)
+        return
+    if isinstance(inner, GreedyRange):
+        index = 0
+        while True:
+            start = stream.tell()
+            try:
+                items = list(_spans(inner.subcon, stream, context, base, f"{prefix}.{index}"))
+            except Exception:  # noqa: BLE001 - GreedyRange stops at the first item that does not parse
+                stream.seek(start)
+                return
+            if stream.tell() == start:
+                return
+            yield from items
+            index += 1
+    start = stream.tell()
+    value = inner._parsereport(stream, context, prefix)
+    yield Span(prefix, base + start, stream.tell() - start, value)
+
+
+def field_names(grammar: Construct) -> list[tuple[str, str]]:
+    """``(name, type)`` of the named fields of a declaration, nested lists as ``name[]``."""
+    out: list[tuple[str, str]] = []
+    inner = _unwrap(grammar)
+    if not isinstance(inner, Struct):
+        return out
+    for sub in inner.subcons:
+        if not sub.name or sub.name.startswith("_"):
+            continue
+        leaf = _unwrap(sub)
+        if isinstance(leaf, GreedyRange):
+            item = _unwrap(leaf.subcon)
+            if isinstance(item, Struct):
+                out.append((sub.name, "list[object]"))
+                out.extend((f"{sub.name}[].{n}", t) for n, t in field_names(item))
+            else:
+                out.append((sub.name, "list[str]" if sub.name in NAMED_LIST_FIELDS else "list[int]"))
+        elif isinstance(leaf, FormatField):
+            out.append((sub.name, f"u{8 * leaf.length}"))
+        elif isinstance(leaf, Const):
+            out.append((sub.name, f"u{8 * int(leaf.sizeof())}"))
+        else:
+            out.append((sub.name, "hex"))
+    return out
+
+
+def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(record)
