@@ -77,7 +77,7 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
     word = _code(STATUSES, rec.get("status", 0), "status") if has_status else _int(rec, "vbucket")
 
     framing = _framing(rec, response)
-    variant = _variant(spec, rec, magic, word if has_status else type_byte)
+    variant = _variant(spec, rec, magic, word, type_byte)
     extras = _extras(rec, variant)
     key = _key(rec, variant)
     value = _value(rec, variant, type_byte if type_field == "datatype" else 0, extras)
@@ -121,8 +121,8 @@ def _find_spec(dialect: Dialect, magic_class: int | None, opcode: Any) -> Messag
     return None
 
 
-def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int,
-             type_or_status: int) -> Variant | None:
+def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int, word: int,
+             type_byte: int) -> Variant | None:
     if spec is None or "extras" in rec:
         return None
     has_value = 1 if (rec.get("value") or any(
@@ -130,17 +130,23 @@ def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int,
         for name in _grammar_fields(v))) else 0
     if "extras_length" in rec:
         byte0 = _int(rec, "marker_version", -1)
-        return select_variant(spec, magic, _int(rec, "extras_length"), type_or_status, byte0, has_value)
-    for variant in spec.variants:  # hand-written record: the first row whose extras fields are all given
+        return select_variant(spec, magic, _int(rec, "extras_length"), word, type_byte, byte0,
+                              has_value)
+    # A hand-written record: the row that explains most of the given fields, all its extras given.
+    best: tuple[int, Variant] | None = None
+    for variant in spec.variants:
         layout = variant.layout
         names = layout.names if layout else ()
-        if all(n in rec for n in names):
-            byte0 = _int(rec, names[0], -1) if names else -1
-            found = select_variant(spec, magic, len(names) and layout.size if layout else 0,
-                                   type_or_status, byte0, has_value)
-            if found is variant:
-                return variant
-    return None
+        if not all(n in rec for n in names):
+            continue
+        byte0 = _int(rec, names[0], -1) if names else -1
+        size = layout.size if layout else 0
+        if select_variant(spec, magic, size, word, type_byte, byte0, has_value) is not variant:
+            continue
+        score = len(names) + sum(1 for n in _grammar_fields(variant) if n in rec)
+        if best is None or score > best[0]:
+            best = (score, variant)
+    return best[1] if best else None
 
 
 def _grammar_fields(variant: Variant) -> list[str]:

@@ -125,9 +125,9 @@ class Framer:
             self._pos = pos
             yield Skipped(self._base + start, pos - start, "garbage")
 
-    def close(self) -> Iterator[Event]:
-        """End of input: what is left is a truncated packet or garbage."""
-        if self.pending:
-            start = self._pos
-            self._pos = len(self._buf)
-            yield Skipped(self._base + start, len(self._buf) - start, "truncated")
+    def remainder(self) -> tuple[int, bytes]:
+        """End of input: stream offset and bytes of what is left (a truncated packet or garbage)."""
+        start = self.offset
+        data = bytes(self._buf[self._pos:])
+        self._pos = len(self._buf)
+        return start, data

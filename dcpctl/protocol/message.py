@@ -163,14 +163,14 @@ class Message:
         return self._record
 
 
-def _cond(name: str, magic: int, extlen: int, type_or_status: int, byte0: int, has_value: int,
+def _cond(name: str, magic: int, extlen: int, word: int, type_byte: int, byte0: int, has_value: int,
           spec: MessageSpec) -> int | None:
     if name == "extras_length":
         return extlen
     if name == "status":
-        return type_or_status if magic in RESPONSE_MAGICS and spec.has_status else None
+        return word if magic in RESPONSE_MAGICS and spec.has_status else None
     if name == spec.type_field:
-        return type_or_status
+        return type_byte
     if name == "extras_byte0":
         return byte0
     if name == "has_value":
@@ -178,12 +178,12 @@ def _cond(name: str, magic: int, extlen: int, type_or_status: int, byte0: int, h
     return None
 
 
-def select_variant(spec: MessageSpec, magic: int, extlen: int, type_or_status: int, byte0: int,
+def select_variant(spec: MessageSpec, magic: int, extlen: int, word: int, type_byte: int, byte0: int,
                    has_value: int) -> Variant | None:
     """The first variant row whose conditions hold (shared by decode and encode)."""
     for variant in spec.variants:
         for name, wanted in variant.when:
-            got = _cond(name, magic, extlen, type_or_status, byte0, has_value, spec)
+            got = _cond(name, magic, extlen, word, type_byte, byte0, has_value, spec)
             if got is None or (got not in wanted if isinstance(wanted, tuple) else got != wanted):
                 break
         else:
@@ -191,19 +191,20 @@ def select_variant(spec: MessageSpec, magic: int, extlen: int, type_or_status: i
     return None
 
 
-_CACHE: dict[tuple[str, int, int, int, int, int, int], tuple[MessageSpec | None, Variant | None]] = {}
+_CACHE: dict[tuple[str, int, int, int, int, int, int, int],
+             tuple[MessageSpec | None, Variant | None]] = {}
 _CACHE_LIMIT: Final = 4096  # distinct header shapes; more only means recomputing
 
 
-def _resolve(dialect: Dialect, magic: int, opcode: int, extlen: int, type_or_status: int, byte0: int,
-             has_value: int) -> tuple[MessageSpec | None, Variant | None]:
-    key = (dialect.name, magic, opcode, extlen, type_or_status, byte0, has_value)
+def _resolve(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, type_byte: int,
+             byte0: int, has_value: int) -> tuple[MessageSpec | None, Variant | None]:
+    key = (dialect.name, magic, opcode, extlen, word, type_byte, byte0, has_value)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     magic_class = MAGIC_CLASS.get(magic)
     spec = dialect.spec(magic_class, opcode) if magic_class is not None else None
-    variant = select_variant(spec, magic, extlen, type_or_status, byte0, has_value) if spec else None
+    variant = select_variant(spec, magic, extlen, word, type_byte, byte0, has_value) if spec else None
     if len(_CACHE) < _CACHE_LIMIT:
         _CACHE[key] = (spec, variant)
     return spec, variant
@@ -245,7 +246,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     declared_value = msg.total_body_length - fe - extlen - msg.key_length
     byte0 = raw[pos] if extlen and pos < n else -1
     spec, variant = _resolve(options.dialect, magic, msg.opcode, extlen, msg.vbucket_or_status,
-                             byte0, 1 if declared_value > 0 or (options.lenient and body_end > pos + extlen
+                             msg.datatype, byte0, 1 if declared_value > 0 or (options.lenient and body_end > pos + extlen
                                                                 + msg.key_length) else 0)
     if msg.spec is None:
         msg.spec = spec
@@ -425,6 +426,9 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
     if not value:
         if kind is ValueKind.DOCUMENT:
             rec["value"] = ""
+        elif kind is ValueKind.GRAMMAR and variant is not None and variant.value_grammar is not None \
+                and walk.item_size(variant.value_grammar) is not None:
+            rec.update(walk.to_json(variant.value_grammar, variant.value_grammar.parse(b"")))
         return
     start = msg.value_offset
     if kind is ValueKind.DOCUMENT:

@@ -1,0 +1,156 @@
+"""The JSON field catalogue (``dcpctl fields``), derived from the registry's declarations.
+
+Layouts come from the grammars; only the one-line meanings live here, in a glossary keyed by field name (a
+name means the same thing wherever it appears). A test checks the glossary covers every declared field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from dcpctl.protocol import walk
+from dcpctl.protocol.registry import all_variants
+
+# Fields every record has, or that come from the header, frame infos, key and value handling.
+COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
+    ("ts", "float", "capture or receive time, seconds since the epoch (captures and live streams)"),
+    ("connection", "str", "client:port > server:port (captures and live streams)"),
+    ("direction", "str", "client>server or server>client (captures and live streams)"),
+    ("offset", "int", "byte offset of the packet in its input or connection direction"),
+    ("magic", "str", "magic byte as the kv_engine name (ClientRequest, AltClientRequest...)"),
+    ("opcode", "str", "kv_engine command name (DCP_MUTATION, HELLO...) or 0x.. when unknown"),
+    ("request_type", "u8", "UPR draft: header byte 5, the request/response/message type"),
+    ("request_type_name", "str", "UPR draft: the type's name"),
+    ("vbucket", "u16", "vbucket id (requests)"),
+    ("status", "str", "response status as the kv_engine name (Success, Rollback, NotMyVbucket...)"),
+    ("opaque", "u32", "request id echoed in the response; a stream's messages carry its request's"),
+    ("cas", "u64", "compare-and-swap value of the document"),
+    ("datatype", "u8", "datatype bits: 0x01 JSON, 0x02 SNAPPY, 0x04 XATTR"),
+    ("key_length", "u16", "header key length (with any collection prefix)"),
+    ("extras_length", "u8", "header extras length"),
+    ("framing_extras_length", "u8", "header framing extras length (magics 0x08/0x18)"),
+    ("total_body_length", "u32", "header total body length (framing extras + extras + key + value)"),
+    ("frame_infos", "list[object]", "flexible framing extras: id, name, decoded fields, data (hex)"),
+    ("framing_extras", "hex", "framing extras bytes when they are not in canonical form"),
+    ("stream_id", "u16", "DCP stream id (frame info 2)"),
+    ("extras", "hex", "extras kept raw when no declared layout fits"),
+    ("collection_id", "u32", "collection id from the key's LEB128 prefix (with collections)"),
+    ("key", "str", "key: document key, connection name, control key, mechanism or bucket"),
+    ("key_encoding", "str", "'hex' when the key is not UTF-8 text"),
+    ("value", "str", "value as text (documents: the body after xattrs, decompressed)"),
+    ("value_encoding", "str", "'hex' when the value is not UTF-8 text"),
+    ("value_compressed", "hex", "the value as sent, when SNAPPY"),
+    ("value_redacted", "int", "length of a hidden SASL value"),
+    ("value_trailing", "hex", "value bytes after the declared value layout"),
+    ("xattrs", "list[object]", "extended attributes: key and value (JSON text)"),
+    ("diagnostics", "list[object]", "named findings: name, severity, message, offset, length"),
+]
+
+GLOSSARY: Final[dict[str, str]] = {
+    "abort_seqno": "seqno of the abort",
+    "by_seqno": "sequence number of this item in its vbucket",
+    "bytes_to_ack": "bytes the consumer has processed (flow control)",
+    "collection_id": "collection id",
+    "commit_seqno": "seqno of the commit",
+    "current_seqno": "current high seqno",
+    "delete_time": "deletion time, epoch seconds (expirations: the item's expiry time)",
+    "deleted": "1 when this prepare is a delete",
+    "durability_level": "1 Majority, 2 MajorityAndPersistOnMaster, 3 PersistToMajority",
+    "end_seqno": "stream ends after this seqno (0xffffffffffffffff: never)",
+    "epoch": "cluster map epoch",
+    "error_map_version": "highest error map version the client understands",
+    "event_id": "system event: 0 BeginCollection, 1 EndCollection, 3 CreateScope, 4 DropScope, 5 Modify",
+    "event_version": "system event layout version (2: FlatBuffers)",
+    "expiration": "expiry time, epoch seconds (0: none)",
+    "failover_log": "failover log, newest entry first",
+    "failover_log[].high_seqno": "UPR draft: high seqno when the uuid was generated",
+    "failover_log[].seqno": "seqno at which this uuid's history began",
+    "failover_log[].vbucket_uuid": "vbucket uuid of the entry",
+    "features": "HELLO feature names",
+    "flags": "flags of the message (open, stream request) or the document's user flags",
+    "format_type": "observe-seqno response format: 0 current uuid, 1 hard failover",
+    "high_completed_seqno": "high completed seqno (disk snapshots)",
+    "high_prepared_seqno": "high prepared seqno (disk snapshots, sync replication)",
+    "high_seqno": "high seqno when the vbucket uuid was generated (early layouts)",
+    "last_persisted_seqno": "last persisted seqno",
+    "last_received_seqno": "last seqno of the old uuid's branch",
+    "lock_time": "lock time (servers send 0)",
+    "manifest_uid": "collections manifest uid",
+    "marker_version": "snapshot marker version: 0 v2.0, 1 v2.1, 2 v2.2",
+    "max_ttl": "collection maximum TTL, seconds",
+    "max_visible_seqno": "max visible seqno (prepares and aborts hidden)",
+    "nmeta": "extended meta length (must be 0)",
+    "nru": "NRU / MFU hotness (ignore)",
+    "observed_vbucket": "vbucket the observe-seqno response describes",
+    "old_vbucket_uuid": "the uuid asked about, from an older branch",
+    "oso_flags": "OSO snapshot: 0x01 start, 0x02 end",
+    "prepared_seqno": "seqno of the prepare",
+    "purge_seqno": "server's purge seqno for the snapshot",
+    "records": "cache transfer records",
+    "records[].by_seqno": "seqno of the cached item",
+    "records[].cache_hint": "MFU/NRU hint",
+    "records[].cas": "CAS of the cached item",
+    "records[].datatype": "datatype of the record's value",
+    "records[].expiration": "expiry of the cached item",
+    "records[].flags": "user flags of the cached item",
+    "records[].key": "key with collection prefix (hex)",
+    "records[].key_length": "record key length",
+    "records[].rev_seqno": "revision of the cached item",
+    "records[].value": "record value (hex)",
+    "records[].value_length": "record value length",
+    "reserved": "reserved (0)",
+    "rev_seqno": "revision number of the document",
+    "revision": "cluster map revision",
+    "rollback_seqno": "seqno the client must roll back to",
+    "scope_id": "scope id",
+    "seqno": "DCP_OPEN: reserved sequence number (0)",
+    "snap_end_seqno": "snapshot end seqno",
+    "snap_start_seqno": "snapshot start seqno",
+    "snapshot_flags": "0x01 Memory, 0x02 Disk, 0x04 Checkpoint, 0x08 Acknowledge, 0x10 History, 0x20 Dups",
+    "start_seqno": "last seqno the client has",
+    "stream_end_status": "why the stream ended: 0 Ok, 1 Closed, 2 StateChanged, 3 Disconnected, 4 Slow...",
+    "stream_opaque": "opaque the consumer will use for the added stream",
+    "timestamp": "snapshot marker v2.1 timestamp (retired)",
+    "unused": "unused (0)",
+    "vbucket_seqnos": "high seqno per vbucket",
+    "vbucket_seqnos[].seqno": "high seqno",
+    "vbucket_seqnos[].vbucket": "vbucket id",
+    "vbucket_state": "1 active, 2 replica, 3 pending, 4 dead",
+    "vbucket_state_filter": "vbucket state asked for (0 all alive)",
+    "vbucket_uuid": "vbucket uuid (client's latest failover entry, or the entry's)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldInfo:
+    name: str
+    type: str
+    meaning: str
+    messages: tuple[str, ...]
+
+
+def catalogue() -> list[FieldInfo]:
+    """Every JSON field: the common ones, then each declared extras/value field with its messages."""
+    seen: dict[str, tuple[str, list[str]]] = {}
+    for dialect, spec, variant in all_variants():
+        where = f"{spec.name}/{variant.name}" if dialect.name == "dcp" else f"{dialect.name}:{variant.name}"
+        declared: list[tuple[str, str]] = []
+        if variant.layout is not None:
+            declared += walk.field_names(variant.layout.grammar)
+        grammars = [variant.value_grammar] if variant.value_grammar is not None else []
+        grammars += list(variant.value_grammars.values())
+        for g in grammars:
+            declared += walk.field_names(g)
+        for name, kind in declared:
+            entry = seen.setdefault(name, (kind, []))
+            if where not in entry[1]:
+                entry[1].append(where)
+    common = {name for name, _, _ in COMMON_FIELDS}
+    out = [FieldInfo(name, kind, meaning, ()) for name, kind, meaning in COMMON_FIELDS]
+    for name in sorted(seen):
+        kind, messages = seen[name]
+        if name in common:
+            continue
+        out.append(FieldInfo(name, kind, GLOSSARY.get(name, ""), tuple(messages)))
+    return out

@@ -1,0 +1,163 @@
+"""Field spans of a decoded message, for the annotated hexdump: every byte belongs to one labelled field.
+
+Derived from the declarations: header fields from the header grammar, extras from the variant's layout,
+value fields from the value grammar's walk. Bytes nothing claims are reported as ``unclaimed`` so the dump
+always accounts for the whole packet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from dcpctl.protocol import frameinfo, grammar, walk
+from dcpctl.protocol.constants import (
+    ALT_MAGICS,
+    DATATYPE_SNAPPY,
+    DATATYPE_XATTR,
+    DATATYPES,
+    MAGICS,
+    STATUSES,
+    flag_names,
+)
+from dcpctl.protocol.message import Message, value_grammar
+from dcpctl.protocol.registry import KeyKind, ValueKind
+from dcpctl.protocol.value import leb128_decode, parse_xattrs
+
+HEADER_LABELS: Final = {
+    "magic": "Magic",
+    "opcode": "Opcode",
+    "key_length": "Key length",
+    "framing_extras_length": "Framing extras length",
+    "extras_length": "Extras length",
+    "datatype": "Data type",
+    "request_type": "Request type",
+    "vbucket": "VBucket",
+    "status": "Status",
+    "total_body_length": "Total body",
+    "opaque": "Opaque",
+    "cas": "CAS",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpan:
+    section: str  # header, framing, extras, key, value, unclaimed
+    name: str  # JSON field name (dotted for nested values)
+    label: str  # what the documents call it
+    offset: int
+    length: int
+    value: object  # decoded value
+    meaning: str = ""
+
+
+def _header_grammar(msg: Message) -> object:
+    spec = msg.spec
+    if spec is not None and spec.type_field == "request_type":
+        return grammar.upr_draft_header
+    if msg.magic in ALT_MAGICS:
+        return grammar.alt_response_header if msg.has_status else grammar.alt_request_header
+    return grammar.response_header if msg.has_status else grammar.request_header
+
+
+def _meaning(msg: Message, name: str, value: object) -> str:
+    if not isinstance(value, int):
+        return ""
+    if name == "magic":
+        return MAGICS.name(value)
+    if name == "opcode":
+        return msg.opcode_name
+    if name == "status":
+        return STATUSES.name(value, 4)
+    if name == "datatype":
+        return ",".join(flag_names(DATATYPES, value)) or "RAW"
+    if name == "request_type" and msg.variant is not None:
+        return msg.variant.label or ""
+    if msg.variant is not None:
+        vocab = msg.variant.vocabularies.get(name)
+        if vocab is not None:
+            if name.endswith("flags"):
+                return ",".join(flag_names(vocab, value)) or "none"
+            return vocab.name(value)
+    return ""
+
+
+def spans(msg: Message) -> list[FieldSpan]:
+    """Every field of ``msg`` with its byte range, in wire order."""
+    out: list[FieldSpan] = []
+    raw = msg.raw
+    if len(raw) >= grammar.HEADER_LENGTH:
+        for span in walk.spans(_header_grammar(msg), raw[:grammar.HEADER_LENGTH]):
+            out.append(FieldSpan("header", span.path, HEADER_LABELS.get(span.path, span.path),
+                                 span.offset, span.length, span.value,
+                                 _meaning(msg, span.path, span.value)))
+    for info in msg.frame_infos:
+        vocab = frameinfo.vocabulary(msg.is_response)
+        fields = info.fields(msg.is_response)
+        shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or info.data.hex()
+        out.append(FieldSpan("framing", f"frame_info.{info.id}", f"Frame info {vocab.name(info.id)}",
+                             info.offset, info.length, shown))
+    variant = msg.variant
+    pos = msg.extras_offset
+    layout = variant.layout if variant else None
+    if layout is not None and msg.extras is not None:
+        for span in walk.spans(layout.grammar, raw[pos:pos + layout.size], base=pos):
+            out.append(FieldSpan("extras", span.path, span.path, span.offset, span.length, span.value,
+                                 _meaning(msg, span.path, span.value)))
+    elif msg.key_offset > pos:
+        out.append(FieldSpan("extras", "extras", "extras (raw)", pos, msg.key_offset - pos,
+                             raw[pos:msg.key_offset].hex()))
+    key = msg.key
+    if key:
+        start = msg.key_offset
+        if variant is not None and variant.key is KeyKind.DOCUMENT and msg.options.collections:
+            prefix = leb128_decode(key)
+            if prefix is not None:
+                out.append(FieldSpan("key", "collection_id", "collection id (LEB128)", start, prefix[1],
+                                     prefix[0]))
+                start += prefix[1]
+        text = raw[start:msg.value_offset].decode("utf-8", "backslashreplace")
+        out.append(FieldSpan("key", "key", "key", start, msg.value_offset - start, text))
+    value = msg.value
+    if value:
+        out.extend(_value_spans(msg))
+    claimed = msg.value_offset if value else max(msg.key_offset, msg.value_offset)
+    end = max(claimed, msg.body_end if value else claimed)
+    if end < len(raw):
+        out.append(FieldSpan("unclaimed", "unclaimed", "bytes beyond the declared body", end,
+                             len(raw) - end, raw[end:].hex()))
+    return out
+
+
+def _value_spans(msg: Message) -> list[FieldSpan]:
+    variant = msg.variant
+    value = msg.value
+    start = msg.value_offset
+    kind = variant.value if variant else ValueKind.RAW
+    if kind is ValueKind.GRAMMAR and variant is not None:
+        found = value_grammar(variant, msg.extras, len(value))
+        if found is not None:
+            try:
+                out = [FieldSpan("value", s.path, s.path, s.offset, s.length, s.value)
+                       for s in walk.spans(found, value, base=start)]
+            except Exception:  # noqa: BLE001 - a value that does not fit is shown raw
+                out = []
+            if out:
+                end = out[-1].offset + out[-1].length
+                if end < start + len(value):
+                    out.append(FieldSpan("value", "value_trailing", "trailing value bytes", end,
+                                         start + len(value) - end, value[end - start:].hex()))
+                return out
+    if kind is ValueKind.SECRET and not msg.options.show_secrets:
+        return [FieldSpan("value", "value", "value (redacted)", start, len(value), "<redacted>")]
+    datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
+    if kind is ValueKind.DOCUMENT and datatype & DATATYPE_XATTR and not datatype & DATATYPE_SNAPPY:
+        parsed = parse_xattrs(value)
+        if not isinstance(parsed, str):
+            pairs, body = parsed
+            shown = ", ".join(f"{p.key}={p.value}" for p in pairs)
+            return [FieldSpan("value", "xattrs", "xattrs", start, body, shown),
+                    FieldSpan("value", "value", "value", start + body, len(value) - body,
+                              value[body:].decode("utf-8", "backslashreplace"))]
+    label = "value (snappy)" if kind is ValueKind.DOCUMENT and datatype & DATATYPE_SNAPPY else "value"
+    return [FieldSpan("value", "value", label, start, len(value), value.decode("utf-8", "backslashreplace"))]
