@@ -52,7 +52,10 @@ class Framer:
                  | None = None) -> None:
         self.max_body_length = max_body_length
         self.known_opcodes = known_opcodes
-        self._buf = bytearray()
+        self._buf = b""  # bytes, not bytearray: slicing a frame out of bytes copies once
+        self._parts: list[bytes] = []  # fed but not yet joined into _buf
+        self._parts_length = 0
+        self._need = HEADER_LENGTH  # bytes from _pos the next decision needs
         self._pos = 0  # index of the next unconsumed byte in _buf
         self._base = 0  # stream offset of _buf[0]
         self._synced = True
@@ -60,7 +63,7 @@ class Framer:
     @property
     def pending(self) -> int:
         """Bytes buffered that are not yet part of an event."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._parts_length
 
     @property
     def offset(self) -> int:
@@ -68,11 +71,20 @@ class Framer:
         return self._base + self._pos
 
     def feed(self, data: bytes) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[:self._pos]
+        # Chunks are only collected here; _join copies them into _buf once enough bytes are there for the
+        # next header or body. So a 20 MiB packet arriving in 1,500-byte segments is copied twice, not
+        # once per segment.
+        if data:
+            self._parts.append(bytes(data))
+            self._parts_length += len(data)
+
+    def _join(self) -> None:
+        if self._parts and len(self._buf) - self._pos + self._parts_length >= self._need:
             self._base += self._pos
+            self._buf = b"".join([self._buf[self._pos:], *self._parts])
             self._pos = 0
-        self._buf += data
+            self._parts.clear()
+            self._parts_length = 0
 
     def _plausible(self, pos: int) -> int | None:
         """Total packet length if a plausible header starts at ``pos``, else None (needs 24 bytes)."""
@@ -89,25 +101,46 @@ class Framer:
         return HEADER_LENGTH + body
 
     def events(self) -> Iterator[Event]:
+        """Drain every event the buffered bytes allow; call after each feed."""
+        self._join()
         buf = self._buf
-        while len(buf) - self._pos >= HEADER_LENGTH:
+        unpack = _PREFIX.unpack_from
+        limit = self.max_body_length
+        while True:
             pos = self._pos
-            total = self._plausible(pos)
-            if total is not None and total - HEADER_LENGTH > self.max_body_length:
-                self._synced = False
+            available = len(buf) - pos
+            if available < HEADER_LENGTH:
+                self._need = HEADER_LENGTH
+                self._join()
+                if self._buf is buf:
+                    return
+                buf = self._buf
+                continue
+            # the common case inline: a known magic whose lengths fit and whose body is not too long
+            magic, opcode, keylen, extlen, _dt, _vb, body = unpack(buf, pos)
+            framing = 0
+            if magic in ALT_MAGICS:
+                framing, keylen = keylen >> 8, keylen & 0xFF
+            if (magic in _RESYNC_MAGICS and framing + extlen + keylen <= body <= limit
+                    and (self._synced or self.known_opcodes is None or opcode in self.known_opcodes)):
+                total = HEADER_LENGTH + body
+                if available < total:
+                    self._need = total
+                    self._join()
+                    if self._buf is buf:
+                        return
+                    buf = self._buf
+                    continue
+                self._synced = True
+                self._pos = pos + total
+                yield Frame(self._base + pos, buf[pos:pos + total])
+                continue
+            self._synced = False
+            if self._plausible(pos) is not None:  # plausible, but the body is above the maximum
                 yield Skipped(self._base + pos, 1, "body_too_long")
                 self._pos = pos + 1
-                yield from self._resync()
-                continue
-            if total is None:
-                self._synced = False
-                yield from self._resync()
-                continue
-            if len(buf) - pos < total:
-                return
-            self._synced = True
-            self._pos = pos + total
-            yield Frame(self._base + pos, bytes(buf[pos:pos + total]))
+            yield from self._resync()
+            buf = self._buf
 
     def _resync(self) -> Iterator[Event]:
         """Skip to the next plausible header (or keep the last 23 bytes, which may start one)."""
@@ -127,7 +160,9 @@ class Framer:
 
     def remainder(self) -> tuple[int, bytes]:
         """End of input: stream offset and bytes of what is left (a truncated packet or garbage)."""
+        self._need = 0
+        self._join()
         start = self.offset
-        data = bytes(self._buf[self._pos:])
+        data = self._buf[self._pos:]
         self._pos = len(self._buf)
         return start, data

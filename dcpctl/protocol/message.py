@@ -56,6 +56,7 @@ HEADER: Final = struct.Struct(">BBHBBHIIQ")
 # Datatypes a deletion may carry (reference 3.10, valid_dcp_delete_datatype).
 DELETION_DATATYPES: Final = frozenset({0, 2, 4, 6, 5, 7})
 DOCUMENT_OPCODES_WITH_SEQNO: Final = frozenset({0x57, 0x58, 0x59, 0x60})
+FLAG_FIELDS: Final = frozenset({"flags", "snapshot_flags", "oso_flags"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,44 +75,70 @@ DEFAULT_OPTIONS: Final = DecodeOptions()
 class Message:
     """One decoded packet; ``raw`` holds its exact bytes and ``offset`` where they started."""
 
-    __slots__ = (
-        "_record",
-        "body_end",
-        "cas",
-        "datatype",
-        "diagnostics",
-        "extras",
-        "extras_length",
-        "extras_offset",
-        "frame_infos",
-        "framing_extras_length",
-        "key_length",
-        "key_offset",
-        "magic",
-        "offset",
-        "opaque",
-        "opcode",
-        "options",
-        "raw",
-        "spec",
-        "total_body_length",
-        "value_offset",
-        "variant",
-        "vbucket_or_status",
-    )
+    # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
+    # cheaper way to build hundreds of thousands of messages a second.
+    diagnostics: list[Diagnostic] | tuple[()] = ()
+    frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
+    spec: MessageSpec | None = None
+    variant: Variant | None = None
+    framing_extras_length: int = 0
+    _extras: dict[str, int] | None = None
+    _extras_values: tuple[int, ...] | None = None
+    _extras_names: tuple[str, ...] = ()
+    _record: dict[str, Any] | None = None
+    header: tuple[int, ...]
+    key_length: int
+    extras_offset: int
+    key_offset: int
+    value_offset: int
+    body_end: int
 
     def __init__(self, raw: bytes, offset: int, options: DecodeOptions) -> None:
         self.raw = raw
         self.offset = offset
         self.options = options
-        self.diagnostics: list[Diagnostic] = []
-        self.frame_infos: list[frameinfo.FrameInfo] = []
-        self.extras: dict[str, int] | None = None
-        self.spec: MessageSpec | None = None
-        self.variant: Variant | None = None
-        self._record: dict[str, Any] | None = None
 
     # --- header views ---------------------------------------------------------------------------
+    # ``header`` is the 24-byte header as one unpacked tuple; these name its fields.
+    @property
+    def magic(self) -> int:
+        return int(self.header[0])
+
+    @property
+    def opcode(self) -> int:
+        return int(self.header[1])
+
+    @property
+    def extras_length(self) -> int:
+        return int(self.header[3])
+
+    @property
+    def datatype(self) -> int:
+        return int(self.header[4])
+
+    @property
+    def vbucket_or_status(self) -> int:
+        return int(self.header[5])
+
+    @property
+    def total_body_length(self) -> int:
+        return int(self.header[6])
+
+    @property
+    def opaque(self) -> int:
+        return int(self.header[7])
+
+    @property
+    def cas(self) -> int:
+        return int(self.header[8])
+
+    @property
+    def extras(self) -> dict[str, int] | None:
+        """Extras fields by name (built on first use from the unpacked tuple)."""
+        if self._extras is None and self._extras_values is not None:
+            self._extras = dict(zip(self._extras_names, self._extras_values, strict=True))
+        return self._extras
+
     @property
     def is_response(self) -> bool:
         return self.magic in RESPONSE_MAGICS
@@ -153,7 +180,13 @@ class Message:
         return None
 
     def add(self, name: str, message: str, offset: int | None = None, length: int = 0) -> None:
-        self.diagnostics.append(diagnostic(name, message, offset, length))
+        self.extend([diagnostic(name, message, offset, length)])
+
+    def extend(self, diagnostics: list[Diagnostic]) -> None:
+        if diagnostics:
+            if isinstance(self.diagnostics, tuple):
+                self.diagnostics = []
+            self.diagnostics.extend(diagnostics)
 
     # --- the JSON record --------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
@@ -191,23 +224,60 @@ def select_variant(spec: MessageSpec, magic: int, extlen: int, word: int, type_b
     return None
 
 
-_CACHE: dict[tuple[str, int, int, int, int, int, int, int],
-             tuple[MessageSpec | None, Variant | None]] = {}
-_CACHE_LIMIT: Final = 4096  # distinct header shapes; more only means recomputing
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What decoding needs to know about one header shape, computed once (the hot path's table)."""
+
+    spec: MessageSpec | None
+    variant: Variant | None
+    extras_size: int  # bytes the extras occupy (the documented layout's size when there is one)
+    unpack: Any  # the layout's struct.Struct.unpack_from, or None
+    names: tuple[str, ...]
+    # stateless rules, decided once per shape: key/value presence, datatype, nmeta, by_seqno, flags
+    key_rule: Presence
+    value_rule: Presence
+    check_datatype: bool
+    nmeta_index: int  # position of nmeta in the extras tuple, or -1
+    by_seqno_index: int
+    flag_checks: tuple[tuple[str, int], ...]  # (field, mask of defined bits)
 
 
-def _resolve(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, type_byte: int,
-             byte0: int, has_value: int) -> tuple[MessageSpec | None, Variant | None]:
+_PLANS: dict[tuple[str, int, int, int, int, int, int, int], _Plan] = {}
+_PLAN_LIMIT: Final = 4096  # distinct header shapes kept; more only means recomputing
+
+
+def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, type_byte: int, byte0: int,
+          has_value: int) -> _Plan:
     key = (dialect.name, magic, opcode, extlen, word, type_byte, byte0, has_value)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
     magic_class = MAGIC_CLASS.get(magic)
     spec = dialect.spec(magic_class, opcode) if magic_class is not None else None
     variant = select_variant(spec, magic, extlen, word, type_byte, byte0, has_value) if spec else None
-    if len(_CACHE) < _CACHE_LIMIT:
-        _CACHE[key] = (spec, variant)
-    return spec, variant
+    layout = variant.layout if variant else None
+    names = layout.names if layout else ()
+    flag_checks = []
+    if variant is not None:
+        for name, vocab in variant.vocabularies.items():
+            if name in FLAG_FIELDS and name in names:
+                mask = 0
+                for code in vocab.name_of:
+                    mask |= code
+                flag_checks.append((name, mask))
+    document = variant is not None and magic not in RESPONSE_MAGICS and opcode in \
+        DOCUMENT_OPCODES_WITH_SEQNO and spec is not None and spec.type_field == "datatype"
+    plan = _Plan(spec, variant, layout.size if layout else (0 if variant else extlen),
+                 layout.codec.unpack_from if layout else None, names,
+                 variant.key_presence if variant else Presence.OPTIONAL,
+                 variant.value_presence if variant else Presence.OPTIONAL,
+                 spec is not None and spec.type_field == "datatype",
+                 names.index("nmeta") if "nmeta" in names else -1,
+                 names.index("by_seqno") if document and "by_seqno" in names else -1,
+                 tuple(flag_checks))
+    if len(_PLANS) < _PLAN_LIMIT:
+        _PLANS[key] = plan
+    return plan
 
 
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
@@ -215,133 +285,129 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     msg = Message(raw, offset, options)
     n = len(raw)
     if n < HEADER_LENGTH:
-        padded = raw + bytes(HEADER_LENGTH - n)
-        _header(msg, padded)
+        _header(msg, raw + bytes(HEADER_LENGTH - n))
         msg.add("truncated", f"packet has {n} bytes, shorter than the 24-byte header", 0, n)
         msg.key_offset = msg.value_offset = msg.body_end = msg.extras_offset = n
         return msg
-    _header(msg, raw)
-    magic = msg.magic
+    magic, opcode, keylen, extlen, datatype, word, total, _, _ = msg.header = HEADER.unpack_from(raw)
+    fe = 0
+    if magic in ALT_MAGICS:
+        fe = msg.framing_extras_length = keylen >> 8
+        keylen &= 0xFF
+    msg.key_length = keylen
+    body_end = HEADER_LENGTH + total
+    if body_end != n:
+        _length_mismatch(msg, n, body_end)
+        if options.lenient or n < body_end:
+            body_end = n
     if magic not in MAGIC_CLASS:
         msg.add("unknown_magic", f"magic 0x{magic:02x} is not a known magic", 0, 1)
-    body_end = HEADER_LENGTH + msg.total_body_length
-    if body_end != n:
-        if n < body_end:
-            msg.add("truncated" if not options.lenient else "body_length_mismatch",
-                    f"total body length says {msg.total_body_length} bytes, {n - HEADER_LENGTH} present",
-                    8, 4)
-        else:
-            msg.add("body_length_mismatch",
-                    f"total body length says {msg.total_body_length} bytes, {n - HEADER_LENGTH} present",
-                    8, 4)
-        body_end = n if options.lenient or n < body_end else body_end
     msg.body_end = body_end
-    fe = msg.framing_extras_length
     pos = HEADER_LENGTH
     if fe:
-        msg.frame_infos, diags = frameinfo.parse(raw, pos, min(pos + fe, body_end), msg.is_response)
-        msg.diagnostics.extend(diags)
+        msg.frame_infos, diags = frameinfo.parse(raw, pos, min(pos + fe, body_end), magic in RESPONSE_MAGICS)
+        msg.extend(diags)
         pos += fe
-    extlen = msg.extras_length
-    declared_value = msg.total_body_length - fe - extlen - msg.key_length
-    byte0 = raw[pos] if extlen and pos < n else -1
-    spec, variant = _resolve(options.dialect, magic, msg.opcode, extlen, msg.vbucket_or_status,
-                             msg.datatype, byte0, 1 if declared_value > 0 or (options.lenient and body_end > pos + extlen
-                                                                + msg.key_length) else 0)
-    if msg.spec is None:
-        msg.spec = spec
-    msg.variant = variant
+    # The plan key holds only what can change the row: the status word of responses, and the type byte and
+    # value presence in the UPR draft (whose rows are selected by them). Requests' vbuckets and datatypes
+    # would otherwise multiply the shapes.
+    byte0 = raw[pos] if extlen == 1 and pos < n else -1
+    if options.dialect.layout_authoritative:
+        has_value = 1 if total - fe - extlen - keylen > 0 or (
+            options.lenient and body_end > pos + extlen + keylen) else 0
+        type_key = datatype
+    else:
+        has_value = type_key = 0
+    word_key = word if magic in RESPONSE_MAGICS else 0
+    plan = _PLANS.get((options.dialect.name, magic, opcode, extlen, word_key, type_key, byte0, has_value))
+    if plan is None:
+        plan = _plan(options.dialect, magic, opcode, extlen, word_key, type_key, byte0, has_value)
+    msg.spec = plan.spec
+    variant = msg.variant = plan.variant
     msg.extras_offset = pos
-    if spec is not None and variant is None:
-        allowed = sorted({v.extras_length for v in spec.variants})
-        msg.add("illegal_extras_length", f"{spec.name} with extras length {extlen}; the layouts allow "
-                + ", ".join(str(a) for a in allowed), 4, 1)
-    elif spec is None and magic in MAGIC_CLASS:
-        msg.add("unknown_opcode", f"opcode 0x{msg.opcode:02x} is not in the {options.dialect.name} "
-                "registry; body kept raw", 1, 1)
-    size = extlen
-    if variant is not None:
-        layout = variant.layout
-        size = layout.size if layout else 0
+    size = plan.extras_size
+    if variant is None:
+        _unplanned(msg, plan.spec, extlen)
+    else:
         if size != extlen:
             msg.add("extras_length_mismatch", f"header extras length {extlen}, the documented "
                     f"{variant.name} layout has {size} bytes; decoded as documented", 4, 1)
-        if layout is not None:
+        if plan.unpack is not None:
             if pos + size <= body_end:
-                msg.extras = layout.unpack(raw, pos)
+                values = msg._extras_values = plan.unpack(raw, pos)
+                msg._extras_names = plan.names
+                if plan.nmeta_index >= 0 and values[plan.nmeta_index]:
+                    msg.add("nmeta_not_zero", f"nmeta is {values[plan.nmeta_index]}; servers reject "
+                            "extended meta", pos + 16 if opcode == 0x58 else pos + 28, 2)
+                if plan.by_seqno_index >= 0 and not values[plan.by_seqno_index]:
+                    msg.add("by_seqno_zero", "by_seqno 0 is invalid", pos, 8)
+                for name, mask in plan.flag_checks:
+                    flags = values[plan.names.index(name)]
+                    if flags & ~mask:
+                        msg.add("unknown_flags", f"{name} 0x{flags:x} has undefined bits "
+                                f"0x{flags & ~mask:x}", pos, 4)
             else:
                 msg.add("truncated", f"extras need {size} bytes, {max(body_end - pos, 0)} present", pos,
                         max(body_end - pos, 0))
         if variant.note is not None:
             msg.add(*variant.note)
-    key_offset = min(pos + size, body_end)
-    value_offset = key_offset + msg.key_length
+    key_offset = pos + size
+    if key_offset > body_end:
+        key_offset = body_end
+    value_offset = key_offset + keylen
     if value_offset > body_end:
-        msg.add("lengths_exceed_body", f"key length {msg.key_length} runs past the body", 2, 2)
+        msg.add("lengths_exceed_body", f"key length {keylen} runs past the body", 2, 2)
         value_offset = body_end
     msg.key_offset = key_offset
     msg.value_offset = value_offset
-    if variant is not None:
-        _check(msg, variant)
+    if variant is None:
+        return msg
+    rule = plan.key_rule
+    if rule is not Presence.OPTIONAL and (rule is Presence.REQUIRED) != (value_offset > key_offset):
+        _presence(msg, "key", rule, key_offset, value_offset - key_offset)
+    rule = plan.value_rule
+    if rule is not Presence.OPTIONAL and (rule is Presence.REQUIRED) != (body_end > value_offset):
+        _presence(msg, "value", rule, value_offset, body_end - value_offset)
+    if plan.check_datatype and datatype > 0x07:
+        msg.add("invalid_datatype", f"datatype 0x{datatype:02x} has bits above 0x07", 5, 1)
+    if opcode == 0x58 and plan.by_seqno_index >= 0 and datatype not in DELETION_DATATYPES:
+        msg.add("invalid_deletion_datatype", f"datatype 0x{datatype:02x} is not allowed on a deletion",
+                5, 1)
     return msg
 
 
+def _presence(msg: Message, part: str, rule: Presence, offset: int, length: int) -> None:
+    if rule is Presence.FORBIDDEN:
+        msg.add(f"must_not_have_{part}", f"{msg.opcode_name} must not have a {part}", offset, length)
+    else:
+        msg.add(f"must_have_{part}", f"{msg.opcode_name} must have a {part}", 2 if part == "key" else 8,
+                2 if part == "key" else 4)
+
+
+def _length_mismatch(msg: Message, n: int, body_end: int) -> None:
+    present = n - HEADER_LENGTH
+    name = "truncated" if n < body_end and not msg.options.lenient else "body_length_mismatch"
+    msg.add(name, f"total body length says {msg.total_body_length} bytes, {present} present", 8, 4)
+
+
+def _unplanned(msg: Message, spec: MessageSpec | None, extlen: int) -> None:
+    if spec is not None:
+        allowed = sorted({v.extras_length for v in spec.variants})
+        msg.add("illegal_extras_length", f"{spec.name} with extras length {extlen}; the layouts allow "
+                + ", ".join(str(a) for a in allowed), 4, 1)
+    elif msg.magic in MAGIC_CLASS:
+        msg.add("unknown_opcode", f"opcode 0x{msg.opcode:02x} is not in the {msg.options.dialect.name} "
+                "registry; body kept raw", 1, 1)
+
+
 def _header(msg: Message, raw: bytes) -> None:
-    (magic, opcode, key_length, extlen, datatype, vbucket_or_status, total, opaque,
-     cas) = HEADER.unpack_from(raw)
-    msg.magic = magic
-    msg.opcode = opcode
-    if magic in ALT_MAGICS:
-        msg.framing_extras_length = key_length >> 8
-        msg.key_length = key_length & 0xFF
+    msg.header = header = HEADER.unpack_from(raw)
+    if header[0] in ALT_MAGICS:
+        msg.framing_extras_length = header[2] >> 8
+        msg.key_length = header[2] & 0xFF
     else:
         msg.framing_extras_length = 0
-        msg.key_length = key_length
-    msg.extras_length = extlen
-    msg.datatype = datatype
-    msg.vbucket_or_status = vbucket_or_status
-    msg.total_body_length = total
-    msg.opaque = opaque
-    msg.cas = cas
-
-
-def _check(msg: Message, variant: Variant) -> None:
-    """Rules a decoder can check on one packet without state."""
-    key_length = msg.value_offset - msg.key_offset
-    if variant.key_presence is Presence.FORBIDDEN and key_length:
-        msg.add("must_not_have_key", f"{msg.opcode_name} must not have a key", msg.key_offset, key_length)
-    elif variant.key_presence is Presence.REQUIRED and not key_length:
-        msg.add("must_have_key", f"{msg.opcode_name} must have a key", 2, 2)
-    value_length = msg.body_end - msg.value_offset
-    if variant.value_presence is Presence.FORBIDDEN and value_length:
-        msg.add("must_not_have_value", f"{msg.opcode_name} must not have a value", msg.value_offset,
-                value_length)
-    elif variant.value_presence is Presence.REQUIRED and not value_length:
-        msg.add("must_have_value", f"{msg.opcode_name} must have a value", 8, 4)
-    spec = msg.spec
-    if spec is not None and spec.type_field == "datatype" and msg.datatype > 0x07:
-        msg.add("invalid_datatype", f"datatype 0x{msg.datatype:02x} has bits above 0x07", 5, 1)
-    extras = msg.extras
-    if extras is None:
-        return
-    if extras.get("nmeta"):
-        msg.add("nmeta_not_zero", f"nmeta is {extras['nmeta']}; servers reject extended meta",
-                msg.extras_offset + (16 if msg.opcode == 0x58 else 28), 2)
-    if msg.opcode in DOCUMENT_OPCODES_WITH_SEQNO and extras.get("by_seqno") == 0 and not msg.is_response:
-        msg.add("by_seqno_zero", "by_seqno 0 is invalid", msg.extras_offset, 8)
-    if msg.opcode == 0x58 and not msg.is_response and msg.datatype not in DELETION_DATATYPES:
-        msg.add("invalid_deletion_datatype", f"datatype 0x{msg.datatype:02x} is not allowed on a deletion",
-                5, 1)
-    for name, vocab in variant.vocabularies.items():
-        value = extras.get(name)
-        if value is None or name not in ("flags", "snapshot_flags", "oso_flags"):
-            continue
-        known = 0
-        for code in vocab.name_of:
-            known |= code
-        if value & ~known:
-            msg.add("unknown_flags", f"{name} 0x{value:x} has undefined bits 0x{value & ~known:x}",
-                    msg.extras_offset, 4)
+        msg.key_length = header[2]
 
 
 # --- records ----------------------------------------------------------------------------------------
@@ -442,7 +508,7 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
     elif kind is ValueKind.STREAM_REQUEST_JSON:
         _set_text(rec, "value", value)
         _, diags = srv.validate(value, start)
-        msg.diagnostics.extend(diags)
+        msg.extend(diags)
         if msg.options.collections is False:
             msg.add("stream_request_value_without_collections",
                     "a stream-request value without HELLO Collections: the server answers Einval",

@@ -112,10 +112,10 @@ class Variant:
     # vocabularies for fields of this row (pretty names; ``features`` is also named in JSON)
     vocabularies: Mapping[str, Vocabulary] = field(default_factory=dict)
     label: str | None = None  # UPR draft: the type's own name
+    layout: FixedLayout | None = field(init=False, compare=False, repr=False)
 
-    @property
-    def layout(self) -> FixedLayout | None:
-        return _layout_of(self.extras)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layout", _layout_of(self.extras))
 
     @property
     def extras_length(self) -> int:
