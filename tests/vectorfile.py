@@ -90,12 +90,12 @@ def _blocks(text: str) -> list[tuple[list[str], int]]:
     start = 1
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip() == "---":
-            if any(l.strip() and not l.lstrip().startswith("#") for l in current):
+            if any(x.strip() and not x.lstrip().startswith("#") for x in current):
                 blocks.append((current, start))
             current, start = [], number + 1
             continue
         current.append(line)
-    if any(l.strip() and not l.lstrip().startswith("#") for l in current):
+    if any(x.strip() and not x.lstrip().startswith("#") for x in current):
         blocks.append((current, start))
     return blocks
 

@@ -116,7 +116,7 @@ def _find_spec(dialect: Dialect, magic_class: int | None, opcode: Any) -> Messag
     if magic_class is None:
         return None
     for (cls, _), spec in dialect.table.items():
-        if cls == magic_class and (spec.name == opcode or spec.opcode == opcode):
+        if cls == magic_class and opcode in (spec.name, spec.opcode):
             return spec
     return None
 

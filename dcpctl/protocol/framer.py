@@ -98,7 +98,7 @@ class Framer:
             return None
         if not self._synced and self.known_opcodes is not None and opcode not in self.known_opcodes:
             return None
-        return HEADER_LENGTH + body
+        return HEADER_LENGTH + int(body)
 
     def events(self) -> Iterator[Event]:
         """Drain every event the buffered bytes allow; call after each feed."""

@@ -87,10 +87,9 @@ def spans(msg: Message) -> list[FieldSpan]:
     out: list[FieldSpan] = []
     raw = msg.raw
     if len(raw) >= grammar.HEADER_LENGTH:
-        for span in walk.spans(_header_grammar(msg), raw[:grammar.HEADER_LENGTH]):
-            out.append(FieldSpan("header", span.path, HEADER_LABELS.get(span.path, span.path),
-                                 span.offset, span.length, span.value,
-                                 _meaning(msg, span.path, span.value)))
+        out.extend(FieldSpan("header", span.path, HEADER_LABELS.get(span.path, span.path), span.offset,
+                             span.length, span.value, _meaning(msg, span.path, span.value))
+                   for span in walk.spans(_header_grammar(msg), raw[:grammar.HEADER_LENGTH]))
     for info in msg.frame_infos:
         vocab = frameinfo.vocabulary(msg.is_response)
         fields = info.fields(msg.is_response)
@@ -101,9 +100,9 @@ def spans(msg: Message) -> list[FieldSpan]:
     pos = msg.extras_offset
     layout = variant.layout if variant else None
     if layout is not None and msg.extras is not None:
-        for span in walk.spans(layout.grammar, raw[pos:pos + layout.size], base=pos):
-            out.append(FieldSpan("extras", span.path, span.path, span.offset, span.length, span.value,
-                                 _meaning(msg, span.path, span.value)))
+        out.extend(FieldSpan("extras", span.path, span.path, span.offset, span.length, span.value,
+                             _meaning(msg, span.path, span.value))
+                   for span in walk.spans(layout.grammar, raw[pos:pos + layout.size], base=pos))
     elif msg.key_offset > pos:
         out.append(FieldSpan("extras", "extras", "extras (raw)", pos, msg.key_offset - pos,
                              raw[pos:msg.key_offset].hex()))
@@ -138,7 +137,8 @@ def _value_spans(msg: Message) -> list[FieldSpan]:
         found = value_grammar(variant, msg.extras, len(value))
         if found is not None:
             try:
-                out = [FieldSpan("value", s.path, s.path, s.offset, s.length, s.value)
+                out = [FieldSpan("value", s.path, s.path, s.offset, s.length, s.value,
+                                 _meaning(msg, s.path, s.value))
                        for s in walk.spans(found, value, base=start)]
             except Exception:  # noqa: BLE001 - a value that does not fit is shown raw
                 out = []

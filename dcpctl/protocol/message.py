@@ -19,9 +19,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dcpctl.protocol import frameinfo
+from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol import stream_request_value as srv
-from dcpctl.protocol import walk
 from dcpctl.protocol.constants import (
     ALT_MAGICS,
     DATATYPE_JSON,
@@ -352,8 +351,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         if variant.note is not None:
             msg.add(*variant.note)
     key_offset = pos + size
-    if key_offset > body_end:
-        key_offset = body_end
+    key_offset = min(key_offset, body_end)
     value_offset = key_offset + keylen
     if value_offset > body_end:
         msg.add("lengths_exceed_body", f"key length {keylen} runs past the body", 2, 2)

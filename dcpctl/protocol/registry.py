@@ -44,7 +44,7 @@ class ValueKind(Enum):
     DOCUMENT = "document"  # datatype-driven: snappy, xattrs, JSON
     JSON = "json"  # JSON text
     TEXT = "text"  # text (control value, mechanism list, stats)
-    SECRET = "secret"  # SASL client messages: redacted unless asked
+    SECRET = "secret"  # noqa: S105 - a kind of value, not a password; SASL client messages: redacted unless asked
     GRAMMAR = "grammar"  # a construct declaration (value_grammars)
     STREAM_REQUEST_JSON = "stream_request_json"  # JSON validated per reference 3.4.4
     AUTO = "auto"  # error bodies and unknowns: JSON if it parses, else text, else hex

@@ -37,9 +37,8 @@ def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
         diags.append(d("stream_request_json_no_known_key",
                        "no sid, uid, scope, collections, purge_seqno or cts key: the server answers Einval "
                        "(the value document says unknown keys are not an error)"))
-    for key in obj:
-        if key not in KNOWN_KEYS:
-            diags.append(d("stream_request_json_unknown_key", f"key {key!r} is ignored by the server"))
+    diags.extend(d("stream_request_json_unknown_key", f"key {key!r} is ignored by the server")
+                 for key in obj if key not in KNOWN_KEYS)
     if "uid" in obj and not (isinstance(obj["uid"], str) and _HEX.fullmatch(obj["uid"])):
         diags.append(d("stream_request_bad_uid", f"uid {obj['uid']!r} is not a hex string without 0x"))
     if "sid" in obj:

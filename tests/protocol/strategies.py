@@ -46,6 +46,10 @@ def grammar_values(grammar: Construct) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for {inner!r}")
 
 
+PRINTABLE = st.characters(min_codepoint=33, max_codepoint=0x2FF,
+                          exclude_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zs", "Zl", "Zp"))
+
+
 def _named_lists(grammar: Construct, value: Any) -> Any:
     if isinstance(value, dict) and "features" in value:
         value = {**value, "features": [f & 0xFFFF for f in value["features"]]}
@@ -87,7 +91,7 @@ def variant_records(spec: MessageSpec, variant: Variant) -> st.SearchStrategy[di
             if "extras_byte0" in conditions:
                 rec[layout.names[0]] = conditions["extras_byte0"]
         if variant.key is KeyKind.DOCUMENT or variant.key is KeyKind.TEXT:
-            rec["key"] = draw(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zs", "Zl", "Zp")),
+            rec["key"] = draw(st.text(alphabet=PRINTABLE,
                                       min_size=1 if variant.key_presence.value == "required" else 0,
                                       max_size=30))
         datatype = 0
@@ -110,7 +114,8 @@ def variant_records(spec: MessageSpec, variant: Variant) -> st.SearchStrategy[di
                                             min_size=1 if variant.value_presence.value == "required"
                                             else 0, max_size=40))
         elif variant.value is ValueKind.DOCUMENT:
-            datatype = draw(st.sampled_from([0, 1, 2, 4, 5, 6, 7])) if spec.type_field == "datatype" else 0
+            datatypes = [0, 1, 2, 4, 5, 6, 7] if spec.type_field == "datatype" else [0]
+            datatype = draw(st.sampled_from(datatypes))
             rec["value"] = draw(st.text(max_size=60))
             if datatype & 4:
                 rec["xattrs"] = draw(st.lists(st.fixed_dictionaries({

@@ -52,7 +52,7 @@ def test_compiled_grammar_agrees_with_interpreted(name: str, declaration: Constr
     try:
         expected: Any = declaration.parse(data)
     except Exception:  # noqa: BLE001 - both forms must refuse the same inputs
-        with pytest.raises(Exception):  # noqa: PT011 - compiled code raises struct.error instead
+        with pytest.raises(Exception):  # noqa: B017 - compiled code raises struct.error instead
             compiled.parse(data)
         return
     assert compiled.parse(data) == expected

@@ -1,0 +1,3 @@
+from dcpctl.cli import run
+
+run()

@@ -1,0 +1,78 @@
+"""The root command: registers subcommands and turns every failure into a one-line error and exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import click
+import typer
+
+from dcpctl import __version__
+from dcpctl.commands.encode import encode_command
+from dcpctl.commands.fields import fields
+from dcpctl.commands.hexdump import hexdump
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.render.env import Environment
+
+app = typer.Typer(
+    name="dcpctl",
+    help="See, capture and understand Couchbase's Database Change Protocol (DCP).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("hexdump")(hexdump)
+app.command("encode")(encode_command)
+app.command("fields")(fields)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dcpctl {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """See, capture and understand Couchbase's Database Change Protocol (DCP)."""
+
+
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
+    """Run dcpctl; returns the exit code (the console script exits with it)."""
+    environment = env or Environment()
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name="dcpctl",
+                              standalone_mode=False, obj=environment)
+    except CommandError as exc:
+        environment.stderr.write(f"dcpctl: error: {exc}\n")
+        return int(exc.code)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show(file=environment.stderr)
+        return int(ExitCode.USAGE)
+    except click.exceptions.Abort:
+        environment.stderr.write("dcpctl: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        environment.stderr.write("dcpctl: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly. Point stdout at devnull so the interpreter's final
+        # flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.OK)
+    return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def run() -> None:
+    sys.exit(main())

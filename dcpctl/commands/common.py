@@ -1,0 +1,45 @@
+"""Options shared by several commands (typer annotations), and the environment accessor."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
+from dcpctl.protocol.registry import DIALECTS, Dialect
+from dcpctl.render.env import Environment
+
+
+class DialectName(StrEnum):
+    DCP = "dcp"
+    UPR_DRAFT = "upr-draft"
+
+
+def env_of(ctx: typer.Context) -> Environment:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, Environment)
+    return obj
+
+
+def dialect_of(name: DialectName) -> Dialect:
+    return DIALECTS[name.value]
+
+
+DialectOption = Annotated[DialectName, typer.Option(
+    "--dialect", help="Registry to decode with: current DCP, or the 2013 UPR transport draft.")]
+CollectionsOption = Annotated[bool | None, typer.Option(
+    "--collections/--no-collections",
+    help="HELLO Collections in effect: split the LEB128 collection id off document keys "
+         "(default: unknown, keys shown whole).")]
+ShowSecretsOption = Annotated[bool, typer.Option(
+    "--show-secrets", help="Show SASL client messages instead of redacting them.")]
+MaxBodyOption = Annotated[int, typer.Option(
+    "--max-body-length", min=0, metavar="BYTES",
+    help=f"Largest total body accepted as a packet; larger lengths are treated as corrupt "
+         f"(default {DEFAULT_MAX_BODY_LENGTH}: a 20 MiB document plus xattrs and headers).")]
+StrictOption = Annotated[bool, typer.Option(
+    "--strict", help="Exit 4 when any message has an error diagnostic or bytes were skipped.")]
+Base64Option = Annotated[bool, typer.Option(
+    "--base64", help="Binary keys and values as base64 instead of hex in JSON output.")]

@@ -1,0 +1,77 @@
+"""``dcpctl encode``: JSON records (as ``--format json/jsonl`` prints them) back to wire bytes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import typer
+
+from dcpctl.commands.common import DialectName, DialectOption, dialect_of, env_of
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.encode import EncodeError, encode
+from dcpctl.sources.files import open_input
+
+
+def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    stripped = text.lstrip()
+    if not stripped:
+        return
+    if stripped[0] == "[":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise CommandError(f"input is not valid JSON: {exc}") from None
+        for index, item in enumerate(data, 1):
+            if not isinstance(item, dict):
+                raise CommandError(f"record {index} is not a JSON object")
+            yield index, item
+        return
+    decoder = json.JSONDecoder()
+    pos, index = 0, 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except ValueError as exc:
+            raise CommandError(f"record {index + 1} is not valid JSON: {exc}") from None
+        index += 1
+        if not isinstance(item, dict):
+            raise CommandError(f"record {index} is not a JSON object")
+        yield index, item
+
+
+def encode_command(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(help="JSON or JSON-lines input, or - for standard input.")] = "-",
+    binary: Annotated[bool, typer.Option("--binary", help="Write raw bytes instead of hex lines.")] = False,
+    fix_lengths: Annotated[bool, typer.Option(
+        "--fix-lengths", help="Recompute the header's length fields from the content.")] = False,
+    dialect: DialectOption = DialectName.DCP,
+) -> None:
+    """Encode JSON records into packets: one hex line per packet, or raw bytes with --binary.
+
+    encode(decode(bytes)) == bytes for every packet, known or not: the record's own length fields are used
+    unless --fix-lengths is given (use it after editing a record by hand).
+    """
+    env = env_of(ctx)
+    with open_input(file, env.stdin) as stream:
+        text = stream.read().decode("utf-8", "replace")
+    for index, record in _records(text):
+        try:
+            data = encode(record, dialect_of(dialect), fix_lengths)
+        except EncodeError as exc:
+            raise CommandError(f"record {index}: {exc}", ExitCode.INPUT) from None
+        if binary:
+            env.stdout.flush()
+            out = getattr(env.stdout, "buffer", None)
+            if out is None:
+                raise CommandError("--binary needs a byte stream for standard output", ExitCode.USAGE)
+            out.write(data)
+            out.flush()
+        else:
+            env.stdout.write(data.hex() + "\n")

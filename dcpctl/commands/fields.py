@@ -1,0 +1,44 @@
+"""``dcpctl fields``: every JSON field with its type and meaning (like ``tshark -G fields``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dcpctl.commands.common import env_of
+from dcpctl.protocol.diagnostic import CATALOGUE
+from dcpctl.protocol.fields import catalogue
+from dcpctl.render import jsonl
+
+
+def fields(
+    ctx: typer.Context,
+    fmt: Annotated[str, typer.Option("--format", "-F", help="table, tsv or jsonl.")] = "table",
+    diagnostics: Annotated[bool, typer.Option(
+        "--diagnostics", help="List the named diagnostics instead of the fields.")] = False,
+) -> None:
+    """List every field of the JSON output (or every diagnostic), derived from the grammars."""
+    env = env_of(ctx)
+    if diagnostics:
+        rows: list[dict[str, object]] = [{"name": name, "severity": sev, "meaning": text}
+                                         for name, (sev, text) in CATALOGUE.items()]
+        columns = ["name", "severity", "meaning"]
+    else:
+        rows = [{"name": f.name, "type": f.type, "meaning": f.meaning, "messages": list(f.messages)}
+                for f in catalogue()]
+        columns = ["name", "type", "meaning", "messages"]
+    if fmt == "jsonl":
+        jsonl.write_jsonl(rows, env.stdout)
+    elif fmt == "tsv":
+        for row in rows:
+            env.stdout.write("\t".join(", ".join(v) if isinstance(v, list) else str(v)
+                                       for v in (row[c] for c in columns)) + "\n")
+    elif fmt == "table":
+        table = Table(*columns, show_lines=False)
+        for row in rows:
+            table.add_row(*(", ".join(v) if isinstance(v, list) else str(v) for v in (row[c] for c in columns)))
+        env.console().print(table)
+    else:
+        raise typer.BadParameter("must be table, tsv or jsonl", param_hint="--format")

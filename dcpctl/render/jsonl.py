@@ -1,0 +1,46 @@
+"""JSON renderers: one object per line (``jsonl``) or one array (``json``), streaming either way."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+# Version of the record contract documented in the README and dcpctl(1); bump on any key change.
+SCHEMA_VERSION = 1
+_BINARY_FIELDS = ("value", "key")
+
+
+def to_base64(record: dict[str, Any]) -> dict[str, Any]:
+    """Re-express hex binary fields as base64 (``--binary base64``)."""
+    out = dict(record)
+    for name in _BINARY_FIELDS:
+        if out.get(f"{name}_encoding") == "hex":
+            out[name] = base64.b64encode(bytes.fromhex(out[name])).decode()
+            out[f"{name}_encoding"] = "base64"
+    return out
+
+
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
+    count = 0
+    for record in records:
+        out.write(dumps(record))
+        out.write("\n")
+        count += 1
+    return count
+
+
+def write_json(records: Iterable[dict[str, Any]], out: TextIO) -> int:
+    count = 0
+    out.write("[")
+    for record in records:
+        out.write(",\n" if count else "\n")
+        out.write(json.dumps(record, ensure_ascii=False, indent=2))
+        count += 1
+    out.write("\n]\n" if count else "]\n")
+    return count

@@ -1,0 +1,79 @@
+"""Choosing and driving a renderer for a stream of decoded messages; counting what was seen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from dcpctl.protocol.framer import Skipped
+from dcpctl.protocol.message import Message
+from dcpctl.render import hexdump, jsonl, pretty
+from dcpctl.render.env import Environment
+
+
+class Format(StrEnum):
+    PRETTY = "pretty"
+    JSONL = "jsonl"
+    JSON = "json"
+    HEXDUMP = "hexdump"
+
+
+@dataclass
+class Stats:
+    messages: int = 0
+    error_diagnostics: int = 0
+    skipped_bytes: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.error_diagnostics and not self.skipped_bytes
+
+
+def emit(items: Iterable[Message | Skipped], fmt: Format, env: Environment, *,
+         base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
+         | None = None) -> Stats:
+    """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``."""
+    stats = Stats()
+    errors = env.error_console()
+
+    def messages() -> Iterator[Message]:
+        for item in items:
+            if isinstance(item, Skipped):
+                stats.skipped_bytes += item.length
+                what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
+                    "a header whose body length exceeds --max-body-length"
+                    if item.reason == "body_too_long" else "bytes that do not start a plausible header")
+                errors.print(f"dcpctl: skipped_bytes: {item.length} bytes at offset {item.offset}: {what}",
+                             style="yellow", markup=False)
+                continue
+            stats.messages += 1
+            yield item
+
+    def records() -> Iterator[dict[str, Any]]:
+        for msg in messages():
+            record = msg.record()
+            if record_hook is not None:
+                record = record_hook(msg, record)
+            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+            yield jsonl.to_base64(record) if base64 else record
+
+    if fmt is Format.JSONL:
+        jsonl.write_jsonl(records(), env.stdout)
+    elif fmt is Format.JSON:
+        jsonl.write_json(records(), env.stdout)
+    elif fmt is Format.HEXDUMP:
+        console = env.console()
+        for msg in messages():
+            console.print(hexdump.render(msg))
+            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+    else:
+        console = env.console()
+        for msg in messages():
+            record = msg.record()
+            if record_hook is not None:
+                record = record_hook(msg, record)
+            console.print(pretty.render(msg, record))
+            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+    return stats

@@ -1,0 +1,101 @@
+"""The human renderer (rich): one headline per message, its fields, key, value and diagnostics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Final
+
+from rich.console import Console
+from rich.text import Text
+
+from dcpctl.protocol.constants import DATATYPES, flag_names
+from dcpctl.protocol.message import Message
+
+# Values longer than this are cut on screen (JSON output always carries them whole).
+MAX_SHOWN_VALUE: Final = 400
+SEVERITY_STYLE: Final = {"error": "bold red", "warning": "yellow", "note": "cyan"}
+_HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", "cas", "datatype",
+                    "key_length", "extras_length", "framing_extras_length", "total_body_length",
+                    "frame_infos", "stream_id", "key", "key_encoding", "collection_id", "value",
+                    "value_encoding", "value_compressed", "xattrs", "diagnostics", "ts", "connection",
+                    "direction", "request_type", "request_type_name", "frames"}
+
+
+def _meaning(msg: Message, name: str, value: Any) -> str:
+    if msg.variant is None or not isinstance(value, int):
+        return ""
+    vocab = msg.variant.vocabularies.get(name)
+    if vocab is None:
+        return ""
+    if name.endswith("flags"):
+        return "|".join(flag_names(vocab, value)) or "none"
+    return vocab.name(value)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def render(msg: Message, record: dict[str, Any]) -> Text:
+    text = Text()
+    if "ts" in record:
+        text.append(f"{record['ts']:.6f} ", style="dim")
+    if "connection" in record:
+        text.append(f"{record['connection']} {record.get('direction', '')} ", style="dim")
+    text.append(f"@{record['offset']} ", style="dim")
+    text.append(record["opcode"], style="bold magenta" if msg.is_response else "bold green")
+    if "request_type_name" in record:
+        text.append(f" ({record['request_type_name']})", style="magenta")
+    if "status" in record:
+        style = "green" if record["status"] == "Success" else "bold red"
+        text.append(" status ").append(record["status"], style=style)
+    else:
+        text.append(f" vb {record['vbucket']}")
+    text.append(f" opaque 0x{record['opaque']:08x}", style="dim")
+    if record.get("cas"):
+        text.append(f" cas 0x{record['cas']:016x}", style="dim")
+    if "stream_id" in record:
+        text.append(f" sid {record['stream_id']}", style="cyan")
+    if record.get("datatype"):
+        text.append(" " + "|".join(flag_names(DATATYPES, record["datatype"])), style="blue")
+    fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
+    if fields:
+        text.append("\n   ")
+        for name, value in fields:
+            meaning = _meaning(msg, name, value)
+            text.append(f" {name}=", style="dim").append(_shown(value))
+            if meaning:
+                text.append(f" ({meaning})", style="dim")
+    if "key" in record:
+        text.append("\n    key ", style="dim")
+        if "collection_id" in record:
+            text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")
+        text.append(repr(record["key"]) if record.get("key_encoding") != "hex" else f"hex:{record['key']}",
+                    style="bold")
+    for pair in record.get("xattrs", []):
+        text.append("\n    xattr ", style="dim").append(pair["key"], style="cyan").append(" ")
+        text.append(pair["value"])
+    if record.get("value"):
+        value = record["value"]
+        label = "value" + (" (hex)" if record.get("value_encoding") == "hex" else "")
+        if "value_compressed" in record:
+            label += f" (snappy {len(record['value_compressed']) // 2} bytes)"
+        shown = value if len(value) <= MAX_SHOWN_VALUE else value[:MAX_SHOWN_VALUE] + f"… ({len(value)} chars)"
+        text.append(f"\n    {label} ", style="dim").append(shown)
+    for diag in record["diagnostics"]:
+        style = SEVERITY_STYLE.get(diag["severity"], "")
+        where = f" @{diag['offset']}" if "offset" in diag else ""
+        text.append(f"\n    {diag['severity']} {diag['name']}{where}: ", style=style)
+        text.append(diag["message"])
+    return text
+
+
+def write_pretty(items: Iterable[tuple[Message, dict[str, Any]]], console: Console) -> int:
+    count = 0
+    for msg, record in items:
+        console.print(render(msg, record))
+        count += 1
+    return count
