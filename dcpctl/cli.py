@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 from typing import Annotated
 
-import click
 import typer
 
 from dcpctl import __version__
@@ -48,21 +47,17 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     """Run dcpctl; returns the exit code (the console script exits with it)."""
     environment = env or Environment()
     command = typer.main.get_command(app)
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        result = command.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name="dcpctl",
-                              standalone_mode=False, obj=environment)
+        # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
+        with command.make_context("dcpctl", args, obj=environment) as ctx:
+            result = command.invoke(ctx)
     except CommandError as exc:
         environment.stderr.write(f"dcpctl: error: {exc}\n")
         return int(exc.code)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show(file=environment.stderr)
-        return int(ExitCode.USAGE)
-    except click.exceptions.Abort:
-        environment.stderr.write("dcpctl: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
+    except (typer.Abort, KeyboardInterrupt):
         environment.stderr.write("dcpctl: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
@@ -71,6 +66,13 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return int(ExitCode.OK)
+    except typer.TyperException as exc:  # usage errors: bad option, missing argument, bad value
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show(file=environment.stderr)
+        else:
+            environment.stderr.write(f"dcpctl: error: {exc}\n")
+        return int(ExitCode.USAGE)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
 

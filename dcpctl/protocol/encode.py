@@ -78,6 +78,11 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
 
     framing = _framing(rec, response)
     variant = _variant(spec, rec, magic, word, type_byte)
+    if spec is not None and variant is None and "extras" not in rec:
+        needed = [n for n in (spec.variants[0].layout.names if spec.variants[0].layout else ()) if n not in rec]
+        raise EncodeError(f"no {spec.name} layout fits the record"
+                          + (f"; {spec.variants[0].name} needs {', '.join(needed)}" if needed else "")
+                          + " (or give the raw extras as hex in 'extras')")
     extras = _extras(rec, variant)
     key = _key(rec, variant)
     value = _value(rec, variant, type_byte if type_field == "datatype" else 0, extras)

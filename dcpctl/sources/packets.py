@@ -63,8 +63,13 @@ def read_items(stream: BinaryIO, options: DecodeOptions,
                                                          options.show_secrets, lenient=True))
             base += len(chunk.data)
         else:
-            yield from _frames(Framer(max_body_length), [chunk.data], options, base)
+            yield from _frames(_framer(options, max_body_length), [chunk.data], options, base)
             base += len(chunk.data)
+
+
+def _framer(options: DecodeOptions, max_body_length: int) -> Framer:
+    """While resynchronising, only opcodes the dialect declares start a header."""
+    return Framer(max_body_length, frozenset(opcode for _, opcode in options.dialect.table))
 
 
 def _binary(head: bytes, stream: BinaryIO, options: DecodeOptions,
@@ -77,7 +82,7 @@ def _binary(head: bytes, stream: BinaryIO, options: DecodeOptions,
                 return
             yield data
 
-    yield from _frames(Framer(max_body_length), chunks(), options, 0)
+    yield from _frames(_framer(options, max_body_length), chunks(), options, 0)
 
 
 def _frames(framer: Framer, chunks: Iterator[bytes] | list[bytes], options: DecodeOptions,

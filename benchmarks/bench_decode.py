@@ -1,0 +1,81 @@
+"""Framing plus decode of DCP mutations with 100-byte values, on one core.
+
+    python benchmarks/bench_decode.py [--messages N] [--repeat R]
+
+Measures, on the same generated stream (built with dcpctl's own encoder):
+  frame            Framer only
+  frame+decode     Framer + decode(): header, frame infos, extras, key/value located, stateless checks
+  frame+record     ... + the JSON record (value decoded as text, JSON checked)
+  frame+jsonl      ... + serialised as a JSON line
+Reports the best of R runs in messages per second (CPU time of this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import resource
+import struct
+import time
+from collections.abc import Callable
+
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.message import decode
+from dcpctl.render.jsonl import dumps
+
+CHUNK = 1 << 20
+
+
+def make_stream(messages: int) -> bytes:
+    template = encode({
+        "magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 7, "opaque": 4096, "cas": 1 << 60,
+        "datatype": 1, "by_seqno": 1, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0,
+        "nru": 0, "key": "document-000000", "value": '{"payload":"' + "x" * 86 + '"}',
+    })
+    head, tail = template[:24], template[32:]
+    return b"".join(head + struct.pack(">Q", seqno) + tail for seqno in range(1, messages + 1))
+
+
+def run(data: bytes, per_frame: Callable[[Frame], object]) -> int:
+    framer = Framer()
+    count = 0
+    for start in range(0, len(data), CHUNK):
+        framer.feed(data[start:start + CHUNK])
+        for event in framer.events():
+            per_frame(event)  # type: ignore[arg-type]
+            count += 1
+    return count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    data = make_stream(args.messages)
+    sink = io.StringIO()
+    stages: dict[str, Callable[[Frame], object]] = {
+        "frame": lambda frame: None,
+        "frame+decode": lambda frame: decode(frame.data, frame.offset),
+        "frame+record": lambda frame: decode(frame.data, frame.offset).record(),
+        "frame+jsonl": lambda frame: sink.write(dumps(decode(frame.data, frame.offset).record())),
+    }
+    print(f"{args.messages} DCP_MUTATION messages, {len(data) // args.messages} bytes each "
+          f"(100-byte JSON values), {len(data) / 1e6:.1f} MB")
+    for name, stage in stages.items():
+        best = 0.0
+        for _ in range(args.repeat):
+            sink.seek(0)
+            sink.truncate()
+            start = time.process_time()
+            count = run(data, stage)
+            elapsed = time.process_time() - start
+            best = max(best, count / elapsed)
+        print(f"{name:14} {best:12,.0f} messages/s")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB "
+          "(includes the generated stream held in memory)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The commands as a user runs them: formats, round trips, bad input and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "samples" / "dcp-session.bin"
+SAMPLE_JSONL = ROOT / "samples" / "dcp-session.jsonl"
+SEEDS = ROOT.parent / "shared" / "seeds"
+
+
+class Run:
+    def __init__(self, args: list[str], stdin: bytes = b"", tty: bool = False) -> None:
+        self.out = io.StringIO()
+        self.err = io.StringIO()
+        env = Environment(stdout=self.out, stderr=self.err, stdin=io.BytesIO(stdin), stdout_isatty=tty,
+                          stderr_isatty=False, color=False, width=160)
+        self.code = main(args, env)
+
+    @property
+    def records(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]
+
+
+def test_sample_matches_its_jsonl_source() -> None:
+    run = Run(["encode", str(SAMPLE_JSONL)])
+    assert run.code == ExitCode.OK
+    assert bytes.fromhex("".join(run.out.getvalue().split())) == SAMPLE.read_bytes()
+
+
+def test_jsonl_then_encode_gives_the_bytes_back() -> None:
+    decoded = Run(["hexdump", "-F", "jsonl", "--collections", str(SAMPLE)])
+    assert decoded.code == ExitCode.OK
+    records = decoded.records
+    assert [r["opcode"] for r in records][:3] == ["HELLO", "HELLO", "SELECT_BUCKET"]
+    rollback = next(r for r in records if r.get("status") == "Rollback")
+    assert rollback["rollback_seqno"] == 200
+    mutation = next(r for r in records if r["opcode"] == "DCP_MUTATION")
+    assert mutation["collection_id"] == 8
+    assert mutation["key"] == "airline_10"
+    encoded = Run(["encode"], stdin=decoded.out.getvalue().encode())
+    assert encoded.code == ExitCode.OK
+    assert bytes.fromhex("".join(encoded.out.getvalue().split())) == SAMPLE.read_bytes()
+
+
+def test_json_array_output_is_one_document() -> None:
+    run = Run(["hexdump", "-F", "json", str(SAMPLE)])
+    data = json.loads(run.out.getvalue())
+    assert len(data) == 22
+    assert all(isinstance(r["diagnostics"], list) for r in data)
+
+
+def test_annotated_hexdump_names_fields_with_offsets() -> None:
+    run = Run(["hexdump", str(SAMPLE)])
+    text = run.out.getvalue()
+    assert "Opcode" in text
+    assert "(1)" in text
+    assert "0x53 (83 DCP_STREAM_REQ)" in text
+    assert "rollback_seqno" in text
+
+
+def test_pretty_is_default_only_on_a_terminal() -> None:
+    run = Run(["hexdump", "-F", "pretty", str(SAMPLE)])
+    assert "DCP_STREAM_REQ status Rollback" in run.out.getvalue()
+
+
+def test_plain_hex_from_stdin() -> None:
+    noop = "80 5c 0000 00 00 0000 00000000 00989681 0000000000000000"
+    run = Run(["hexdump", "-F", "jsonl"], stdin=noop.encode())
+    assert run.code == ExitCode.OK
+    assert run.records[0]["opcode"] == "DCP_NOOP"
+    assert run.records[0]["opaque"] == 10000001
+
+
+def test_garbage_is_reported_and_strict_fails() -> None:
+    data = b"\x00\x01\x02" + SAMPLE.read_bytes()
+    run = Run(["hexdump", "-F", "jsonl"], stdin=data)
+    assert run.code == ExitCode.OK
+    assert len(run.records) == 22
+    assert "skipped_bytes: 3 bytes at offset 0" in run.err.getvalue()
+    strict = Run(["hexdump", "-F", "jsonl", "--strict"], stdin=data)
+    assert strict.code == ExitCode.DIAGNOSTICS
+
+
+def test_truncated_last_packet_is_decoded_with_a_diagnostic() -> None:
+    data = SAMPLE.read_bytes()[:-10]
+    run = Run(["hexdump", "-F", "jsonl"], stdin=data)
+    last = run.records[-1]
+    assert last["opcode"] == "DCP_STREAM_END"
+    assert "truncated" in [d["name"] for d in last["diagnostics"]]
+
+
+def test_secrets_are_redacted_unless_asked() -> None:
+    auth = {"magic": "ClientRequest", "opcode": "SASL_AUTH", "opaque": 9, "key": "PLAIN",
+            "value": "\u0000Administrator\u0000hunter2"}
+    wire = Run(["encode"], stdin=json.dumps(auth).encode()).out.getvalue()
+    for fmt in ("jsonl", "pretty", "hexdump"):
+        run = Run(["hexdump", "-F", fmt], stdin=wire.encode())
+        assert "hunter2" not in run.out.getvalue(), fmt
+        assert "68756e74657232" not in run.out.getvalue(), fmt
+    shown = Run(["hexdump", "-F", "jsonl", "--show-secrets"], stdin=wire.encode())
+    assert b"hunter2" in bytes.fromhex(str(shown.records[0]["value"]))
+
+
+@pytest.mark.parametrize("args", [["hexdump", "/nonexistent/file"], ["encode", "/nonexistent/file"]])
+def test_missing_file_is_one_line_and_exit_3(args: list[str]) -> None:
+    run = Run(args)
+    assert run.code == ExitCode.INPUT
+    assert run.err.getvalue().count("\n") == 1
+    assert "no such file" in run.err.getvalue()
+
+
+def test_bad_hex_is_one_line_and_exit_3() -> None:
+    run = Run(["hexdump"], stdin=b"80 5c zz\n")
+    assert run.code == ExitCode.INPUT
+    assert run.err.getvalue().startswith("dcpctl: error:")
+    assert run.err.getvalue().count("\n") == 1
+
+
+def test_encode_reports_the_bad_record() -> None:
+    run = Run(["encode"], stdin=b'{"magic":"ClientRequest","opcode":"DCP_MUTATION","by_seqno":1}\n')
+    assert run.code == ExitCode.INPUT
+    assert "record 1" in run.err.getvalue()
+    assert "needs" in run.err.getvalue()
+
+
+def test_unknown_option_is_usage_error() -> None:
+    assert Run(["hexdump", "--no-such-option"]).code == ExitCode.USAGE
+
+
+def test_fields_lists_declared_fields() -> None:
+    run = Run(["fields", "-F", "jsonl"])
+    names = {r["name"] for r in run.records}
+    assert {"by_seqno", "snap_start_seqno", "rollback_seqno", "failover_log", "opcode", "status"} <= names
+    diags = Run(["fields", "--diagnostics", "-F", "jsonl"])
+    assert "illegal_extras_length" in {r["name"] for r in diags.records}
+
+
+@pytest.mark.skipif(not (SEEDS / "000_b8f71fd18ed91174.txt").exists(), reason="shared seeds absent")
+def test_document_diagrams_decode_one_packet_each() -> None:
+    run = Run(["hexdump", "-F", "jsonl", str(SEEDS / "000_b8f71fd18ed91174.txt")])
+    assert run.code == ExitCode.OK
+    assert [r["opcode"] for r in run.records] == ["DCP_STREAM_REQ"] * 4
+    assert run.records[1]["status"] == "Rollback"
+
+
+def test_closed_pipe_stops_quietly(tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    big.write_bytes(SAMPLE.read_bytes() * 5000)
+    script = (f"{sys.executable} -m dcpctl hexdump -F jsonl {big} 2>{tmp_path / 'err'} | head -1 >/dev/null;"
+              " echo ${PIPESTATUS[0]}")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, check=True)  # noqa: S603, S607
+    assert proc.stdout.decode().strip() == "0"
+    assert (tmp_path / "err").read_text() == ""
