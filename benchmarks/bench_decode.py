@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.framer import Framer
 from dcpctl.protocol.message import decode
 from dcpctl.render.jsonl import dumps
 
@@ -37,14 +37,19 @@ def make_stream(messages: int) -> bytes:
     return b"".join(head + struct.pack(">Q", seqno) + tail for seqno in range(1, messages + 1))
 
 
-def run(data: bytes, per_frame: Callable[[Frame], object]) -> int:
+def run(data: bytes, per_message: Callable[[object], object] | None) -> int:
+    """Frame (and, with ``per_message``, decode and handle) the whole stream; returns the count."""
     framer = Framer()
     count = 0
     for start in range(0, len(data), CHUNK):
         framer.feed(data[start:start + CHUNK])
-        for event in framer.events():
-            per_frame(event)  # type: ignore[arg-type]
-            count += 1
+        if per_message is None:
+            for _ in framer.events():
+                count += 1
+        else:
+            for message in framer.decoded(decode):
+                per_message(message)
+                count += 1
     return count
 
 
@@ -55,11 +60,11 @@ def main() -> None:
     args = parser.parse_args()
     data = make_stream(args.messages)
     sink = io.StringIO()
-    stages: dict[str, Callable[[Frame], object]] = {
-        "frame": lambda frame: None,
-        "frame+decode": lambda frame: decode(frame.data, frame.offset),
-        "frame+record": lambda frame: decode(frame.data, frame.offset).record(),
-        "frame+jsonl": lambda frame: sink.write(dumps(decode(frame.data, frame.offset).record())),
+    stages: dict[str, Callable[[object], object] | None] = {
+        "frame": None,
+        "frame+decode": lambda message: None,
+        "frame+record": lambda message: message.record(),  # type: ignore[attr-defined]
+        "frame+jsonl": lambda message: sink.write(dumps(message.record())),  # type: ignore[attr-defined]
     }
     print(f"{args.messages} DCP_MUTATION messages, {len(data) // args.messages} bytes each "
           f"(100-byte JSON values), {len(data) / 1e6:.1f} MB")

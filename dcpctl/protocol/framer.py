@@ -14,9 +14,9 @@ Skipped, or the ``pending`` count still buffered.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from dcpctl.protocol.constants import ALT_MAGICS, MAGIC_CLASS
 
@@ -31,8 +31,8 @@ _RESYNC_MAGICS: Final = frozenset(MAGIC_CLASS)
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    offset: int  # of the first byte in the stream
     data: bytes
+    offset: int  # of the first byte in the stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,7 @@ class Skipped:
 
 
 Event = Frame | Skipped
+T = TypeVar("T")
 
 
 class Framer:
@@ -102,6 +103,13 @@ class Framer:
 
     def events(self) -> Iterator[Event]:
         """Drain every event the buffered bytes allow; call after each feed."""
+        return self.decoded(Frame)
+
+    def decoded(self, decoder: Callable[[bytes, int], T]) -> Iterator[T | Skipped]:
+        """As :meth:`events`, with each frame handed straight to ``decoder(data, offset)``.
+
+        One loop serves both, so decoding a stream costs no intermediate Frame per packet.
+        """
         self._join()
         buf = self._buf
         unpack = _PREFIX.unpack_from
@@ -133,7 +141,7 @@ class Framer:
                     continue
                 self._synced = True
                 self._pos = pos + total
-                yield Frame(self._base + pos, buf[pos:pos + total])
+                yield decoder(buf[pos:pos + total], self._base + pos)
                 continue
             self._synced = False
             if self._plausible(pos) is not None:  # plausible, but the body is above the maximum
@@ -142,7 +150,7 @@ class Framer:
             yield from self._resync()
             buf = self._buf
 
-    def _resync(self) -> Iterator[Event]:
+    def _resync(self) -> Iterator[Skipped]:
         """Skip to the next plausible header (or keep the last 23 bytes, which may start one)."""
         buf = self._buf
         start = self._pos

@@ -279,9 +279,15 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
     return plan
 
 
+_new_message = object.__new__
+
+
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
     """Decode one packet (header and body); never raises."""
-    msg = Message(raw, offset, options)
+    msg = _new_message(Message)  # the hot path skips __init__'s call frame; same three attributes
+    msg.raw = raw
+    msg.offset = offset
+    msg.options = options
     n = len(raw)
     if n < HEADER_LENGTH:
         _header(msg, raw + bytes(HEADER_LENGTH - n))
@@ -411,24 +417,27 @@ def _header(msg: Message, raw: bytes) -> None:
 # --- records ----------------------------------------------------------------------------------------
 def _record(msg: Message) -> dict[str, Any]:
     spec = msg.spec
-    rec: dict[str, Any] = {"offset": msg.offset, "magic": MAGICS.name(msg.magic), "opcode": msg.opcode_name}
-    if spec is not None and spec.type_field != "datatype":
-        rec[spec.type_field] = msg.datatype
+    magic, _, _, extlen, datatype, word, total, opaque, cas = msg.header
+    rec: dict[str, Any] = {"offset": msg.offset, "magic": MAGICS.name_of.get(magic) or MAGICS.name(magic),
+                           "opcode": spec.name if spec is not None else msg.opcode_name}
+    type_field = spec.type_field if spec is not None else "datatype"
+    if type_field != "datatype":
+        rec[type_field] = datatype
         if msg.variant is not None and msg.variant.label:
-            rec[f"{spec.type_field}_name"] = msg.variant.label
-    if msg.has_status:
-        rec["status"] = STATUSES.name(msg.vbucket_or_status, 4)
+            rec[f"{type_field}_name"] = msg.variant.label
+    if magic in RESPONSE_MAGICS and (spec is None or spec.has_status):
+        rec["status"] = STATUSES.name_of.get(word) or STATUSES.name(word, 4)
     else:
-        rec["vbucket"] = msg.vbucket_or_status
-    rec["opaque"] = msg.opaque
-    rec["cas"] = msg.cas
-    if spec is None or spec.type_field == "datatype":
-        rec["datatype"] = msg.datatype
+        rec["vbucket"] = word
+    rec["opaque"] = opaque
+    rec["cas"] = cas
+    if type_field == "datatype":
+        rec["datatype"] = datatype
     rec["key_length"] = msg.key_length
-    rec["extras_length"] = msg.extras_length
-    if msg.magic in ALT_MAGICS:
+    rec["extras_length"] = extlen
+    if magic in ALT_MAGICS:
         rec["framing_extras_length"] = msg.framing_extras_length
-    rec["total_body_length"] = msg.total_body_length
+    rec["total_body_length"] = total
     if msg.frame_infos:
         vocab = frameinfo.vocabulary(msg.is_response)
         infos = []
@@ -444,18 +453,19 @@ def _record(msg: Message) -> dict[str, Any]:
             rec["framing_extras"] = msg.raw[HEADER_LENGTH:fe_end].hex()
     elif msg.framing_extras_length:
         rec["framing_extras"] = msg.raw[HEADER_LENGTH:HEADER_LENGTH + msg.framing_extras_length].hex()
-    stream_id = msg.stream_id
-    if stream_id is not None:
-        rec["stream_id"] = stream_id
-    if msg.extras is not None:
-        rec.update(msg.extras)
+    if msg.frame_infos:
+        stream_id = msg.stream_id
+        if stream_id is not None:
+            rec["stream_id"] = stream_id
+    if msg._extras_values is not None:
+        rec.update(zip(msg._extras_names, msg._extras_values, strict=True))
     elif msg.key_offset > msg.extras_offset:
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     variant = msg.variant
     key_kind = variant.key if variant else KeyKind.RAW
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics]
+    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
     return rec
 
 
@@ -545,9 +555,12 @@ def _document(msg: Message, rec: dict[str, Any], value: bytes) -> None:
     _set_text(rec, "value", data)
     if datatype & DATATYPE_JSON and "value_encoding" not in rec:
         try:
-            json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+            _json_check(rec["value"])
+        except ValueError:
             msg.add("bad_json", "value marked JSON is not valid JSON", start, len(value))
+
+
+_json_check = json.JSONDecoder().decode  # str in: skips json.loads' encoding detection
 
 
 def value_grammar(variant: Variant, extras: dict[str, int] | None, value_length: int) -> Any:

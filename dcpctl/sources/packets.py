@@ -11,7 +11,7 @@ from typing import BinaryIO, Final
 
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import MAGIC_CLASS
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Frame, Framer, Skipped
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.sources.hextext import HexTextError, parse_packets
 
@@ -87,13 +87,15 @@ def _binary(head: bytes, stream: BinaryIO, options: DecodeOptions,
 
 def _frames(framer: Framer, chunks: Iterator[bytes] | list[bytes], options: DecodeOptions,
             base: int) -> Iterator[Item]:
+    def decoder(data: bytes, offset: int) -> Message:
+        return decode(data, base + offset, options)
+
     for data in chunks:
         framer.feed(data)
-        for event in framer.events():
-            if isinstance(event, Frame):
-                yield decode(event.data, base + event.offset, options)
-            else:
-                yield Skipped(base + event.offset, event.length, event.reason)
+        for item in framer.decoded(decoder):
+            if isinstance(item, Skipped) and base:
+                item = Skipped(base + item.offset, item.length, item.reason)  # noqa: PLW2901
+            yield item
     offset, tail = framer.remainder()
     if tail and tail[0] in MAGIC_CLASS:
         yield decode(tail, base + offset, options)  # a packet cut short: "truncated" diagnostic

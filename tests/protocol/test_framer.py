@@ -86,7 +86,7 @@ def test_hostile_length_does_not_buffer() -> None:
     framer.feed(hostile + NOOP)
     events = list(framer.events())
     assert next(e.reason for e in events if isinstance(e, Skipped)) == "body_too_long"
-    assert [e for e in events if isinstance(e, Frame)] == [Frame(len(hostile), NOOP)]
+    assert [e for e in events if isinstance(e, Frame)] == [Frame(NOOP, len(hostile))]
     assert framer.pending == 0
 
 
@@ -97,7 +97,7 @@ def test_a_large_packet_in_small_segments_frames_once() -> None:
     for i in range(0, len(big), 1500):
         framer.feed(big[i:i + 1500])
         frames += list(framer.events())
-    assert frames == [Frame(0, big)]
+    assert frames == [Frame(big, 0)]
 
 
 def test_truncated_tail_is_left_for_the_caller() -> None:
