@@ -70,6 +70,16 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "obsolete_opcode": (WARNING, "opcode is obsolete and unsupported by current servers"),
     "response_type_conflict": (WARNING, "the draft's response-type table gives this type another meaning"),
     "document_errata": (NOTE, "the source document's annotation disagrees with its bytes"),
+    # state across a connection (captures and live sessions)
+    "seqno_outside_snapshot": (ERROR, "an item's seqno is outside its snapshot marker's range"),
+    "seqno_backwards": (ERROR, "seqnos went backwards within a stream"),
+    "item_before_marker": (ERROR, "an item arrived before any snapshot marker of its stream"),
+    "vbucket_uuid_changed": (WARNING, "the server's newest vbucket uuid differs from the one requested"),
+    "stream_end": (NOTE, "a stream ended, with the reason"),
+    "flow_control_exceeded": (WARNING, "unacknowledged bytes above the negotiated connection buffer size"),
+    "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
+    "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),
+    "tls_port": (NOTE, "traffic on the TLS port cannot be decoded"),
 }
 
 

@@ -188,6 +188,17 @@ class Message:
             self.diagnostics.extend(diagnostics)
 
     # --- the JSON record --------------------------------------------------------------------------
+    def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
+        """Add context a single packet cannot know (capture time, connection, stream state).
+
+        ``first`` keys go before the packet's own, ``last`` after them; diagnostics join the packet's.
+        """
+        record = self.record()
+        self.extend(diagnostics)
+        merged = {**first, **record, **last}
+        merged["diagnostics"] = [d.to_json() for d in self.diagnostics] if self.diagnostics else []
+        self._record = merged
+
     def record(self) -> dict[str, Any]:
         """The JSON contract's object for this message (computed once, values decoded here)."""
         if self._record is None:

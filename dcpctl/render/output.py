@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import Message
 from dcpctl.render import hexdump, jsonl, pretty
@@ -25,13 +26,14 @@ class Stats:
     messages: int = 0
     error_diagnostics: int = 0
     skipped_bytes: int = 0
+    notices: int = 0
 
     @property
     def clean(self) -> bool:
         return not self.error_diagnostics and not self.skipped_bytes
 
 
-def emit(items: Iterable[Message | Skipped], fmt: Format, env: Environment, *,
+def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
          | None = None) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``."""
@@ -40,6 +42,12 @@ def emit(items: Iterable[Message | Skipped], fmt: Format, env: Environment, *,
 
     def messages() -> Iterator[Message]:
         for item in items:
+            if isinstance(item, Diagnostic):
+                stats.notices += 1
+                if item.severity == "error":
+                    stats.error_diagnostics += 1
+                errors.print(f"dcpctl: {item.name}: {item.message}", style="yellow", markup=False)
+                continue
             if isinstance(item, Skipped):
                 stats.skipped_bytes += item.length
                 what = "a packet cut short at the end of the input" if item.reason == "truncated" else (

@@ -1,0 +1,230 @@
+"""Per-connection DCP state across a capture or a live session (pure: messages in, annotations out).
+
+Theory of operation. One :class:`ConnectionTracker` follows one TCP connection. Before each message is
+decoded, :meth:`options` says how (collections negotiated or not, or unknown when the capture began after
+the HELLO). After decoding, :meth:`observe` updates the negotiated state (HELLO, DCP_OPEN, DCP_CONTROL),
+matches responses to requests by (direction, opaque, opcode) and measures the latency, ties
+producer-pushed messages to the stream request that opened their stream, and checks what a consumer
+developer needs checked: an item outside its snapshot marker's range or before any marker, seqnos going
+backwards, a vbucket uuid change, stream ends and their reasons, unacknowledged bytes above the negotiated
+flow-control buffer, and rollback negotiations (a Rollback answer and the retry that follows it).
+
+Invariants: state only ever comes from messages seen on this connection; when something needed was not
+seen (the capture began mid-connection), the tracker says "unknown" instead of guessing. Memory is
+bounded by the number of open streams and outstanding requests, each capped by a named limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from dcpctl.protocol.constants import (
+    DCP_OPEN_FLAGS,
+    RESPONSE_MAGICS,
+    STREAM_END_STATUSES,
+    flag_names,
+)
+from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
+from dcpctl.protocol.message import DecodeOptions, Message
+
+# A consumer may pipeline a stream request for every vbucket (1024) plus controls; beyond this many
+# unanswered requests the oldest are forgotten (their responses then show no latency).
+MAX_PENDING_REQUESTS: Final = 4096
+# Streams per connection: 1024 vbuckets times a few stream ids is the realistic maximum.
+MAX_STREAMS: Final = 16384
+HELLO_COLLECTIONS: Final = 0x12
+NOOP: Final = 0x5C
+STREAM_REQ: Final = 0x53
+ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59, 0x60, 0x5F})  # carry a by_seqno inside the snapshot
+PUSHED_OPCODES: Final = frozenset(range(0x55, 0x68)) - {0x5D, 0x5E, 0x61}
+
+
+@dataclass
+class StreamState:
+    vbucket: int
+    stream_id: int | None
+    opaque: int
+    start_seqno: int
+    end_seqno: int
+    vbucket_uuid: int
+    snapshot: tuple[int, int] | None = None
+    last_seqno: int | None = None
+    items: int = 0
+    failover_log: list[dict[str, int]] = field(default_factory=list)
+    open: bool = False
+
+
+@dataclass
+class PendingRequest:
+    opcode: int
+    ts: float
+    offset: int
+    record: dict[str, Any]
+
+
+@dataclass
+class Annotation:
+    """What the tracker adds to one message's record."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def add(self, name: str, message: str) -> None:
+        self.diagnostics.append(diagnostic(name, message))
+
+
+class ConnectionTracker:
+    """State of one connection; see the module docstring."""
+
+    def __init__(self, base: DecodeOptions, known_from_start: bool) -> None:
+        self.base = base
+        # None: collections unknown (capture began after HELLO); False until HELLO says otherwise
+        self.collections: bool | None = False if known_from_start else None
+        self.features: list[str] = []
+        self.dcp_open_flags: int | None = None
+        self.controls: dict[str, str] = {}
+        self.buffer_size: int | None = None
+        self.unacked = 0
+        self.pending: dict[tuple[bool, int, int], PendingRequest] = {}
+        self.streams_by_opaque: dict[int, StreamState] = {}
+        self.rollbacks: dict[int, dict[str, Any]] = {}  # vbucket -> last Rollback answer awaiting a retry
+        self._options = self._make_options()
+        self._warned_unknown = False
+
+    def _make_options(self) -> DecodeOptions:
+        return DecodeOptions(self.base.dialect, self.collections if self.base.collections is None
+                             else self.base.collections, self.base.show_secrets, self.base.lenient)
+
+    def options(self) -> DecodeOptions:
+        return self._options
+
+    # --- observation -----------------------------------------------------------------------------
+    def observe(self, msg: Message, from_client: bool, ts: float) -> Annotation:
+        note = Annotation()
+        response = msg.magic in RESPONSE_MAGICS
+        opcode = msg.opcode
+        if not response:
+            self._request(msg, from_client, ts)
+        else:
+            self._response(msg, from_client, ts, note)
+        if not from_client and not response and opcode in PUSHED_OPCODES:
+            self._pushed(msg, note)
+        if from_client and not response and opcode == 0x5D and msg.extras:  # buffer ack
+            self.unacked = max(0, self.unacked - msg.extras["bytes_to_ack"])
+        if self.collections is None and not self._warned_unknown and msg.variant is not None \
+                and msg.variant.key.value == "document":
+            self._warned_unknown = True
+            note.add("collections_unknown", "the capture starts after this connection's HELLO: whether "
+                     "collections were negotiated is unknown, so keys are shown with any collection prefix")
+        return note
+
+    def _request(self, msg: Message, from_client: bool, ts: float) -> None:
+        if len(self.pending) >= MAX_PENDING_REQUESTS:
+            self.pending.pop(next(iter(self.pending)))
+        self.pending[(from_client, msg.opaque, msg.opcode)] = PendingRequest(msg.opcode, ts, msg.offset,
+                                                                           msg.record())
+
+    def _response(self, msg: Message, from_client: bool, ts: float, note: Annotation) -> None:
+        request = self.pending.pop((not from_client, msg.opaque, msg.opcode), None)
+        if request is None:
+            return
+        note.fields["latency_ms"] = round((ts - request.ts) * 1000, 3)
+        note.fields["request_offset"] = request.offset
+        status = msg.status
+        record = msg.record()
+        if msg.opcode == 0x1F and status == 0:  # HELLO
+            self.features = list(record.get("features", []))
+            if self.base.collections is None:
+                self.collections = "Collections" in self.features
+                self._options = self._make_options()
+        elif msg.opcode == 0x50 and status == 0:  # DCP_OPEN
+            self.dcp_open_flags = int(request.record.get("flags", 0))
+            note.fields["dcp_open_flags"] = flag_names(DCP_OPEN_FLAGS, self.dcp_open_flags)
+        elif msg.opcode == 0x5E and status == 0:  # DCP_CONTROL
+            key, value = str(request.record.get("key", "")), str(request.record.get("value", ""))
+            self.controls[key] = value
+            if key == "connection_buffer_size" and value.isdigit():
+                self.buffer_size = int(value) or None
+        elif msg.opcode == STREAM_REQ:
+            self._stream_response(request.record, record, status, note)
+
+    def _stream_response(self, request: dict[str, Any], response: dict[str, Any], status: int | None,
+                         note: Annotation) -> None:
+        vbucket = int(request.get("vbucket", 0))
+        note.fields["stream_vbucket"] = vbucket
+        if status == 0x23:  # Rollback
+            seqno = response.get("rollback_seqno")
+            self.rollbacks[vbucket] = {"start_seqno": request.get("start_seqno"),
+                                       "vbucket_uuid": request.get("vbucket_uuid"), "rollback_seqno": seqno}
+            note.add("rollback", f"vbucket {vbucket}: the server asks to roll back to {seqno} "
+                     f"(requested start {request.get('start_seqno')}, uuid {request.get('vbucket_uuid')}, "
+                     f"snapshot {request.get('snap_start_seqno')}-{request.get('snap_end_seqno')})")
+            return
+        if status != 0:
+            return
+        stream_id = None
+        value = request.get("value")
+        if isinstance(value, str) and '"sid"' in value:
+            try:
+                import json  # noqa: PLC0415 - rare path
+
+                stream_id = int(json.loads(value).get("sid"))
+            except (ValueError, TypeError, AttributeError):
+                stream_id = None
+        if len(self.streams_by_opaque) >= MAX_STREAMS:
+            self.streams_by_opaque.pop(next(iter(self.streams_by_opaque)))
+        stream = StreamState(vbucket, stream_id, int(request.get("opaque", 0)),
+                             int(request.get("start_seqno", 0)), int(request.get("end_seqno", 0)),
+                             int(request.get("vbucket_uuid", 0)), open=True,
+                             failover_log=list(response.get("failover_log", [])))
+        self.streams_by_opaque[stream.opaque] = stream
+        previous = self.rollbacks.pop(vbucket, None)
+        if previous is not None:
+            note.add("rollback", f"vbucket {vbucket}: stream opened after rolling back to "
+                     f"{previous['rollback_seqno']} (first asked from {previous['start_seqno']}, now from "
+                     f"{stream.start_seqno} with uuid {stream.vbucket_uuid})")
+        log = stream.failover_log
+        if log and stream.vbucket_uuid and log[0].get("vbucket_uuid") != stream.vbucket_uuid:
+            note.add("vbucket_uuid_changed", f"vbucket {vbucket}: the server's newest uuid "
+                     f"{log[0].get('vbucket_uuid')} differs from the requested {stream.vbucket_uuid}")
+
+    def _pushed(self, msg: Message, note: Annotation) -> None:
+        if msg.opcode != NOOP:
+            self.unacked += len(msg.raw)
+            if self.buffer_size is not None and self.unacked > self.buffer_size:
+                note.add("flow_control_exceeded", f"{self.unacked} bytes unacknowledged, above the "
+                         f"negotiated connection_buffer_size {self.buffer_size}")
+        stream = self.streams_by_opaque.get(msg.opaque)
+        if stream is None:
+            return
+        note.fields["stream_vbucket"] = stream.vbucket
+        extras = msg.extras or {}
+        record = msg.record()
+        if msg.opcode == 0x56:  # snapshot marker
+            start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
+            if isinstance(start, int) and isinstance(end, int):
+                stream.snapshot = (start, end)
+        elif msg.opcode in ITEM_OPCODES or msg.opcode == 0x64:
+            seqno = extras.get("by_seqno")
+            if seqno is None:
+                return
+            if msg.opcode != 0x64:
+                stream.items += 1
+                if stream.snapshot is None:
+                    note.add("item_before_marker", f"vbucket {stream.vbucket}: seqno {seqno} arrived "
+                             "before any snapshot marker")
+                elif not stream.snapshot[0] <= seqno <= stream.snapshot[1]:
+                    note.add("seqno_outside_snapshot", f"vbucket {stream.vbucket}: seqno {seqno} outside "
+                             f"the snapshot {stream.snapshot[0]}-{stream.snapshot[1]}")
+            if stream.last_seqno is not None and seqno <= stream.last_seqno:
+                note.add("seqno_backwards", f"vbucket {stream.vbucket}: seqno {seqno} after "
+                         f"{stream.last_seqno}")
+            stream.last_seqno = seqno
+        elif msg.opcode == 0x55:  # stream end
+            status = extras.get("stream_end_status", 0)
+            stream.open = False
+            note.add("stream_end", f"vbucket {stream.vbucket} stream ended: "
+                     f"{STREAM_END_STATUSES.name(status)} ({STREAM_END_STATUSES.meaning_of.get(status, '?')})"
+                     f" after {stream.items} items, last seqno {stream.last_seqno}")
+            self.streams_by_opaque.pop(msg.opaque, None)

@@ -1,0 +1,92 @@
+"""The connection tracker on the bundled session: negotiation, latency, streams, rollback, checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.bin"
+SERVER_PUSHED = {"DCP_SNAPSHOT_MARKER", "DCP_MUTATION", "DCP_DELETION", "DCP_STREAM_END"}
+
+
+def replay(data: bytes, tracker: ConnectionTracker) -> list[tuple[Message, Any]]:
+    framer = Framer()
+    framer.feed(data)
+    out = []
+    ts = 100.0
+    for frame in framer.events():
+        assert isinstance(frame, Frame)
+        msg = decode(frame.data, frame.offset, tracker.options())
+        response = msg.is_response
+        pushed = msg.opcode_name in SERVER_PUSHED or (msg.opcode_name == "DCP_NOOP" and not response)
+        from_client = (not response and not pushed) or (response and msg.opcode_name == "DCP_NOOP")
+        ts += 0.001
+        out.append((msg, tracker.observe(msg, from_client, ts)))
+    return out
+
+
+def names(note: Any) -> list[str]:
+    return [d.name for d in note.diagnostics]
+
+
+def test_negotiation_turns_on_collections_for_later_messages() -> None:
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    results = replay(SAMPLE.read_bytes(), tracker)
+    assert tracker.collections is True
+    assert tracker.buffer_size == 1048576
+    mutation = next(m for m, _ in results if m.opcode_name == "DCP_MUTATION")
+    assert mutation.record()["collection_id"] == 8
+    assert mutation.record()["key"] == "airline_10"
+
+
+def test_responses_carry_latency_and_the_rollback_story() -> None:
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    results = replay(SAMPLE.read_bytes(), tracker)
+    hello_response = results[1][1]
+    assert hello_response.fields["latency_ms"] == 1.0
+    rollback = [note for msg, note in results if "rollback" in names(note)]
+    assert len(rollback) == 2  # the Rollback answer, then the successful retry
+    assert "roll back to 200" in rollback[0].diagnostics[0].message
+    assert "after rolling back to 200" in rollback[1].diagnostics[0].message
+    end = next(note for msg, note in results if msg.opcode_name == "DCP_STREAM_END")
+    assert "Ok" in end.diagnostics[0].message
+    assert "3 items" in end.diagnostics[0].message
+
+
+def test_clean_stream_has_no_seqno_findings() -> None:
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    for _, note in replay(SAMPLE.read_bytes(), tracker):
+        assert not {"seqno_outside_snapshot", "seqno_backwards", "item_before_marker"} & set(names(note))
+
+
+def test_capture_started_midstream_says_collections_are_unknown() -> None:
+    data = SAMPLE.read_bytes()
+    start = data.index(bytes.fromhex("8057"))  # first mutation: HELLO and the stream request were missed
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=False)
+    results = replay(data[start:], tracker)
+    assert tracker.collections is None
+    assert "collections_unknown" in names(results[0][1])
+    assert "collection_id" not in results[0][0].record()
+
+
+def test_seqno_checks_fire() -> None:
+    data = bytearray(SAMPLE.read_bytes())
+    # make the second mutation's by_seqno 150: outside the snapshot 200-203 and backwards
+    second = data.index(bytes.fromhex("8057"), data.index(bytes.fromhex("8057")) + 1)
+    data[second + 24:second + 32] = (150).to_bytes(8, "big")
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    found = [n for _, note in replay(bytes(data), tracker) for n in names(note)]
+    assert "seqno_outside_snapshot" in found
+    assert "seqno_backwards" in found
+
+
+def test_flow_control_overrun_is_reported() -> None:
+    data = SAMPLE.read_bytes().replace(b"1048576", b"0000100")
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    found = [n for _, note in replay(data, tracker) for n in names(note)]
+    assert tracker.buffer_size == 100
+    assert "flow_control_exceeded" in found
