@@ -78,16 +78,13 @@ class Message:
     # cheaper way to build hundreds of thousands of messages a second.
     diagnostics: list[Diagnostic] | tuple[()] = ()
     frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
-    spec: MessageSpec | None = None
-    variant: Variant | None = None
+    plan: _Plan | None = None  # the registry row and layout this header shape resolved to
     framing_extras_length: int = 0
     _extras: dict[str, int] | None = None
     _extras_values: tuple[int, ...] | None = None
-    _extras_names: tuple[str, ...] = ()
     _record: dict[str, Any] | None = None
     header: tuple[int, ...]
     key_length: int
-    extras_offset: int
     key_offset: int
     value_offset: int
     body_end: int
@@ -132,10 +129,23 @@ class Message:
         return int(self.header[8])
 
     @property
+    def spec(self) -> MessageSpec | None:
+        return self.plan.spec if self.plan is not None else None
+
+    @property
+    def variant(self) -> Variant | None:
+        return self.plan.variant if self.plan is not None else None
+
+    @property
+    def extras_offset(self) -> int:
+        return HEADER_LENGTH + self.framing_extras_length
+
+    @property
     def extras(self) -> dict[str, int] | None:
         """Extras fields by name (built on first use from the unpacked tuple)."""
         if self._extras is None and self._extras_values is not None:
-            self._extras = dict(zip(self._extras_names, self._extras_values, strict=True))
+            assert self.plan is not None
+            self._extras = dict(zip(self.plan.names, self._extras_values, strict=True))
         return self._extras
 
     @property
@@ -250,6 +260,8 @@ class _Plan:
     nmeta_index: int  # position of nmeta in the extras tuple, or -1
     by_seqno_index: int
     flag_checks: tuple[tuple[str, int], ...]  # (field, mask of defined bits)
+    simple: bool  # declared layout, size equal to the header's extras length, no note
+    item_checks: bool  # nmeta, by_seqno or flags to check
 
 
 _PLANS: dict[tuple[str, int, int, int, int, int, int, int], _Plan] = {}
@@ -284,7 +296,9 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
                  spec is not None and spec.type_field == "datatype",
                  names.index("nmeta") if "nmeta" in names else -1,
                  names.index("by_seqno") if document and "by_seqno" in names else -1,
-                 tuple(flag_checks))
+                 tuple(flag_checks),
+                 layout is not None and variant is not None and variant.note is None and layout.size == extlen,
+                 bool(flag_checks) or "nmeta" in names or (document and "by_seqno" in names))
     if len(_PLANS) < _PLAN_LIMIT:
         _PLANS[key] = plan
     return plan
@@ -303,7 +317,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     if n < HEADER_LENGTH:
         _header(msg, raw + bytes(HEADER_LENGTH - n))
         msg.add("truncated", f"packet has {n} bytes, shorter than the 24-byte header", 0, n)
-        msg.key_offset = msg.value_offset = msg.body_end = msg.extras_offset = n
+        msg.key_offset = msg.value_offset = msg.body_end = n
         return msg
     magic, opcode, keylen, extlen, datatype, word, total, _, _ = msg.header = HEADER.unpack_from(raw)
     fe = 0
@@ -328,45 +342,30 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     # value presence in the UPR draft (whose rows are selected by them). Requests' vbuckets and datatypes
     # would otherwise multiply the shapes.
     byte0 = raw[pos] if extlen == 1 and pos < n else -1
-    if options.dialect.layout_authoritative:
+    dialect = options.dialect
+    if dialect.layout_authoritative:
         has_value = 1 if total - fe - extlen - keylen > 0 or (
             options.lenient and body_end > pos + extlen + keylen) else 0
         type_key = datatype
     else:
         has_value = type_key = 0
     word_key = word if magic in RESPONSE_MAGICS else 0
-    plan = _PLANS.get((options.dialect.name, magic, opcode, extlen, word_key, type_key, byte0, has_value))
-    if plan is None:
-        plan = _plan(options.dialect, magic, opcode, extlen, word_key, type_key, byte0, has_value)
-    msg.spec = plan.spec
-    variant = msg.variant = plan.variant
-    msg.extras_offset = pos
+    key = (dialect.name, magic, opcode, extlen, word_key, type_key, byte0, has_value)
+    plan = _PLANS.get(key) or _plan(dialect, *key[1:])
+    msg.plan = plan
+    variant = plan.variant
     size = plan.extras_size
-    if variant is None:
+    if plan.simple and pos + size <= body_end:
+        # the common case: a declared layout matching the header, nothing else to say about it
+        values = msg._extras_values = plan.unpack(raw, pos)
+        if plan.item_checks:
+            nmeta, by_seqno = plan.nmeta_index, plan.by_seqno_index
+            if (nmeta >= 0 and values[nmeta]) or (by_seqno >= 0 and not values[by_seqno]) or plan.flag_checks:
+                _item_checks(msg, plan, values, pos)
+    elif variant is None:
         _unplanned(msg, plan.spec, extlen)
     else:
-        if size != extlen:
-            msg.add("extras_length_mismatch", f"header extras length {extlen}, the documented "
-                    f"{variant.name} layout has {size} bytes; decoded as documented", 4, 1)
-        if plan.unpack is not None:
-            if pos + size <= body_end:
-                values = msg._extras_values = plan.unpack(raw, pos)
-                msg._extras_names = plan.names
-                if plan.nmeta_index >= 0 and values[plan.nmeta_index]:
-                    msg.add("nmeta_not_zero", f"nmeta is {values[plan.nmeta_index]}; servers reject "
-                            "extended meta", pos + 16 if opcode == 0x58 else pos + 28, 2)
-                if plan.by_seqno_index >= 0 and not values[plan.by_seqno_index]:
-                    msg.add("by_seqno_zero", "by_seqno 0 is invalid", pos, 8)
-                for name, mask in plan.flag_checks:
-                    flags = values[plan.names.index(name)]
-                    if flags & ~mask:
-                        msg.add("unknown_flags", f"{name} 0x{flags:x} has undefined bits "
-                                f"0x{flags & ~mask:x}", pos, 4)
-            else:
-                msg.add("truncated", f"extras need {size} bytes, {max(body_end - pos, 0)} present", pos,
-                        max(body_end - pos, 0))
-        if variant.note is not None:
-            msg.add(*variant.note)
+        _extras(msg, plan, variant, raw, pos, body_end)
     key_offset = pos + size
     key_offset = min(key_offset, body_end)
     value_offset = key_offset + keylen
@@ -389,6 +388,35 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         msg.add("invalid_deletion_datatype", f"datatype 0x{datatype:02x} is not allowed on a deletion",
                 5, 1)
     return msg
+
+
+def _item_checks(msg: Message, plan: _Plan, values: tuple[int, ...], pos: int) -> None:
+    if plan.nmeta_index >= 0 and values[plan.nmeta_index]:
+        msg.add("nmeta_not_zero", f"nmeta is {values[plan.nmeta_index]}; servers reject extended meta",
+                pos + 16 if msg.opcode == 0x58 else pos + 28, 2)
+    if plan.by_seqno_index >= 0 and not values[plan.by_seqno_index]:
+        msg.add("by_seqno_zero", "by_seqno 0 is invalid", pos, 8)
+    for name, mask in plan.flag_checks:
+        flags = values[plan.names.index(name)]
+        if flags & ~mask:
+            msg.add("unknown_flags", f"{name} 0x{flags:x} has undefined bits 0x{flags & ~mask:x}", pos, 4)
+
+
+def _extras(msg: Message, plan: _Plan, variant: Variant, raw: bytes, pos: int, body_end: int) -> None:
+    """The general path: documented size differs from the header's, notes, extras cut short."""
+    size, extlen = plan.extras_size, msg.extras_length
+    if size != extlen:
+        msg.add("extras_length_mismatch", f"header extras length {extlen}, the documented "
+                f"{variant.name} layout has {size} bytes; decoded as documented", 4, 1)
+    if plan.unpack is not None:
+        if pos + size <= body_end:
+            values = msg._extras_values = plan.unpack(raw, pos)
+            _item_checks(msg, plan, values, pos)
+        else:
+            msg.add("truncated", f"extras need {size} bytes, {max(body_end - pos, 0)} present", pos,
+                    max(body_end - pos, 0))
+    if variant.note is not None:
+        msg.add(*variant.note)
 
 
 def _presence(msg: Message, part: str, rule: Presence, offset: int, length: int) -> None:
@@ -469,7 +497,7 @@ def _record(msg: Message) -> dict[str, Any]:
         if stream_id is not None:
             rec["stream_id"] = stream_id
     if msg._extras_values is not None:
-        rec.update(zip(msg._extras_names, msg._extras_values, strict=True))
+        rec.update(zip(msg.plan.names, msg._extras_values, strict=True))  # type: ignore[union-attr]
     elif msg.key_offset > msg.extras_offset:
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     variant = msg.variant
