@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable
 from typing import Any, TextIO
+
+import orjson
 
 # Version of the record contract documented in the README and dcpctl(1); bump on any key change.
 SCHEMA_VERSION = 1
@@ -23,7 +24,8 @@ def to_base64(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    # orjson: several times faster than the json module on records (benchmarks/README.md); u64 safe
+    return orjson.dumps(record).decode()
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
@@ -40,7 +42,7 @@ def write_json(records: Iterable[dict[str, Any]], out: TextIO) -> int:
     out.write("[")
     for record in records:
         out.write(",\n" if count else "\n")
-        out.write(json.dumps(record, ensure_ascii=False, indent=2))
+        out.write(orjson.dumps(record, option=orjson.OPT_INDENT_2).decode())
         count += 1
     out.write("\n]\n" if count else "]\n")
     return count
