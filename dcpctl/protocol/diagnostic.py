@@ -16,6 +16,7 @@ NOTE: Final = "note"
 CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     # framing and header
     "unknown_magic": (ERROR, "first byte is not a known magic"),
+    "unknown_request_type": (WARNING, "UPR draft: the request/message type byte is not defined for the opcode"),
     "unknown_opcode": (NOTE, "opcode unknown to this dialect; body kept raw"),
     "body_length_mismatch": (ERROR, "total body length disagrees with the bytes present"),
     "truncated": (ERROR, "the packet ends before its declared length"),

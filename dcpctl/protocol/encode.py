@@ -78,7 +78,7 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
 
     framing = _framing(rec, response)
     variant = _variant(spec, rec, magic, word, type_byte)
-    if spec is not None and variant is None and "extras" not in rec:
+    if spec is not None and variant is None and "extras" not in rec and "extras_length" not in rec:
         needed = [n for n in (spec.variants[0].layout.names if spec.variants[0].layout else ()) if n not in rec]
         raise EncodeError(f"no {spec.name} layout fits the record"
                           + (f"; {spec.variants[0].name} needs {', '.join(needed)}" if needed else "")
@@ -135,8 +135,11 @@ def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int, word:
         for name in _grammar_fields(v))) else 0
     if "extras_length" in rec:
         byte0 = _int(rec, "marker_version", -1)
-        return select_variant(spec, magic, _int(rec, "extras_length"), word, type_byte, byte0,
-                              has_value)
+        chosen = select_variant(spec, magic, _int(rec, "extras_length"), word, type_byte, byte0, has_value)
+        if chosen is None or chosen.layout is None or all(n in rec for n in chosen.layout.names):
+            return chosen
+        # the header's extras length disagrees with the fields given (a document's erratum decoded as
+        # documented): the fields decide, the header keeps its own length
     # A hand-written record: the row that explains most of the given fields, all its extras given.
     best: tuple[int, Variant] | None = None
     for variant in spec.variants:

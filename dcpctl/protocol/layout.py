@@ -100,9 +100,12 @@ def spans(msg: Message) -> list[FieldSpan]:
     pos = msg.extras_offset
     layout = variant.layout if variant else None
     if layout is not None and msg.extras is not None:
+        present = max(0, min(layout.size, msg.body_end - pos))
+        padded = raw[pos:pos + present] + bytes(layout.size - present)  # extras cut short: fields that fit
         out.extend(FieldSpan("extras", span.path, span.path, span.offset, span.length, span.value,
                              _meaning(msg, span.path, span.value))
-                   for span in walk.spans(layout.grammar, raw[pos:pos + layout.size], base=pos))
+                   for span in walk.spans(layout.grammar, padded, base=pos)
+                   if span.offset + span.length <= pos + present)
     elif msg.key_offset > pos:
         out.append(FieldSpan("extras", "extras", "extras (raw)", pos, msg.key_offset - pos,
                              raw[pos:msg.key_offset].hex()))

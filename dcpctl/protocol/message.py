@@ -83,6 +83,7 @@ class Message:
     _extras: dict[str, int] | None = None
     _extras_values: tuple[int, ...] | None = None
     _record: dict[str, Any] | None = None
+    _partial_extras: bool = False  # extras cut short: the record keeps them raw as well
     header: tuple[int, ...]
     key_length: int
     key_offset: int
@@ -352,6 +353,8 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     word_key = word if magic in RESPONSE_MAGICS else 0
     key = (dialect.name, magic, opcode, extlen, word_key, type_key, byte0, has_value)
     plan = _PLANS.get(key) or _plan(dialect, *key[1:])
+    if options.lenient and n != HEADER_LENGTH + total and plan.spec is not None:
+        plan = _surplus_plan(msg, plan, key, n - HEADER_LENGTH - total)
     msg.plan = plan
     variant = plan.variant
     size = plan.extras_size
@@ -369,12 +372,14 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     key_offset = pos + size
     key_offset = min(key_offset, body_end)
     value_offset = key_offset + keylen
+    cut_short = body_end < HEADER_LENGTH + total  # already said: truncated / body_length_mismatch
     if value_offset > body_end:
-        msg.add("lengths_exceed_body", f"key length {keylen} runs past the body", 2, 2)
+        if not cut_short:
+            msg.add("lengths_exceed_body", f"key length {keylen} runs past the body", 2, 2)
         value_offset = body_end
     msg.key_offset = key_offset
     msg.value_offset = value_offset
-    if variant is None:
+    if variant is None or cut_short:
         return msg
     rule = plan.key_rule
     if rule is not Presence.OPTIONAL and (rule is Presence.REQUIRED) != (value_offset > key_offset):
@@ -388,6 +393,21 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         msg.add("invalid_deletion_datatype", f"datatype 0x{datatype:02x} is not allowed on a deletion",
                 5, 1)
     return msg
+
+
+def _surplus_plan(msg: Message, plan: _Plan, key: tuple[Any, ...], surplus: int) -> _Plan:
+    """A standalone packet with more bytes than its lengths say: if the extras length plus the surplus is
+    a documented layout, the header's extras length is the error (seed 000's 48-byte stream request says
+    0x28), so decode that layout; the mismatch becomes an extras_length_mismatch diagnostic."""
+    if surplus <= 0:
+        return plan
+    dialect = msg.options.dialect
+    other = _plan(dialect, key[1], key[2], key[3] + surplus, key[4], key[5], key[6], key[7])
+    if other.variant is None or other.unpack is None:
+        return plan
+    return _Plan(other.spec, other.variant, other.extras_size, other.unpack, other.names, other.key_rule,
+                 other.value_rule, other.check_datatype, other.nmeta_index, other.by_seqno_index,
+                 other.flag_checks, False, other.item_checks)
 
 
 def _item_checks(msg: Message, plan: _Plan, values: tuple[int, ...], pos: int) -> None:
@@ -413,8 +433,17 @@ def _extras(msg: Message, plan: _Plan, variant: Variant, raw: bytes, pos: int, b
             values = msg._extras_values = plan.unpack(raw, pos)
             _item_checks(msg, plan, values, pos)
         else:
-            msg.add("truncated", f"extras need {size} bytes, {max(body_end - pos, 0)} present", pos,
-                    max(body_end - pos, 0))
+            present = max(body_end - pos, 0)
+            msg.add("truncated", f"extras need {size} bytes, {present} present; the fields that fit are "
+                    "shown", pos, present)
+            layout = variant.layout
+            assert layout is not None
+            fields = {}
+            for span in walk.spans(layout.grammar, raw[pos:pos + size] + bytes(size - present)):
+                if span.offset + span.length <= present:
+                    fields[span.path] = span.value
+            msg._extras = fields
+            msg._partial_extras = True
     if variant.note is not None:
         msg.add(*variant.note)
 
@@ -434,7 +463,11 @@ def _length_mismatch(msg: Message, n: int, body_end: int) -> None:
 
 
 def _unplanned(msg: Message, spec: MessageSpec | None, extlen: int) -> None:
-    if spec is not None:
+    if spec is not None and spec.type_field != "datatype":
+        defined = ", ".join(f"{w[1]} {v.label}" for v in spec.variants for w in v.when if w[0] == spec.type_field)
+        msg.add("unknown_request_type", f"{spec.name} {spec.type_field} {msg.datatype} is not defined "
+                f"(the draft defines {defined})", 5, 1)
+    elif spec is not None:
         allowed = sorted({v.extras_length for v in spec.variants})
         msg.add("illegal_extras_length", f"{spec.name} with extras length {extlen}; the layouts allow "
                 + ", ".join(str(a) for a in allowed), 4, 1)
@@ -498,6 +531,9 @@ def _record(msg: Message) -> dict[str, Any]:
             rec["stream_id"] = stream_id
     if msg._extras_values is not None:
         rec.update(zip(msg.plan.names, msg._extras_values, strict=True))  # type: ignore[union-attr]
+    elif msg._partial_extras and msg._extras is not None:
+        rec.update(msg._extras)
+        rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     elif msg.key_offset > msg.extras_offset:
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     variant = msg.variant
@@ -510,7 +546,7 @@ def _record(msg: Message) -> dict[str, Any]:
 
 def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:
     key = msg.key
-    if not key and kind in (KeyKind.NONE, KeyKind.TEXT, KeyKind.DOCUMENT):
+    if not key:
         return
     if kind is KeyKind.DOCUMENT and msg.options.collections:
         prefix = leb128_decode(key)
@@ -578,7 +614,7 @@ def _document(msg: Message, rec: dict[str, Any], value: bytes) -> None:
         inflated = snappy_decompress(value)
         if isinstance(inflated, str):
             msg.add("bad_snappy", inflated, start, len(value))
-            rec["value"] = value.hex()
+            rec["value_compressed"] = rec["value"] = value.hex()
             rec["value_encoding"] = "hex"
             return
         rec["value_compressed"] = value.hex()

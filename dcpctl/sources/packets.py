@@ -27,6 +27,7 @@ Item = Message | Skipped
 
 
 def _looks_binary(head: bytes) -> bool:
+    """Binary unless it is UTF-8 text without C0 control characters other than whitespace."""
     if not head:
         return False
     try:
@@ -37,7 +38,7 @@ def _looks_binary(head: bytes) -> bool:
             text = head[:-3].decode("utf-8")
         except UnicodeDecodeError:
             return True
-    return any(not (c.isprintable() or c in "\t\r\n\f\v") for c in text)
+    return any((ord(c) < 0x20 and c not in "\t\r\n\f\v") or c == "\x7f" for c in text)
 
 
 def read_items(stream: BinaryIO, options: DecodeOptions,
