@@ -1,0 +1,51 @@
+"""Every command has a man page that names each of its options; dcpctl(1) lists every exit code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from dcpctl.cli import app
+from dcpctl.exitcode import ExitCode
+
+MAN = Path(__file__).resolve().parents[1] / "man"
+
+
+def _commands() -> list[tuple[str, object]]:
+    root = typer.main.get_command(app)
+    out = []
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            out += [(f"{name} {sub}", cmd) for sub, cmd in subcommands.items()]
+        else:
+            out.append((name, command))
+    return out
+
+
+def _page(name: str) -> str:
+    return (MAN / f"dcpctl-{name.split(maxsplit=1)[0]}.1").read_text().replace("\\-", "-")
+
+
+@pytest.mark.parametrize(("name", "command"), _commands(), ids=[n for n, _ in _commands()])
+def test_every_option_is_documented(name: str, command: object) -> None:
+    page = _page(name)
+    for param in command.params:  # type: ignore[attr-defined]
+        for option in [*param.opts, *param.secondary_opts]:
+            if option.startswith("--"):
+                assert option in page, f"{option} of dcpctl {name} is not in its man page"
+
+
+def test_every_exit_code_is_documented() -> None:
+    page = (MAN / "dcpctl.1").read_text()
+    documented = {int(m) for m in re.findall(r"^\.B (\d+)$", page, re.MULTILINE)}
+    assert documented == {int(code) for code in ExitCode}
+
+
+def test_every_command_is_listed_in_dcpctl_1() -> None:
+    page = (MAN / "dcpctl.1").read_text().replace("\\-", "-")
+    for name, _ in _commands():
+        assert f"dcpctl-{name.split()[0]}" in page
