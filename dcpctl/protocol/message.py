@@ -14,6 +14,7 @@ then ``lenient`` decoding takes the bytes present as the body and says so in a d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass
@@ -405,9 +406,7 @@ def _surplus_plan(msg: Message, plan: _Plan, key: tuple[Any, ...], surplus: int)
     other = _plan(dialect, key[1], key[2], key[3] + surplus, key[4], key[5], key[6], key[7])
     if other.variant is None or other.unpack is None:
         return plan
-    return _Plan(other.spec, other.variant, other.extras_size, other.unpack, other.names, other.key_rule,
-                 other.value_rule, other.check_datatype, other.nmeta_index, other.by_seqno_index,
-                 other.flag_checks, False, other.item_checks)
+    return dataclasses.replace(other, simple=False)  # the header's length differs: the general path
 
 
 def _item_checks(msg: Message, plan: _Plan, values: tuple[int, ...], pos: int) -> None:
