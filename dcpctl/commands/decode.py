@@ -1,0 +1,160 @@
+"""``dcpctl decode``: captures (pcap, pcapng) to annotated DCP messages, with filters and a summary."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Annotated
+
+import typer
+
+from dcpctl.commands.common import (
+    Base64Option,
+    CollectionsOption,
+    DialectName,
+    DialectOption,
+    MaxBodyOption,
+    ShowSecretsOption,
+    StrictOption,
+    dialect_of,
+    env_of,
+)
+from dcpctl.dcp.filterexpr import FilterError, compile_filter
+from dcpctl.dcp.summary import Summary
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.diagnostic import Diagnostic
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.render.output import Format, emit
+from dcpctl.render.summary import print_summary
+from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.pcap import CaptureError, read_segments
+
+Item = Message | Skipped | Diagnostic
+
+
+def parse_ranges(values: list[str]) -> set[int]:
+    """``0-15,32,40-41`` (repeatable) -> the set of numbers."""
+    out: set[int] = set()
+    for value in values:
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            try:
+                first, last = int(low, 0), int(high or low, 0)
+            except ValueError:
+                raise CommandError(f"not a number or range: {part!r}", ExitCode.USAGE) from None
+            out.update(range(first, last + 1))
+    return out
+
+
+def expand(paths: list[str]) -> list[str]:
+    out: list[str] = []
+    for path in paths:
+        matches = sorted(glob.glob(path)) if any(c in path for c in "*?[") else [path]
+        if not matches:
+            raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
+        out.extend(matches)
+    return out
+
+
+def decode(
+    ctx: typer.Context,
+    files: Annotated[list[str], typer.Argument(help="Capture files (pcap or pcapng), globs, or - for stdin.")],
+    fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
+                                               "terminal, jsonl when piped).")] = None,
+    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
+                                                   "(repeatable; default 11210).")] = None,
+    vbucket: Annotated[list[str] | None, typer.Option("--vbucket", help="Only these vbuckets: 0-15,32 "
+                                                      "(repeatable).")] = None,
+    opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
+                                                     "name or glob (DCP_*) (repeatable).")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.")] = None,
+    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.")] = None,
+    filter_expr: Annotated[str | None, typer.Option(
+        "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
+        "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).")] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="Print a table per connection and vbucket "
+                                          "(messages only with --format).")] = False,
+    dialect: DialectOption = DialectName.DCP,
+    collections: CollectionsOption = None,
+    show_secrets: ShowSecretsOption = False,
+    max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    strict: StrictOption = False,
+    base64: Base64Option = False,
+) -> None:
+    """Decode DCP traffic from captures: TCP reassembly, negotiated state, stream checks, filters.
+
+    Each message carries ts, connection (client:port > server:port), direction and the frames it came from.
+    """
+    env = env_of(ctx)
+    options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
+    ports = frozenset(port or [11210])
+    try:
+        predicate = compile_filter(filter_expr) if filter_expr else None
+    except FilterError as exc:
+        raise CommandError(f"--filter: {exc}", ExitCode.USAGE) from None
+    vbuckets = parse_ranges(vbucket) if vbucket else None
+    opcodes = [o.upper() for o in opcode] if opcode else None
+    key_match = _key_matcher(key)
+    stream_ids = set(stream_id) if stream_id else None
+    tally = Summary() if summary else None
+
+    def wanted(msg: Message) -> bool:
+        record = msg.record()
+        if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
+            return False
+        if opcodes is not None and not any(fnmatch.fnmatchcase(record["opcode"], o) for o in opcodes):
+            return False
+        if key_match is not None and not (isinstance(record.get("key"), str) and key_match(record["key"])):
+            return False
+        if stream_ids is not None and record.get("stream_id") not in stream_ids:
+            return False
+        return predicate is None or predicate(record)
+
+    def items() -> Iterator[Item]:
+        shown = 0
+        for path in expand(files):
+            try:
+                for item in decode_segments(read_segments(path, ports), options, ports, max_body_length):
+                    if isinstance(item, Message):
+                        if not wanted(item):
+                            continue
+                        if tally is not None:
+                            tally.add(item.record(), len(item.raw))
+                        shown += 1
+                    yield item
+                    if count is not None and shown >= count:
+                        return
+            except (CaptureError, FileNotFoundError) as exc:
+                raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+
+    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    if summary and fmt is None:
+        stats = emit(_only_notices(items()), output, env)
+        print_summary(tally or Summary(), env.console())
+    else:
+        stats = emit(items(), output, env, base64=base64)
+        if tally is not None:
+            print_summary(tally, env.error_console())
+    if strict and not stats.clean:
+        raise typer.Exit(ExitCode.DIAGNOSTICS)
+
+
+def _only_notices(items: Iterable[Item]) -> Iterator[Item]:
+    for item in items:
+        if not isinstance(item, Message):
+            yield item
+
+
+def _key_matcher(pattern: str | None) -> Callable[[str], object] | None:
+    if pattern is None:
+        return None
+    if len(pattern) > 1 and pattern.startswith("/") and pattern.endswith("/"):
+        try:
+            return re.compile(pattern[1:-1]).search
+        except re.error as exc:
+            raise CommandError(f"--key: bad regex: {exc}", ExitCode.USAGE) from None
+    return lambda key: fnmatch.fnmatchcase(key, pattern)

@@ -1,0 +1,150 @@
+"""Captured traffic to annotated messages: TCP segments -> reassembly -> framing -> decoding -> state.
+
+Theory of operation. Segments from the pcap reader go through the reassembler, which hands over each
+connection direction's bytes in order. Each direction has its own framer; a gap in the capture resets it
+into resynchronising mode and the next message carries a ``capture_gap`` diagnostic. Every message is
+decoded with the options its connection's tracker gives (collections as negotiated), annotated with the
+capture time of its first byte, its connection, direction and the frame numbers it came from, and then
+observed by the tracker. Connection-level findings (a TLS port, the capture ending inside a packet) come
+out as :class:`Diagnostic` notices for standard error.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.constants import MAGIC_CLASS
+from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.sources.pcap import CaptureNotice, TcpSegment
+from dcpctl.sources.tcp import ConnectionId, Reassembler, StreamData, StreamEvent
+
+# Byte ranges remembered per direction to name the frames a message came from; older ones are dropped
+# once the framer has consumed them, so this only bounds pathological captures.
+MAX_SPANS: Final = 65536
+
+
+@dataclass
+class _Direction:
+    framer: Framer
+    spans: deque[tuple[int, int, float, tuple[int, ...]]] = field(default_factory=deque)
+    gap: str | None = None  # a gap not yet reported on a message
+
+
+@dataclass
+class _Connection:
+    tracker: ConnectionTracker
+    directions: dict[bool, _Direction]
+
+
+Item = Message | Skipped | Diagnostic
+
+
+class CaptureDecoder:
+    """Stateful: feed it segments and notices, get messages and notices back (see the module docstring)."""
+
+    def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> None:
+        self.options = options
+        self.max_body_length = max_body_length
+        self.reassembler = Reassembler(server_ports)
+        self.connections: dict[ConnectionId, _Connection] = {}
+        self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
+
+    def _framer(self, synced: bool) -> Framer:
+        return Framer(self.max_body_length, self.known_opcodes, synced)
+
+    def _connection(self, conn: ConnectionId, from_start: bool) -> _Connection:
+        found = self.connections.get(conn)
+        if found is None:
+            found = _Connection(ConnectionTracker(self.options, from_start),
+                                {True: _Direction(self._framer(from_start)),
+                                 False: _Direction(self._framer(from_start))})
+            self.connections[conn] = found
+        return found
+
+    def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item]:
+        if isinstance(item, CaptureNotice):
+            name = item.name if item.name in ("tls_port",) else "capture_gap"
+            yield diagnostic(name, f"frame {item.frame}: {item.message}")
+            return
+        for event in self.reassembler.push(item):
+            yield from self._event(event)
+
+    def finish(self) -> Iterator[Item]:
+        for event in self.reassembler.flush():
+            yield from self._event(event)
+        for conn, state in self.connections.items():
+            for from_client, direction in state.directions.items():
+                offset, tail = direction.framer.remainder()
+                if tail:
+                    yield from self._emit(conn, state, from_client, direction, tail, offset)
+
+    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
+        if isinstance(event, StreamEvent):
+            state = self._connection(event.conn, event.name == "connection_open")
+            if event.name in ("gap", "reassembly_overflow", "snaplen_truncated") and event.from_client is not None:
+                direction = state.directions[event.from_client]
+                offset, tail = direction.framer.remainder()
+                if tail:
+                    yield from self._emit(event.conn, state, event.from_client, direction, tail, offset)
+                direction.framer = self._framer(synced=False)
+                direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
+                yield diagnostic("capture_gap", f"{event.conn.label()} "
+                                 f"{'client>server' if event.from_client else 'server>client'}: {event.message}")
+            return
+        state = self._connection(event.conn, from_start=False)
+        direction = state.directions[event.from_client]
+        if len(direction.spans) >= MAX_SPANS:
+            direction.spans.popleft()
+        direction.spans.append((event.offset, event.offset + len(event.data), event.ts, event.frames))
+        framer = direction.framer
+        framer.feed(event.data)
+        for item in framer.events():
+            if isinstance(item, Skipped):
+                yield item
+                continue
+            yield from self._emit(event.conn, state, event.from_client, direction, item.data, item.offset)
+
+    def _emit(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
+              data: bytes, offset: int) -> Iterator[Item]:
+        if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
+            yield Skipped(offset, len(data), "truncated")
+            return
+        end = offset + len(data)
+        ts = 0.0
+        frames: list[int] = []
+        spans = direction.spans
+        while spans and spans[0][1] <= offset:
+            spans.popleft()
+        for start, stop, span_ts, span_frames in spans:
+            if start >= end:
+                break
+            if stop > offset:
+                if not frames:
+                    ts = span_ts
+                frames.extend(f for f in span_frames if f not in frames)
+        msg = decode(data, offset, state.tracker.options())
+        note = state.tracker.observe(msg, from_client, ts)
+        diags = list(note.diagnostics)
+        if direction.gap is not None:
+            diags.insert(0, diagnostic("capture_gap", direction.gap))
+            direction.gap = None
+        first = {"ts": ts, "connection": conn.label(),
+                 "direction": "client>server" if from_client else "server>client", "frames": frames}
+        msg.annotate(first, note.fields, diags)
+        yield msg
+
+
+def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+                    server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH
+                    ) -> Iterator[Item]:
+    decoder = CaptureDecoder(options, server_ports, max_body_length)
+    for item in items:
+        yield from decoder.feed(item)
+    yield from decoder.finish()

@@ -1,0 +1,207 @@
+"""Reading captures through pcapy-ng (libpcap): pcap and pcapng files, standard input, live interfaces.
+
+Each frame is taken apart down to TCP: link layer (Ethernet with VLAN tags, Linux cooked SLL and SLL2, raw
+IP, BSD null/loopback), IPv4 or IPv6 (extension headers skipped), TCP. Only segments to or from the
+decoded ports come out, as :class:`TcpSegment`; what cannot be decoded comes out once, as a
+:class:`CaptureNotice` (a TLS port per connection, an unknown link type, a capture file cut short), and
+reading carries on wherever it can.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pcapy
+
+# Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
+DLT_NULL: Final = 0
+DLT_EN10MB: Final = 1
+DLT_RAW_12: Final = 12
+DLT_RAW_14: Final = 14
+DLT_LOOP: Final = 108
+LINKTYPE_RAW: Final = 101
+LINKTYPE_LINUX_SLL: Final = 113
+LINKTYPE_LINUX_SLL2: Final = 276
+VLAN_TYPES: Final = frozenset({0x8100, 0x88A8, 0x9100})
+IPV6_EXTENSIONS: Final = frozenset({0, 43, 60})  # hop-by-hop, routing, destination options
+IPV6_FRAGMENT: Final = 44
+TCP: Final = 6
+# Live capture: long enough for a whole segment; promiscuous off; 100 ms read timeout so Ctrl-C is seen.
+LIVE_SNAPLEN: Final = 262144
+LIVE_TIMEOUT_MS: Final = 100
+
+
+class CaptureError(ValueError):
+    """The capture cannot be opened at all (not a capture file, no such interface, no privileges)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TcpSegment:
+    ts: float
+    frame: int  # 1-based frame number in the file
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    seq: int
+    ack: int
+    flags: int
+    payload: bytes
+    truncated: bool  # the snap length cut the payload
+    wire_length: int  # payload length on the wire
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureNotice:
+    frame: int
+    ts: float
+    name: str
+    message: str
+
+
+def _address(raw: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def _network(linktype: int, data: bytes) -> tuple[int, int] | None:
+    """(ethertype-like protocol, offset of the IP header) for a frame, or None when not IP."""
+    if linktype == DLT_EN10MB:
+        offset, ethertype = 14, struct.unpack_from("!H", data, 12)[0] if len(data) >= 14 else 0
+        while ethertype in VLAN_TYPES and len(data) >= offset + 4:
+            ethertype = struct.unpack_from("!H", data, offset + 2)[0]
+            offset += 4
+        return ethertype, offset
+    if linktype == LINKTYPE_LINUX_SLL:
+        return (struct.unpack_from("!H", data, 14)[0], 16) if len(data) >= 16 else None
+    if linktype == LINKTYPE_LINUX_SLL2:
+        return (struct.unpack_from("!H", data, 0)[0], 20) if len(data) >= 20 else None
+    if linktype in (LINKTYPE_RAW, DLT_RAW_12, DLT_RAW_14):
+        if not data:
+            return None
+        return (0x0800 if data[0] >> 4 == 4 else 0x86DD), 0
+    if linktype in (DLT_NULL, DLT_LOOP):
+        if len(data) < 4:
+            return None
+        family = struct.unpack_from("!I" if linktype == DLT_LOOP else "<I", data, 0)[0]
+        if family == 2:
+            return 0x0800, 4
+        if family in (10, 24, 28, 30):
+            return 0x86DD, 4
+        return None
+    return None
+
+
+SUPPORTED_LINKTYPES: Final = frozenset({DLT_EN10MB, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, LINKTYPE_RAW,
+                                        DLT_RAW_12, DLT_RAW_14, DLT_NULL, DLT_LOOP})
+
+
+def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: float) -> TcpSegment | str | None:
+    """A TCP segment, None when the frame is not TCP over IP, or a one-line reason it is malformed."""
+    network = _network(linktype, data)
+    if network is None:
+        return None
+    ethertype, offset = network
+    cut = wire_length - len(data)  # bytes the snap length removed from the frame's end
+    if ethertype == 0x0800:
+        if len(data) < offset + 20:
+            return "IPv4 header cut short"
+        version_ihl, total = data[offset], struct.unpack_from("!H", data, offset + 2)[0]
+        ihl = (version_ihl & 0x0F) * 4
+        fragment = struct.unpack_from("!H", data, offset + 6)[0]
+        if data[offset + 9] != TCP:
+            return None
+        if fragment & 0x1FFF:
+            return "IPv4 fragment (not reassembled)"
+        src, dst = data[offset + 12:offset + 16], data[offset + 16:offset + 20]
+        ip_end = offset + total
+        offset += ihl
+    elif ethertype == 0x86DD:
+        if len(data) < offset + 40:
+            return "IPv6 header cut short"
+        payload_length = struct.unpack_from("!H", data, offset + 4)[0]
+        next_header = data[offset + 6]
+        src, dst = data[offset + 8:offset + 24], data[offset + 24:offset + 40]
+        ip_end = offset + 40 + payload_length
+        offset += 40
+        while next_header in IPV6_EXTENSIONS and len(data) >= offset + 8:
+            next_header, length = data[offset], (data[offset + 1] + 1) * 8
+            offset += length
+        if next_header == IPV6_FRAGMENT:
+            return "IPv6 fragment (not reassembled)"
+        if next_header != TCP:
+            return None
+    else:
+        return None
+    if len(data) < offset + 20:
+        return "TCP header cut short"
+    sport, dport, seq, ack, data_offset, flags = struct.unpack_from("!HHIIBB", data, offset)
+    start = offset + (data_offset >> 4) * 4
+    wire_payload = max(0, ip_end - start)
+    payload = data[start:min(ip_end, len(data))]
+    truncated = len(payload) < wire_payload and cut > 0
+    return TcpSegment(ts, frame, (_address(src), sport), (_address(dst), dport), seq, ack, flags, payload,
+                      truncated, wire_payload)
+
+
+def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int]) -> Iterator[TcpSegment | CaptureNotice]:
+    linktype = reader.datalink()
+    if linktype not in SUPPORTED_LINKTYPES:
+        yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
+        return
+    frame = 0
+    tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
+    malformed_seen: set[str] = set()
+    while True:
+        try:
+            header, data = reader.next()
+        except pcapy.PcapError as exc:
+            yield CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged after frame "
+                                f"{frame}: {exc}")
+            return
+        if header is None:
+            return
+        frame += 1
+        seconds, micros = header.getts()
+        ts = seconds + micros / 1_000_000
+        parsed = parse_frame(linktype, data, header.getlen(), frame, ts)
+        if parsed is None:
+            continue
+        if isinstance(parsed, str):
+            if parsed not in malformed_seen:
+                malformed_seen.add(parsed)
+                yield CaptureNotice(frame, ts, "malformed_frame", f"{parsed} (further ones not reported)")
+            continue
+        if parsed.src[1] in ports or parsed.dst[1] in ports:
+            yield parsed
+        elif parsed.src[1] in tls_ports or parsed.dst[1] in tls_ports:
+            key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
+            if key not in tls_seen:
+                tls_seen.add(key)
+                yield CaptureNotice(frame, ts, "tls_port", f"{parsed.src[0]}:{parsed.src[1]} > "
+                                    f"{parsed.dst[0]}:{parsed.dst[1]} is TLS (port {min(parsed.src[1], parsed.dst[1])})"
+                                    " and cannot be decoded")
+
+
+def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
+                  tls_ports: frozenset[int] = frozenset({11207})) -> Iterator[TcpSegment | CaptureNotice]:
+    """Segments of a capture file (``-`` for standard input)."""
+    try:
+        reader = pcapy.open_offline(path)
+    except pcapy.PcapError as exc:
+        message = str(exc)
+        if "No such file" in message:
+            raise FileNotFoundError("no such file") from None
+        raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
+    yield from _segments(reader, ports, tls_ports - ports)
+
+
+def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),
+              tls_ports: frozenset[int] = frozenset({11207})) -> Iterator[TcpSegment | CaptureNotice]:
+    try:
+        reader = pcapy.open_live(interface, LIVE_SNAPLEN, 0, LIVE_TIMEOUT_MS)
+        reader.setfilter(bpf or " or ".join(f"tcp port {p}" for p in sorted(ports | tls_ports)))
+    except pcapy.PcapError as exc:
+        raise CaptureError(f"cannot capture on {interface}: {exc}") from None
+    yield from _segments(reader, ports, tls_ports - ports)

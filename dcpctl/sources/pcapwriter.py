@@ -1,0 +1,140 @@
+"""Writing captures: classic pcap files of TCP conversations, readable by Wireshark and dcpctl decode.
+
+Used by the tests, the benchmarks and the samples (and later ``dcpctl stream --write``). Frames are
+Ethernet (optionally VLAN-tagged), Linux cooked (SLL) or raw IP carrying IPv4 or IPv6 and TCP with correct
+checksums and sequence numbers, so a capture written here looks to any reader like one taken on a wire.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from typing import BinaryIO, Final
+
+LINKTYPE_NULL: Final = 0
+LINKTYPE_ETHERNET: Final = 1
+LINKTYPE_RAW: Final = 101
+LINKTYPE_LINUX_SLL: Final = 113
+# Large enough for any DCP packet plus headers (a 20 MiB item spans many segments anyway).
+DEFAULT_SNAPLEN: Final = 262144
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+MSS: Final = 1448
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return int(~total & 0xFFFF)
+
+
+class PcapWriter:
+    """A pcap file: global header at creation, one record per frame."""
+
+    def __init__(self, stream: BinaryIO, linktype: int = LINKTYPE_ETHERNET,
+                 snaplen: int = DEFAULT_SNAPLEN) -> None:
+        self.stream = stream
+        self.linktype = linktype
+        self.snaplen = snaplen
+        stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype))
+
+    def write(self, ts: float, frame: bytes) -> None:
+        seconds = int(ts)
+        micros = round((ts - seconds) * 1_000_000)
+        if micros >= 1_000_000:
+            seconds, micros = seconds + 1, micros - 1_000_000
+        kept = frame[:self.snaplen]
+        self.stream.write(struct.pack("<IIII", seconds, micros, len(kept), len(frame)) + kept)
+
+
+class TcpConversation:
+    """One TCP connection written segment by segment with consistent sequence and ack numbers."""
+
+    def __init__(self, writer: PcapWriter, client: tuple[str, int] = ("127.0.0.1", 50123),
+                 server: tuple[str, int] = ("127.0.0.1", 11210), ts: float = 1_700_000_000.0,
+                 vlan: int | None = None, step: float = 0.000_01) -> None:
+        self.writer = writer
+        self.client = client
+        self.server = server
+        self.ts = ts
+        self.step = step
+        self.vlan = vlan
+        self.ipv6 = ipaddress.ip_address(client[0]).version == 6
+        # the server's initial sequence number sits just below 2^32, so its stream wraps early on purpose
+        self.isn = {True: 1_000_000, False: 0xFFFFFF00}
+        self.next = {True: self.isn[True] + 1, False: self.isn[False] + 1}
+
+    def _tick(self, ts: float | None) -> float:
+        if ts is not None:
+            self.ts = ts
+        else:
+            self.ts += self.step
+        return self.ts
+
+    def _frame(self, from_client: bool, seq: int, ack: int, flags: int, payload: bytes) -> bytes:
+        src, dst = (self.client, self.server) if from_client else (self.server, self.client)
+        tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
+                          65535, 0, 0)
+        src_ip, dst_ip = ipaddress.ip_address(src[0]).packed, ipaddress.ip_address(dst[0]).packed
+        length = len(tcp) + len(payload)
+        if self.ipv6:
+            pseudo = src_ip + dst_ip + struct.pack("!IxxxB", length, 6)
+        else:
+            pseudo = src_ip + dst_ip + struct.pack("!xBH", 6, length)
+        check = _checksum(pseudo + tcp + payload)
+        tcp = tcp[:16] + struct.pack("!H", check) + tcp[18:]
+        if self.ipv6:
+            ip = struct.pack("!IHBB", 6 << 28, length, 6, 64) + src_ip + dst_ip
+            ethertype = 0x86DD
+        else:
+            header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + length, 0, 0x4000, 64, 6, 0, src_ip, dst_ip)
+            ip = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
+            ethertype = 0x0800
+        packet = ip + tcp + payload
+        linktype = self.writer.linktype
+        if linktype == LINKTYPE_RAW:
+            return packet
+        if linktype == LINKTYPE_LINUX_SLL:
+            return struct.pack("!HHH8sH", 0 if not from_client else 4, 1, 6, bytes(8), ethertype) + packet
+        if linktype == LINKTYPE_NULL:
+            return struct.pack("<I", 30 if self.ipv6 else 2) + packet
+        macs = bytes.fromhex("020000000002020000000001") if from_client else bytes.fromhex("020000000001020000000002")
+        if self.vlan is not None:
+            return macs + struct.pack("!HHH", 0x8100, self.vlan, ethertype) + packet
+        return macs + struct.pack("!H", ethertype) + packet
+
+    def segment(self, from_client: bool, payload: bytes, offset: int | None = None, flags: int = PSH | ACK,
+                ts: float | None = None) -> None:
+        """One segment; ``offset`` (bytes after the SYN) places it anywhere, without moving the sender on."""
+        base = self.isn[from_client] + 1
+        seq = self.next[from_client] if offset is None else base + offset
+        ack = self.next[not from_client]
+        self.writer.write(self._tick(ts), self._frame(from_client, seq, ack, flags, payload))
+        if offset is None:
+            self.next[from_client] += len(payload) + (1 if flags & (SYN | FIN) else 0)
+
+    def handshake(self) -> None:
+        client_isn, server_isn = self.isn[True], self.isn[False]
+        steps = [(True, client_isn, 0, SYN), (False, server_isn, client_isn + 1, SYN | ACK),
+                 (True, client_isn + 1, server_isn + 1, ACK)]
+        for from_client, seq, ack, flags in steps:
+            self.writer.write(self._tick(None), self._frame(from_client, seq, ack, flags, b""))
+
+    def send(self, from_client: bool, payload: bytes, segment_size: int = MSS, ts: float | None = None) -> None:
+        for start in range(0, len(payload), segment_size):
+            self.segment(from_client, payload[start:start + segment_size], ts=ts if start == 0 else None)
+
+    def skip(self, from_client: bool, length: int) -> None:
+        """Bytes the sender sent that the capture missed."""
+        self.next[from_client] += length
+
+    def position(self, from_client: bool) -> int:
+        """Bytes sent so far in one direction (the next segment's offset)."""
+        return self.next[from_client] - self.isn[from_client] - 1
+
+    def close(self) -> None:
+        self.segment(from_client=True, payload=b"", flags=FIN | ACK)
+        self.segment(from_client=False, payload=b"", flags=FIN | ACK)
+        self.segment(from_client=True, payload=b"", flags=ACK)

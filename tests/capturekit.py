@@ -1,0 +1,44 @@
+"""Building test captures with dcpctl's own encoder and pcap writer."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from dcpctl.protocol.encode import encode
+from dcpctl.sources.pcapwriter import LINKTYPE_ETHERNET, PcapWriter, TcpConversation
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION_JSONL = ROOT / "samples" / "dcp-session.jsonl"
+SERVER_PUSHED = {"DCP_SNAPSHOT_MARKER", "DCP_MUTATION", "DCP_DELETION", "DCP_STREAM_END", "DCP_SYSTEM_EVENT",
+                 "DCP_SEQNO_ADVANCED", "DCP_EXPIRATION"}
+
+
+def from_client(record: dict[str, Any]) -> bool:
+    response = record["magic"] in ("ClientResponse", "AltClientResponse")
+    pushed = record["opcode"] in SERVER_PUSHED or (record["opcode"] == "DCP_NOOP" and not response)
+    return (not response and not pushed) or (response and record["opcode"] == "DCP_NOOP")
+
+
+def session_records() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in SESSION_JSONL.read_text().splitlines() if line.strip()]
+
+
+def session_packets() -> list[tuple[bool, bytes]]:
+    return [(from_client(r), encode(r)) for r in session_records()]
+
+
+def write_capture(packets: list[tuple[bool, bytes]], segment_size: int = 1448, linktype: int = LINKTYPE_ETHERNET,
+                  client: tuple[str, int] = ("127.0.0.1", 50123), server: tuple[str, int] = ("127.0.0.1", 11210),
+                  handshake: bool = True, vlan: int | None = None, snaplen: int = 262144) -> bytes:
+    out = io.BytesIO()
+    writer = PcapWriter(out, linktype, snaplen)
+    conversation = TcpConversation(writer, client, server, vlan=vlan)
+    if handshake:
+        conversation.handshake()
+    for client_side, data in packets:
+        conversation.send(client_side, data, segment_size)
+    conversation.close()
+    return out.getvalue()

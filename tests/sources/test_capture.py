@@ -1,0 +1,267 @@
+"""dcpctl decode on captures built with dcpctl's writer: segmentation, loss, state, and Wireshark as a peer."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capturekit import ROOT, session_packets, session_records, write_capture
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+from dcpctl.sources.pcapwriter import LINKTYPE_LINUX_SLL, LINKTYPE_NULL, LINKTYPE_RAW, PcapWriter, TcpConversation
+
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+
+
+def decode(path: Path, *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False)
+    code = main(["decode", str(path), "-F", "jsonl", *args], env)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
+
+
+def essentials(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    drop = {"ts", "frames", "latency_ms"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in records]
+
+
+def test_sample_capture_is_up_to_date() -> None:
+    assert SAMPLE.read_bytes() == write_capture(session_packets(), segment_size=100)
+
+
+def test_sample_capture_decodes_the_session(tmp_path: Path) -> None:
+    code, records, err = decode(SAMPLE)
+    assert code == ExitCode.OK
+    assert err == ""
+    assert [r["opcode"] for r in records] == [r["opcode"] for r in session_records()]
+    mutation = next(r for r in records if r["opcode"] == "DCP_MUTATION")
+    assert mutation["collection_id"] == 8  # collections negotiated by the HELLO in the capture
+    assert mutation["connection"] == "127.0.0.1:50123 > 127.0.0.1:11210"
+    assert mutation["direction"] == "server>client"
+    assert mutation["frames"]
+    rollback = next(r for r in records if r.get("status") == "Rollback")
+    assert rollback["latency_ms"] >= 0
+    assert any(d["name"] == "rollback" for d in rollback["diagnostics"])
+
+
+@pytest.mark.parametrize("segment_size", [1, 7, 24, 100, 65535])
+def test_segmentation_does_not_change_the_messages(tmp_path: Path, segment_size: int) -> None:
+    path = tmp_path / "c.pcap"
+    path.write_bytes(write_capture(session_packets(), segment_size=segment_size))
+    _, reference, _ = decode(SAMPLE)
+    _, records, err = decode(path)
+    assert essentials(records) == essentials(reference)
+    assert err == ""
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reordered_and_retransmitted_segments(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for from_client, data in session_packets():
+        start = conversation.position(from_client)
+        pieces = [(i, data[i:i + 9]) for i in range(0, len(data), 9)]
+        shuffled = pieces + rng.sample(pieces, k=min(2, len(pieces)))  # duplicates: retransmissions
+        rng.shuffle(shuffled)
+        for offset, piece in shuffled:
+            conversation.segment(from_client, piece, offset=start + offset)
+        conversation.skip(from_client, len(data))
+    conversation.close()
+    path = tmp_path / "r.pcap"
+    path.write_bytes(out.getvalue())
+    _, reference, _ = decode(SAMPLE)
+    _, records, err = decode(path)
+    assert essentials(records) == essentials(reference)
+    assert err == ""
+
+
+def test_lost_bytes_are_reported_and_decoding_resynchronises(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    packets = session_packets()
+    lost = next(i for i, (_, d) in enumerate(packets) if d[1] == 0x57)  # the first mutation
+    for i, (from_client, data) in enumerate(packets):
+        if i == lost:
+            conversation.segment(from_client, data[:30])
+            conversation.skip(from_client, len(data) - 30)
+        else:
+            conversation.send(from_client, data)
+    conversation.close()
+    path = tmp_path / "g.pcap"
+    path.write_bytes(out.getvalue())
+    code, records, err = decode(path)
+    assert code == ExitCode.OK
+    assert "capture_gap" in err
+    assert f"{len(packets[lost][1]) - 30} bytes missing" in err
+    opcodes = [r["opcode"] for r in records]
+    assert opcodes.count("DCP_MUTATION") == 2  # the damaged one is decoded as far as it goes, then the next
+    after = records[opcodes.index("DCP_MUTATION") + 1]
+    assert after["opcode"] == "DCP_MUTATION"
+    assert after["key"] == "airline_137"
+    assert any(d["name"] == "capture_gap" for d in after["diagnostics"])
+
+
+def test_capture_starting_midstream_says_state_is_unknown(tmp_path: Path) -> None:
+    packets = session_packets()
+    first_mutation = next(i for i, (_, d) in enumerate(packets) if d[1] == 0x57)
+    path = tmp_path / "m.pcap"
+    path.write_bytes(write_capture(packets[first_mutation:], handshake=False))
+    _, records, _ = decode(path)
+    assert records[0]["opcode"] == "DCP_MUTATION"
+    assert "collection_id" not in records[0]
+    assert any(d["name"] == "collections_unknown" for d in records[0]["diagnostics"])
+
+
+@pytest.mark.parametrize(("linktype", "client", "server", "vlan"), [
+    (LINKTYPE_RAW, ("10.0.0.1", 40000), ("10.0.0.2", 11210), None),
+    (LINKTYPE_LINUX_SLL, ("10.0.0.1", 40000), ("10.0.0.2", 11210), None),
+    (LINKTYPE_NULL, ("10.0.0.1", 40000), ("10.0.0.2", 11210), None),
+    (1, ("fd00::1", 40000), ("fd00::2", 11210), None),
+    (1, ("10.0.0.1", 40000), ("10.0.0.2", 11210), 42),
+])
+def test_link_types_and_ipv6(tmp_path: Path, linktype: int, client: tuple[str, int], server: tuple[str, int],
+                             vlan: int | None) -> None:
+    path = tmp_path / "l.pcap"
+    path.write_bytes(write_capture(session_packets(), linktype=linktype, client=client, server=server, vlan=vlan))
+    _, records, err = decode(path)
+    assert len(records) == len(session_records())
+    assert err == ""
+    if ":" in client[0]:
+        assert records[0]["connection"] == "[fd00::1]:40000 > [fd00::2]:11210"
+
+
+def test_other_ports_are_ignored_unless_asked(tmp_path: Path) -> None:
+    path = tmp_path / "p.pcap"
+    path.write_bytes(write_capture(session_packets(), server=("127.0.0.1", 12000)))
+    assert decode(path)[1] == []
+    assert len(decode(path, "--port", "12000")[1]) == len(session_records())
+
+
+def test_tls_port_is_reported_once(tmp_path: Path) -> None:
+    path = tmp_path / "t.pcap"
+    path.write_bytes(write_capture([(True, b"\x16\x03\x01" + bytes(100)), (False, bytes(50))],
+                                   server=("127.0.0.1", 11207)))
+    _code, records, err = decode(path)
+    assert records == []
+    assert err.count("tls_port") == 1
+
+
+def test_truncated_capture_file_keeps_what_was_readable(tmp_path: Path) -> None:
+    data = SAMPLE.read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:len(data) * 2 // 3])
+    code, records, err = decode(path)
+    assert code == ExitCode.OK
+    assert 5 < len(records) < len(session_records())
+    assert "damaged" in err or "truncated" in err
+
+
+def test_not_a_capture_is_one_line_exit_3(tmp_path: Path) -> None:
+    path = tmp_path / "x.pcap"
+    path.write_bytes(b"this is not a capture at all" * 10)
+    code, _, err = decode(path)
+    assert code == ExitCode.INPUT
+    assert err.count("\n") == 1
+
+
+def test_snaplen_cut_frames_become_gaps(tmp_path: Path) -> None:
+    path = tmp_path / "s.pcap"
+    path.write_bytes(write_capture(session_packets(), snaplen=120))
+    code, records, err = decode(path)
+    assert code == ExitCode.OK
+    assert "capture_gap" in err
+    assert records  # short messages still decode
+
+
+def test_filters_count_and_summary() -> None:
+    assert {r["opcode"] for r in decode(SAMPLE, "--opcode", "DCP_MUT*")[1]} == {"DCP_MUTATION"}
+    assert [r["by_seqno"] for r in decode(SAMPLE, "--filter", "by_seqno > 201")[1]] == [202, 203]
+    assert len(decode(SAMPLE, "--count", "3")[1]) == 3
+    assert [r["key"] for r in decode(SAMPLE, "--key", "airline_1*")[1]] == ["airline_10", "airline_137"]
+    assert all(r.get("stream_vbucket", r.get("vbucket")) == 12 for r in decode(SAMPLE, "--vbucket", "12")[1])
+    code, _, _err = decode(SAMPLE, "--filter", "__import__('os')")
+    assert code == ExitCode.USAGE
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    assert main(["decode", str(SAMPLE), "--summary"], env) == 0
+    assert "rollbacks" in out.getvalue()
+    assert "201-203" in out.getvalue()
+
+
+# --- Wireshark's dissector as the independent decoder -------------------------------------------
+TSHARK_FIELDS = ["frame.number", "couchbase.magic", "couchbase.opcode", "couchbase.vbucket", "couchbase.status",
+                 "couchbase.opaque", "couchbase.cas", "couchbase.datatype", "couchbase.total_bodylength",
+                 "couchbase.extras.by_seqno", "couchbase.extras.rev_seqno", "couchbase.extras.start_seqno",
+                 "couchbase.extras.vbucket_uuid", "couchbase.key.collection_id", "couchbase.key.logical_key"]
+
+
+def tshark() -> str:
+    path = shutil.which("tshark")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("tshark is missing: .ci/run installs it")
+        pytest.skip("tshark not installed (.ci/run installs it)")
+    return path
+
+
+@pytest.mark.peer
+def test_fields_agree_with_wireshark(tmp_path: Path) -> None:
+    path = tmp_path / "w.pcap"
+    path.write_bytes(write_capture(session_packets(), segment_size=65535))  # one message per frame
+    result = subprocess.run([tshark(), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
+                             *[x for f in TSHARK_FIELDS for x in ("-e", f)]],
+                            capture_output=True, text=True, check=True, timeout=120)
+    rows = [dict(zip(TSHARK_FIELDS, line.split("\t"), strict=True)) for line in result.stdout.splitlines()]
+    _, records, _ = decode(path)
+    assert len(rows) == len(records)
+    compared = 0
+    for row, record in zip(rows, records, strict=True):
+        assert [int(row["frame.number"])] == record["frames"]
+        assert int(row["couchbase.magic"], 16) in (0x80, 0x81)
+        assert int(row["couchbase.opcode"], 16) == _opcode_number(record)
+        if row["couchbase.vbucket"]:
+            assert int(row["couchbase.vbucket"]) == record["vbucket"]
+        if row["couchbase.status"]:
+            assert record["status"] == {0: "Success", 0x23: "Rollback"}[int(row["couchbase.status"], 16)]
+        # Wireshark shows the opaque byte-swapped (it reads it little-endian); dcpctl shows the bytes as sent.
+        assert int(row["couchbase.opaque"], 16) == int.from_bytes(record["opaque"].to_bytes(4, "big"), "little")
+        assert int(row["couchbase.cas"], 16) == record["cas"]
+        assert int(row["couchbase.datatype"], 16) == record["datatype"]
+        assert int(row["couchbase.total_bodylength"]) == record["total_body_length"]
+        for field, key in [("couchbase.extras.by_seqno", "by_seqno"), ("couchbase.extras.rev_seqno", "rev_seqno"),
+                           ("couchbase.extras.start_seqno", "start_seqno")]:
+            if row[field]:
+                # Wireshark files a snapshot marker's start under start_seqno
+                name = key if key in record else "snap_start_seqno"
+                assert int(row[field], 0) == record[name]
+                compared += 1
+        if row["couchbase.extras.vbucket_uuid"]:
+            assert int(row["couchbase.extras.vbucket_uuid"], 16) == record["vbucket_uuid"]
+        if "collection_id" in record:
+            assert int(row["couchbase.key.collection_id"], 16) == record["collection_id"]
+            assert row["couchbase.key.logical_key"] == record["key"]
+            compared += 1
+        elif row["couchbase.key.logical_key"] and record["opcode"] == "DCP_OPEN":
+            # Wireshark assumes a collection prefix on any key; dcpctl knows a DCP_OPEN key is a name
+            assert row["couchbase.key.logical_key"] == record["key"][1:]
+    assert compared >= 8
+
+
+def _opcode_number(record: dict[str, Any]) -> int:
+    from dcpctl.protocol.constants import OPCODES  # noqa: PLC0415
+
+    return OPCODES.code(record["opcode"])
