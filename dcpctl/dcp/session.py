@@ -38,6 +38,9 @@ NOOP: Final = 0x5C
 STREAM_REQ: Final = 0x53
 ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59, 0x60, 0x5F})  # carry a by_seqno inside the snapshot
 PUSHED_OPCODES: Final = frozenset(range(0x55, 0x68)) - {0x5D, 0x5E, 0x61}
+# Producer messages the consumer answers (noop, takeover state change, acknowledged marker): only these
+# are remembered to match a response; mutations and the like are never answered.
+ANSWERED_PUSHES: Final = frozenset({NOOP, 0x5B, 0x56, 0x66})
 
 
 @dataclass
@@ -60,7 +63,11 @@ class PendingRequest:
     opcode: int
     ts: float
     offset: int
-    record: dict[str, Any]
+    message: Message
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.message.record()
 
 
 @dataclass
@@ -104,7 +111,7 @@ class ConnectionTracker:
         note = Annotation()
         response = msg.magic in RESPONSE_MAGICS
         opcode = msg.opcode
-        if not response:
+        if not response and (from_client or opcode in ANSWERED_PUSHES):
             self._request(msg, from_client, ts)
         else:
             self._response(msg, from_client, ts, note)
@@ -122,8 +129,7 @@ class ConnectionTracker:
     def _request(self, msg: Message, from_client: bool, ts: float) -> None:
         if len(self.pending) >= MAX_PENDING_REQUESTS:
             self.pending.pop(next(iter(self.pending)))
-        self.pending[(from_client, msg.opaque, msg.opcode)] = PendingRequest(msg.opcode, ts, msg.offset,
-                                                                           msg.record())
+        self.pending[(from_client, msg.opaque, msg.opcode)] = PendingRequest(msg.opcode, ts, msg.offset, msg)
 
     def _response(self, msg: Message, from_client: bool, ts: float, note: Annotation) -> None:
         request = self.pending.pop((not from_client, msg.opaque, msg.opcode), None)
