@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from dcpctl import __version__
+from dcpctl.commands.capture import capture
 from dcpctl.commands.decode import decode
 from dcpctl.commands.encode import encode_command
 from dcpctl.commands.fields import fields
@@ -26,6 +27,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("decode")(decode)
+app.command("capture")(capture)
 app.command("hexdump")(hexdump)
 app.command("encode")(encode_command)
 app.command("fields")(fields)

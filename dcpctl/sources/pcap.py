@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -145,7 +145,8 @@ def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: fl
                       truncated, wire_payload)
 
 
-def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int]) -> Iterator[TcpSegment | CaptureNotice]:
+def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
+              tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     linktype = reader.datalink()
     if linktype not in SUPPORTED_LINKTYPES:
         yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
@@ -161,10 +162,14 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int]) -> 
                                 f"{frame}: {exc}")
             return
         if header is None:
+            if live:
+                continue  # the read timeout passed with no packet
             return
         frame += 1
         seconds, micros = header.getts()
         ts = seconds + micros / 1_000_000
+        if tap is not None:
+            tap(ts, data, header.getlen())
         parsed = parse_frame(linktype, data, header.getlen(), frame, ts)
         if parsed is None:
             continue
@@ -198,10 +203,16 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),
-              tls_ports: frozenset[int] = frozenset({11207})) -> Iterator[TcpSegment | CaptureNotice]:
+              tls_ports: frozenset[int] = frozenset({11207})) -> tuple[int, Any]:
+    """Open an interface for capture: (link type, reader). Raises CaptureError with pcap's reason."""
     try:
         reader = pcapy.open_live(interface, LIVE_SNAPLEN, 0, LIVE_TIMEOUT_MS)
         reader.setfilter(bpf or " or ".join(f"tcp port {p}" for p in sorted(ports | tls_ports)))
-    except pcapy.PcapError as exc:
+    except (pcapy.PcapError, pcapy.BPFError) as exc:
         raise CaptureError(f"cannot capture on {interface}: {exc}") from None
-    yield from _segments(reader, ports, tls_ports - ports)
+    return reader.datalink(), reader
+
+
+def live_segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
+                  tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+    yield from _segments(reader, ports, tls_ports - ports, live=True, tap=tap)

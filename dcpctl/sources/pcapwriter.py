@@ -40,13 +40,15 @@ class PcapWriter:
         self.snaplen = snaplen
         stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype))
 
-    def write(self, ts: float, frame: bytes) -> None:
+    def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
+        """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut."""
         seconds = int(ts)
         micros = round((ts - seconds) * 1_000_000)
         if micros >= 1_000_000:
             seconds, micros = seconds + 1, micros - 1_000_000
         kept = frame[:self.snaplen]
-        self.stream.write(struct.pack("<IIII", seconds, micros, len(kept), len(frame)) + kept)
+        original = len(frame) if wire_length is None else wire_length
+        self.stream.write(struct.pack("<IIII", seconds, micros, len(kept), original) + kept)
 
 
 class TcpConversation:

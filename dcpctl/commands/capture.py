@@ -1,0 +1,79 @@
+"""``dcpctl capture``: sniff DCP traffic live, decoded by the same code and printer as ``decode``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dcpctl.commands.common import (
+    Base64Option,
+    CollectionsOption,
+    DialectName,
+    DialectOption,
+    MaxBodyOption,
+    ShowSecretsOption,
+    dialect_of,
+    env_of,
+)
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
+from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.render.output import Format, emit
+from dcpctl.sources.capture import Item, decode_segments
+from dcpctl.sources.pcap import CaptureError, live_segments, open_live
+from dcpctl.sources.pcapwriter import PcapWriter
+
+
+def capture(
+    ctx: typer.Context,
+    interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on (any, lo, eth0).")],
+    write: Annotated[Path | None, typer.Option("--write", "-w", help="Also save the raw frames to this pcap.")]
+    = None,
+    bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).")]
+    = None,
+    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable).")]
+    = None,
+    fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
+                                               "terminal, jsonl when piped).")] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")] = None,
+    dialect: DialectOption = DialectName.DCP,
+    collections: CollectionsOption = None,
+    show_secrets: ShowSecretsOption = False,
+    max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    base64: Base64Option = False,
+) -> None:
+    """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
+    env = env_of(ctx)
+    ports = frozenset(port or [11210])
+    try:
+        linktype, reader = open_live(interface, bpf, ports)
+    except CaptureError as exc:
+        raise CommandError(f"{exc} (capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN)",
+                           ExitCode.INPUT) from None
+    options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
+    with contextlib.ExitStack() as stack:
+        writer = None
+        if write is not None:
+            try:
+                writer = PcapWriter(stack.enter_context(write.open("wb")), linktype)
+            except OSError as exc:
+                raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
+
+        def items() -> Iterator[Item]:
+            shown = 0
+            tap = writer.write if writer is not None else None
+            for item in decode_segments(live_segments(reader, ports, frozenset({11207}), tap), options, ports,
+                                        max_body_length):
+                yield item
+                if isinstance(item, Message):
+                    shown += 1
+                    if count is not None and shown >= count:
+                        return
+
+        output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a live capture normally ends
+            emit(items(), output, env, base64=base64)
