@@ -328,12 +328,11 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         keylen &= 0xFF
     msg.key_length = keylen
     body_end = HEADER_LENGTH + total
-    if body_end != n:
+    exact = body_end == n
+    if not exact:
         _length_mismatch(msg, n, body_end)
         if options.lenient or n < body_end:
             body_end = n
-    if magic not in MAGIC_CLASS:
-        msg.add("unknown_magic", f"magic 0x{magic:02x} is not a known magic", 0, 1)
     msg.body_end = body_end
     pos = HEADER_LENGTH
     if fe:
@@ -342,19 +341,18 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         pos += fe
     # The plan key holds only what can change the row: the status word of responses, and the type byte and
     # value presence in the UPR draft (whose rows are selected by them). Requests' vbuckets and datatypes
-    # would otherwise multiply the shapes.
-    byte0 = raw[pos] if extlen == 1 and pos < n else -1
+    # would otherwise multiply the shapes. An unknown magic resolves to a plan without a spec.
     dialect = options.dialect
     if dialect.layout_authoritative:
         has_value = 1 if total - fe - extlen - keylen > 0 or (
             options.lenient and body_end > pos + extlen + keylen) else 0
-        type_key = datatype
+        key = (dialect.name, magic, opcode, extlen, word if magic in RESPONSE_MAGICS else 0, datatype,
+               raw[pos] if extlen == 1 and pos < n else -1, has_value)
     else:
-        has_value = type_key = 0
-    word_key = word if magic in RESPONSE_MAGICS else 0
-    key = (dialect.name, magic, opcode, extlen, word_key, type_key, byte0, has_value)
+        key = (dialect.name, magic, opcode, extlen, word if magic in RESPONSE_MAGICS else 0, 0,
+               raw[pos] if extlen == 1 and pos < n else -1, 0)
     plan = _PLANS.get(key) or _plan(dialect, *key[1:])
-    if options.lenient and n != HEADER_LENGTH + total and plan.spec is not None:
+    if not exact and options.lenient and plan.spec is not None:
         plan = _surplus_plan(msg, plan, key, n - HEADER_LENGTH - total)
     msg.plan = plan
     variant = plan.variant
@@ -470,7 +468,9 @@ def _unplanned(msg: Message, spec: MessageSpec | None, extlen: int) -> None:
         allowed = sorted({v.extras_length for v in spec.variants})
         msg.add("illegal_extras_length", f"{spec.name} with extras length {extlen}; the layouts allow "
                 + ", ".join(str(a) for a in allowed), 4, 1)
-    elif msg.magic in MAGIC_CLASS:
+    elif msg.magic not in MAGIC_CLASS:
+        msg.add("unknown_magic", f"magic 0x{msg.magic:02x} is not a known magic", 0, 1)
+    else:
         msg.add("unknown_opcode", f"opcode 0x{msg.opcode:02x} is not in the {msg.options.dialect.name} "
                 "registry; body kept raw", 1, 1)
 
