@@ -52,6 +52,17 @@ from dcpctl.protocol.value import (
     text_or_hex,
 )
 
+# Enum members as module constants: attribute access on an Enum class is slow on the per-message path.
+_VALUE_AUTO: Final = ValueKind.AUTO
+_VALUE_DOCUMENT: Final = ValueKind.DOCUMENT
+_VALUE_GRAMMAR: Final = ValueKind.GRAMMAR
+_VALUE_JSON: Final = ValueKind.JSON
+_VALUE_RAW: Final = ValueKind.RAW
+_VALUE_SECRET: Final = ValueKind.SECRET
+_VALUE_STREAM_REQUEST_JSON: Final = ValueKind.STREAM_REQUEST_JSON
+_KEY_DOCUMENT: Final = KeyKind.DOCUMENT
+_KEY_RAW: Final = KeyKind.RAW
+
 HEADER: Final = struct.Struct(">BBHBBHIIQ")
 # Datatypes a deletion may carry (reference 3.10, valid_dcp_delete_datatype).
 DELETION_DATATYPES: Final = frozenset({0, 2, 4, 6, 5, 7})
@@ -307,6 +318,8 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
 
 
 _new_message = object.__new__
+_OPTIONAL: Final = Presence.OPTIONAL  # module constants: the hot path reads no enum attributes
+_REQUIRED: Final = Presence.REQUIRED
 
 
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
@@ -371,7 +384,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     key_offset = pos + size
     key_offset = min(key_offset, body_end)
     value_offset = key_offset + keylen
-    cut_short = body_end < HEADER_LENGTH + total  # already said: truncated / body_length_mismatch
+    cut_short = not exact and body_end < HEADER_LENGTH + total  # already said: truncated / mismatch
     if value_offset > body_end:
         if not cut_short:
             msg.add("lengths_exceed_body", f"key length {keylen} runs past the body", 2, 2)
@@ -381,10 +394,10 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     if variant is None or cut_short:
         return msg
     rule = plan.key_rule
-    if rule is not Presence.OPTIONAL and (rule is Presence.REQUIRED) != (value_offset > key_offset):
+    if rule is not _OPTIONAL and (rule is _REQUIRED) != (value_offset > key_offset):
         _presence(msg, "key", rule, key_offset, value_offset - key_offset)
     rule = plan.value_rule
-    if rule is not Presence.OPTIONAL and (rule is Presence.REQUIRED) != (body_end > value_offset):
+    if rule is not _OPTIONAL and (rule is _REQUIRED) != (body_end > value_offset):
         _presence(msg, "value", rule, value_offset, body_end - value_offset)
     if plan.check_datatype and datatype > 0x07:
         msg.add("invalid_datatype", f"datatype 0x{datatype:02x} has bits above 0x07", 5, 1)
@@ -536,7 +549,7 @@ def _record(msg: Message) -> dict[str, Any]:
     elif msg.key_offset > msg.extras_offset:
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     variant = msg.variant
-    key_kind = variant.key if variant else KeyKind.RAW
+    key_kind = variant.key if variant else _KEY_RAW
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
     rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
@@ -547,7 +560,7 @@ def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:
     key = msg.key
     if not key:
         return
-    if kind is KeyKind.DOCUMENT and msg.options.collections:
+    if kind is _KEY_DOCUMENT and msg.options.collections:
         prefix = leb128_decode(key)
         if prefix is None:
             msg.add("bad_leb128", "key does not start with a valid LEB128 collection id", msg.key_offset,
@@ -570,24 +583,24 @@ def _set_text(rec: dict[str, Any], name: str, data: bytes) -> None:
 
 def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
     value = msg.value
-    kind = variant.value if variant else ValueKind.RAW
+    kind = variant.value if variant else _VALUE_RAW
     if not value:
-        if kind is ValueKind.DOCUMENT:
+        if kind is _VALUE_DOCUMENT:
             rec["value"] = ""
-        elif kind is ValueKind.GRAMMAR and variant is not None and variant.value_grammar is not None \
+        elif kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
                 and walk.item_size(variant.value_grammar) is not None:
             rec.update(walk.to_json(variant.value_grammar, variant.value_grammar.parse(b"")))
         return
     start = msg.value_offset
-    if kind is ValueKind.DOCUMENT:
+    if kind is _VALUE_DOCUMENT:
         _document(msg, rec, value)
-    elif kind is ValueKind.GRAMMAR and variant is not None:
+    elif kind is _VALUE_GRAMMAR and variant is not None:
         _grammar_value(msg, rec, variant, value)
-    elif kind is ValueKind.SECRET and not msg.options.show_secrets:
+    elif kind is _VALUE_SECRET and not msg.options.show_secrets:
         rec["value"] = None
         rec["value_redacted"] = len(value)
         msg.add("redacted", f"{len(value)} bytes of SASL data hidden", start, len(value))
-    elif kind is ValueKind.STREAM_REQUEST_JSON:
+    elif kind is _VALUE_STREAM_REQUEST_JSON:
         _set_text(rec, "value", value)
         _, diags = srv.validate(value, start)
         msg.extend(diags)
@@ -595,7 +608,7 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
             msg.add("stream_request_value_without_collections",
                     "a stream-request value without HELLO Collections: the server answers Einval",
                     start, len(value))
-    elif kind is ValueKind.JSON or (kind is ValueKind.AUTO and value[:1] in (b"{", b"[")):
+    elif kind is _VALUE_JSON or (kind is _VALUE_AUTO and value[:1] in (b"{", b"[")):
         _set_text(rec, "value", value)
         try:
             json.loads(value)
