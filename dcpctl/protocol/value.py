@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 from typing import Final
@@ -115,11 +114,3 @@ def text_or_hex(data: bytes) -> tuple[str, bool]:
     if text.isprintable() or all(c.isprintable() or c in "\t\r\n" for c in text):
         return text, False
     return data.hex(), True
-
-
-def is_json(data: bytes) -> bool:
-    try:
-        json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return False
-    return True

@@ -8,7 +8,7 @@ GreedyRange, FormatField integers, Bytes and Const (through Renamed wrappers).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +159,3 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
         else:
             out.append((sub.name, "hex"))
     return out
-
-
-def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(record)

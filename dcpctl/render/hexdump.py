@@ -6,10 +6,8 @@ under the field whose bytes they concern.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final
+from typing import Final
 
-from rich.console import Console
 from rich.text import Text
 
 from dcpctl.protocol.layout import FieldSpan, spans
@@ -91,15 +89,3 @@ def render(msg: Message) -> Text:
         text.append(f"  ! {diag.severity} {diag.name}: ", style=SEVERITY_STYLE[diag.severity])
         text.append(diag.message + "\n")
     return text
-
-
-def write_hexdump(messages: Iterable[Message], console: Console) -> int:
-    count = 0
-    for msg in messages:
-        console.print(render(msg))
-        count += 1
-    return count
-
-
-def record_of(msg: Message) -> dict[str, Any]:
-    return msg.record()

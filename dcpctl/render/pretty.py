@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any, Final
 
-from rich.console import Console
 from rich.text import Text
 
 from dcpctl.protocol.constants import DATATYPES, flag_names
@@ -91,11 +89,3 @@ def render(msg: Message, record: dict[str, Any]) -> Text:
         text.append(f"\n    {diag['severity']} {diag['name']}{where}: ", style=style)
         text.append(diag["message"])
     return text
-
-
-def write_pretty(items: Iterable[tuple[Message, dict[str, Any]]], console: Console) -> int:
-    count = 0
-    for msg, record in items:
-        console.print(render(msg, record))
-        count += 1
-    return count
