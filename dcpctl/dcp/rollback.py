@@ -1,0 +1,259 @@
+"""The rollback engine: the server's decision on a stream request, and what a correct client does next.
+
+Theory of operation. ``needs_rollback`` is the producer's failover-table rule (reference 9.1,
+kv_engine ``FailoverTable::needsRollback``): start 0 never rolls back unless StrictVbUuid is set with a
+uuid; a start below the purge seqno rolls back to 0 unless the client already saw that purge seqno; the
+client's uuid is looked up oldest to newest and its history ends where the next newer entry begins; then
+the snapshot adjustments decide between "the histories agree" and "roll back to the lower of that end
+and the snapshot start". ``check_stream_request`` puts that rule in the producer's full order of checks
+(reference 9.3). ``next_request`` is the client side (reference 9.4): drop failover entries above the
+rollback seqno, resume from it with a snapshot at it and the newest remaining uuid. ``negotiate`` runs
+both until the stream would open, bounded by ``max_rounds``.
+
+Invariants: every decision carries a stable rule id and a sentence with the numbers; rolling back never
+raises the start seqno; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+END_FOREVER: Final = (1 << 64) - 1
+STRICT_VB_UUID: Final = 0x20
+FROM_LATEST: Final = 0x40
+IGNORE_PURGED_TOMBSTONES: Final = 0x80
+TO_LATEST: Final = 0x04
+DISK_ONLY: Final = 0x02
+ACTIVE_VB_ONLY: Final = 0x10
+# A correct client converges in at most one round per failover entry (25 by default on the server);
+# more rounds than this means the two sides disagree about something else.
+DEFAULT_MAX_ROUNDS: Final = 30
+
+
+@dataclass(frozen=True)
+class FailoverEntry:
+    vbucket_uuid: int
+    seqno: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"vbucket_uuid": self.vbucket_uuid, "seqno": self.seqno}
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    start_seqno: int
+    vbucket_uuid: int
+    snap_start_seqno: int | None = None
+    snap_end_seqno: int | None = None
+    end_seqno: int = END_FOREVER
+    flags: int = 0
+    purge_seqno: int | None = None  # the JSON value's purge_seqno: the last one the client saw
+
+    @property
+    def snap_start(self) -> int:
+        return self.start_seqno if self.snap_start_seqno is None else self.snap_start_seqno
+
+    @property
+    def snap_end(self) -> int:
+        return self.start_seqno if self.snap_end_seqno is None else self.snap_end_seqno
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"start_seqno": self.start_seqno, "vbucket_uuid": self.vbucket_uuid,
+                               "snap_start_seqno": self.snap_start, "snap_end_seqno": self.snap_end,
+                               "end_seqno": self.end_seqno, "flags": self.flags}
+        if self.purge_seqno is not None:
+            out["purge_seqno"] = self.purge_seqno
+        return out
+
+
+@dataclass(frozen=True)
+class VbucketState:
+    failover_log: tuple[FailoverEntry, ...]  # newest first
+    high_seqno: int
+    purge_seqno: int = 0
+    state: str = "active"
+    persisted_seqno: int | None = None
+    collection_high_seqno: int | None = None  # filtered collection streams only
+
+
+@dataclass(frozen=True)
+class Decision:
+    rollback_seqno: int | None  # None: no rollback
+    rule: str
+    reason: str
+
+    @property
+    def rollback(self) -> bool:
+        return self.rollback_seqno is not None
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: str  # kv_engine status name
+    rule: str
+    reason: str
+    rollback_seqno: int | None = None
+    end_seqno: int | None = None
+    start_seqno: int | None = None
+
+
+@dataclass(frozen=True)
+class Round:
+    request: StreamRequest
+    answer: Answer
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request.to_json(), "status": self.answer.status,
+                "rollback_seqno": self.answer.rollback_seqno, "rule": self.answer.rule,
+                "reason": self.answer.reason}
+
+
+def needs_rollback(req: StreamRequest, vb: VbucketState) -> Decision:
+    """The server's failover-table rule (reference 9.1)."""
+    start, uuid = req.start_seqno, req.vbucket_uuid
+    snap_start, snap_end = req.snap_start, req.snap_end
+    strict = bool(req.flags & STRICT_VB_UUID)
+    local_purge = 0 if req.flags & IGNORE_PURGED_TOMBSTONES else vb.purge_seqno
+    remote_purge = req.purge_seqno or 0
+    if start == 0 and (not strict or uuid == 0):
+        return Decision(None, "start_zero", "start seqno 0: the client has nothing, so there is "
+                        "nothing to roll back" + (" (StrictVbUuid is set but the uuid is 0)" if strict else ""))
+    max_coll = vb.collection_high_seqno
+    exempt = (max_coll is not None and start < local_purge and start >= max_coll and max_coll <= local_purge)
+    if start < local_purge and start != 0 and not exempt and remote_purge != local_purge:
+        return Decision(0, "purge_seqno",
+                        f"start seqno {start} is below the server's purge seqno {local_purge}: tombstones the "
+                        "client never saw may have been purged, so it must start again from 0"
+                        + (f" (the client's purge_seqno {remote_purge} is not the current one)"
+                           if req.purge_seqno is not None else ""))
+    oldest_first = list(reversed(vb.failover_log))
+    upper = vb.high_seqno
+    for index, entry in enumerate(oldest_first):
+        if entry.vbucket_uuid == uuid:
+            if index + 1 < len(oldest_first):
+                upper = oldest_first[index + 1].seqno
+            break
+    else:
+        return Decision(0, "uuid_not_found",
+                        f"vbucket uuid {uuid} (0x{uuid:x}) is not in the server's failover log: no common "
+                        "history, roll back to 0")
+    if start == snap_start:
+        snap_end = start  # the client has no item of its last snapshot
+    if snap_end <= upper:
+        return Decision(None, "snapshot_within_history",
+                        f"uuid {uuid} is valid up to seqno {upper} and the client's snapshot ends at {snap_end}: "
+                        "the histories agree, no rollback")
+    if start == snap_end:
+        snap_start = start  # the client has the whole last snapshot
+    seqno = upper if upper < snap_start else snap_start
+    return Decision(seqno, "consumer_ahead",
+                    f"uuid {uuid}'s history ends at seqno {upper} on the server, but the client's snapshot "
+                    f"({snap_start}-{snap_end}) goes past it: roll back to {seqno}")
+
+
+def check_stream_request(req: StreamRequest, vb: VbucketState | None, *, stream_exists: bool = False,
+                         noop_enabled: bool = True, xattrs_or_collections: bool = False) -> Answer:
+    """The producer's order of checks (reference 9.3)."""
+    if vb is None:
+        return Answer("NotMyVbucket", "vbucket_absent", "the vbucket does not exist on this node")
+    if vb.state not in ("active", "replica") or (req.flags & ACTIVE_VB_ONLY and vb.state != "active"):
+        return Answer("NotMyVbucket", "vbucket_state", f"the vbucket is {vb.state}")
+    if req.flags & FROM_LATEST:
+        latest = vb.failover_log[0].vbucket_uuid if vb.failover_log else 0
+        req = replace(req, start_seqno=vb.high_seqno, snap_start_seqno=vb.high_seqno,
+                      snap_end_seqno=vb.high_seqno, vbucket_uuid=req.vbucket_uuid or latest)
+    if xattrs_or_collections and not noop_enabled:
+        return Answer("NotSupported", "noop_required", "xattrs or collections need enable_noop first")
+    if req.start_seqno > req.end_seqno:
+        return Answer("Erange", "start_after_end", f"start seqno {req.start_seqno} is after end seqno "
+                      f"{req.end_seqno}")
+    if not req.snap_start <= req.start_seqno <= req.snap_end:
+        return Answer("Erange", "snapshot_range", f"snap_start {req.snap_start} <= start {req.start_seqno} "
+                      f"<= snap_end {req.snap_end} does not hold")
+    if stream_exists:
+        return Answer("KeyEexists", "stream_exists", "a stream for this vbucket (and stream id) is open")
+    decision = needs_rollback(req, vb)
+    if decision.rollback:
+        return Answer("Rollback", decision.rule, decision.reason, decision.rollback_seqno)
+    end = req.end_seqno
+    if req.flags & TO_LATEST:
+        end = vb.collection_high_seqno if vb.collection_high_seqno is not None else vb.high_seqno
+    elif req.flags & DISK_ONLY:
+        end = vb.persisted_seqno if vb.persisted_seqno is not None else vb.high_seqno
+    if req.start_seqno > end:
+        return Answer("Erange", "start_after_end", f"start seqno {req.start_seqno} is after the adjusted end "
+                      f"seqno {end}")
+    if req.start_seqno > vb.high_seqno:
+        return Answer("Erange", "start_after_high", f"start seqno {req.start_seqno} is beyond the vbucket's "
+                      f"high seqno {vb.high_seqno}")
+    return Answer("Success", decision.rule, decision.reason, None, end, req.start_seqno)
+
+
+def next_request(req: StreamRequest, client_log: list[FailoverEntry],
+                 rollback_seqno: int) -> tuple[StreamRequest, list[FailoverEntry]]:
+    """What a correct client retries with (reference 9.4)."""
+    kept = [entry for entry in client_log if entry.seqno <= rollback_seqno]
+    uuid = kept[0].vbucket_uuid if kept else 0
+    seqno = min(rollback_seqno, req.start_seqno)
+    return replace(req, start_seqno=seqno, snap_start_seqno=seqno, snap_end_seqno=seqno, vbucket_uuid=uuid), kept
+
+
+@dataclass
+class Negotiation:
+    rounds: list[Round] = field(default_factory=list)
+
+    @property
+    def result(self) -> Round:
+        return self.rounds[-1]
+
+
+def negotiate(req: StreamRequest, client_log: list[FailoverEntry], vb: VbucketState,
+              max_rounds: int = DEFAULT_MAX_ROUNDS) -> Negotiation:
+    out = Negotiation()
+    log = list(client_log)
+    for _ in range(max_rounds):
+        answer = check_stream_request(req, vb)
+        out.rounds.append(Round(req, answer))
+        if answer.status != "Rollback" or answer.rollback_seqno is None:
+            break
+        req, log = next_request(req, log, answer.rollback_seqno)
+    return out
+
+
+def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEntry]:
+    """A failover log from dcpctl's JSON (failover dumps, decoded responses) or plain lists."""
+    if isinstance(obj, dict) and "failover_log" in obj:
+        obj = obj["failover_log"]
+    elif isinstance(obj, list) and obj and isinstance(obj[0], dict) and "failover_log" in obj[0]:
+        chosen = [o for o in obj if vbucket is None or o.get("vbucket") == vbucket]
+        if len(chosen) != 1:
+            raise ValueError("the file holds several vbuckets' failover logs: choose one with --vbucket")
+        obj = chosen[0]["failover_log"]
+    if not isinstance(obj, list):
+        raise ValueError(  # noqa: TRY004 - bad input file content, reported as a value error
+            "a failover log is a list of {vbucket_uuid, seqno} objects or [uuid, seqno] pairs")
+    entries = []
+    for index, item in enumerate(obj):
+        if isinstance(item, dict) and "vbucket_uuid" in item and "seqno" in item:
+            uuid, seqno = item["vbucket_uuid"], item["seqno"]
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            uuid, seqno = item
+        else:
+            raise ValueError(f"failover log entry {index} is neither {{vbucket_uuid, seqno}} nor [uuid, seqno]")
+        entries.append(FailoverEntry(_number(uuid, f"entry {index} uuid"), _number(seqno, f"entry {index} seqno")))
+    return entries
+
+
+def _number(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} is not a number")  # noqa: TRY004 - bad input file content
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            pass
+    raise ValueError(f"{what} is not a non-negative number: {json.dumps(value)}")
