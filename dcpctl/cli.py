@@ -15,6 +15,7 @@ from dcpctl.commands.decode import decode
 from dcpctl.commands.encode import encode_command
 from dcpctl.commands.fields import fields
 from dcpctl.commands.hexdump import hexdump
+from dcpctl.commands.rollback import rollback_app
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment
 
@@ -31,6 +32,7 @@ app.command("capture")(capture)
 app.command("hexdump")(hexdump)
 app.command("encode")(encode_command)
 app.command("fields")(fields)
+app.add_typer(rollback_app, name="rollback")
 
 
 def _version(value: bool) -> None:
