@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,24 @@ def _opcode_number(record: dict[str, Any]) -> int:
     from dcpctl.protocol.constants import OPCODES  # noqa: PLC0415
 
     return OPCODES.code(record["opcode"])
+
+
+@pytest.mark.peer
+def test_pcapng_reads_the_same(tmp_path: Path) -> None:
+    editcap = shutil.which("editcap")
+    if editcap is None:
+        if os.environ.get("CI"):
+            pytest.fail("editcap (from tshark's packages) is missing: .ci/run installs it")
+        pytest.skip("editcap not installed")
+    converted = tmp_path / "s.pcapng"
+    subprocess.run([editcap, "-F", "pcapng", str(SAMPLE), str(converted)], check=True, timeout=60)
+    assert converted.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"  # a pcapng section header block
+    assert essentials(decode(converted)[1]) == essentials(decode(SAMPLE)[1])
+
+
+def test_standard_input(tmp_path: Path) -> None:
+    with SAMPLE.open("rb") as stdin:
+        result = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", "-"],
+                                stdin=stdin, capture_output=True, timeout=120, check=True)
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert essentials(records) == essentials(decode(SAMPLE)[1])
