@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dcpctl.commands.common import (
     Base64Option,
@@ -27,7 +30,8 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
-from dcpctl.render.output import Format, emit
+from dcpctl.render.env import Environment
+from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import CaptureError, read_segments
@@ -114,11 +118,16 @@ def decode(
             return False
         return predicate is None or predicate(record)
 
+    paths = expand(files)
+    progress = _progress(env, paths)
+
     def items() -> Iterator[Item]:
         shown = 0
-        for path in expand(files):
+        for path in paths:
+            tap = progress.tap(path) if progress is not None else None
             try:
-                for item in decode_segments(read_segments(path, ports), options, ports, max_body_length):
+                for item in decode_segments(read_segments(path, ports, tap=tap), options, ports,
+                                            max_body_length):
                     if isinstance(item, Message):
                         if not wanted(item):
                             continue
@@ -132,15 +141,58 @@ def decode(
                 raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
 
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
-    if summary and fmt is None:
-        stats = emit(_only_notices(items()), output, env)
-        print_summary(tally or Summary(), env.console())
-    else:
-        stats = emit(items(), output, env, base64=base64)
-        if tally is not None:
-            print_summary(tally, env.error_console())
+    with progress if progress is not None else contextlib.nullcontext():
+        stats = _render(items(), output, env, summary=summary, fmt=fmt, base64=base64, tally=tally)
     if strict and not stats.clean:
         raise typer.Exit(ExitCode.DIAGNOSTICS)
+
+
+def _render(items: Iterator[Item], output: Format, env: Environment, *, summary: bool, fmt: Format | None,
+            base64: bool, tally: Summary | None) -> Stats:
+    if summary and fmt is None:
+        stats = emit(_only_notices(items), output, env)
+        print_summary(tally or Summary(), env.console())
+    else:
+        stats = emit(items, output, env, base64=base64)
+        if tally is not None:
+            print_summary(tally, env.error_console())
+    return stats
+
+
+# Captures smaller than this decode in a moment; a bar would only flicker.
+PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+
+
+class _Progress:
+    """A progress bar on standard error, advanced by the bytes of each frame read (record header included)."""
+
+    def __init__(self, env: Environment, total: int) -> None:
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                            console=env.error_console(), transient=True)
+        self.task = self.bar.add_task("decoding", total=total)
+
+    def tap(self, path: str) -> Callable[[float, bytes, int], None]:
+        self.bar.update(self.task, description=os.path.basename(path))
+
+        def advance(_ts: float, data: bytes, _wire: int) -> None:
+            self.bar.advance(self.task, len(data) + 16)
+
+        return advance
+
+    def __enter__(self) -> _Progress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+
+def _progress(env: Environment, paths: list[str]) -> _Progress | None:
+    """Only when standard error is a terminal and standard output is not (decode big.pcap > out.jsonl)."""
+    if not env.stderr_isatty or env.stdout_isatty or "-" in paths:
+        return None
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    return _Progress(env, total) if total >= PROGRESS_MIN_BYTES else None
 
 
 def _only_notices(items: Iterable[Item]) -> Iterator[Item]:

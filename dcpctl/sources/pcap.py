@@ -190,8 +190,9 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
 
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
-                  tls_ports: frozenset[int] = frozenset({11207})) -> Iterator[TcpSegment | CaptureNotice]:
-    """Segments of a capture file (``-`` for standard input)."""
+                  tls_ports: frozenset[int] = frozenset({11207}),
+                  tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+    """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies)."""
     try:
         reader = pcapy.open_offline(path)
     except pcapy.PcapError as exc:
@@ -199,7 +200,7 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
-    yield from _segments(reader, ports, tls_ports - ports)
+    yield from _segments(reader, ports, tls_ports - ports, tap=tap)
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),

@@ -287,3 +287,19 @@ def test_standard_input(tmp_path: Path) -> None:
                                 stdin=stdin, capture_output=True, timeout=120, check=True)
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert essentials(records) == essentials(decode(SAMPLE)[1])
+
+
+def test_progress_bar_on_a_terminal_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dcpctl.commands import decode as decode_command  # noqa: PLC0415
+
+    monkeypatch.setattr(decode_command, "PROGRESS_MIN_BYTES", 1)
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=True,
+                      color=False)
+    assert main(["decode", str(SAMPLE), "-F", "jsonl"], env) == ExitCode.OK
+    assert "dcp-session.pcap" in err.getvalue()
+    assert len(out.getvalue().splitlines()) == len(session_records())
+    quiet = Environment(stdout=io.StringIO(), stderr=(silent := io.StringIO()), stdin=io.BytesIO(),
+                        stdout_isatty=False, stderr_isatty=False, color=False)
+    assert main(["decode", str(SAMPLE), "-F", "jsonl"], quiet) == ExitCode.OK
+    assert silent.getvalue() == ""
