@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from dcpctl.commands.common import (
+from dcpctl.commands._options import (
     Base64Option,
     CollectionsOption,
     DialectName,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dcpctl.commands.common import DialectName, DialectOption, dialect_of, env_of
+from dcpctl.commands._options import DialectName, DialectOption, dialect_of, env_of
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.encode import EncodeError, encode
 from dcpctl.sources.files import open_input

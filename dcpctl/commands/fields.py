@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dcpctl.commands.common import env_of
+from dcpctl.commands._options import env_of
 from dcpctl.protocol.diagnostic import CATALOGUE
 from dcpctl.protocol.fields import catalogue
 from dcpctl.render import jsonl

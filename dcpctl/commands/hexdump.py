@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from dcpctl.commands.common import (
+from dcpctl.commands._options import (
     Base64Option,
     CollectionsOption,
     DialectName,

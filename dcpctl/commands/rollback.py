@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from dcpctl.commands.common import env_of
+from dcpctl.commands._options import env_of
 from dcpctl.dcp.rollback import (
     IGNORE_PURGED_TOMBSTONES,
     STRICT_VB_UUID,

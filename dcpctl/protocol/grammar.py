@@ -168,20 +168,10 @@ snapshot_marker_v2_0_value = Struct(
     "max_visible_seqno" / Int64ub,
     "high_completed_seqno" / Int64ub,
 )
-snapshot_marker_v2_1_value = Struct(
-    "snap_start_seqno" / Int64ub,
-    "snap_end_seqno" / Int64ub,
-    "snapshot_flags" / Int32ub,
-    "max_visible_seqno" / Int64ub,
-    "high_completed_seqno" / Int64ub,
-    "timestamp" / Int64ub,
-)
+# v2.1 and v2.2 extend v2.0: the same fields first, then their own.
+snapshot_marker_v2_1_value = Struct(*snapshot_marker_v2_0_value.subcons, "timestamp" / Int64ub)
 snapshot_marker_v2_2_value = Struct(
-    "snap_start_seqno" / Int64ub,
-    "snap_end_seqno" / Int64ub,
-    "snapshot_flags" / Int32ub,
-    "max_visible_seqno" / Int64ub,
-    "high_completed_seqno" / Int64ub,
+    *snapshot_marker_v2_0_value.subcons,
     "purge_seqno" / Int64ub,
     "high_prepared_seqno" / Int64ub,
 )
