@@ -16,6 +16,7 @@ bounded by the number of open streams and outstanding requests, each capped by a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -173,8 +174,6 @@ class ConnectionTracker:
         value = request.get("value")
         if isinstance(value, str) and '"sid"' in value:
             try:
-                import json  # noqa: PLC0415 - rare path
-
                 stream_id = int(json.loads(value).get("sid"))
             except (ValueError, TypeError, AttributeError):
                 stream_id = None
@@ -206,8 +205,8 @@ class ConnectionTracker:
             return
         note.fields["stream_vbucket"] = stream.vbucket
         extras = msg.extras or {}
-        record = msg.record()
-        if msg.opcode == 0x56:  # snapshot marker
+        if msg.opcode == 0x56:  # snapshot marker: v2.x carries the range in the value, hence the record
+            record = msg.record()
             start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
             if isinstance(start, int) and isinstance(end, int):
                 stream.snapshot = (start, end)
