@@ -76,4 +76,4 @@ def capture(
 
         output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a live capture normally ends
-            emit(items(), output, env, base64=base64)
+            emit(items(), output, env, base64=base64, live=True)

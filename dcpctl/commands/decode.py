@@ -34,6 +34,7 @@ from dcpctl.render.env import Environment
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
 
 Item = Message | Skipped | Diagnostic
@@ -88,6 +89,10 @@ def decode(
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
     strict: StrictOption = False,
     base64: Base64Option = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=2, help="Processes: 2 reads and "
+                                             "reassembles in one while the other builds the output; 1 "
+                                             "decodes in this process alone (default: 2 when two cores are "
+                                             "available).")] = None,
 ) -> None:
     """Decode DCP traffic from captures: TCP reassembly, negotiated state, stream checks, filters.
 
@@ -118,27 +123,51 @@ def decode(
             return False
         return predicate is None or predicate(record)
 
+    filtering = vbuckets is not None or opcodes is not None or key_match is not None \
+        or stream_ids is not None or predicate is not None
     paths = expand(files)
     progress = _progress(env, paths)
 
+    current = [paths[0]]  # the file being read, for error messages
+
+    def decoded() -> Iterator[Item]:
+        """Every file's items in turn, serially or on two cores (identical items either way)."""
+        if (jobs or usable_cores()) >= 2:
+            def on_file(path: str) -> None:
+                current[0] = path
+                if progress is not None:
+                    progress.start_file(path)
+
+            yield from decode_files(paths, options, ports, max_body_length, on_file=on_file,
+                                    on_progress=progress.advance if progress is not None else None)
+            return
+        for path in paths:
+            current[0] = path
+            tap = progress.tap(path) if progress is not None else None
+            yield from decode_segments(read_segments(path, ports, tap=tap), options, ports, max_body_length)
+
     def items() -> Iterator[Item]:
         shown = 0
-        for path in paths:
-            tap = progress.tap(path) if progress is not None else None
-            try:
-                for item in decode_segments(read_segments(path, ports, tap=tap), options, ports,
-                                            max_body_length):
-                    if isinstance(item, Message):
-                        if not wanted(item):
-                            continue
-                        if tally is not None:
-                            tally.add(item.record(), len(item.raw))
-                        shown += 1
+        try:
+            if not filtering and tally is None and count is None:
+                yield from decoded()
+                return
+            for item in decoded():
+                if isinstance(item, Message):
+                    if filtering and not wanted(item):
+                        continue
+                    if tally is not None:
+                        tally.add(item.record(), len(item.raw))
+                    shown += 1
                     yield item
                     if count is not None and shown >= count:
                         return
-            except (CaptureError, FileNotFoundError) as exc:
-                raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+                else:
+                    yield item
+        except (CaptureError, FileNotFoundError) as exc:
+            raise CommandError(f"{current[0]}: {exc}", ExitCode.INPUT) from None
+        except ChildError as exc:
+            raise CommandError(str(exc), ExitCode.FAILURE) from None
 
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
     with progress if progress is not None else contextlib.nullcontext():
@@ -171,8 +200,14 @@ class _Progress:
                             console=env.error_console(), transient=True)
         self.task = self.bar.add_task("decoding", total=total)
 
-    def tap(self, path: str) -> Callable[[float, bytes, int], None]:
+    def start_file(self, path: str) -> None:
         self.bar.update(self.task, description=os.path.basename(path))
+
+    def advance(self, nbytes: int) -> None:
+        self.bar.advance(self.task, nbytes)
+
+    def tap(self, path: str) -> Callable[[float, bytes, int], None]:
+        self.start_file(path)
 
         def advance(_ts: float, data: bytes, _wire: int) -> None:
             self.bar.advance(self.task, len(data) + 16)

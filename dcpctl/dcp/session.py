@@ -71,12 +71,14 @@ class PendingRequest:
         return self.message.record()
 
 
-@dataclass
 class Annotation:
-    """What the tracker adds to one message's record."""
+    """What the tracker adds to one message's record (made once per message: kept cheap)."""
 
-    fields: dict[str, Any] = field(default_factory=dict)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    __slots__ = ("diagnostics", "fields")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.diagnostics: list[Diagnostic] = []
 
     def add(self, name: str, message: str) -> None:
         self.diagnostics.append(diagnostic(name, message))
@@ -110,16 +112,18 @@ class ConnectionTracker:
     # --- observation -----------------------------------------------------------------------------
     def observe(self, msg: Message, from_client: bool, ts: float) -> Annotation:
         note = Annotation()
-        response = msg.magic in RESPONSE_MAGICS
-        opcode = msg.opcode
-        if not response and (from_client or opcode in ANSWERED_PUSHES):
-            self._request(msg, from_client, ts)
-        else:
+        header = msg.header
+        opcode = header[1]
+        if header[0] in RESPONSE_MAGICS:
             self._response(msg, from_client, ts, note)
-        if not from_client and not response and opcode in PUSHED_OPCODES:
-            self._pushed(msg, note)
-        if from_client and not response and opcode == 0x5D and msg.extras:  # buffer ack
-            self.unacked = max(0, self.unacked - msg.extras["bytes_to_ack"])
+        else:
+            if from_client or opcode in ANSWERED_PUSHES:
+                self._request(msg, from_client, ts)
+            if not from_client:
+                if opcode in PUSHED_OPCODES:
+                    self._pushed(msg, opcode, note)
+            elif opcode == 0x5D and msg.extras:  # buffer ack
+                self.unacked = max(0, self.unacked - msg.extras["bytes_to_ack"])
         if self.collections is None and not self._warned_unknown and msg.variant is not None \
                 and msg.variant.key.value == "document":
             self._warned_unknown = True
@@ -194,39 +198,41 @@ class ConnectionTracker:
             note.add("vbucket_uuid_changed", f"vbucket {vbucket}: the server's newest uuid "
                      f"{log[0].get('vbucket_uuid')} differs from the requested {stream.vbucket_uuid}")
 
-    def _pushed(self, msg: Message, note: Annotation) -> None:
-        if msg.opcode != NOOP:
+    def _pushed(self, msg: Message, opcode: int, note: Annotation) -> None:
+        if opcode != NOOP:
             self.unacked += len(msg.raw)
             if self.buffer_size is not None and self.unacked > self.buffer_size:
                 note.add("flow_control_exceeded", f"{self.unacked} bytes unacknowledged, above the "
                          f"negotiated connection_buffer_size {self.buffer_size}")
-        stream = self.streams_by_opaque.get(msg.opaque)
+        stream = self.streams_by_opaque.get(msg.header[7])
         if stream is None:
             return
         note.fields["stream_vbucket"] = stream.vbucket
-        extras = msg.extras or {}
-        if msg.opcode == 0x56:  # snapshot marker: v2.x carries the range in the value, hence the record
-            record = msg.record()
-            start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
-            if isinstance(start, int) and isinstance(end, int):
-                stream.snapshot = (start, end)
-        elif msg.opcode in ITEM_OPCODES or msg.opcode == 0x64:
-            seqno = extras.get("by_seqno")
+        if opcode in ITEM_OPCODES or opcode == 0x64:
+            seqno = msg.by_seqno
             if seqno is None:
                 return
-            if msg.opcode != 0x64:
+            if opcode != 0x64:
                 stream.items += 1
-                if stream.snapshot is None:
+                snapshot = stream.snapshot
+                if snapshot is None:
                     note.add("item_before_marker", f"vbucket {stream.vbucket}: seqno {seqno} arrived "
                              "before any snapshot marker")
-                elif not stream.snapshot[0] <= seqno <= stream.snapshot[1]:
+                elif not snapshot[0] <= seqno <= snapshot[1]:
                     note.add("seqno_outside_snapshot", f"vbucket {stream.vbucket}: seqno {seqno} outside "
-                             f"the snapshot {stream.snapshot[0]}-{stream.snapshot[1]}")
+                             f"the snapshot {snapshot[0]}-{snapshot[1]}")
             if stream.last_seqno is not None and seqno <= stream.last_seqno:
                 note.add("seqno_backwards", f"vbucket {stream.vbucket}: seqno {seqno} after "
                          f"{stream.last_seqno}")
             stream.last_seqno = seqno
-        elif msg.opcode == 0x55:  # stream end
+            return
+        extras = msg.extras or {}
+        if opcode == 0x56:  # snapshot marker: v2.x carries the range in the value, hence the record
+            record = msg.record()
+            start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
+            if isinstance(start, int) and isinstance(end, int):
+                stream.snapshot = (start, end)
+        elif opcode == 0x55:  # stream end
             status = extras.get("stream_end_status", 0)
             stream.open = False
             note.add("stream_end", f"vbucket {stream.vbucket} stream ended: "

@@ -111,6 +111,11 @@ def text_or_hex(data: bytes) -> tuple[str, bool]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return data.hex(), True
-    if text.isprintable() or all(c.isprintable() or c in "\t\r\n" for c in text):
+    if text.isprintable() or printable(text):
         return text, False
     return data.hex(), True
+
+
+def printable(text: str) -> bool:
+    """Text shown as text: printable characters, tabs and line breaks (``isprintable`` is the fast test)."""
+    return all(c.isprintable() or c in "\t\r\n" for c in text)

@@ -35,47 +35,62 @@ class Stats:
 
 def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
-         | None = None) -> Stats:
-    """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``."""
+         | None = None, live: bool = False) -> Stats:
+    """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
+
+    ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
+    """
     stats = Stats()
     errors = env.error_console()
 
+    def notice(item: Skipped | Diagnostic) -> None:
+        if isinstance(item, Diagnostic):
+            stats.notices += 1
+            if item.severity == "error":
+                stats.error_diagnostics += 1
+            errors.print(f"dcpctl: {item.name}: {item.message}", style="yellow", markup=False)
+            return
+        stats.skipped_bytes += item.length
+        what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
+            "a header whose body length exceeds --max-body-length"
+            if item.reason == "body_too_long" else "bytes that do not start a plausible header")
+        errors.print(f"dcpctl: skipped_bytes: {item.length} bytes at offset {item.offset}: {what}",
+                     style="yellow", markup=False)
+
+    def count_errors(msg: Message) -> None:
+        if msg.diagnostics:
+            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+
     def messages() -> Iterator[Message]:
         for item in items:
-            if isinstance(item, Diagnostic):
-                stats.notices += 1
-                if item.severity == "error":
-                    stats.error_diagnostics += 1
-                errors.print(f"dcpctl: {item.name}: {item.message}", style="yellow", markup=False)
-                continue
-            if isinstance(item, Skipped):
-                stats.skipped_bytes += item.length
-                what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
-                    "a header whose body length exceeds --max-body-length"
-                    if item.reason == "body_too_long" else "bytes that do not start a plausible header")
-                errors.print(f"dcpctl: skipped_bytes: {item.length} bytes at offset {item.offset}: {what}",
-                             style="yellow", markup=False)
+            if isinstance(item, Message):
+                stats.messages += 1
+                yield item
+            else:
+                notice(item)
+
+    def records() -> Iterator[dict[str, Any]]:  # the JSON hot path: one loop, no nested generator
+        for item in items:
+            if not isinstance(item, Message):
+                notice(item)
                 continue
             stats.messages += 1
-            yield item
-
-    def records() -> Iterator[dict[str, Any]]:
-        for msg in messages():
-            record = msg.record()
+            record = item.record()
             if record_hook is not None:
-                record = record_hook(msg, record)
-            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+                record = record_hook(item, record)
+            if item.diagnostics:
+                count_errors(item)
             yield jsonl.to_base64(record) if base64 else record
 
     if fmt is Format.JSONL:
-        jsonl.write_jsonl(records(), env.stdout)
+        jsonl.write_jsonl(records(), env.stdout, flush=live)
     elif fmt is Format.JSON:
         jsonl.write_json(records(), env.stdout)
     elif fmt is Format.HEXDUMP:
         console = env.console()
         for msg in messages():
             console.print(hexdump.render(msg))
-            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+            count_errors(msg)
     else:
         console = env.console()
         for msg in messages():
@@ -83,5 +98,5 @@ def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Envi
             if record_hook is not None:
                 record = record_hook(msg, record)
             console.print(pretty.render(msg, record))
-            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+            count_errors(msg)
     return stats

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, cast
 
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.constants import MAGIC_CLASS
@@ -40,17 +40,37 @@ class _Direction:
 class _Connection:
     tracker: ConnectionTracker
     directions: dict[bool, _Direction]
+    label: str
 
 
 Item = Message | Skipped | Diagnostic
+_CLIENT: Final = "client>server"
+_SERVER: Final = "server>client"
+
+# A message observed but not yet annotated (``defer``): everything another process needs to finish it,
+# as plain data: (raw, offset, collections option, ts, connection label, from client, frames, tracker
+# fields, diagnostics as (name, message, offset, length)).
+Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str, Any],
+                 list[tuple[str, str, int | None, int]]]
+
+
+def finish_message(msg: Message, ts: float, label: str, from_client: bool, frames: list[int],
+                   fields: dict[str, Any], diagnostics: list[Diagnostic]) -> Message:
+    """The capture context every message carries, before the packet's own fields (one place for both
+    the serial path and the second core's)."""
+    msg.annotate({"ts": ts, "connection": label, "direction": _CLIENT if from_client else _SERVER,
+                  "frames": frames}, fields, diagnostics)
+    return msg
 
 
 class CaptureDecoder:
     """Stateful: feed it segments and notices, get messages and notices back (see the module docstring)."""
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
-                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> None:
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False) -> None:
+        """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``)."""
         self.options = options
+        self.defer = defer
         self.max_body_length = max_body_length
         self.reassembler = Reassembler(server_ports)
         self.connections: dict[ConnectionId, _Connection] = {}
@@ -64,11 +84,11 @@ class CaptureDecoder:
         if found is None:
             found = _Connection(ConnectionTracker(self.options, from_start),
                                 {True: _Direction(self._framer(from_start)),
-                                 False: _Direction(self._framer(from_start))})
+                                 False: _Direction(self._framer(from_start))}, conn.label())
             self.connections[conn] = found
         return found
 
-    def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item]:
+    def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item | Deferred]:
         if isinstance(item, CaptureNotice):
             name = item.name if item.name in ("tls_port",) else "capture_gap"
             yield diagnostic(name, f"frame {item.frame}: {item.message}")
@@ -76,23 +96,23 @@ class CaptureDecoder:
         for event in self.reassembler.push(item):
             yield from self._event(event)
 
-    def finish(self) -> Iterator[Item]:
+    def finish(self) -> Iterator[Item | Deferred]:
         for event in self.reassembler.flush():
             yield from self._event(event)
         for conn, state in self.connections.items():
             for from_client, direction in state.directions.items():
                 offset, tail = direction.framer.remainder()
                 if tail:
-                    yield from self._emit(conn, state, from_client, direction, tail, offset)
+                    yield self._message(conn, state, from_client, direction, tail, offset)
 
-    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
+    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item | Deferred]:
         if isinstance(event, StreamEvent):
             state = self._connection(event.conn, event.name == "connection_open")
             if event.name in ("gap", "reassembly_overflow", "snaplen_truncated") and event.from_client is not None:
                 direction = state.directions[event.from_client]
                 offset, tail = direction.framer.remainder()
                 if tail:
-                    yield from self._emit(event.conn, state, event.from_client, direction, tail, offset)
+                    yield self._message(event.conn, state, event.from_client, direction, tail, offset)
                 direction.framer = self._framer(synced=False)
                 direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
                 yield diagnostic("capture_gap", f"{event.conn.label()} "
@@ -105,46 +125,56 @@ class CaptureDecoder:
         direction.spans.append((event.offset, event.offset + len(event.data), event.ts, event.frames))
         framer = direction.framer
         framer.feed(event.data)
+        conn, from_client, message = event.conn, event.from_client, self._message
         for item in framer.events():
             if isinstance(item, Skipped):
                 yield item
-                continue
-            yield from self._emit(event.conn, state, event.from_client, direction, item.data, item.offset)
+            else:
+                yield message(conn, state, from_client, direction, item.data, item.offset)
 
-    def _emit(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
-              data: bytes, offset: int) -> Iterator[Item]:
+    def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
+                 data: bytes, offset: int) -> Message | Skipped | Deferred:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
-            yield Skipped(offset, len(data), "truncated")
-            return
+            return Skipped(offset, len(data), "truncated")
         end = offset + len(data)
-        ts = 0.0
-        frames: list[int] = []
         spans = direction.spans
         while spans and spans[0][1] <= offset:
             spans.popleft()
-        for start, stop, span_ts, span_frames in spans:
-            if start >= end:
-                break
-            if stop > offset:
-                if not frames:
-                    ts = span_ts
-                frames.extend(f for f in span_frames if f not in frames)
+        if spans and spans[0][0] <= offset and end <= spans[0][1]:  # the usual case: inside one span
+            ts, frames = spans[0][2], list(spans[0][3])
+        else:
+            ts, frames = _spanned(spans, offset, end)
         msg = decode(data, offset, state.tracker.options())
         note = state.tracker.observe(msg, from_client, ts)
-        diags = list(note.diagnostics)
+        diags = note.diagnostics
         if direction.gap is not None:
-            diags.insert(0, diagnostic("capture_gap", direction.gap))
+            diags = [diagnostic("capture_gap", direction.gap), *diags]
             direction.gap = None
-        first = {"ts": ts, "connection": conn.label(),
-                 "direction": "client>server" if from_client else "server>client", "frames": frames}
-        msg.annotate(first, note.fields, diags)
-        yield msg
+        if self.defer:
+            return (data, offset, msg.options.collections, ts, state.label, from_client, frames, note.fields,
+                    [(d.name, d.message, d.offset, d.length) for d in diags] if diags else [])
+        return finish_message(msg, ts, state.label, from_client, frames, note.fields, diags)
+
+
+def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: int, end: int
+             ) -> tuple[float, list[int]]:
+    """The capture time of a message's first byte and every frame its bytes came from."""
+    ts = 0.0
+    frames: list[int] = []
+    for start, stop, span_ts, span_frames in spans:
+        if start >= end:
+            break
+        if stop > offset:
+            if not frames:
+                ts = span_ts
+            frames.extend(f for f in span_frames if f not in frames)
+    return ts, frames
 
 
 def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
                     server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH
                     ) -> Iterator[Item]:
-    decoder = CaptureDecoder(options, server_ports, max_body_length)
+    decoder = CaptureDecoder(options, server_ports, max_body_length)  # not deferred: only Items come out
     for item in items:
-        yield from decoder.feed(item)
-    yield from decoder.finish()
+        yield from cast(Iterator[Item], decoder.feed(item))
+    yield from cast(Iterator[Item], decoder.finish())

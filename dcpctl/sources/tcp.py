@@ -90,7 +90,8 @@ class _Direction:
     pending_bytes: int = 0
     fin: bool = False
     conflict_reported: bool = False
-    recent: bytes = b""  # last delivered bytes, to compare retransmissions against
+    # the last delivered bytes (at least RECENT_BYTES of them, at most twice that), to compare retransmissions
+    recent: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
@@ -220,7 +221,10 @@ class Reassembler:
         event = StreamData(state.conn, from_client, ts, frames, d.offset, data)
         d.next = (d.next + len(data)) % _MOD
         d.offset += len(data)
-        d.recent = (d.recent + data)[-RECENT_BYTES:]
+        recent = d.recent
+        recent += data
+        if len(recent) > 2 * RECENT_BYTES:  # trimmed now and then: appending stays cheap
+            del recent[:-RECENT_BYTES]
         return event
 
     def _drain(self, state: _Connection, from_client: bool, d: _Direction) -> list[Event]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -90,3 +91,35 @@ def _compiled(name: str, declaration: Construct) -> Construct:
     if name not in _COMPILED:
         _COMPILED[name] = declaration.compile()
     return _COMPILED[name]
+
+
+FAST = [v for v in VARIANTS if v[2].value.value == "document" and id(v[1]) not in UPR_SPECS]
+
+
+@pytest.mark.parametrize(("name", "spec", "variant"), FAST, ids=[v[0] for v in FAST])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), collections=st.sampled_from([None, False, True]),
+       value=st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=20).map(str.encode),
+                       st.sampled_from([b'{"a":1}', b"NaN", b"[1,", b"", b"x\ty\n", b"\x00\x01"])),
+       datatype=st.sampled_from([None, 0, 1]))
+def test_fast_record_path_equals_the_general_one(name: str, spec: Any, variant: Any, data: st.DataObject,
+                                                 collections: bool | None, value: bytes | None,
+                                                 datatype: int | None) -> None:
+    """The stream items' fast path (``_Plan.fast``) builds the same record, key order included."""
+    record = data.draw(variant_records(spec, variant))
+    if value is not None:
+        record["value"] = value.hex()
+        record["value_encoding"] = "hex"
+        record.pop("xattrs", None)
+    if datatype is not None:
+        record["datatype"] = datatype
+    wire = encode(record, DIALECTS["dcp"], fix_lengths=True)
+    options = DecodeOptions(collections=collections)
+    fast = decode(wire, 0, options)
+    general = decode(wire, 0, options)
+    assert general.plan is not None
+    general.plan = dataclasses.replace(general.plan, fast=None)
+    assert list(fast.record().items()) == list(general.record().items())
+    if record["magic"] == "ClientRequest":
+        assert fast.plan is not None
+        assert fast.plan.fast is not None  # the fast path was the one compared
