@@ -303,3 +303,66 @@ def test_progress_bar_on_a_terminal_stderr(monkeypatch: pytest.MonkeyPatch) -> N
                         stdout_isatty=False, stderr_isatty=False, color=False)
     assert main(["decode", str(SAMPLE), "-F", "jsonl"], quiet) == ExitCode.OK
     assert silent.getvalue() == ""
+
+
+def _crafted_packets() -> list[tuple[bool, bytes]]:
+    """After the sample session: the cases where Wireshark 4.0's dissector is known to be wrong."""
+    from dcpctl.protocol.encode import encode  # noqa: PLC0415
+
+    marker = {"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": 12, "opaque": 4097,
+              "marker_version": 2, "snap_start_seqno": 204, "snap_end_seqno": 207, "snapshot_flags": 6,
+              "max_visible_seqno": 206, "high_completed_seqno": 0, "purge_seqno": 120, "high_prepared_seqno": 0}
+    item = {"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 12, "opaque": 4097, "cas": 5,
+            "datatype": 1, "by_seqno": 206, "rev_seqno": 2, "flags": 0, "expiration": 0, "lock_time": 0,
+            "nmeta": 0, "nru": 0, "collection_id": 8, "key": "short_extras", "value": '{"b":2}'}
+    snappy = {**item, "datatype": 7, "by_seqno": 205, "key": "snappy_doc", "value": '{"a":1}',
+              "xattrs": [{"key": "_sync", "value": '{"rev":"2-ab"}'}]}
+    short = bytearray(encode(item, fix_lengths=True))  # the same mutation with 28 bytes of extras
+    short[4] = 28
+    short[8:12] = (int.from_bytes(short[8:12], "big") - 3).to_bytes(4, "big")
+    del short[52:55]
+    after = encode({**item, "by_seqno": 207, "key": "after_garbage"}, fix_lengths=True)
+    return [*session_packets(), (False, encode(marker, fix_lengths=True)), (False, encode(snappy, fix_lengths=True)),
+            (False, bytes(short)), (False, b"\x00garbage!" + after)]
+
+
+@pytest.mark.peer
+def test_where_wireshark_is_wrong_dcpctl_is_right(tmp_path: Path) -> None:
+    path = tmp_path / "wrong.pcap"
+    path.write_bytes(write_capture(_crafted_packets(), segment_size=65535))  # one message per frame
+    fields = ["frame.number", "couchbase.opcode", "couchbase.status", "couchbase.value", "couchbase.extras.by_seqno",
+              "couchbase.key.logical_key", "couchbase.xattrs.pair.key", "_ws.expert.message"]
+    result = subprocess.run([tshark(), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
+                             *[x for f in fields for x in ("-e", f)]],
+                            capture_output=True, text=True, check=True, timeout=120)
+    theirs = {int(row[0]): dict(zip(fields, row, strict=True))
+              for row in (line.split("\t") for line in result.stdout.splitlines())}
+    code, records, err = decode(path)
+    assert code == ExitCode.OK
+    mine = {r["frames"][0]: r for r in records}
+
+    # The rollback seqno: Wireshark calls the 8-byte value of a Rollback answer "trailing stray characters".
+    rollback = next(f for f, r in mine.items() if r.get("status") == "Rollback")
+    assert mine[rollback]["rollback_seqno"] == 200
+    assert theirs[rollback]["couchbase.value"] == ""
+    assert "Trailing stray" in theirs[rollback]["_ws.expert.message"]
+    # A v2.2 snapshot marker (version byte 2, purge seqno): Wireshark declares the packet malformed.
+    marker = next(f for f, r in mine.items() if r.get("marker_version") == 2)
+    assert mine[marker]["purge_seqno"] == 120
+    assert mine[marker]["diagnostics"] == []
+    assert "Malformed" in theirs[marker]["_ws.expert.message"]
+    # xattrs inside a snappy value: Wireshark parses them out of the still-compressed bytes.
+    snappy = next(f for f, r in mine.items() if r.get("key") == "snappy_doc")
+    assert mine[snappy]["xattrs"] == [{"key": "_sync", "value": '{"rev":"2-ab"}'}]
+    assert mine[snappy]["value"] == '{"a":1}'
+    assert theirs[snappy]["couchbase.xattrs.pair.key"] != "_sync"
+    # Mutation extras of 28 bytes: Wireshark reads 31 anyway, taking the key's first bytes as extras.
+    short = next(f for f, r in mine.items() if r.get("extras_length") == 28)
+    assert [d["name"] for d in mine[short]["diagnostics"]] == ["illegal_extras_length"]
+    assert bytes.fromhex(mine[short]["key"]) == b"\x08short_extras"  # the bytes as sent, nothing swallowed
+    assert theirs[short]["couchbase.extras.by_seqno"] == "206"
+    # Garbage before a message in a segment: Wireshark gives up on the frame; dcpctl skips 9 bytes and goes on.
+    after = next(f for f, r in mine.items() if r.get("key") == "after_garbage")
+    assert mine[after]["by_seqno"] == 207
+    assert after not in theirs
+    assert "skipped_bytes: 9 bytes" in err
