@@ -154,8 +154,10 @@ def needs_rollback(req: StreamRequest, vb: VbucketState) -> Decision:
 
 
 def check_stream_request(req: StreamRequest, vb: VbucketState | None, *, stream_exists: bool = False,
-                         noop_enabled: bool = True, xattrs_or_collections: bool = False) -> Answer:
-    """The producer's order of checks (reference 9.3)."""
+                         noop_enabled: bool = True, xattrs_or_collections: bool = False,
+                         filter_answer: Answer | None = None) -> Answer:
+    """The producer's order of checks (reference 9.3); ``filter_answer`` is the producer's verdict on the
+    request's value (collection filter, stream id), which the server reaches at step 6."""
     if vb is None:
         return Answer("NotMyVbucket", "vbucket_absent", "the vbucket does not exist on this node")
     if vb.state not in ("active", "replica") or (req.flags & ACTIVE_VB_ONLY and vb.state != "active"):
@@ -172,6 +174,8 @@ def check_stream_request(req: StreamRequest, vb: VbucketState | None, *, stream_
     if not req.snap_start <= req.start_seqno <= req.snap_end:
         return Answer("Erange", "snapshot_range", f"snap_start {req.snap_start} <= start {req.start_seqno} "
                       f"<= snap_end {req.snap_end} does not hold")
+    if filter_answer is not None:
+        return filter_answer
     if stream_exists:
         return Answer("KeyEexists", "stream_exists", "a stream for this vbucket (and stream id) is open")
     decision = needs_rollback(req, vb)
