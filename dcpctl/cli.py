@@ -16,6 +16,7 @@ from dcpctl.commands.encode import encode_command
 from dcpctl.commands.fields import fields
 from dcpctl.commands.hexdump import hexdump
 from dcpctl.commands.rollback import rollback_app
+from dcpctl.commands.serve import serve
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment
 
@@ -32,6 +33,7 @@ app.command("capture")(capture)
 app.command("hexdump")(hexdump)
 app.command("encode")(encode_command)
 app.command("fields")(fields)
+app.command("serve")(serve)
 app.add_typer(rollback_app, name="rollback")
 
 

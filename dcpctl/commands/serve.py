@@ -1,0 +1,134 @@
+"""``dcpctl serve``: a DCP producer that behaves as a Couchbase data node does, for development and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import ssl
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dcpctl.commands._options import env_of
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.producer import scenario
+from dcpctl.producer.server import Emulator, ServeOptions
+from dcpctl.producer.store import Bucket, Manifest
+
+DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
+            "Not a database: items are generated from --seed, nothing is stored.")
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port of the first node (0: any "
+                                      "free port; the chosen ports are printed).")] = 11210,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="Nodes in the emulated cluster, on "
+                                       "consecutive ports; vbucket v is active on node v mod N.")] = 1,
+    bucket: Annotated[str, typer.Option("--bucket", help="The bucket's name.")] = "default",
+    user: Annotated[str, typer.Option("--user", "-u", help="The one user SASL accepts.")] = "Administrator",
+    password: Annotated[str, typer.Option("--password", help="Its password (development default; see "
+                                          "--password-env to keep a real one off the command line).")]
+    = "password",  # noqa: S107 - the documented development default, like Couchbase's own samples
+    password_env: Annotated[str | None, typer.Option("--password-env", help="Read the password from this "
+                                                     "environment variable instead.")] = None,
+    vbuckets: Annotated[int, typer.Option("--vbuckets", min=1, max=1024, help="vbuckets in the bucket.")] = 64,
+    items: Annotated[int, typer.Option("--items", min=0, help="Items at start, spread over the vbuckets.")] = 0,
+    value_size: Annotated[int, typer.Option("--value-size", min=0, max=20 * 1024 * 1024,
+                                            help="Bytes of each mutation's JSON value.")] = 100,
+    mutation_rate: Annotated[float, typer.Option("--mutation-rate", min=0, help="New items per second, "
+                                                 "round robin over the vbuckets.")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="Makes uuids, keys and values reproducible.")] = 0,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: also listen with "
+                                                  "TLS.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    tls_port: Annotated[int, typer.Option("--tls-port", min=0, max=65535, help="TLS port of the first "
+                                          "node (0: any free port).")] = 11207,
+    collections: Annotated[Path | None, typer.Option("--collections", help="Collections manifest (JSON as "
+                                                     "the REST API returns it).")] = None,
+    scenario_file: Annotated[Path | None, typer.Option("--scenario", help="Events to play: failovers, "
+                                                       "purges, disconnects, delays, moves (TOML).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
+                                          "to standard error.")] = False,
+) -> None:
+    """Emulate Couchbase data nodes that produce DCP: HELLO, SASL (PLAIN, SCRAM), buckets, failover logs,
+    stream requests with the server's checks and rollbacks, flow control, noops, scenarios.
+
+    Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
+    """
+    env = env_of(ctx)
+    if password_env is not None:
+        if password_env not in os.environ:
+            raise CommandError(f"--password-env: {password_env} is not set", ExitCode.USAGE)
+        password = os.environ[password_env]
+    if (tls_cert is None) != (tls_key is None):
+        raise CommandError("--tls-cert and --tls-key go together", ExitCode.USAGE)
+    tls = None
+    if tls_cert is not None and tls_key is not None:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            tls.load_cert_chain(tls_cert, tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise CommandError(f"--tls-cert/--tls-key: {exc}", ExitCode.INPUT) from None
+    try:
+        events = scenario.load(scenario_file) if scenario_file is not None else []
+    except scenario.ScenarioError as exc:
+        raise CommandError(str(exc), ExitCode.INPUT) from None
+    manifest = _manifest(collections) if collections is not None else None
+    store = Bucket(bucket, vbuckets, items, value_size, seed, manifest)
+    errors = env.error_console()
+
+    def log(line: str) -> None:
+        if verbose:
+            errors.print(f"dcpctl serve: {line}", markup=False, highlight=False)
+
+    emulator = Emulator(store, {user: password},
+                        ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events), log)
+    try:
+        asyncio.run(_serve(emulator, env.stdout, tls is not None))
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", ExitCode.CONNECTION) from None
+
+
+async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
+    addresses = await emulator.start_listening()
+    for index, (host, bound) in enumerate(addresses):
+        line = f"dcpctl serve: node {index} listening on {host}:{bound}"
+        if tls and emulator.cluster.tls_ports:
+            line += f" (TLS on {emulator.cluster.tls_ports[index]})"
+        out.write(line + "\n")
+    out.write(f"dcpctl serve: bucket {emulator.bucket.name!r}, {len(emulator.bucket.vbuckets)} vbuckets, "
+              f"{sum(vb.high_seqno for vb in emulator.bucket.vbuckets)} items. {DEV_NOTE}\n")
+    out.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ticker = asyncio.create_task(emulator.run())
+    await stop.wait()
+    ticker.cancel()
+    emulator.close()
+
+
+def _manifest(path: Path) -> Manifest:
+    """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings)."""
+    try:
+        data = json.loads(path.read_text())
+        manifest = Manifest(int(str(data.get("uid", "0")), 16), {}, {})
+        for scope in data["scopes"]:
+            scope_id = int(str(scope["uid"]), 16)
+            manifest.scopes[scope_id] = str(scope["name"])
+            for collection in scope.get("collections", []):
+                manifest.collections[int(str(collection["uid"]), 16)] = (scope_id, str(collection["name"]))
+    except OSError as exc:
+        raise CommandError(f"--collections: {path}: {exc.strerror}", ExitCode.INPUT) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CommandError(f"--collections: {path}: not a collections manifest ({exc})", ExitCode.INPUT) from None
+    if not manifest.collections:
+        raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)
+    return manifest

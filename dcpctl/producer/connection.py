@@ -1,0 +1,788 @@
+"""One client connection to the emulated data node, sans-IO: bytes in, bytes out, a clock passed in.
+
+Theory of operation. :meth:`ProducerConnection.receive` frames the client's bytes and answers each
+request the way kv_engine does (reference sections 3, 4, 7, 8, 9): what is allowed before
+authentication, SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL with the server's value
+rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine deciding rollbacks.
+Answers queue in order. :meth:`produce` returns queued answers first, then stream data: for each open
+stream a snapshot marker and the items it covers, round robin across streams, never past the flow-control
+window (one message may overshoot it, as on the server), then STREAM_END when a stream reaches its end.
+:meth:`tick` sends noops on the server's schedule and closes an idle connection. ``closed`` says why
+the connection must be dropped (a protocol violation without XERROR, a scenario, idleness).
+
+Invariants: the connection never raises on client input; every reply is encoded by the protocol's
+encoder or the store's fast path that the tests hold to it; a stream's items go out in seqno order, each
+inside the snapshot marker sent before it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from dcpctl.dcp import rollback
+from dcpctl.dcp.rollback import Answer, StreamRequest
+from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
+from dcpctl.producer.store import Bucket, Encoding, VBucket
+from dcpctl.protocol import stream_request_value as srv
+from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.registry import DCP
+
+# HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
+FEATURES: Final = frozenset({0x03, 0x04, 0x06, 0x07, 0x08, 0x0A, 0x0B, 0x10, 0x12})
+F_XERROR: Final = 0x07
+F_COLLECTIONS: Final = 0x12
+F_SNAPPY: Final = 0x0A
+# Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
+BEFORE_AUTH: Final = frozenset({0x1F, 0x20, 0x21, 0x22, 0xFE, 0x0A, 0x0B})
+OPEN_PRODUCER: Final = 0x01
+OPEN_KNOWN_FLAGS: Final = 0x001 | 0x004 | 0x008 | 0x020 | 0x040 | 0x100 | 0x200
+OPEN_INCLUDE_XATTRS: Final = 0x004
+OPEN_NO_VALUE: Final = 0x008
+OPEN_DELETE_TIMES: Final = 0x020
+OPEN_NO_VALUE_WITH_DATATYPE: Final = 0x040
+OPEN_DELETED_USER_XATTRS: Final = 0x100
+OPEN_SKIP_DELETES: Final = 0x200
+STREAM_KNOWN_FLAGS: Final = 0x1FF
+STREAM_NO_VALUE: Final = 0x008
+STREAM_CACHE_TRANSFER: Final = 0x100
+# The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
+DEFAULT_NOOP_INTERVAL: Final = 20.0
+IDLE_TIMEOUT: Final = 360.0
+MIN_NOOP_INTERVAL: Final = 0.1  # connection_manager_interval
+# Bytes of stream data one stream may contribute to one produce() call before the next stream's turn.
+FAIR_SHARE: Final = 256 * 1024
+MARKER_DISK_CHECKPOINT: Final = 0x06
+MARKER_MEMORY: Final = 0x01
+_ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
+
+
+@dataclass
+class Node:
+    """Where this connection landed: which node of the emulated cluster, and the cluster it belongs to."""
+
+    index: int
+    cluster: Cluster
+
+
+@dataclass
+class Cluster:
+    bucket: Bucket
+    nodes: list[tuple[str, int]]  # (host, port) per node
+    owner: list[int]  # vbucket -> node index of its active copy
+    users: dict[str, str]
+    revision: int = 1
+    tls_ports: list[int] | None = None
+
+    def config(self, host: str) -> dict[str, Any]:
+        """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``."""
+        servers = [f"{host if h in _ANY_ADDRESS else h}:{p}" for h, p in self.nodes]
+        nodes_ext = []
+        for i, (h, p) in enumerate(self.nodes):
+            services: dict[str, int] = {"kv": p}
+            if self.tls_ports:
+                services["kvSSL"] = self.tls_ports[i]
+            nodes_ext.append({"hostname": h, "services": services, "thisNode": False})
+        return {"rev": self.revision, "revEpoch": 1, "name": self.bucket.name, "nodeLocator": "vbucket",
+                "bucketCapabilities": ["dcp", "xattr", "collections", "json", "snappy"],
+                "nodesExt": nodes_ext,
+                "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 0, "serverList": servers,
+                                     "vBucketMap": [[owner] for owner in self.owner]}}
+
+
+@dataclass
+class _Stream:
+    vbucket: int
+    stream_id: int  # 0: none
+    opaque: int
+    next_seqno: int  # the next seqno to consider
+    end_seqno: int
+    encoding: Encoding
+    filter_ids: frozenset[int] | None
+    snapshot_end: int = -1  # the last marker's end; items up to it may go out
+    markers: int = 0
+    items: int = 0
+    last_seqno: int = 0
+    ending: int | None = None  # a STREAM_END status waiting to be sent
+
+    @property
+    def plain(self) -> bool:
+        """Whether the store's encoded image serves this stream (the fast path)."""
+        return self.filter_ids is None and not self.stream_id and not self.encoding.no_value
+
+
+@dataclass
+class ProducerConnection:
+    node: Node
+    peer_host: str = "127.0.0.1"
+    now: float = 0.0
+    framer: Framer = field(default_factory=Framer)
+    closed: str | None = None
+    stats: dict[str, int] = field(default_factory=lambda: {"items": 0, "bytes": 0})
+
+    def __post_init__(self) -> None:
+        self.out: list[bytes] = []
+        self.features: list[int] = []
+        self.user: str | None = None
+        self.sasl: ScramServer | None = None
+        self.bucket: Bucket | None = None
+        self.dcp_flags: int | None = None
+        self.name = ""
+        self.controls: dict[str, str] = {}
+        self.buffer_size = 0
+        self.outstanding = 0
+        self.noop_enabled = False
+        self.noop_interval = DEFAULT_NOOP_INTERVAL
+        self.noop_outstanding = False
+        self.last_noop = self.now
+        self.noop_opaque = 0x4E4F0000
+        self.last_received = self.now
+        self.streams: dict[tuple[int, int], _Stream] = {}
+        self._turn = 0
+        self._item_limit: int | None = None
+
+    # --- negotiated state -------------------------------------------------------------------------
+    @property
+    def xerror(self) -> bool:
+        return F_XERROR in self.features
+
+    @property
+    def collections(self) -> bool:
+        return F_COLLECTIONS in self.features
+
+    @property
+    def stream_ids(self) -> bool:
+        return self.controls.get("enable_stream_id") == "true"
+
+    def encoding(self) -> Encoding:
+        flags = self.dcp_flags or 0
+        return Encoding(collections=self.collections, delete_times=bool(flags & OPEN_DELETE_TIMES),
+                        expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
+                        no_value=bool(flags & (OPEN_NO_VALUE | OPEN_NO_VALUE_WITH_DATATYPE)))
+
+    # --- input ------------------------------------------------------------------------------------
+    def receive(self, data: bytes, now: float) -> None:
+        self.now = now
+        self.last_received = now
+        self.framer.feed(data)
+        for event in self.framer.events():
+            if self.closed:
+                return
+            if not isinstance(event, Frame):
+                self.close("the client sent bytes that are not a packet")
+                return
+            msg = decode(event.data, event.offset, DecodeOptions(collections=self.collections, show_secrets=True))
+            self._handle(msg)
+
+    def close(self, reason: str) -> None:
+        if self.closed is None:
+            self.closed = reason
+
+    def _reply(self, msg: Message, status: str = "Success", **fields: Any) -> None:
+        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode_name, "status": status,
+                                  "opaque": msg.opaque, **fields}
+        self.out.append(encode(record, DCP, fix_lengths=True))
+
+    def _error(self, msg: Message, status: str, context: str = "") -> None:
+        """An error status; without XERROR, the statuses an old client cannot understand disconnect."""
+        if not self.xerror and status in ("Eaccess", "NoBucket", "DcpStreamIdInvalid", "AuthStale"):
+            self.close(f"{msg.opcode_name}: {status} without XERROR: the server disconnects")
+            return
+        if context and self.xerror:
+            self._reply(msg, status, datatype=1, value=json.dumps({"error": {"context": context}}))
+        else:
+            self._reply(msg, status)
+
+    def _handle(self, msg: Message) -> None:
+        if msg.is_response:
+            if msg.opcode == 0x5C:  # the client's answer to our noop
+                self.noop_outstanding = False
+            return
+        opcode = msg.opcode
+        if self.user is None and opcode not in BEFORE_AUTH:
+            self._error(msg, "Eaccess", "authenticate first")
+            return
+        handler = _HANDLERS.get(opcode)
+        if handler is None:
+            self._reply(msg, "UnknownCommand")
+            return
+        handler(self, msg)
+
+    # --- bootstrap commands -----------------------------------------------------------------------
+    def _hello(self, msg: Message) -> None:
+        record = msg.record()
+        wanted = [f for f in _feature_codes(record) if f in FEATURES]
+        self.features = list(dict.fromkeys(wanted))
+        self._reply(msg, features=[HELLO_FEATURES.name(f) for f in self.features])
+
+    def _list_mechs(self, msg: Message) -> None:
+        self._reply(msg, value=" ".join([*MECHANISMS, PLAIN]))
+
+    def _sasl_auth(self, msg: Message) -> None:
+        if self.dcp_flags is not None:
+            self._reply(msg, "NotSupported")  # SASL is disabled once DCP_OPEN succeeded (reference 3.2)
+            return
+        mechanism = canonical(msg.key.decode(errors="replace"))
+        users = self.node.cluster.users
+        if mechanism == PLAIN:
+            try:
+                user, password = parse_plain(msg.value)
+            except SaslError:
+                self._reply(msg, "AuthError")
+                return
+            if users.get(user) == password:
+                self.user = user
+                self._reply(msg)
+            else:
+                self._reply(msg, "AuthError")
+            return
+        if mechanism not in MECHANISMS:
+            self._reply(msg, "AuthError")
+            return
+        self.sasl = ScramServer(mechanism, users, salt_seed=self.node.cluster.bucket.name.encode())
+        try:
+            challenge = self.sasl.first(msg.value)
+        except SaslError:
+            self.sasl = None
+            self._reply(msg, "AuthError")
+            return
+        self._reply(msg, "AuthContinue", value=challenge.decode())
+
+    def _sasl_step(self, msg: Message) -> None:
+        sasl, self.sasl = self.sasl, None
+        if sasl is None or canonical(msg.key.decode(errors="replace")) != sasl.mechanism:
+            self._reply(msg, "AuthError")
+            return
+        try:
+            signature = sasl.final(msg.value)
+        except SaslError:
+            self._reply(msg, "AuthError")
+            return
+        self.user = sasl.user
+        self._reply(msg, value=signature.decode())
+
+    def _select_bucket(self, msg: Message) -> None:
+        name = msg.key.decode(errors="replace")
+        if self.dcp_flags is not None:
+            self._reply(msg, "NotSupported")
+        elif name != self.node.cluster.bucket.name:
+            self._reply(msg, "KeyEnoent")
+        else:
+            self.bucket = self.node.cluster.bucket
+            self._reply(msg)
+
+    def _error_map(self, msg: Message) -> None:
+        version = min(2, int(msg.record().get("error_map_version", 1)) or 1)
+        errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": ["success"] if code == 0 else ["item-only"]}
+                  for code, name, desc in STATUS_ROWS}
+        self._reply(msg, datatype=1, value=json.dumps({"version": version, "revision": 1, "errors": errors}))
+
+    def _needs_bucket(self, msg: Message) -> Bucket | None:
+        if self.bucket is None:
+            self._error(msg, "NoBucket", "select a bucket first")
+        return self.bucket
+
+    def _cluster_config(self, msg: Message) -> None:
+        if self._needs_bucket(msg) is None:
+            return
+        config = self.node.cluster.config(self.peer_host)
+        config["nodesExt"][self.node.index]["thisNode"] = True
+        self._reply(msg, datatype=1, value=json.dumps(config))
+
+    def _vbucket(self, number: int) -> VBucket | None:
+        """A vbucket whose active copy is on this node."""
+        cluster = self.node.cluster
+        if 0 <= number < len(cluster.bucket.vbuckets) and cluster.owner[number] == self.node.index:
+            vb = cluster.bucket.vbuckets[number]
+            return vb if vb.state == "active" else None
+        return None
+
+    def _all_vb_seqnos(self, msg: Message) -> None:
+        bucket = self._needs_bucket(msg)
+        if bucket is None:
+            return
+        extras = msg.extras or {}
+        state = extras.get("vbucket_state_filter", 0)
+        collection = extras.get("collection_id")
+        if collection is not None and not self.collections:
+            self._reply(msg, "Einval")
+            return
+        if collection is not None and collection not in bucket.manifest.collections:
+            self._reply(msg, "UnknownCollection")
+            return
+        entries = []
+        if state in (0, 1):  # every vbucket here is active: "alive" and "active" list them, others none
+            for vb in bucket.vbuckets:
+                if self._vbucket(vb.vbucket) is not None:
+                    seqno = vb.high_seqno if collection is None else _collection_high(bucket, vb, collection)
+                    if seqno is not None:
+                        entries.append({"vbucket": vb.vbucket, "seqno": seqno})
+        self._reply(msg, vbucket_seqnos=entries)
+
+    def _failover_log(self, msg: Message) -> None:
+        if self._needs_bucket(msg) is None:
+            return
+        if msg.opcode == 0x54 and self.dcp_flags is None:
+            self._reply(msg, "Einval")  # DCP_GET_FAILOVER_LOG needs a DCP connection; 0x96 does not
+            return
+        vb = self._vbucket(msg.vbucket_or_status)
+        if vb is None:
+            self._reply(msg, "NotMyVbucket")
+            return
+        self._reply(msg, failover_log=[e.to_json() for e in vb.failover_log])
+
+    def _observe_seqno(self, msg: Message) -> None:
+        if self._needs_bucket(msg) is None:
+            return
+        vb = self._vbucket(msg.vbucket_or_status)
+        if vb is None:
+            self._reply(msg, "NotMyVbucket")
+            return
+        if len(msg.value) != 8:
+            self._reply(msg, "Einval")
+            return
+        uuid = int.from_bytes(msg.value, "big")
+        log = vb.failover_log
+        if uuid == log[0].vbucket_uuid:
+            self._reply(msg, format_type=0, observed_vbucket=vb.vbucket, vbucket_uuid=uuid,
+                        last_persisted_seqno=vb.high_seqno, current_seqno=vb.high_seqno)
+            return
+        for i, entry in enumerate(log):
+            if entry.vbucket_uuid == uuid:
+                self._reply(msg, format_type=1, observed_vbucket=vb.vbucket, vbucket_uuid=log[0].vbucket_uuid,
+                            last_persisted_seqno=vb.high_seqno, current_seqno=vb.high_seqno,
+                            old_vbucket_uuid=uuid, last_received_seqno=log[i - 1].seqno)
+                return
+        self._reply(msg, "KeyEnoent")
+
+    def _stat(self, msg: Message) -> None:
+        bucket = self._needs_bucket(msg)
+        if bucket is None:
+            return
+        group, _, arg = msg.key.decode(errors="replace").partition(" ")
+        vbs = [vb for vb in bucket.vbuckets if self._vbucket(vb.vbucket) is not None
+               and (not arg or str(vb.vbucket) == arg.strip())]
+        stats: list[tuple[str, str]] = []
+        if group == "failovers":
+            for vb in vbs:
+                stats.append((f"vb_{vb.vbucket}:num_entries", str(len(vb.failover_log))))
+                for i, entry in enumerate(vb.failover_log):
+                    stats += [(f"vb_{vb.vbucket}:{i}:id", str(entry.vbucket_uuid)),
+                              (f"vb_{vb.vbucket}:{i}:seq", str(entry.seqno))]
+                stats.append((f"vb_{vb.vbucket}:num_erroneous_entries_erased", "0"))
+        elif group == "vbucket-seqno":
+            for vb in vbs:
+                p = f"vb_{vb.vbucket}:"
+                stats += [(p + "high_seqno", str(vb.high_seqno)), (p + "abs_high_seqno", str(vb.high_seqno)),
+                          (p + "last_persisted_seqno", str(vb.high_seqno)),
+                          (p + "uuid", str(vb.failover_log[0].vbucket_uuid)),
+                          (p + "purge_seqno", str(vb.purge_seqno)), (p + "max_visible_seqno", str(vb.high_seqno))]
+        elif group == "dcp":
+            name = self.name or "-"
+            stats += [("ep_dcp_count", "1" if self.dcp_flags is not None else "0"),
+                      (f"eq_dcpq:{name}:type", "producer"),
+                      (f"eq_dcpq:{name}:unacked_bytes", str(self.outstanding)),
+                      (f"eq_dcpq:{name}:max_buffer_bytes", str(self.buffer_size)),
+                      (f"eq_dcpq:{name}:num_streams", str(len(self.streams))),
+                      (f"eq_dcpq:{name}:items_sent", str(self.stats["items"])),
+                      (f"eq_dcpq:{name}:noop_enabled", str(self.noop_enabled).lower())]
+        else:
+            self._reply(msg, "KeyEnoent")
+            return
+        for key, value in stats:
+            self._reply(msg, key=key, value=value)
+        self._reply(msg)  # the empty terminator
+
+    # --- DCP ----------------------------------------------------------------------------------------
+    def _dcp_open(self, msg: Message) -> None:
+        if self._needs_bucket(msg) is None:
+            return
+        extras = msg.extras or {}
+        flags = extras.get("flags", 0)
+        name = msg.key.decode(errors="replace")
+        if self.dcp_flags is not None or not name or len(name) > 200:
+            self._reply(msg, "Einval")
+            return
+        if flags & ~OPEN_KNOWN_FLAGS or (flags & OPEN_NO_VALUE and flags & OPEN_NO_VALUE_WITH_DATATYPE) or (
+                flags & OPEN_DELETED_USER_XATTRS and not flags & OPEN_INCLUDE_XATTRS) or (
+                flags & OPEN_SKIP_DELETES and not flags & OPEN_PRODUCER):
+            self._reply(msg, "Einval")
+            return
+        if not flags & OPEN_PRODUCER:
+            self._reply(msg, "NotSupported")  # dcpctl serve emulates producers only
+            return
+        if msg.value:
+            self._reply(msg, "Einval")  # consumer_name is for consumers
+            return
+        self.dcp_flags = flags
+        self.name = name
+        if 0x0B not in self.features:
+            self.features.append(0x0B)  # DCP_OPEN turns on JSON (reference 3.2)
+        self._reply(msg)
+
+    def _dcp_control(self, msg: Message) -> None:
+        if self.dcp_flags is None:
+            self._reply(msg, "Einval")
+            return
+        key = msg.key.decode(errors="replace")
+        value = msg.value.decode(errors="replace")
+        status = _control_status(self, key, value)
+        if status == "Success":
+            self.controls[key] = value
+            if key == "connection_buffer_size":
+                self.buffer_size = int(value)
+            elif key == "enable_noop":
+                self.noop_enabled = value == "true"
+                self.last_noop = self.now
+            elif key == "set_noop_interval":
+                self.noop_interval = float(value)
+        self._reply(msg, status)
+
+    def _stream_request(self, msg: Message) -> None:
+        bucket = self._needs_bucket(msg)
+        if bucket is None:
+            return
+        if self.dcp_flags is None:
+            self._reply(msg, "Einval")
+            return
+        extras = msg.extras
+        flags = extras.get("flags", 0) if extras else 0
+        if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
+                flags & ~STREAM_KNOWN_FLAGS) or flags & STREAM_NO_VALUE or flags & STREAM_CACHE_TRANSFER:
+            self._reply(msg, "Einval")
+            return
+        filter_answer, filter_ids, stream_id, purge = self._filter(msg)
+        req = StreamRequest(extras["start_seqno"], extras["vbucket_uuid"], extras["snap_start_seqno"],
+                            extras["snap_end_seqno"], extras["end_seqno"], flags, purge)
+        number = msg.vbucket_or_status
+        vb = self._vbucket(number)
+        if number < len(bucket.vbuckets) and self.node.cluster.owner[number] == self.node.index and vb is None:
+            vb = None  # a dead vbucket here is as absent as one on another node
+        answer = rollback.check_stream_request(
+            req, vb.view() if vb is not None else None,
+            stream_exists=(number, stream_id) in self.streams,
+            noop_enabled=self.noop_enabled,
+            xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & OPEN_INCLUDE_XATTRS),
+            filter_answer=filter_answer)
+        if answer.status == "Rollback":
+            self._reply(msg, "Rollback", rollback_seqno=answer.rollback_seqno)
+            return
+        if answer.status != "Success" or vb is None:
+            if answer.status == "UnknownCollection":
+                self._reply(msg, answer.status, datatype=1,
+                            value=json.dumps({"manifest_uid": f"{bucket.manifest.uid:x}"}))
+            else:
+                self._error(msg, answer.status, answer.reason)
+            return
+        start = answer.start_seqno if answer.start_seqno is not None else req.start_seqno
+        end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
+        self._reply(msg, failover_log=[e.to_json() for e in vb.failover_log])
+        stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids)
+        if start >= end:
+            stream.ending = 0
+        self.streams[(number, stream_id)] = stream
+
+    def _filter(self, msg: Message) -> tuple[Answer | None, frozenset[int] | None, int, int | None]:
+        """The value's verdict (reference 3.4.4 and 9.3 step 6): answer, collection filter, sid, purge."""
+        bucket = self.node.cluster.bucket
+        frame_sid = msg.stream_id
+        if not msg.value:
+            if self.stream_ids:
+                return Answer("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required"), \
+                    None, 0, None
+            if frame_sid is not None:
+                return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
+            return None, None, 0, None
+        obj, diags = srv.validate(msg.value)
+        if diags and any(d.name != "stream_request_json_unknown_key" for d in diags):
+            if any(d.name == "stream_request_sid_invalid" for d in diags):
+                return Answer("DcpStreamIdInvalid", "sid_invalid", diags[0].message), None, 0, None
+            return Answer("Einval", "bad_value", diags[0].message), None, 0, None
+        sid = int(obj.get("sid", 0))
+        if sid and not self.stream_ids:
+            return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
+        if not sid and self.stream_ids:
+            return Answer("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required"), \
+                None, 0, None
+        ids: frozenset[int] | None = None
+        if "collections" in obj:
+            ids = frozenset(int(c, 16) for c in obj["collections"])
+            unknown = ids - set(bucket.manifest.collections)
+            if unknown:
+                return Answer("UnknownCollection", "unknown_collection", f"collection {min(unknown):x}"), \
+                    None, sid, None
+        elif "scope" in obj:
+            scope = int(obj["scope"], 16)
+            if scope not in bucket.manifest.scopes:
+                return Answer("UnknownScope", "unknown_scope", f"scope {scope:x}"), None, sid, None
+            ids = frozenset(c for c, (s, _) in bucket.manifest.collections.items() if s == scope)
+        purge = int(obj["purge_seqno"]) if "purge_seqno" in obj else None
+        return None, ids, sid, purge
+
+    def _close_stream(self, msg: Message) -> None:
+        sid = msg.stream_id or 0
+        if bool(sid) != self.stream_ids:
+            self._error(msg, "DcpStreamIdInvalid", "sid and enable_stream_id disagree")
+            return
+        stream = self.streams.get((msg.vbucket_or_status, sid))
+        if stream is None or stream.ending is not None:
+            self._reply(msg, "KeyEnoent")
+            return
+        self._reply(msg)
+        if self.controls.get("send_stream_end_on_client_close_stream") == "true":
+            stream.ending = 1  # Closed
+        else:
+            del self.streams[(stream.vbucket, sid)]
+
+    def _buffer_ack(self, msg: Message) -> None:
+        extras = msg.extras or {}
+        self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
+
+    def _noop_request(self, msg: Message) -> None:
+        self._reply(msg)
+
+    # --- output ---------------------------------------------------------------------------------------
+    def end_stream(self, vbucket: int, status: int) -> None:
+        """End every stream of a vbucket (a scenario: the vbucket moved, failed over, history was lost)."""
+        for stream in self.streams.values():
+            if stream.vbucket == vbucket and stream.ending is None:
+                stream.ending = status
+
+    def tick(self, now: float) -> None:
+        self.now = now
+        if self.noop_enabled and self.dcp_flags is not None:
+            if not self.noop_outstanding and now - self.last_noop >= self.noop_interval:
+                self.noop_opaque += 1
+                self.out.append(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
+                                       DCP, fix_lengths=True))
+                self.noop_outstanding = True
+                self.last_noop = now
+            if now - self.last_received > IDLE_TIMEOUT:
+                self.close(f"nothing received for {IDLE_TIMEOUT:.0f} s with noops enabled (dcp_idle_timeout)")
+
+    def produce(self, max_bytes: int, max_items: int | None = None) -> bytes:
+        """Queued answers, then stream data up to ``max_bytes``, the flow-control window and ``max_items``
+        items (0: answers only; a scenario's item trigger stops the stream exactly there)."""
+        parts = self.out
+        self.out = []
+        size = sum(len(p) for p in parts)
+        streams = list(self.streams.values())
+        if not streams or max_items == 0:
+            return b"".join(parts)
+        self._item_limit = max_items
+        start = self._turn % len(streams)
+        self._turn += 1
+        for stream in streams[start:] + streams[:start]:
+            if size >= max_bytes or self._item_limit == 0:
+                break
+            size += self._stream_data(stream, parts, min(FAIR_SHARE, max_bytes - size))
+        for key in [k for k, s in self.streams.items() if s.ending == -1]:
+            del self.streams[key]
+        return b"".join(parts)
+
+    def _spend(self, items: int) -> None:
+        if self._item_limit is not None:
+            self._item_limit -= items
+
+    def _window(self) -> int | None:
+        """Bytes the flow-control window still allows, or None without flow control."""
+        if self.buffer_size <= 0:
+            return None
+        return self.buffer_size - self.outstanding
+
+    def _count(self, nbytes: int) -> None:
+        if self.buffer_size > 0:
+            self.outstanding += nbytes
+
+    def _stream_data(self, stream: _Stream, parts: list[bytes], budget: int) -> int:
+        bucket = self.node.cluster.bucket
+        vb = bucket.vbuckets[stream.vbucket]
+        sent = 0
+        while sent < budget:
+            window = self._window()
+            if (window is not None and window <= 0) or self._item_limit == 0:
+                return sent
+            if stream.ending is not None:
+                if stream.ending >= 0:
+                    status = stream.ending
+                    if status in (7, 8) and not self.collections:
+                        status = 0  # FilterEmpty and LostPrivileges read as Ok to legacy clients (3.7)
+                    data = self._message(stream, {"opcode": "DCP_STREAM_END", "stream_end_status": status})
+                    parts.append(data)
+                    self._count(len(data))
+                    sent += len(data)
+                    stream.ending = -1
+                return sent
+            last = min(vb.high_seqno, stream.end_seqno)
+            if stream.next_seqno > stream.end_seqno:
+                stream.ending = 0
+                continue
+            if stream.next_seqno > last:
+                return sent  # caught up: wait for new items
+            if stream.next_seqno > stream.snapshot_end:
+                flags = MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
+                data = self._message(stream, {"opcode": "DCP_SNAPSHOT_MARKER", "snap_start_seqno": stream.next_seqno,
+                                              "snap_end_seqno": last, "snapshot_flags": flags})
+                parts.append(data)
+                self._count(len(data))
+                sent += len(data)
+                stream.snapshot_end = last
+                stream.markers += 1
+                continue
+            upto = stream.snapshot_end
+            if stream.plain:
+                sent += self._image_items(stream, vb, upto, parts, budget - sent)
+            else:
+                sent += self._each_item(stream, vb, upto, parts, budget - sent)
+        return sent
+
+    def _message(self, stream: _Stream, fields: dict[str, Any]) -> bytes:
+        record: dict[str, Any] = {"magic": "AltClientRequest" if stream.stream_id else "ClientRequest",
+                                  "vbucket": stream.vbucket, "opaque": stream.opaque, **fields}
+        if stream.stream_id:
+            record["frame_infos"] = [{"id": 2, "stream_id": stream.stream_id, "data": f"{stream.stream_id:04x}"}]
+        return encode(record, DCP, fix_lengths=True)
+
+    def _image_items(self, stream: _Stream, vb: VBucket, upto: int, parts: list[bytes], budget: int) -> int:
+        bucket = self.node.cluster.bucket
+        image = bucket.image(vb, stream.encoding, upto)
+        offsets, data = image.offsets, image.data
+        first = stream.next_seqno - image.first
+        last = upto - image.first  # inclusive index
+        window = self._window()
+        limit = budget if window is None else min(budget, window)
+        begin = offsets[first]
+        stop_index = first
+        end = begin
+        items = 0
+        max_items = self._item_limit
+        while stop_index <= last and end - begin < limit and items != max_items:
+            stop_index += 1
+            nxt = offsets[stop_index] if stop_index < len(offsets) else len(data)
+            if nxt > end:
+                items += 1
+            end = nxt
+        chunk = bytearray(data[begin:end])
+        opaque = stream.opaque.to_bytes(4, "big")
+        if opaque != b"\0\0\0\0":
+            previous = -1
+            for i in range(first, stop_index):
+                at = offsets[i]
+                if at != previous and at < end:
+                    chunk[at - begin + 12:at - begin + 16] = opaque
+                previous = at
+        parts.append(bytes(chunk))
+        self._count(len(chunk))
+        stream.next_seqno = image.first + stop_index
+        stream.items += items
+        stream.last_seqno = stream.next_seqno - 1
+        self._spend(items)
+        self.stats["items"] += items
+        self.stats["bytes"] += len(chunk)
+        return len(chunk)
+
+    def _each_item(self, stream: _Stream, vb: VBucket, upto: int, parts: list[bytes], budget: int) -> int:
+        bucket = self.node.cluster.bucket
+        sent = 0
+        while stream.next_seqno <= upto and sent < budget and self._item_limit != 0:
+            window = self._window()
+            if window is not None and window <= 0:
+                break
+            item = bucket.item(vb, stream.next_seqno)
+            stream.next_seqno += 1
+            if not bucket.visible(item, stream.encoding, stream.filter_ids):
+                continue
+            data = bucket.encode_item(item, stream.encoding, stream.opaque, stream.stream_id or None)
+            parts.append(data)
+            self._count(len(data))
+            sent += len(data)
+            stream.items += 1
+            stream.last_seqno = item.seqno
+            self._spend(1)
+            self.stats["items"] += 1
+            self.stats["bytes"] += len(data)
+        return sent
+
+
+def _feature_codes(record: dict[str, Any]) -> list[int]:
+    out = []
+    for feature in record.get("features", []):
+        if isinstance(feature, int):
+            out.append(feature)
+        else:
+            code = HELLO_FEATURES.code_of.get(str(feature))
+            if code is not None:
+                out.append(code)
+    return out
+
+
+def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None:
+    """The newest seqno of a collection in a vbucket (items are spread, so the scan is short)."""
+    for seqno in range(vb.high_seqno, max(0, vb.high_seqno - 10_000), -1):
+        if bucket.item(vb, seqno).collection_id == collection:
+            return seqno
+    return None
+
+
+_BOOL: Final = ("true", "false")
+
+
+def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
+    """DCP_CONTROL's answer for a key and value (reference 7.2); unknown keys are Einval."""
+    flags = conn.dcp_flags or 0
+    checks: dict[str, Any] = {
+        "connection_buffer_size": lambda: value.isdigit() and int(value) < 1 << 32,
+        "enable_noop": lambda: True,
+        "set_noop_interval": lambda: _float(value) is not None and _float(value) >= MIN_NOOP_INTERVAL,  # type: ignore[operator]
+        "set_priority": lambda: value in ("high", "medium", "low"),
+        "force_value_compression": lambda: value in _BOOL and F_SNAPPY in conn.features,
+        "supports_cursor_dropping": lambda: value in _BOOL,
+        "supports_cursor_dropping_vulcan": lambda: value in _BOOL,
+        "supports_hifi_MFU": lambda: value == "true",
+        "send_stream_end_on_client_close_stream": lambda: value == "true",
+        "enable_expiry_opcode": lambda: value == "true",
+        "enable_stream_id": lambda: value == "true",
+        "enable_sync_writes": lambda: value == "true",
+        "consumer_name": lambda: bool(value),
+        "enable_out_of_order_snapshots": lambda: value in ("true", "true_with_seqno_advanced"),
+        "include_deleted_user_xattrs": lambda: value == "true" and bool(flags & OPEN_DELETED_USER_XATTRS),
+        "v7_dcp_status_codes": lambda: value == "true",
+        "flatbuffers_system_events": lambda: value == "true",
+        "backfill_order": lambda: value in ("round-robin", "sequential"),
+        "cache_transfer": lambda: True,
+    }
+    if key in {"stream_buffer_size", "change_streams"}:
+        return "NotSupported"  # never implemented / needs magma's history
+    if key == "max_marker_version":
+        return ("Success" if conn.collections else "NotSupported") if value == "2.2" else "Einval"
+    if key == "enable_stream_id" and conn.controls.get("enable_sync_writes") == "true":
+        return "NotSupported"
+    if key == "enable_sync_writes" and conn.stream_ids:
+        return "NotSupported"
+    check = checks.get(key)
+    if check is None or not check():
+        return "Einval"
+    return "Success"
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+_HANDLERS: Final = {
+    0x1F: ProducerConnection._hello, 0x20: ProducerConnection._list_mechs, 0x21: ProducerConnection._sasl_auth,
+    0x22: ProducerConnection._sasl_step, 0x89: ProducerConnection._select_bucket,
+    0xFE: ProducerConnection._error_map, 0xB5: ProducerConnection._cluster_config,
+    0x48: ProducerConnection._all_vb_seqnos, 0x96: ProducerConnection._failover_log,
+    0x54: ProducerConnection._failover_log, 0x91: ProducerConnection._observe_seqno,
+    0x10: ProducerConnection._stat, 0x50: ProducerConnection._dcp_open, 0x5E: ProducerConnection._dcp_control,
+    0x53: ProducerConnection._stream_request, 0x52: ProducerConnection._close_stream,
+    0x5D: ProducerConnection._buffer_ack, 0x5C: ProducerConnection._noop_request,
+}

@@ -1,0 +1,95 @@
+"""Scenario files for ``dcpctl serve``: what happens to the emulated cluster, and when.
+
+A scenario is a TOML file with one ``[[event]]`` table per event, applied in file order once its trigger
+holds. Triggers: ``after_items`` (items the server has sent, all connections together), ``after_seconds``
+(since the server started); an event without a trigger applies at start. Actions:
+
+- ``failover`` (``vbucket``, optional ``seqno``): a replica is promoted at ``seqno`` (default: the high
+  seqno): a new failover-log entry, items above it lost; streams of the vbucket end (StateChanged).
+- ``purge`` (``vbucket``, ``seqno``): tombstones up to ``seqno`` are purged (a lower start rolls back to 0).
+- ``history_loss`` (``vbucket``): as an ephemeral bucket that lost its history: the purge seqno becomes the
+  high seqno.
+- ``move`` (``vbucket``, ``node``): the active copy moves to another node (rebalance): streams there end
+  (StateChanged), the cluster map's revision goes up, and the old node answers NotMyVbucket.
+- ``disconnect``: every client connection is dropped (a node restart, a network cut).
+- ``delay`` (``seconds``): no stream data for that long (a slow disk, a stalled backfill).
+- ``mutate`` (``count``, optional ``vbucket``): that many new items at once.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
+                  "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",)}
+OPTIONAL: Final = {"failover": ("seqno",), "mutate": ("vbucket",)}
+TRIGGERS: Final = ("after_items", "after_seconds")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the event and the problem."""
+
+
+@dataclass(frozen=True)
+class Event:
+    action: str
+    after_items: int | None = None
+    after_seconds: float | None = None
+    vbucket: int | None = None
+    seqno: int | None = None
+    node: int | None = None
+    seconds: float = 0.0
+    count: int = 0
+
+    def due(self, items_sent: int, elapsed: float) -> bool:
+        if self.after_items is not None and items_sent < self.after_items:
+            return False
+        return self.after_seconds is None or elapsed >= self.after_seconds
+
+
+def load(path: Path) -> list[Event]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: not TOML: {exc}") from None
+    return parse(data, str(path))
+
+
+def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
+    unknown = set(data) - {"event"}
+    if unknown:
+        raise ScenarioError(f"{where}: unknown top-level key {sorted(unknown)[0]!r} (events are [[event]] tables)")
+    events = []
+    for number, raw in enumerate(data.get("event", []), 1):
+        if not isinstance(raw, dict):
+            raise ScenarioError(f"{where}: event {number} is not a table")
+        action = raw.get("action")
+        if action not in ACTIONS:
+            raise ScenarioError(f"{where}: event {number}: action must be one of {', '.join(ACTIONS)}")
+        allowed = {"action", *TRIGGERS, *ACTIONS[action], *OPTIONAL.get(action, ())}
+        extra = set(raw) - allowed
+        if extra:
+            raise ScenarioError(f"{where}: event {number} ({action}): unexpected key {sorted(extra)[0]!r}")
+        missing = [k for k in ACTIONS[action] if k not in raw]
+        if missing:
+            raise ScenarioError(f"{where}: event {number} ({action}): {missing[0]} is required")
+        for key, value in raw.items():
+            if key != "action" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                raise ScenarioError(f"{where}: event {number} ({action}): {key} must be a number >= 0")
+        events.append(Event(action, _int(raw, "after_items"), _num(raw, "after_seconds"), _int(raw, "vbucket"),
+                            _int(raw, "seqno"), _int(raw, "node"), _num(raw, "seconds") or 0.0,
+                            _int(raw, "count") or 0))
+    return events
+
+
+def _int(raw: dict[str, Any], key: str) -> int | None:
+    return int(raw[key]) if key in raw else None
+
+
+def _num(raw: dict[str, Any], key: str) -> float | None:
+    return float(raw[key]) if key in raw else None

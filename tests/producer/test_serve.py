@@ -1,0 +1,418 @@
+"""``dcpctl serve`` at the wire level: what a Couchbase data node answers, checked packet by packet."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wire import Client, Server, self_signed, serving
+
+from dcpctl.dcp.rollback import FailoverEntry, StreamRequest, next_request
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.message import DecodeOptions, decode
+
+ITEMS_PER_VB = 50
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with serving("--vbuckets", "8", "--items", str(8 * ITEMS_PER_VB), "--seed", "7") as running:
+        yield running
+
+
+def connect(server: Server) -> Client:
+    return Client(server.port)
+
+
+# --- bootstrap --------------------------------------------------------------------------------------
+def test_commands_before_authentication_are_refused(server: Server) -> None:
+    client = connect(server)
+    client.hello("Xerror")
+    assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Eaccess"
+    assert client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=1)["status"] == "Eaccess"
+    legacy = connect(server)  # without XERROR the server cannot say Eaccess: it disconnects
+    legacy.send(opcode="SELECT_BUCKET", key="default")
+    with pytest.raises(ConnectionError):
+        legacy.read()
+
+
+def test_hello_enables_the_supported_subset_in_request_order(server: Server) -> None:
+    reply = connect(server).hello("Collections", "UnorderedExecution", "Xerror", "Duplex", "JSON", "Xattr")
+    assert reply["features"] == ["Collections", "Xerror", "JSON", "Xattr"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA512", "SCRAM-SHA256", "SCRAM-SHA1", "SCRAM-SHA-512"])
+def test_scram_succeeds_with_the_password_and_fails_without(server: Server, mechanism: str) -> None:
+    assert connect(server).scram(mechanism)["status"] == "Success"  # the client verified the server's signature
+    assert connect(server).scram(mechanism, password="wrong")["status"] == "AuthError"
+    assert connect(server).scram(mechanism, user="nobody")["status"] == "AuthError"
+
+
+def test_plain_and_the_mechanism_list(server: Server) -> None:
+    client = connect(server)
+    assert client.call(opcode="SASL_LIST_MECHS")["value"].split() == ["SCRAM-SHA512", "SCRAM-SHA256", "SCRAM-SHA1",
+                                                                      "PLAIN"]
+    assert client.plain(password="nope")["status"] == "AuthError"
+    assert client.plain()["status"] == "Success"
+
+
+def test_bucket_selection_and_the_order_it_imposes(server: Server) -> None:
+    client = connect(server)
+    client.hello("Xerror")
+    client.plain()
+    assert client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=1)["status"] == "NoBucket"
+    assert client.call(opcode="SELECT_BUCKET", key="nope")["status"] == "KeyEnoent"
+    assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Success"
+    assert client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=1)["status"] == "Success"
+    assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "NotSupported"  # a DCP connection
+    assert client.plain()["status"] == "NotSupported"  # SASL is off after DCP_OPEN
+
+
+@pytest.mark.parametrize(("flags", "status"), [(0x01, "Success"), (0x00, "NotSupported"), (0x02, "Einval"),
+                                               (0x01 | 0x08 | 0x40, "Einval"), (0x01 | 0x100, "Einval"),
+                                               (0x01 | 0x04 | 0x100, "Success"), (0x10 | 0x01, "Einval")])
+def test_dcp_open_flags(server: Server, flags: int, status: str) -> None:
+    client = connect(server)
+    client.hello("Xerror")
+    client.plain()
+    client.call(opcode="SELECT_BUCKET", key="default")
+    assert client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=flags)["status"] == status
+
+
+@pytest.mark.parametrize(("key", "value", "status"), [
+    ("connection_buffer_size", "1048576", "Success"), ("connection_buffer_size", "lots", "Einval"),
+    ("stream_buffer_size", "1024", "NotSupported"), ("enable_noop", "true", "Success"),
+    ("set_noop_interval", "0.05", "Einval"), ("set_noop_interval", "120", "Success"),
+    ("set_priority", "urgent", "Einval"), ("force_value_compression", "true", "Einval"),  # no HELLO Snappy
+    ("enable_expiry_opcode", "true", "Success"), ("enable_stream_id", "true", "Success"),
+    ("flatbuffers_system_events", "false", "Einval"), ("change_streams", "true", "NotSupported"),
+    ("max_marker_version", "2.2", "NotSupported"),  # no HELLO Collections on this connection
+    ("include_deleted_user_xattrs", "true", "Einval"), ("no_such_key", "true", "Einval"),
+])
+def test_dcp_control_keys_are_checked_as_the_server_checks_them(server: Server, key: str, value: str,
+                                                                status: str) -> None:
+    client = connect(server)
+    client.dcp(controls={})
+    assert client.call(opcode="DCP_CONTROL", key=key, value=value)["status"] == status
+
+
+# --- bucket information -------------------------------------------------------------------------------
+def test_failover_log_seqnos_observe_and_stats(server: Server) -> None:
+    client = connect(server)
+    client.hello("Xerror")
+    client.plain()
+    client.call(opcode="SELECT_BUCKET", key="default")
+    log = client.call(opcode="GET_FAILOVER_LOG", vbucket=3)["failover_log"]
+    assert [entry["seqno"] for entry in log] == [0]
+    seqnos = client.call(opcode="GET_ALL_VB_SEQNOS")["vbucket_seqnos"]
+    assert seqnos == [{"vbucket": vb, "seqno": ITEMS_PER_VB} for vb in range(8)]
+    observed = client.call(opcode="OBSERVE_SEQNO", vbucket=3, vbucket_uuid=log[0]["vbucket_uuid"])
+    assert (observed["format_type"], observed["current_seqno"]) == (0, ITEMS_PER_VB)
+    assert client.call(opcode="OBSERVE_SEQNO", vbucket=3, vbucket_uuid=12345)["status"] == "KeyEnoent"
+    assert client.call(opcode="GET_FAILOVER_LOG", vbucket=99)["status"] == "NotMyVbucket"
+    opaque = client.send(opcode="STAT", key="vbucket-seqno 3")
+    stats = {}
+    while (reply := client.read())["opaque"] == opaque and reply.get("key"):
+        stats[reply["key"]] = reply["value"]
+    assert stats["vb_3:high_seqno"] == str(ITEMS_PER_VB)
+    assert stats["vb_3:uuid"] == str(log[0]["vbucket_uuid"])
+    errors = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=2)["value"])
+    assert errors["errors"]["23"]["name"] == "Rollback"
+
+
+def test_cluster_config_maps_vbuckets_to_nodes() -> None:
+    with serving("--nodes", "3", "--vbuckets", "6") as cluster:
+        client = Client(cluster.ports[1])
+        client.hello("Xerror")
+        client.plain()
+        client.call(opcode="SELECT_BUCKET", key="default")
+        config = json.loads(client.call(opcode="GET_CLUSTER_CONFIG")["value"])
+        servers = config["vBucketServerMap"]["serverList"]
+        assert servers == [f"127.0.0.1:{p}" for p in cluster.ports]
+        assert [row[0] for row in config["vBucketServerMap"]["vBucketMap"]] == [0, 1, 2, 0, 1, 2]
+        assert config["nodesExt"][1]["thisNode"] is True
+        client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=1)
+        client.call(opcode="DCP_CONTROL", key="enable_noop", value="true")
+        assert client.stream_request(0)["status"] == "NotMyVbucket"  # vbucket 0 is on node 0
+        assert client.stream_request(1)["status"] == "Success"
+
+
+# --- stream requests ------------------------------------------------------------------------------------
+def read_until_silent(client: Client, quiet: float = 0.5) -> list[dict[str, Any]]:
+    """Every record until the server sends nothing for ``quiet`` seconds."""
+    out = []
+    client.sock.settimeout(quiet)
+    try:
+        while True:
+            out.append(client.read())
+    except TimeoutError:
+        pass
+    client.sock.settimeout(10)
+    return out
+
+
+def read_for(client: Client, seconds: float) -> list[dict[str, Any]]:
+    """Every record that arrives within ``seconds``."""
+    out = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        client.sock.settimeout(left)
+        try:
+            out.append(client.read())
+        except TimeoutError:
+            break
+    client.sock.settimeout(10)
+    return out
+
+
+def read_until_closed(client: Client) -> list[dict[str, Any]]:
+    out = []
+    try:
+        while True:
+            out.append(client.read())
+    except ConnectionError:
+        return out
+
+
+def streaming_client(server: Server, *features: str, **controls: str) -> Client:
+    client = connect(server)
+    client.dcp(*features, controls={"enable_noop": "true", **controls})
+    return client
+
+
+def test_stream_request_checks_in_the_servers_order(server: Server) -> None:
+    client = streaming_client(server)
+    uuid = client.call(opcode="GET_FAILOVER_LOG", vbucket=2)["failover_log"][0]["vbucket_uuid"]
+    assert client.stream_request(99)["status"] == "NotMyVbucket"
+    assert client.stream_request(2, start=10, end=5)["status"] == "Erange"
+    assert client.stream_request(2, start=10, snap=(11, 20))["status"] == "Erange"
+    assert client.stream_request(2, start=10, uuid=uuid + 1)["status"] == "Rollback"
+    ahead = client.stream_request(2, start=ITEMS_PER_VB + 5, uuid=uuid)  # the client is ahead of the server
+    assert (ahead["status"], ahead["rollback_seqno"]) == ("Rollback", ITEMS_PER_VB)
+    assert client.stream_request(2, flags=0x08)["status"] == "Einval"  # the obsolete per-stream NoValue
+    assert client.stream_request(2, start=10, uuid=uuid)["status"] == "Success"
+    assert client.stream_request(2, start=10, uuid=uuid)["status"] == "KeyEexists"
+    quiet = connect(server)
+    quiet.dcp("Collections", controls={})  # collections without enable_noop
+    assert quiet.stream_request(2)["status"] == "NotSupported"
+
+
+def test_rollback_answer_follows_the_engine_and_the_retry_opens(server: Server) -> None:
+    client = streaming_client(server)
+    real = client.call(opcode="GET_FAILOVER_LOG", vbucket=4)["failover_log"][0]["vbucket_uuid"]
+    request = StreamRequest(start_seqno=30, vbucket_uuid=999, snap_start_seqno=30, snap_end_seqno=30)
+    answer = client.stream_request(4, start=30, uuid=999)
+    assert (answer["status"], answer["rollback_seqno"]) == ("Rollback", 0)  # an unknown uuid: back to 0
+    retry, _ = next_request(request, [FailoverEntry(999, 0)], answer["rollback_seqno"])
+    assert client.stream_request(4, start=retry.start_seqno, uuid=retry.vbucket_uuid or real)["status"] == "Success"
+
+
+def test_a_whole_stream_is_consistent_for_dcpctls_own_checks(server: Server) -> None:
+    client = streaming_client(server)
+    uuid = client.call(opcode="GET_FAILOVER_LOG", vbucket=5)["failover_log"][0]["vbucket_uuid"]
+    assert client.stream_request(5, start=10, end=40, uuid=uuid, snap=(10, 10))["status"] == "Success"
+    records = client.until("DCP_STREAM_END")
+    items = [r for r in records if r["opcode"] in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")]
+    assert [r["by_seqno"] for r in items] == list(range(11, 41))  # no collections: everything is default
+    assert records[0]["opcode"] == "DCP_SNAPSHOT_MARKER"
+    assert (records[0]["snap_start_seqno"], records[0]["snap_end_seqno"]) == (11, 40)
+    assert records[-1]["stream_end_status"] == 0
+    assert {r["opcode"] for r in items} >= {"DCP_MUTATION", "DCP_DELETION"}  # expirations as deletions
+    assert all(r["diagnostics"] == [] for r in records)
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    tracker.streams_by_opaque[records[0]["opaque"]] = _stream_state(5, records[0]["opaque"])
+    for raw in client.raw[-len(records):]:
+        assert tracker.observe(decode(raw), False, 0.0).diagnostics == [] or raw[1] == 0x55
+
+
+def _stream_state(vbucket: int, opaque: int) -> Any:
+    from dcpctl.dcp.session import StreamState  # noqa: PLC0415
+
+    return StreamState(vbucket, None, opaque, 10, 40, 0, open=True)
+
+
+def test_collections_filters_and_stream_ids(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"uid": "3", "scopes": [
+        {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
+        {"name": "inventory", "uid": "8", "collections": [{"name": "airline", "uid": "9"},
+                                                          {"name": "hotel", "uid": "a"}]}]}))
+    with serving("--vbuckets", "2", "--items", "200", "--collections", str(manifest)) as running:
+        client = streaming_client(running, "Collections", enable_stream_id="true")
+        assert client.stream_request(0, end=100)["status"] == "DcpStreamIdInvalid"  # a sid is required
+        assert client.stream_request(0, end=100, value='{"sid":0}')["status"] == "DcpStreamIdInvalid"
+        unknown = client.stream_request(0, end=100, value='{"sid":1,"collections":["77"]}')
+        assert unknown["status"] == "UnknownCollection"
+        assert json.loads(unknown["value"]) == {"manifest_uid": "3"}
+        assert client.stream_request(0, end=100, value='{"sid":1,"collections":["9"]}')["status"] == "Success"
+        assert client.stream_request(0, end=100, value='{"sid":2,"scope":"8"}')["status"] == "Success"
+        records = client.until("DCP_STREAM_END") + client.until("DCP_STREAM_END")
+        by_sid: dict[int, set[int]] = {}
+        for record in records:
+            if "collection_id" in record:
+                by_sid.setdefault(record["stream_id"], set()).add(record["collection_id"])
+        assert by_sid == {1: {9}, 2: {9, 10}}
+
+
+# --- flow control and noops ---------------------------------------------------------------------------------
+def test_flow_control_stops_at_the_window_and_resumes_on_ack(server: Server) -> None:
+    window = 2000
+    client = streaming_client(server, connection_buffer_size=str(window))
+    assert client.stream_request(6)["status"] == "Success"
+    received = sum(r["total_body_length"] + 24 for r in read_until_silent(client))
+    assert window <= received < window + 300  # the server stops once the window is full: one may overshoot
+    client.sock.settimeout(10)
+    client.send(opcode="DCP_BUFFER_ACKNOWLEDGEMENT", vbucket=6, bytes_to_ack=received)
+    assert client.read()["opcode"] in ("DCP_MUTATION", "DCP_DELETION", "DCP_SNAPSHOT_MARKER")
+
+
+def test_noops_come_on_the_interval(server: Server) -> None:
+    client = streaming_client(server, set_noop_interval="0.2")
+    started = time.monotonic()
+    record = client.read()
+    assert record["opcode"] == "DCP_NOOP"
+    assert record["magic"] == "ClientRequest"
+    assert 0.1 < time.monotonic() - started < 2
+
+
+def test_close_stream_with_stream_end(server: Server) -> None:
+    client = streaming_client(server, send_stream_end_on_client_close_stream="true",
+                              connection_buffer_size="500")
+    assert client.stream_request(7)["status"] == "Success"
+    assert client.call(opcode="DCP_CLOSE_STREAM", vbucket=7)["status"] == "Success"
+    assert client.call(opcode="DCP_CLOSE_STREAM", vbucket=3)["status"] == "KeyEnoent"
+    client.send(opcode="DCP_BUFFER_ACKNOWLEDGEMENT", vbucket=7, bytes_to_ack=10_000)
+    end = client.until("DCP_STREAM_END")[-1]
+    assert end["stream_end_status"] == 1  # Closed
+
+
+# --- scenarios and determinism -------------------------------------------------------------------------------
+def scenario(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_failover_ends_the_stream_and_the_retry_rolls_back(tmp_path: Path) -> None:
+    plan = scenario(tmp_path, '[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\nafter_items = 80\n')
+    with serving("--vbuckets", "1", "--items", "100", "--scenario", plan) as running:
+        client = streaming_client(running)
+        old = client.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"]
+        assert client.stream_request(0, uuid=old[0]["vbucket_uuid"])["status"] == "Success"
+        records = client.until("DCP_STREAM_END")
+        items = [r for r in records if "by_seqno" in r]
+        assert items[-1]["by_seqno"] == 80  # exactly after_items items, then the failover
+        assert records[-1]["stream_end_status"] == 2  # StateChanged
+        again = streaming_client(running)
+        log = again.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"]
+        assert [e["seqno"] for e in log] == [60, 0]
+        assert log[1] == old[0]
+        answer = again.stream_request(0, start=80, uuid=old[0]["vbucket_uuid"], snap=(80, 80))
+        assert (answer["status"], answer["rollback_seqno"]) == ("Rollback", 60)
+        assert again.stream_request(0, start=60, uuid=old[0]["vbucket_uuid"])["status"] == "Success"
+
+
+def test_disconnect_after_items_and_history_loss(tmp_path: Path) -> None:
+    plan = scenario(tmp_path, '[[event]]\naction = "disconnect"\nafter_items = 25\n'
+                              '[[event]]\naction = "history_loss"\nvbucket = 0\n')
+    with serving("--vbuckets", "1", "--items", "100", "--scenario", plan) as running:
+        client = streaming_client(running)
+        assert client.stream_request(0)["status"] == "Success"
+        seen = [r["by_seqno"] for r in read_until_closed(client) if "by_seqno" in r]
+        assert seen == list(range(1, 26))
+        again = streaming_client(running)
+        uuid = again.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"][0]["vbucket_uuid"]
+        answer = again.stream_request(0, start=25, uuid=uuid)
+        assert (answer["status"], answer["rollback_seqno"]) == ("Rollback", 0)  # below the purge seqno
+
+
+def test_move_makes_the_old_node_answer_not_my_vbucket(tmp_path: Path) -> None:
+    plan = scenario(tmp_path, '[[event]]\naction = "move"\nvbucket = 0\nnode = 1\nafter_seconds = 0.3\n')
+    with serving("--nodes", "2", "--vbuckets", "2", "--items", "10", "--scenario", plan) as running:
+        client = Client(running.ports[0])
+        client.dcp()
+        uuid = client.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"][0]["vbucket_uuid"]
+        assert client.stream_request(0, end=5)["status"] == "Success"
+        assert client.until("DCP_STREAM_END")[-1]["stream_end_status"] == 0  # the whole backfill, then Ok
+        assert client.stream_request(0, start=5, uuid=uuid)["status"] == "Success"  # then follow it, forever
+        end = client.until("DCP_STREAM_END")[-1]
+        assert end["stream_end_status"] == 2  # StateChanged: the vbucket moved away
+        assert client.stream_request(0)["status"] == "NotMyVbucket"
+        other = Client(running.ports[1])
+        other.dcp()
+        assert other.stream_request(0)["status"] == "Success"
+
+
+def test_purge_delay_mutate_and_the_mutation_rate(tmp_path: Path) -> None:
+    plan = scenario(tmp_path, '[[event]]\naction = "purge"\nvbucket = 0\nseqno = 20\n'
+                              '[[event]]\naction = "delay"\nseconds = 0.6\nafter_items = 10\n'
+                              '[[event]]\naction = "mutate"\ncount = 5\nvbucket = 0\nafter_items = 40\n')
+    with serving("--vbuckets", "1", "--items", "40", "--scenario", plan) as running:
+        client = streaming_client(running)
+        uuid = client.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"][0]["vbucket_uuid"]
+        below = client.stream_request(0, start=10, uuid=uuid)
+        assert (below["status"], below["rollback_seqno"]) == ("Rollback", 0)  # below the purge seqno
+        started = time.monotonic()
+        assert client.stream_request(0)["status"] == "Success"
+        records = client.until("DCP_MUTATION")
+        while len([r for r in records if "by_seqno" in r]) < 45:
+            records.append(client.read())
+        assert time.monotonic() - started >= 0.5  # the delay held the stream after 10 items
+        assert [r["by_seqno"] for r in records if "by_seqno" in r] == list(range(1, 46))
+        markers = [(r["snap_start_seqno"], r["snap_end_seqno"], r["snapshot_flags"]) for r in records
+                   if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
+        assert markers == [(1, 40, 6), (41, 45, 1)]  # the backfill from disk, then a memory snapshot
+    with serving("--vbuckets", "2", "--mutation-rate", "200") as running:
+        client = streaming_client(running)
+        assert client.stream_request(1)["status"] == "Success"
+        items = [r for r in read_for(client, 1.0) if "by_seqno" in r]
+        assert 20 < len(items) < 200  # about 100 a second on this vbucket
+        assert [r["by_seqno"] for r in items] == list(range(1, len(items) + 1))
+
+
+def test_the_same_seed_sends_the_same_bytes() -> None:
+    def capture() -> bytes:
+        with serving("--vbuckets", "2", "--items", "60", "--seed", "42") as running:
+            client = streaming_client(running)
+            client.stream_request(1, end=30)
+            client.until("DCP_STREAM_END")
+            return b"".join(client.raw[-32:])
+
+    assert capture() == capture()
+
+
+def test_bad_scenarios_and_options_are_one_line_errors(tmp_path: Path) -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    bad = scenario(tmp_path, '[[event]]\naction = "explode"\n')
+    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--scenario", bad],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert "action must be one of" in result.stderr
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", str(busy.getsockname()[1])],
+                            capture_output=True, text=True, timeout=60, check=False)
+    busy.close()
+    assert result.returncode == 5
+    assert "cannot listen" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_tls_listener(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    with serving("--tls-cert", str(cert), "--tls-key", str(key), "--tls-port", "0", "--items", "64") as running:
+        trusted = ssl.create_default_context(cafile=str(cert))
+        client = Client(running.tls_ports[0], tls=trusted)
+        assert client.scram()["status"] == "Success"
+        with pytest.raises(ssl.SSLCertVerificationError):
+            Client(running.tls_ports[0], tls=ssl.create_default_context())
