@@ -12,6 +12,7 @@ run() {
   /usr/bin/time -f "$name: %e s wall, %U s user, peak RSS %M KB" "$@" > /dev/null 2> "$dir/err" || true
   grep -v "Running as user" "$dir/err" | tail -1
 }
-run "dcpctl decode --format jsonl" dcpctl decode --format jsonl "$dir/m.pcap"
+run "dcpctl decode --format jsonl (two processes, the default)" dcpctl decode --format jsonl "$dir/m.pcap"
+run "dcpctl decode --format jsonl --jobs 1" dcpctl decode --format jsonl --jobs 1 "$dir/m.pcap"
 run "tshark -T fields -e couchbase.opcode -e couchbase.extras.by_seqno" \
   tshark -r "$dir/m.pcap" -T fields -e couchbase.opcode -e couchbase.extras.by_seqno
