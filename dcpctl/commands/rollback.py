@@ -18,8 +18,13 @@ from dcpctl.dcp.rollback import (
     negotiate,
     parse_failover_log,
 )
+from dcpctl.dcp.session import RollbackStory
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.message import DecodeOptions
+from dcpctl.render.env import Environment
+from dcpctl.sources.capture import rollback_stories
 from dcpctl.sources.files import open_input
+from dcpctl.sources.pcap import CaptureError, read_segments
 
 rollback_app = typer.Typer(help="Explain and negotiate DCP rollbacks.", no_args_is_help=True)
 
@@ -42,11 +47,14 @@ def _int(value: str, option: str) -> int:
 @rollback_app.command("explain")
 def explain(
     ctx: typer.Context,
-    failover_log: Annotated[str, typer.Option("--failover-log", help="The server's failover log: JSON from "
-                                              "dcpctl failover/decode, [{vbucket_uuid, seqno}] or [[uuid, seqno]], "
-                                              "newest first; - for standard input.")],
-    uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client sends (decimal or 0x hex).")],
-    start: Annotated[str, typer.Option("--start", help="The client's start seqno.")],
+    capture: Annotated[list[str] | None, typer.Argument(
+        help="Captures (pcap, pcapng): explain every rollback negotiation in them instead.")] = None,
+    failover_log: Annotated[str | None, typer.Option(
+        "--failover-log", help="The server's failover log: JSON from dcpctl failover/decode, [{vbucket_uuid, "
+        "seqno}] or [[uuid, seqno]], newest first; - for standard input.")] = None,
+    uuid: Annotated[str | None, typer.Option("--uuid", help="The vbucket uuid the client sends (decimal or 0x "
+                                             "hex).")] = None,
+    start: Annotated[str | None, typer.Option("--start", help="The client's start seqno.")] = None,
     snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: start).")]
     = None,
     snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: start).")] = None,
@@ -63,10 +71,18 @@ def explain(
     = None,
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
+    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="With captures: server port to decode "
+                                                   "(repeatable; default 11210).")] = None,
 ) -> None:
     """Print the server's answer to a stream request with the rule that decided it, then each retry a
     correct client makes until the stream would open."""
     env = env_of(ctx)
+    output = fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)
+    if capture:
+        _explain_captures(env, capture, port or [11210], output)
+        return
+    if failover_log is None or uuid is None or start is None:
+        raise CommandError("give a capture, or --failover-log, --uuid and --start", ExitCode.USAGE)
     with open_input(failover_log, env.stdin) as stream:
         text = stream.read().decode("utf-8", "replace")
     try:
@@ -92,7 +108,7 @@ def explain(
         "reason": first.reason, "rounds": [r.to_json() for r in result.rounds],
         "result": {"status": final.answer.status, **final.request.to_json()},
     }
-    if (fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)) is ExplainFormat.JSON:
+    if output is ExplainFormat.JSON:
         env.stdout.write(json.dumps(report, indent=2) + "\n")
         return
     console = env.console()
@@ -108,3 +124,42 @@ def explain(
     if final.answer.status == "Success":
         console.print(f"stream would open at seqno {final.request.start_seqno} with uuid "
                       f"{final.request.vbucket_uuid}", style="bold")
+
+
+def _explain_captures(env: Environment, paths: list[str], ports: list[int], output: ExplainFormat) -> None:
+    stories: list[tuple[str, str, RollbackStory]] = []
+    for path in paths:
+        try:
+            found = rollback_stories(read_segments(path, frozenset(ports)), DecodeOptions(), frozenset(ports))
+        except (CaptureError, FileNotFoundError) as exc:
+            raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+        stories.extend((path, label, story) for label, story in found)
+    if output is ExplainFormat.JSON:
+        env.stdout.write(json.dumps([{"file": path, "connection": label, **story.to_json()}
+                                     for path, label, story in stories], indent=2) + "\n")
+        return
+    console = env.console()
+    if not stories:
+        console.print("no rollback negotiation in the capture")
+        return
+    for path, label, story in stories:
+        asked = story.request
+        text = Text(f"{path}: {label} vbucket {story.vbucket}\n", style="bold")
+        text.append(f"  asked:  start {asked.start_seqno} uuid {asked.vbucket_uuid} "
+                    f"snapshot {asked.snap_start}-{asked.snap_end}\n")
+        text.append(f"  server: Rollback to {story.rollback_seqno}\n", style="bold red")
+        if story.decision is not None:
+            agrees = "agrees" if story.engine_agrees else f"would say {story.decision.rollback_seqno}"
+            text.append(f"  engine: {agrees} [{story.decision.rule}] {story.decision.reason}\n", style="dim")
+        if story.retry is not None:
+            retry = story.retry
+            text.append(f"  retry:  start {retry.start_seqno} uuid {retry.vbucket_uuid} "
+                        f"snapshot {retry.snap_start}-{retry.snap_end} -> {story.retry_status}\n")
+        else:
+            text.append("  retry:  none in the capture\n", style="yellow")
+        if story.retry_correct is not None:
+            text.append("  the client retried as a correct client does" if story.retry_correct else
+                        "  the retry is not what a correct client sends"
+                        + (f" (start {story.expected_retry.start_seqno})" if story.expected_retry else ""),
+                        style="green" if story.retry_correct else "yellow")
+        console.print(text)

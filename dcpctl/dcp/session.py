@@ -20,6 +20,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dcpctl.dcp.rollback import (
+    END_FOREVER,
+    Decision,
+    FailoverEntry,
+    StreamRequest,
+    VbucketState,
+    needs_rollback,
+    next_request,
+)
 from dcpctl.protocol.constants import (
     DCP_OPEN_FLAGS,
     RESPONSE_MAGICS,
@@ -34,6 +43,8 @@ from dcpctl.protocol.message import DecodeOptions, Message
 MAX_PENDING_REQUESTS: Final = 4096
 # Streams per connection: 1024 vbuckets times a few stream ids is the realistic maximum.
 MAX_STREAMS: Final = 16384
+# Rollback negotiations remembered per connection for ``rollback explain``: 1024 vbuckets, a few rounds.
+MAX_STORIES: Final = 8192
 HELLO_COLLECTIONS: Final = 0x12
 NOOP: Final = 0x5C
 STREAM_REQ: Final = 0x53
@@ -71,6 +82,106 @@ class PendingRequest:
         return self.message.record()
 
 
+@dataclass
+class RollbackStory:
+    """One rollback negotiation seen on a connection: what was asked, answered, retried, and why."""
+
+    vbucket: int
+    request: StreamRequest
+    rollback_seqno: int | None
+    request_offset: int = 0
+    retry: StreamRequest | None = None
+    retry_status: str | None = None  # "Success", "Rollback" or the status of a failed retry
+    failover_log: list[FailoverEntry] | None = None  # the server's, from the answer that opened the stream
+    decision: Decision | None = None  # the engine's verdict on the first request, given that log
+    expected_retry: StreamRequest | None = None  # what a correct client sends (reference 9.4)
+    client_log_known: bool = False  # whether the capture showed the client a failover log before
+
+    def settle(self, retry: StreamRequest, server_log: list[FailoverEntry],
+               client_log: list[FailoverEntry] | None) -> None:
+        self.retry, self.retry_status = retry, "Success"
+        if server_log:
+            self.failover_log = server_log
+            high = max(self.request.start_seqno, self.request.snap_end, server_log[0].seqno)
+            self.decision = needs_rollback(self.request, VbucketState(tuple(server_log), high))
+        if self.rollback_seqno is not None:
+            # the uuid a correct client sends comes from its own failover log; when the capture never showed it
+            # one (it was saved from an earlier session), only the seqnos are judged
+            self.expected_retry, _ = next_request(self.request, list(client_log or []), self.rollback_seqno)
+            self.client_log_known = client_log is not None
+
+    @property
+    def engine_agrees(self) -> bool | None:
+        if self.decision is None:
+            return None
+        return self.decision.rollback_seqno == self.rollback_seqno
+
+    @property
+    def retry_correct(self) -> bool | None:
+        if self.retry is None or self.rollback_seqno is None:
+            return None
+        expected = self.rollback_seqno
+        if (self.retry.start_seqno, self.retry.snap_start, self.retry.snap_end) != (expected, expected, expected) \
+                and self.retry.start_seqno > expected:
+            return False
+        if not self.client_log_known or self.expected_retry is None or self.retry_status == "Success":
+            return True  # another uuid the server still accepts is not a mistake
+        return self.expected_retry.vbucket_uuid in (self.retry.vbucket_uuid, 0)
+
+    def verdict(self) -> str:
+        """The engine's reading in one or two sentences."""
+        parts = []
+        if self.decision is not None:
+            if self.engine_agrees:
+                parts.append(f"The rollback engine agrees [{self.decision.rule}]: {self.decision.reason}.")
+            elif self.decision.rollback_seqno is None:
+                parts.append(f"With the failover log the server sent, the engine sees no rollback "
+                             f"[{self.decision.rule}]: the server's purge seqno (not in the capture) explains it.")
+            else:
+                parts.append(f"The engine would roll back to {self.decision.rollback_seqno} "
+                             f"[{self.decision.rule}], not {self.rollback_seqno}: the server's purge seqno or "
+                             "high seqno (not in the capture) decided.")
+        if self.retry_correct is False:
+            expected = self.expected_retry
+            parts.append("The retry is not what a correct client sends" + (
+                f" (start {expected.start_seqno}, snapshot {expected.snap_start}-{expected.snap_end}"
+                + (f", uuid {expected.vbucket_uuid}" if self.client_log_known else "") + ")" if expected else "")
+                + ".")
+        elif self.retry_correct:
+            parts.append("The client retried as a correct client does.")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"vbucket": self.vbucket, "request": self.request.to_json(), "request_offset": self.request_offset,
+                "rollback_seqno": self.rollback_seqno,
+                "retry": self.retry.to_json() if self.retry else None, "retry_status": self.retry_status,
+                "failover_log": [e.to_json() for e in self.failover_log] if self.failover_log is not None else None,
+                "rule": self.decision.rule if self.decision else None,
+                "reason": self.decision.reason if self.decision else None,
+                "engine_agrees": self.engine_agrees, "retry_correct": self.retry_correct,
+                "expected_retry": self.expected_retry.to_json() if self.expected_retry else None,
+                "verdict": self.verdict()}
+
+
+def stream_request_of(record: dict[str, Any]) -> StreamRequest:
+    """A DCP_STREAM_REQ record as the rollback engine's request (purge_seqno from its JSON value)."""
+    purge = None
+    value = record.get("value")
+    if isinstance(value, str) and "purge_seqno" in value:
+        try:
+            purge = int(json.loads(value)["purge_seqno"])
+        except (ValueError, TypeError, KeyError):
+            purge = None
+    return StreamRequest(int(record.get("start_seqno", 0)), int(record.get("vbucket_uuid", 0)),
+                         int(record.get("snap_start_seqno", record.get("start_seqno", 0))),
+                         int(record.get("snap_end_seqno", record.get("start_seqno", 0))),
+                         int(record.get("end_seqno", END_FOREVER)), int(record.get("flags", 0)), purge)
+
+
+def _entries(log: list[dict[str, int]]) -> list[FailoverEntry]:
+    return [FailoverEntry(int(e.get("vbucket_uuid", 0)), int(e.get("seqno", 0))) for e in log if isinstance(e, dict)]
+
+
 class Annotation:
     """What the tracker adds to one message's record (made once per message: kept cheap)."""
 
@@ -98,7 +209,9 @@ class ConnectionTracker:
         self.unacked = 0
         self.pending: dict[tuple[bool, int, int], PendingRequest] = {}
         self.streams_by_opaque: dict[int, StreamState] = {}
-        self.rollbacks: dict[int, dict[str, Any]] = {}  # vbucket -> last Rollback answer awaiting a retry
+        self.rollbacks: dict[int, RollbackStory] = {}  # vbucket -> a Rollback answer awaiting its retry
+        self.stories: list[RollbackStory] = []  # negotiations seen through to the stream opening, or not
+        self.failover_logs: dict[int, list[FailoverEntry]] = {}  # vbucket -> the last log the server sent
         self._options = self._make_options()
         self._warned_unknown = False
 
@@ -159,20 +272,32 @@ class ConnectionTracker:
                 self.buffer_size = int(value) or None
         elif msg.opcode == STREAM_REQ:
             self._stream_response(request.record, record, status, note)
+        elif msg.opcode in (0x54, 0x96) and status == 0:  # the failover log a client asked for
+            self.failover_logs[int(request.record.get("vbucket", 0))] = _entries(record.get("failover_log", []))
 
     def _stream_response(self, request: dict[str, Any], response: dict[str, Any], status: int | None,
                          note: Annotation) -> None:
         vbucket = int(request.get("vbucket", 0))
         note.fields["stream_vbucket"] = vbucket
+        asked = stream_request_of(request)
         if status == 0x23:  # Rollback
             seqno = response.get("rollback_seqno")
-            self.rollbacks[vbucket] = {"start_seqno": request.get("start_seqno"),
-                                       "vbucket_uuid": request.get("vbucket_uuid"), "rollback_seqno": seqno}
+            story = RollbackStory(vbucket, asked, int(seqno) if isinstance(seqno, int) else None,
+                                  request_offset=int(request.get("offset", 0)))
+            previous = self.rollbacks.pop(vbucket, None)
+            if previous is not None:  # a retry answered with another rollback: one more round
+                previous.retry, previous.retry_status = asked, "Rollback"
+                self._keep(previous)
+            self.rollbacks[vbucket] = story
             note.add("rollback", f"vbucket {vbucket}: the server asks to roll back to {seqno} "
-                     f"(requested start {request.get('start_seqno')}, uuid {request.get('vbucket_uuid')}, "
-                     f"snapshot {request.get('snap_start_seqno')}-{request.get('snap_end_seqno')})")
+                     f"(requested start {asked.start_seqno}, uuid {asked.vbucket_uuid}, "
+                     f"snapshot {asked.snap_start}-{asked.snap_end})")
             return
+        previous = self.rollbacks.pop(vbucket, None)
         if status != 0:
+            if previous is not None:
+                previous.retry, previous.retry_status = asked, f"0x{status or 0:02x}"
+                self._keep(previous)
             return
         stream_id = None
         value = request.get("value")
@@ -183,20 +308,33 @@ class ConnectionTracker:
                 stream_id = None
         if len(self.streams_by_opaque) >= MAX_STREAMS:
             self.streams_by_opaque.pop(next(iter(self.streams_by_opaque)))
-        stream = StreamState(vbucket, stream_id, int(request.get("opaque", 0)),
-                             int(request.get("start_seqno", 0)), int(request.get("end_seqno", 0)),
-                             int(request.get("vbucket_uuid", 0)), open=True,
+        stream = StreamState(vbucket, stream_id, int(request.get("opaque", 0)), asked.start_seqno,
+                             asked.end_seqno, asked.vbucket_uuid, open=True,
                              failover_log=list(response.get("failover_log", [])))
         self.streams_by_opaque[stream.opaque] = stream
-        previous = self.rollbacks.pop(vbucket, None)
+        server_log = _entries(stream.failover_log)
         if previous is not None:
+            client_log = self.failover_logs.get(vbucket)
+            previous.settle(asked, server_log, client_log)
+            self._keep(previous)
             note.add("rollback", f"vbucket {vbucket}: stream opened after rolling back to "
-                     f"{previous['rollback_seqno']} (first asked from {previous['start_seqno']}, now from "
-                     f"{stream.start_seqno} with uuid {stream.vbucket_uuid})")
+                     f"{previous.rollback_seqno} (first asked from {previous.request.start_seqno}, now from "
+                     f"{asked.start_seqno} with uuid {asked.vbucket_uuid}). {previous.verdict()}")
+        if server_log:
+            self.failover_logs[vbucket] = server_log
         log = stream.failover_log
         if log and stream.vbucket_uuid and log[0].get("vbucket_uuid") != stream.vbucket_uuid:
             note.add("vbucket_uuid_changed", f"vbucket {vbucket}: the server's newest uuid "
                      f"{log[0].get('vbucket_uuid')} differs from the requested {stream.vbucket_uuid}")
+
+    def _keep(self, story: RollbackStory) -> None:
+        if len(self.stories) >= MAX_STORIES:
+            self.stories.pop(0)
+        self.stories.append(story)
+
+    def pending_stories(self) -> list[RollbackStory]:
+        """Every negotiation, including rollbacks the capture never saw a retry for."""
+        return [*self.stories, *self.rollbacks.values()]
 
     def _pushed(self, msg: Message, opcode: int, note: Annotation) -> None:
         if opcode != NOOP:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.dcp.session import ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
@@ -178,3 +178,16 @@ def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: Decode
     for item in items:
         yield from cast(Iterator[Item], decoder.feed(item))
     yield from cast(Iterator[Item], decoder.finish())
+
+
+def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+                     server_ports: frozenset[int]) -> list[tuple[str, RollbackStory]]:
+    """Every rollback negotiation in a capture, with its connection's label (``rollback explain``)."""
+    decoder = CaptureDecoder(options, server_ports)
+    for item in items:
+        for _ in decoder.feed(item):
+            pass
+    for _ in decoder.finish():
+        pass
+    return [(state.label, story) for state in decoder.connections.values()
+            for story in state.tracker.pending_stories()]

@@ -58,3 +58,26 @@ def test_bad_failover_log_is_one_line_exit_3(log: str, message: str) -> None:
     assert code == ExitCode.INPUT
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_explain_a_capture() -> None:
+    sample = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.pcap"
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    assert main(["rollback", "explain", str(sample), "-F", "json"], env) == ExitCode.OK
+    [story] = json.loads(out.getvalue())
+    assert (story["vbucket"], story["rollback_seqno"], story["rule"]) == (12, 200, "consumer_ahead")
+    assert story["engine_agrees"] is True
+    assert story["retry_correct"] is True
+    pretty = io.StringIO()
+    env = Environment(stdout=pretty, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    assert main(["rollback", "explain", str(sample), "-F", "pretty"], env) == ExitCode.OK
+    assert "server: Rollback to 200" in pretty.getvalue()
+    assert "the client retried as a correct client does" in pretty.getvalue()
+    errors = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=errors, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["rollback", "explain"], env) == ExitCode.USAGE
+    assert errors.getvalue().count("\n") == 1

@@ -416,3 +416,55 @@ def test_tls_listener(tmp_path: Path) -> None:
         assert client.scram()["status"] == "Success"
         with pytest.raises(ssl.SSLCertVerificationError):
             Client(running.tls_ports[0], tls=ssl.create_default_context())
+
+
+def test_rollback_explain_reads_the_negotiation_from_a_capture(tmp_path: Path) -> None:
+    """A conversation with serve, saved as a capture, explained: a wrong retry, then a right one."""
+    import io  # noqa: PLC0415
+
+    from dcpctl.cli import main  # noqa: PLC0415
+    from dcpctl.render.env import Environment  # noqa: PLC0415
+    from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
+
+    plan = scenario(tmp_path, '[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\n')
+    with serving("--vbuckets", "1", "--items", "100", "--scenario", plan) as running:
+        client = streaming_client(running)
+        old_uuid = client.call(opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"][1]["vbucket_uuid"]
+        assert client.stream_request(0, start=80, uuid=old_uuid, snap=(80, 80))["rollback_seqno"] == 60
+        assert client.stream_request(0, start=70, uuid=old_uuid, snap=(70, 70))["rollback_seqno"] == 60  # wrong
+        assert client.stream_request(0, start=60, uuid=old_uuid, snap=(60, 60))["status"] == "Success"
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for from_client, packet in client.transcript:
+        conversation.send(from_client, packet)
+    conversation.close()
+    path = tmp_path / "negotiation.pcap"
+    path.write_bytes(out.getvalue())
+    stdout = io.StringIO()
+    env = Environment(stdout=stdout, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["rollback", "explain", str(path), "-F", "json"], env) == 0
+    stories = json.loads(stdout.getvalue())
+    assert [(s["request"]["start_seqno"], s["rollback_seqno"], s["retry"]["start_seqno"], s["retry_status"])
+            for s in stories] == [(80, 60, 70, "Rollback"), (70, 60, 60, "Success")]
+    assert [s["retry_correct"] for s in stories] == [False, True]
+    assert stories[1]["engine_agrees"] is True
+    assert stories[1]["rule"] == "consumer_ahead"
+
+
+def test_open_flags_shape_the_items(server: Server) -> None:
+    """NoValue strips values; IncludeDeleteTimes gives v2 deletions; expirations need both controls."""
+    plain = streaming_client(server)
+    plain.stream_request(1, end=ITEMS_PER_VB)
+    shapes = {(r["opcode"], r["extras_length"]) for r in plain.until("DCP_STREAM_END") if "by_seqno" in r}
+    assert ("DCP_DELETION", 18) in shapes
+    assert "DCP_EXPIRATION" not in {opcode for opcode, _ in shapes}
+    client = connect(server)
+    client.dcp(flags=0x01 | 0x08 | 0x20, controls={"enable_noop": "true", "enable_expiry_opcode": "true"})
+    client.stream_request(1, end=ITEMS_PER_VB)
+    items = [r for r in client.until("DCP_STREAM_END") if "by_seqno" in r]
+    assert all(r["value"] == "" for r in items)
+    assert {r["opcode"] for r in items} <= {"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION"}
+    assert {r["extras_length"] for r in items if r["opcode"] == "DCP_DELETION"} == {21}
+    assert [r["by_seqno"] for r in items] == list(range(1, ITEMS_PER_VB + 1))

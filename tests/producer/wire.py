@@ -82,6 +82,7 @@ class Client:
         self.collections = False
         self.raw: list[bytes] = []  # every packet received, as bytes
         self.backlog: list[dict[str, Any]] = []  # records read while waiting for a reply, in order
+        self.transcript: list[tuple[bool, bytes]] = []  # (from client, packet) in the order they passed
         OPEN.append(self)
 
     def close(self) -> None:
@@ -92,7 +93,9 @@ class Client:
         if "opaque" not in record:
             self.opaque += 1
             record["opaque"] = self.opaque
-        self.sock.sendall(encode(record, fix_lengths=True))
+        data = encode(record, fix_lengths=True)
+        self.transcript.append((True, data))
+        self.sock.sendall(data)
         return int(record["opaque"])
 
     def read(self) -> dict[str, Any]:
@@ -106,6 +109,7 @@ class Client:
             for event in self.framer.events():
                 assert isinstance(event, Frame)
                 self.raw.append(event.data)
+                self.transcript.append((False, event.data))
                 return decode(event.data, event.offset, DecodeOptions(collections=self.collections))
             data = self.sock.recv(1 << 20)
             if not data:
