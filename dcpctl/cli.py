@@ -13,10 +13,12 @@ from dcpctl import __version__
 from dcpctl.commands.capture import capture
 from dcpctl.commands.decode import decode
 from dcpctl.commands.encode import encode_command
+from dcpctl.commands.failover import failover
 from dcpctl.commands.fields import fields
 from dcpctl.commands.hexdump import hexdump
 from dcpctl.commands.rollback import rollback_app
 from dcpctl.commands.serve import serve
+from dcpctl.commands.stream import stream
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment
 
@@ -33,6 +35,8 @@ app.command("capture")(capture)
 app.command("hexdump")(hexdump)
 app.command("encode")(encode_command)
 app.command("fields")(fields)
+app.command("stream")(stream)
+app.command("failover")(failover)
 app.command("serve")(serve)
 app.add_typer(rollback_app, name="rollback")
 

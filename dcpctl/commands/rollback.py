@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
+from dcpctl.client.connection import Connection, split_host
+from dcpctl.client.negotiate import negotiate_live, server_view
+from dcpctl.client.streamer import vbucket_map
+from dcpctl.commands._live import (
+    DEFAULT_PASSWORD_ENV,
+    DEFAULT_TIMEOUT,
+    BucketOption,
+    CaOption,
+    CertOption,
+    HostArgument,
+    KeyOption,
+    MechanismOption,
+    NoVerifyOption,
+    PasswordEnvOption,
+    PasswordFileOption,
+    TimeoutOption,
+    TlsOption,
+    UserOption,
+    client_errors,
+    password_of,
+    tls_of,
+)
 from dcpctl.commands._options import env_of
 from dcpctl.dcp.rollback import (
     IGNORE_PURGED_TOMBSTONES,
     STRICT_VB_UUID,
+    FailoverEntry,
     StreamRequest,
     VbucketState,
     negotiate,
@@ -163,3 +187,79 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
                         + (f" (start {story.expected_retry.start_seqno})" if story.expected_retry else ""),
                         style="green" if story.retry_correct else "yellow")
         console.print(text)
+
+
+@rollback_app.command("negotiate")
+def negotiate_command(
+    ctx: typer.Context,
+    host: HostArgument,
+    vbucket: Annotated[int, typer.Option("--vbucket", min=0, max=1023, help="The vbucket.")],
+    uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client has (decimal or 0x hex).")],
+    seqno: Annotated[str, typer.Option("--seqno", help="The client's start seqno.")],
+    snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: seqno).")] = None,
+    snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: seqno).")] = None,
+    bucket: BucketOption = "default",
+    user: UserOption = "Administrator",
+    password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,
+    password_file: PasswordFileOption = None,
+    sasl_mech: MechanismOption = None,
+    tls: TlsOption = False,
+    cacert: CaOption = None,
+    cert: CertOption = None,
+    key: KeyOption = None,
+    no_verify: NoVerifyOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
+    = None,
+) -> None:
+    """Send a stream request to the vbucket's active node and retry each rollback as a correct client does,
+    printing every round with the engine's reading of it; the stream is closed once it opens."""
+    env = env_of(ctx)
+    start = _int(seqno, "--seqno")
+    request = StreamRequest(start, _int(uuid, "--uuid"), _int(snap_start, "--snap-start") if snap_start else None,
+                            _int(snap_end, "--snap-end") if snap_end else None)
+    password = password_of(env, password_env, password_file, user)
+    tls_options = tls_of(tls, cacert, cert, key, no_verify)
+    seed_host, seed_port = split_host(host, 11207 if tls_options else 11210)
+    with client_errors():
+        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout)
+        try:
+            seed.bootstrap(user, password, bucket, sasl_mech)
+            _, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
+        finally:
+            seed.close()
+        if vbucket not in owner:
+            raise CommandError(f"vbucket {vbucket} is not in the cluster map", ExitCode.USAGE)
+        conn = Connection(*owner[vbucket], tls=tls_options, timeout=timeout)
+        try:
+            conn.bootstrap(user, password, bucket, sasl_mech)
+            server = server_view(conn, vbucket)
+            conn.check({"opcode": "DCP_OPEN", "key": f"dcpctl-negotiate:{os.getpid()}", "seqno": 0, "flags": 1},
+                       "DCP_OPEN")
+            conn.check({"opcode": "DCP_CONTROL", "key": "enable_noop", "value": "true"}, "DCP_CONTROL")
+            rounds = negotiate_live(conn, vbucket, request, [FailoverEntry(request.vbucket_uuid, 0)], server)
+        finally:
+            conn.close()
+    final = rounds[-1]
+    report = {"vbucket": vbucket, "node": f"{conn.host}:{conn.port}",
+              "server": {"failover_log": [e.to_json() for e in server.failover_log], "high_seqno": server.high_seqno},
+              "rounds": [r.to_json() for r in rounds],
+              "result": {"status": final.status, **final.request.to_json()}}
+    if (fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)) is ExplainFormat.JSON:
+        env.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        console = env.console()
+        for number, step in enumerate(rounds, 1):
+            req = step.request
+            line = Text(f"round {number}: ", style="bold")
+            line.append(f"start {req.start_seqno} uuid {req.vbucket_uuid} snapshot {req.snap_start}-{req.snap_end}")
+            line.append(" -> ")
+            line.append(step.status + (f" to {step.rollback_seqno}" if step.rollback_seqno is not None else ""),
+                        style="green" if step.status == "Success" else "bold red")
+            agreement = "the engine agrees" if step.agrees else (
+                f"the engine expected {step.predicted_status}"
+                + (f" to {step.predicted_rollback_seqno}" if step.predicted_rollback_seqno is not None else ""))
+            line.append(f"\n  {agreement} [{step.rule}] {step.reason}", style="dim")
+            console.print(line)
+    if final.status != "Success":
+        raise CommandError(f"vbucket {vbucket}: the stream did not open ({final.status})", ExitCode.PROTOCOL)

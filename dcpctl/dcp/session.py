@@ -219,6 +219,11 @@ class ConnectionTracker:
         return DecodeOptions(self.base.dialect, self.collections if self.base.collections is None
                              else self.base.collections, self.base.show_secrets, self.base.lenient)
 
+    def negotiated(self, *, collections: bool) -> None:
+        """What a HELLO the tracker did not see negotiated (a live connection's own bootstrap)."""
+        self.collections = collections
+        self._options = self._make_options()
+
     def options(self) -> DecodeOptions:
         return self._options
 

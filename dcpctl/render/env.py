@@ -20,6 +20,12 @@ class Environment:
     color: bool | None = None  # None: colour when writing to a terminal and NO_COLOR is unset
     width: int | None = None
 
+    def stdin_isatty(self) -> bool:
+        try:
+            return self.stdin.isatty()
+        except (AttributeError, ValueError, OSError):
+            return False
+
     def use_color(self) -> bool:
         if self.color is not None:
             return self.color

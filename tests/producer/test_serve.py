@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wire import Client, Server, self_signed, serving
+from servekit import Server, self_signed, serving
+from wire import Client
 
 from dcpctl.dcp.rollback import FailoverEntry, StreamRequest, next_request
 from dcpctl.dcp.session import ConnectionTracker

@@ -6,15 +6,8 @@ so each test reads as the conversation it checks.
 
 from __future__ import annotations
 
-import re
 import socket
 import ssl
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from dcpctl.dcp.sasl import ScramClient, plain_message
@@ -29,48 +22,6 @@ OPEN: list[Client] = []  # closed after each test (conftest)
 def close_all() -> None:
     while OPEN:
         OPEN.pop().close()
-
-
-class Server:
-    """``dcpctl serve`` in a subprocess; the ports are read from its first lines."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "dcpctl", "serve", "--port", "0", *args],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None
-        self.ports: list[int] = []
-        self.tls_ports: list[int] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"dcpctl serve exited: {self.process.stderr.read() if self.process.stderr else ''}")
-            found = re.search(r"listening on [^ ]+:(\d+)(?: \(TLS on (\d+)\))?", line)
-            if found:
-                self.ports.append(int(found.group(1)))
-                if found.group(2):
-                    self.tls_ports.append(int(found.group(2)))
-            elif "vbuckets" in line:
-                return
-        raise RuntimeError("dcpctl serve did not start")
-
-    @property
-    def port(self) -> int:
-        return self.ports[0]
-
-    def stop(self) -> str:
-        self.process.terminate()
-        _, err = self.process.communicate(timeout=10)
-        return err
-
-
-@contextmanager
-def serving(*args: str) -> Iterator[Server]:
-    server = Server(*args)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Client:
@@ -176,12 +127,3 @@ class Client:
                 self.send(magic="ClientResponse", opcode="DCP_NOOP", status="Success", opaque=record["opaque"])
             if record["opcode"] == opcode:
                 return out
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A throwaway certificate for localhost (openssl is on every machine .ci/run prepares)."""
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
-    return cert, key

@@ -1,0 +1,298 @@
+"""One connection to a data node: TCP or TLS, requests with deadlines, the client's bootstrap.
+
+Theory of operation. :class:`Connection` owns a blocking socket with a timeout, a framer and a decoder
+whose options follow what HELLO negotiated. :meth:`Connection.call` sends a request and reads until the
+response with its opaque arrives; anything else read meanwhile (stream data, the server's noops) is kept,
+in order, for :meth:`Connection.next`. Every wait has a deadline: a server that never answers is a
+:class:`ClientTimeoutError` naming what it did not answer, never a hang. Failures are one-line exceptions with
+the exit code they map to; the password is never part of any message. ``tap`` sees every packet in both
+directions (``--write``).
+
+Bootstrap (reference 4.10, JDCP's order): SASL first (LIST_MECHS, then the strongest SCRAM the server
+offers, or PLAIN; a server that wants one more empty step after the final message, as memcached does,
+gets it), then HELLO, SELECT_BUCKET, and for DCP: DCP_OPEN and the controls.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramClient, canonical, plain_message
+from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Frame, Framer
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+
+DEFAULT_TIMEOUT: Final = 10.0  # seconds for connecting and for each request
+RECV_SIZE: Final = 1 << 20
+# HELLO features a DCP client asks for (reference 4.1 and 4.10: dcpdrain's set plus Collections).
+DCP_FEATURES: Final = ("Xerror", "SelectBucket", "JSON", "Snappy", "Xattr", "Collections", "AltRequestSupport")
+
+
+class ClientError(Exception):
+    """A failure with its exit code; ``str()`` is the one line shown to the user."""
+
+    code = ExitCode.PROTOCOL
+
+    def __init__(self, message: str, code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ConnectError(ClientError):
+    code = ExitCode.CONNECTION
+
+
+class ClientTimeoutError(ClientError):
+    code = ExitCode.TIMEOUT
+
+
+class AuthError(ClientError):
+    code = ExitCode.AUTH
+
+
+class StatusError(ClientError):
+    """The server answered a request with an error status."""
+
+    def __init__(self, what: str, status: str, code: ExitCode | None = None) -> None:
+        super().__init__(f"{what}: the server answered {status}", code)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def split_host(address: str, default_port: int) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]:port`` -> (host, port)."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    host, sep, port = address.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        return host, int(port)
+    return address, default_port
+
+
+class Connection:
+    def __init__(self, host: str, port: int, *, tls: TlsOptions | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 tap: Callable[[Connection, bool, bytes], None] | None = None) -> None:
+        self.host, self.port, self.timeout, self.tap = host, port, timeout, tap
+        self.label = f"{host}:{port}"
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except TimeoutError:
+            raise ClientTimeoutError(f"{self.label}: no answer to the connection within {timeout:g} s") from None
+        except ConnectionRefusedError:
+            raise ConnectError(f"{self.label}: connection refused (is a data node listening there?)") from None
+        except socket.gaierror as exc:
+            raise ConnectError(f"{host}: cannot resolve the name ({exc.strerror})") from None
+        except OSError as exc:
+            raise ConnectError(f"{self.label}: cannot connect ({exc.strerror or exc})") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.context().wrap_socket(sock, server_hostname=host)
+            except ssl.SSLCertVerificationError as exc:
+                sock.close()
+                raise ConnectError(f"{self.label}: the server's certificate is not trusted ({exc.verify_message}); "
+                                    "give its CA with --cacert, or --no-verify") from None
+            except (ssl.SSLError, OSError) as exc:
+                sock.close()
+                raise ConnectError(f"{self.label}: TLS handshake failed ({exc})") from None
+        self.sock = sock
+        local = sock.getsockname()
+        self.connection = f"{local[0]}:{local[1]} > {host}:{port}"
+        self.framer = Framer(DEFAULT_MAX_BODY_LENGTH)
+        self.options = DecodeOptions(collections=False)
+        self.pending: deque[Message] = deque()
+        self.opaque = 0
+        self.features: list[str] = []
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
+
+    # --- wire ------------------------------------------------------------------------------------
+    def send_bytes(self, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap(self, True, data)  # noqa: FBT003 - the tap's (connection, from client, bytes)
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise ClientTimeoutError(f"{self.label}: the server stopped reading for {self.timeout:g} s") from None
+        except OSError as exc:
+            raise ConnectError(f"{self.label}: the connection broke ({exc.strerror or exc})") from None
+
+    def send(self, record: dict[str, Any]) -> int:
+        record.setdefault("magic", "ClientRequest")
+        if "opaque" not in record:
+            self.opaque += 1
+            record["opaque"] = self.opaque
+        self.send_bytes(encode(record, fix_lengths=True))
+        return int(record["opaque"])
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def buffered(self) -> bool:
+        """Whether a whole message can be had without reading the socket."""
+        if not self.pending:
+            self._frames()
+        return bool(self.pending)
+
+    def receive(self, wait: float | None) -> bool:
+        """Read what the socket has (waiting up to ``wait`` seconds); False on timeout."""
+        self.sock.settimeout(wait)
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            return False
+        except OSError as exc:
+            raise ConnectError(f"{self.label}: the connection broke ({exc.strerror or exc})") from None
+        if not data:
+            raise ConnectError(f"{self.label}: the server closed the connection")
+        self.framer.feed(data)
+        return True
+
+    def _frames(self) -> None:
+        for event in self.framer.events():
+            if not isinstance(event, Frame):
+                raise ClientError(f"{self.label}: the server sent bytes that are not a packet", ExitCode.PROTOCOL)
+            if self.tap is not None:
+                self.tap(self, False, event.data)  # noqa: FBT003 - as above
+            self.pending.append(decode(event.data, event.offset, self.options))
+
+    def next(self, wait: float | None) -> Message | None:
+        """The next message the server sent, or None when nothing came within ``wait`` seconds."""
+        if not self.pending:
+            self._frames()
+        if not self.pending:
+            deadline = None if wait is None else time.monotonic() + wait
+            while not self.pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self.receive(left):
+                    return None
+                self._frames()
+        return self.pending.popleft()
+
+    def call(self, record: dict[str, Any], what: str | None = None, timeout: float | None = None) -> Message:
+        """Send a request and return its response; other messages stay queued for :meth:`next`."""
+        name = what or str(record.get("opcode"))
+        opaque = self.send(record)
+        deadline = time.monotonic() + (timeout or self.timeout)
+        kept: list[Message] = []
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClientTimeoutError(f"{self.label}: no answer to {name} within {timeout or self.timeout:g} s "
+                                        "(a server that is not a Couchbase data node stays silent)")
+                msg = self.next(left)
+                if msg is None:
+                    continue
+                if msg.is_response and msg.opaque == opaque:
+                    return msg
+                kept.append(msg)
+        finally:
+            self.pending.extendleft(reversed(kept))
+
+    def check(self, record: dict[str, Any], what: str | None = None, *, code: ExitCode | None = None) -> Message:
+        """:meth:`call` that raises :class:`StatusError` unless the answer is Success."""
+        reply = self.call(record, what)
+        status = reply.record().get("status")
+        if status != "Success":
+            raise StatusError(what or str(record.get("opcode")), str(status), code)
+        return reply
+
+    # --- bootstrap ---------------------------------------------------------------------------------
+    def authenticate(self, user: str, password: str, mechanism: str | None = None) -> str:
+        """SASL with the strongest mechanism both sides know (or ``mechanism``); returns the one used."""
+        offered = self.check({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS").record().get("value", "")
+        offered_names = {canonical(m): m for m in str(offered).split()}
+        if mechanism is not None:
+            wanted = canonical(mechanism)
+            if wanted not in offered_names:
+                raise AuthError(f"{self.label}: the server does not offer {mechanism} (it offers {offered})")
+            choice = wanted
+        else:
+            choice = next((m for m in [*MECHANISMS, PLAIN] if m in offered_names), "")
+            if not choice:
+                raise AuthError(f"{self.label}: no SASL mechanism in common (the server offers {offered})")
+        name = offered_names[choice]  # the server's own spelling
+        if choice == PLAIN:
+            reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": plain_message(user, password).hex(),
+                               "value_encoding": "hex"}, "SASL_AUTH")
+            self._auth_status(reply, user)
+            return name
+        scram = ScramClient(choice, user, password)
+        reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": scram.first().decode()}, "SASL_AUTH")
+        if reply.record().get("status") != "AuthContinue":
+            self._auth_status(reply, user)
+        try:
+            final = scram.final(reply.value)
+        except SaslError as exc:
+            raise AuthError(f"{self.label}: {exc}") from None
+        reply = self.call({"opcode": "SASL_STEP", "key": name, "value": final.decode()}, "SASL_STEP")
+        status = reply.record().get("status")
+        if status in ("Success", "AuthContinue"):
+            try:
+                scram.verify(reply.value)
+            except SaslError as exc:
+                raise AuthError(f"{self.label}: {exc}") from None
+        if status == "AuthContinue":  # memcached (Cyrus SASL) wants one more, empty, step
+            reply = self.call({"opcode": "SASL_STEP", "key": name, "value": ""}, "SASL_STEP")
+        self._auth_status(reply, user)
+        return name
+
+    def _auth_status(self, reply: Message, user: str) -> None:
+        status = reply.record().get("status")
+        if status == "Success":
+            return
+        if status in ("AuthError", "Eaccess", "AuthStale"):
+            raise AuthError(f"{self.label}: authentication failed for user {user!r} ({status})")
+        raise StatusError("SASL", str(status), ExitCode.AUTH)
+
+    def hello(self, features: tuple[str, ...] = DCP_FEATURES, agent: str = "dcpctl") -> list[str]:
+        reply = self.check({"opcode": "HELLO", "key": agent, "features": list(features)}, "HELLO")
+        self.features = [str(f) for f in reply.record().get("features", [])]
+        self.options = DecodeOptions(collections="Collections" in self.features)
+        return self.features
+
+    def select_bucket(self, bucket: str) -> None:
+        reply = self.call({"opcode": "SELECT_BUCKET", "key": bucket}, "SELECT_BUCKET")
+        status = reply.record().get("status")
+        if status == "KeyEnoent":
+            raise StatusError(f"bucket {bucket!r}", "KeyEnoent (no such bucket)")
+        if status in ("Eaccess", "AuthError"):
+            raise AuthError(f"{self.label}: no access to bucket {bucket!r} ({status})")
+        if status != "Success":
+            raise StatusError("SELECT_BUCKET", str(status))
+
+    def bootstrap(self, user: str, password: str, bucket: str, mechanism: str | None = None,
+                  features: tuple[str, ...] = DCP_FEATURES) -> None:
+        self.authenticate(user, password, mechanism)
+        self.hello(features)
+        self.select_bucket(bucket)

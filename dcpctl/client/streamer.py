@@ -1,0 +1,470 @@
+"""Streaming a bucket: one DCP connection per node, every vbucket from its active node, state kept.
+
+Theory of operation. A seed connection authenticates and reads the cluster map (GET_CLUSTER_CONFIG;
+a node without one serves every vbucket itself). Each node that owns wanted vbuckets gets a DCP
+connection: SASL, HELLO, SELECT_BUCKET, the high seqnos and failover logs it needs for ``--from`` and
+``--until``, DCP_OPEN, the controls. Stream requests for all of its vbuckets are pipelined. Then one loop
+reads every connection: noops are answered at once; every stream message counts towards the
+flow-control window and is acknowledged when half of it is used (what dcpdrain and gocbcore do);
+markers, items and stream ends update the per-vbucket position; items are handed to the caller annotated
+exactly as a captured message is (``ts``, ``connection``, ``direction`` and the tracker's fields).
+A Rollback answer goes through the rollback engine (``--on-rollback``): follow (explain it, roll the
+position back, ask again), fail, or report and leave the vbucket. NotMyVbucket refreshes the map and asks
+the right node. A stream ending with StateChanged, Slow or Disconnected is asked again from its position
+(unless it was to end now). The position (``--state``) is saved atomically every second and at the end,
+after the caller's output is flushed, so a stop and a resume deliver every item exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from dcpctl.client import state as state_file
+from dcpctl.client.connection import (
+    DCP_FEATURES,
+    ClientError,
+    Connection,
+    StatusError,
+    TlsOptions,
+    split_host,
+)
+from dcpctl.client.state import State, VbucketPosition
+from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry, StreamRequest, VbucketState, needs_rollback
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+
+OPEN_PRODUCER: Final = 0x01
+OPEN_INCLUDE_XATTRS: Final = 0x04
+OPEN_NO_VALUE: Final = 0x08
+OPEN_DELETE_TIMES: Final = 0x20
+ITEMS: Final = frozenset({0x57, 0x58, 0x59})
+PUSHED: Final = frozenset({0x55, 0x56, 0x57, 0x58, 0x59, 0x5F, 0x64, 0x65})
+NOOP: Final = 0x5C
+MARKER: Final = 0x56
+STREAM_END: Final = 0x55
+STREAM_REQ: Final = 0x53
+SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
+DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
+DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
+MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
+REOPEN_STATUSES: Final = {2: "StateChanged", 3: "Disconnected", 4: "Slow"}
+
+
+@dataclass
+class StreamOptions:
+    bucket: str = "default"
+    user: str = "Administrator"
+    password: str = ""
+    mechanism: str | None = None
+    tls: TlsOptions | None = None
+    timeout: float = 10.0
+    vbuckets: set[int] | None = None
+    start: str = "beginning"  # beginning | now | resume | a seqno
+    until: str = "forever"  # forever | now | a seqno
+    collections: list[int] | None = None
+    scope: int | None = None
+    stream_id: int | None = None
+    no_value: bool = False
+    xattrs: bool = False
+    controls: dict[str, str] = field(default_factory=dict)
+    buffer_size: int = DEFAULT_BUFFER
+    noop_interval: int = DEFAULT_NOOP_INTERVAL
+    count: int | None = None
+    on_rollback: str = "follow"  # follow | fail | report
+    state_path: Path | None = None
+    name: str = ""
+
+
+@dataclass
+class _Stream:
+    vbucket: int
+    opaque: int
+    request: StreamRequest
+    open: bool = False
+    ended: bool = False
+    rollbacks: int = 0
+
+
+@dataclass
+class _Node:
+    conn: Connection
+    tracker: ConnectionTracker
+    vbuckets: list[int]
+    unacked: int = 0
+    last_heard: float = 0.0
+
+
+class Streamer:
+    """See the module docstring; iterate :meth:`messages`, then call :meth:`close` (also on Ctrl-C)."""
+
+    def __init__(self, address: str, options: StreamOptions, *, notice: Callable[[str], None] = lambda _m: None,
+                 tap: Callable[[Connection, bool, bytes], None] | None = None,
+                 before_save: Callable[[], None] = lambda: None) -> None:
+        self.options = options
+        self.notice = notice
+        self.tap = tap
+        self.before_save = before_save
+        default_port = 11207 if options.tls else 11210
+        self.seed_host, self.seed_port = split_host(address, default_port)
+        self.state = State(options.bucket)
+        if options.state_path is not None:
+            self.state = state_file.load(options.state_path, options.bucket)
+        self.nodes: dict[tuple[str, int], _Node] = {}
+        self.streams: dict[tuple[int, int], _Stream] = {}  # (id of node, opaque) -> stream
+        self.owner: dict[int, tuple[str, int]] = {}
+        self.ends: dict[int, int] = {}
+        self.items = 0
+        self.stats: dict[int, dict[str, Any]] = {}
+        self.started = time.monotonic()
+        self._opaque = 0x1000
+        self._last_save = time.monotonic()
+        self._done = False
+
+    # --- topology --------------------------------------------------------------------------------
+    def _connect(self, host: str, port: int) -> Connection:
+        conn = Connection(host, port, tls=self.options.tls, timeout=self.options.timeout, tap=self._tapped)
+        try:
+            conn.bootstrap(self.options.user, self.options.password, self.options.bucket, self.options.mechanism,
+                           DCP_FEATURES)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _tapped(self, conn: Connection, from_client: bool, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap(conn, from_client, data)
+        node = self.nodes.get((conn.host, conn.port))
+        if from_client and node is not None and node.conn is conn:
+            node.tracker.observe(decode(data, 0, node.tracker.options()), from_client=True, ts=time.time())
+
+    def _map(self, seed: Connection) -> int:
+        """Read the vbucket map; returns the number of vbuckets."""
+        count, self.owner = vbucket_map(seed, self.seed_host, self.seed_port, tls=self.options.tls is not None)
+        return count
+
+    # --- the stream -----------------------------------------------------------------------------
+    def messages(self) -> Iterator[Message]:
+        seed = self._connect(self.seed_host, self.seed_port)
+        try:
+            count = self._map(seed)
+        finally:
+            seed.close()
+        wanted = sorted(self.options.vbuckets if self.options.vbuckets is not None else range(count))
+        missing = [vb for vb in wanted if vb not in self.owner]
+        if missing:
+            raise ClientError(f"vbucket {missing[0]} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
+        by_node: dict[tuple[str, int], list[int]] = {}
+        for vb in wanted:
+            by_node.setdefault(self.owner[vb], []).append(vb)
+        for address, vbuckets in by_node.items():
+            self._open_node(address, vbuckets)
+        yield from self._loop()
+
+    def _open_node(self, address: tuple[str, int], vbuckets: list[int]) -> _Node:
+        node = self.nodes.get(address)
+        if node is None:
+            conn = self._connect(*address)
+            tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+            tracker.negotiated(collections=bool(conn.options.collections))  # HELLO came before tracking
+            node = _Node(conn, tracker, [], last_heard=time.monotonic())
+            self._prepare(node, vbuckets)
+            self._dcp_open(node)
+            self.nodes[address] = node
+        else:
+            self._prepare(node, vbuckets)
+        for vb in vbuckets:
+            if vb not in node.vbuckets:
+                node.vbuckets.append(vb)
+            self._request(node, vb)
+        return node
+
+    def _prepare(self, node: _Node, vbuckets: list[int]) -> None:
+        """Positions and end seqnos for these vbuckets (what --from and --until need from the server)."""
+        options = self.options
+        conn = node.conn
+        need_seqnos = options.start == "now" or options.until == "now"
+        high: dict[int, int] = {}
+        if need_seqnos:
+            reply = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS")
+            entries = reply.record().get("vbucket_seqnos", [])
+            high = {int(e["vbucket"]): int(e["seqno"]) for e in entries}
+        for vb in vbuckets:
+            position = self.state.vbuckets.get(vb)
+            if options.start == "resume" and position is not None:
+                pass
+            elif options.start in ("beginning", "resume"):
+                position = VbucketPosition()
+            else:
+                log = self._failover_log(conn, vb)
+                seqno = high.get(vb, 0) if options.start == "now" else int(options.start)
+                position = VbucketPosition(log[0].vbucket_uuid if log else 0, seqno, seqno, seqno, log)
+            self.state.vbuckets[vb] = position
+            if options.until == "now":
+                self.ends[vb] = high.get(vb, 0)
+            elif options.until != "forever":
+                self.ends[vb] = int(options.until)
+
+    def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
+        record = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb}, f"GET_FAILOVER_LOG vbucket {vb}").record()
+        return [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in record.get("failover_log", [])]
+
+    def _dcp_open(self, node: _Node) -> None:
+        options = self.options
+        flags = OPEN_PRODUCER | OPEN_DELETE_TIMES
+        if options.xattrs:
+            flags |= OPEN_INCLUDE_XATTRS
+        if options.no_value:
+            flags |= OPEN_NO_VALUE
+        name = options.name or f"dcpctl:{os.getpid()}:{len(self.nodes)}"
+        node.conn.check({"opcode": "DCP_OPEN", "key": name, "seqno": 0, "flags": flags}, "DCP_OPEN")
+        controls = {"enable_noop": "true", "set_noop_interval": str(options.noop_interval),
+                    "connection_buffer_size": str(options.buffer_size),
+                    "send_stream_end_on_client_close_stream": "true", "enable_expiry_opcode": "true"}
+        if options.stream_id is not None:
+            controls["enable_stream_id"] = "true"
+        controls.update(options.controls)
+        for key, value in controls.items():
+            node.conn.check({"opcode": "DCP_CONTROL", "key": key, "value": value}, f"DCP_CONTROL {key}={value}")
+
+    def _request(self, node: _Node, vb: int) -> None:
+        position = self.state.vbuckets[vb]
+        # Asked even when already at the end: only the server can say whether that history is still its own
+        # (a rollback); an end below the start would be Erange, so it is raised to the start.
+        end = max(self.ends.get(vb, END_FOREVER), position.seqno)
+        snap_start, snap_end = position.resume_snapshot()
+        request = StreamRequest(position.seqno, position.vbucket_uuid, snap_start, snap_end, end)
+        self._opaque += 1
+        record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": vb, "opaque": self._opaque, "flags": 0,
+                                  "reserved": 0, "start_seqno": request.start_seqno, "end_seqno": end,
+                                  "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": snap_start,
+                                  "snap_end_seqno": snap_end}
+        value = self._value()
+        if value is not None:
+            record["value"] = value
+        node.conn.send(record)
+        self.streams[(id(node), self._opaque)] = _Stream(vb, self._opaque, request)
+
+    def _value(self) -> str | None:
+        options = self.options
+        value: dict[str, Any] = {}
+        if options.stream_id is not None:
+            value["sid"] = options.stream_id
+        if options.collections:
+            value["collections"] = [f"{c:x}" for c in options.collections]
+        elif options.scope is not None:
+            value["scope"] = f"{options.scope:x}"
+        return json.dumps(value, separators=(",", ":")) if value else None
+
+    def _active(self) -> bool:
+        return any(not s.ended for s in self.streams.values())
+
+    def _loop(self) -> Iterator[Message]:
+        selector = selectors.DefaultSelector()
+        registered: set[int] = set()
+        dead_after = 2.5 * self.options.noop_interval
+        try:
+            while self._active() and not self._done:
+                for node in list(self.nodes.values()):
+                    if id(node) not in registered:
+                        selector.register(node.conn.sock, selectors.EVENT_READ, node)
+                        registered.add(id(node))
+                ready = [n for n in self.nodes.values() if n.conn.buffered() or _tls_pending(n.conn)]
+                if not ready:
+                    ready = [key.data for key, _ in selector.select(1.0)]
+                now = time.monotonic()
+                for node in ready:
+                    if not node.conn.buffered():
+                        node.conn.receive(0.0)
+                    node.last_heard = now
+                    while not self._done:
+                        msg = node.conn.next(0.0)
+                        if msg is None:
+                            break
+                        yield from self._handle(node, msg)
+                for node in self.nodes.values():
+                    if now - node.last_heard > dead_after:
+                        raise ClientError(f"{node.conn.label}: nothing received for {dead_after:g} s, noops included: "
+                                          "the connection is dead", ExitCode.CONNECTION)
+                if now - self._last_save > SAVE_EVERY:
+                    self.save()
+        finally:
+            selector.close()
+
+    def _handle(self, node: _Node, msg: Message) -> Iterator[Message]:
+        opcode = msg.opcode
+        if msg.is_response:
+            node.tracker.observe(msg, from_client=False, ts=time.time())
+            if opcode == STREAM_REQ:
+                self._stream_response(node, msg)
+            return
+        if opcode == NOOP:
+            node.tracker.observe(msg, from_client=False, ts=time.time())
+            node.conn.send({"magic": "ClientResponse", "opcode": "DCP_NOOP", "status": "Success",
+                            "opaque": msg.opaque})
+            return
+        node.unacked += len(msg.raw)
+        if node.unacked >= self.options.buffer_size // 2:
+            node.conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
+            node.unacked = 0
+        stream = self.streams.get((id(node), msg.opaque))
+        ts = time.time()
+        note = node.tracker.observe(msg, from_client=False, ts=ts)
+        msg.annotate({"ts": ts, "connection": node.conn.connection, "direction": "server>client"}, note.fields,
+                     note.diagnostics)
+        if stream is None or opcode not in PUSHED:
+            yield msg
+            return
+        position = self.state.vbuckets[stream.vbucket]
+        stats = self.stats.setdefault(stream.vbucket, {"items": 0, "first_seqno": None, "last_seqno": None})
+        if opcode == MARKER:
+            record = msg.record()
+            position.snap_start_seqno = int(record.get("snap_start_seqno", position.seqno))
+            position.snap_end_seqno = int(record.get("snap_end_seqno", position.seqno))
+        elif opcode == STREAM_END:
+            yield msg
+            self._stream_end(node, stream, int((msg.extras or {}).get("stream_end_status", 0)))
+            return
+        seqno = msg.by_seqno
+        if seqno is not None:
+            position.seqno = seqno
+        if opcode in ITEMS:
+            self.items += 1
+            stats["items"] += 1
+            if stats["first_seqno"] is None:
+                stats["first_seqno"] = seqno
+            stats["last_seqno"] = seqno
+        yield msg
+        if opcode in ITEMS and self.options.count is not None and self.items >= self.options.count:
+            self._done = True
+
+    def _stream_response(self, node: _Node, msg: Message) -> None:
+        stream = self.streams.get((id(node), msg.opaque))
+        if stream is None:
+            return
+        record = msg.record()
+        status = record.get("status")
+        vb = stream.vbucket
+        position = self.state.vbuckets[vb]
+        if status == "Success":
+            stream.open = True
+            log = [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in record.get("failover_log", [])]
+            if log:
+                position.failover_log = log
+                position.vbucket_uuid = log[0].vbucket_uuid
+            return
+        del self.streams[(id(node), msg.opaque)]
+        if status == "Rollback":
+            self._rollback(node, stream, int(record.get("rollback_seqno", 0)))
+        elif status == "NotMyVbucket":
+            self.notice(f"vbucket {vb}: {node.conn.label} answered NotMyVbucket; reading the cluster map again")
+            self._reroute(vb)
+        else:
+            raise StatusError(f"stream request for vbucket {vb} on {node.conn.label}", str(status))
+
+    def _rollback(self, node: _Node, stream: _Stream, seqno: int) -> None:
+        vb = stream.vbucket
+        position = self.state.vbuckets[vb]
+        request = stream.request
+        why = ""
+        try:
+            log = self._failover_log(node.conn, vb)
+        except ClientError:
+            log = []
+        if log:
+            high = max(request.start_seqno, request.snap_end, log[0].seqno)
+            decision = needs_rollback(request, VbucketState(tuple(log), high))
+            why = f" [{decision.rule}] {decision.reason}" if decision.rollback_seqno == seqno else \
+                " (the server's purge or high seqno decided: the failover log alone does not explain it)"
+        story = (f"vbucket {vb}: the server asks to roll back from {request.start_seqno} "
+                 f"(uuid {request.vbucket_uuid}, snapshot {request.snap_start}-{request.snap_end}) to {seqno}.{why}")
+        policy = self.options.on_rollback
+        if policy == "fail":
+            self.notice(story)
+            raise ClientError(f"vbucket {vb}: rollback to {seqno} required (--on-rollback fail)", ExitCode.ROLLBACK)
+        if policy == "report":
+            self.notice(story + " Not following it (--on-rollback report): the vbucket is left out.")
+            return
+        stream.rollbacks += 1
+        if stream.rollbacks > MAX_ROLLBACKS:
+            raise ClientError(f"vbucket {vb}: still asked to roll back after {MAX_ROLLBACKS} rounds",
+                              ExitCode.ROLLBACK)
+        position.rolled_back(seqno)
+        self.notice(story + f" Retrying from {position.seqno} with uuid {position.vbucket_uuid}.")
+        self._request(node, vb)
+        new = self.streams.get((id(node), self._opaque))
+        if new is not None:
+            new.rollbacks = stream.rollbacks
+
+    def _stream_end(self, node: _Node, stream: _Stream, status: int) -> None:
+        stream.ended = True
+        vb = stream.vbucket
+        if status in REOPEN_STATUSES and (self.ends.get(vb) is None or self.state.vbuckets[vb].seqno < self.ends[vb]):
+            self.notice(f"vbucket {vb}: stream ended ({REOPEN_STATUSES[status]}); asking again from "
+                        f"{self.state.vbuckets[vb].seqno}")
+            self._reroute(vb)
+
+    def _reroute(self, vb: int) -> None:
+        any_node = next(iter(self.nodes.values()))
+        seed = self._connect(any_node.conn.host, any_node.conn.port)
+        try:
+            self._map(seed)
+        finally:
+            seed.close()
+        address = self.owner.get(vb)
+        if address is None:
+            raise ClientError(f"vbucket {vb} is not in the cluster map any more", ExitCode.PROTOCOL)
+        self._open_node(address, [vb])
+
+    # --- the end ---------------------------------------------------------------------------------
+    def save(self) -> None:
+        if self.options.state_path is not None:
+            self.before_save()
+            state_file.save(self.options.state_path, self.state)
+        self._last_save = time.monotonic()
+
+    def close(self) -> None:
+        """Save the position and close every connection (after Ctrl-C too)."""
+        try:
+            self.save()
+        finally:
+            for node in self.nodes.values():
+                node.conn.close()
+
+    def summary(self) -> list[dict[str, Any]]:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return [{"vbucket": vb, **stats, "rate": round(stats["items"] / elapsed, 1)}
+                for vb, stats in sorted(self.stats.items())]
+
+
+def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[int, dict[int, tuple[str, int]]]:
+    """(number of vbuckets, vbucket -> address of its active node) from GET_CLUSTER_CONFIG, or, from a node
+    without one, every vbucket GET_ALL_VB_SEQNOS lists on that node."""
+    reply = seed.call({"opcode": "GET_CLUSTER_CONFIG"}, "GET_CLUSTER_CONFIG")
+    if reply.record().get("status") == "Success":
+        config = json.loads(reply.value.decode(errors="replace").replace("$HOST", host))
+        server_map = config.get("vBucketServerMap", {})
+        servers = [split_host(s, port) for s in server_map.get("serverList", [])]
+        if tls:
+            tls_ports = [n.get("services", {}).get("kvSSL") for n in config.get("nodesExt", [])]
+            servers = [(h, tls_ports[i] or p) if i < len(tls_ports) else (h, p) for i, (h, p) in enumerate(servers)]
+        vbmap = server_map.get("vBucketMap", [])
+        owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
+        if vbmap:
+            return len(vbmap), owner
+    entries = seed.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record().get("vbucket_seqnos", [])
+    owner = {int(e["vbucket"]): (host, port) for e in entries}
+    return max(owner, default=-1) + 1, owner
+
+
+def _tls_pending(conn: Connection) -> bool:
+    pending = getattr(conn.sock, "pending", None)
+    return bool(pending()) if callable(pending) else False

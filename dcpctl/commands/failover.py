@@ -1,0 +1,127 @@
+"""``dcpctl failover``: every vbucket's failover log and high seqno, from the node that owns it."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from dcpctl.client.connection import Connection, split_host
+from dcpctl.client.streamer import vbucket_map
+from dcpctl.commands._live import (
+    DEFAULT_PASSWORD_ENV,
+    DEFAULT_TIMEOUT,
+    BucketOption,
+    CaOption,
+    CertOption,
+    HostArgument,
+    KeyOption,
+    MechanismOption,
+    NoVerifyOption,
+    PasswordEnvOption,
+    PasswordFileOption,
+    TimeoutOption,
+    TlsOption,
+    UserOption,
+    client_errors,
+    password_of,
+    tls_of,
+)
+from dcpctl.commands._options import env_of
+from dcpctl.commands.decode import parse_ranges
+from dcpctl.dcp.failover import compare, dump_logs
+from dcpctl.exitcode import CommandError, ExitCode
+
+
+class FailoverFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def failover(
+    ctx: typer.Context,
+    host: HostArgument,
+    bucket: BucketOption = "default",
+    user: UserOption = "Administrator",
+    password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,
+    password_file: PasswordFileOption = None,
+    sasl_mech: MechanismOption = None,
+    tls: TlsOption = False,
+    cacert: CaOption = None,
+    cert: CertOption = None,
+    key: KeyOption = None,
+    no_verify: NoVerifyOption = False,
+    vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets: 0-1023,5 (repeatable; "
+                                                       "default all).")] = None,
+    fmt: Annotated[FailoverFormat | None, typer.Option("--format", "-F", help="table on a terminal, json when "
+                                                       "piped.")] = None,
+    compare_with: Annotated[Path | None, typer.Option("--compare", help="An earlier --format json dump: name "
+                                                      "new entries and divergent histories.")] = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Dump the failover log of every vbucket with its high seqno, each from its active node."""
+    env = env_of(ctx)
+    earlier = None
+    if compare_with is not None:
+        try:
+            earlier = dump_logs(json.loads(compare_with.read_text()))
+        except OSError as exc:
+            raise CommandError(f"--compare: {compare_with}: {exc.strerror}", ExitCode.INPUT) from None
+        except (ValueError, TypeError) as exc:
+            raise CommandError(f"--compare: {compare_with}: {exc}", ExitCode.INPUT) from None
+    password = password_of(env, password_env, password_file, user)
+    tls_options = tls_of(tls, cacert, cert, key, no_verify)
+    seed_host, seed_port = split_host(host, 11207 if tls_options else 11210)
+    rows: list[dict[str, Any]] = []
+    with client_errors():
+        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout)
+        try:
+            seed.bootstrap(user, password, bucket, sasl_mech)
+            count, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
+        finally:
+            seed.close()
+        wanted = sorted(parse_ranges(vbuckets) if vbuckets else range(count))
+        by_node: dict[tuple[str, int], list[int]] = {}
+        for vb in wanted:
+            if vb not in owner:
+                raise CommandError(f"vbucket {vb} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
+            by_node.setdefault(owner[vb], []).append(vb)
+        for (node_host, node_port), node_vbuckets in by_node.items():
+            conn = Connection(node_host, node_port, tls=tls_options, timeout=timeout)
+            try:
+                conn.bootstrap(user, password, bucket, sasl_mech)
+                seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record()
+                high = {int(e["vbucket"]): int(e["seqno"]) for e in seqnos.get("vbucket_seqnos", [])}
+                for vb in node_vbuckets:
+                    log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb},
+                                     f"GET_FAILOVER_LOG vbucket {vb}").record().get("failover_log", [])
+                    rows.append({"vbucket": vb, "failover_log": log, "high_seqno": high.get(vb),
+                                 "node": f"{node_host}:{node_port}"})
+            finally:
+                conn.close()
+    rows.sort(key=lambda r: r["vbucket"])
+    changes = compare(earlier, dump_logs(rows)) if earlier is not None else None
+    if (fmt or (FailoverFormat.TABLE if env.stdout_isatty else FailoverFormat.JSON)) is FailoverFormat.JSON:
+        if changes is not None:
+            env.stdout.write(json.dumps([c.to_json() for c in changes]) + "\n")
+        else:
+            env.stdout.write(json.dumps(rows) + "\n")
+        return
+    console = env.console()
+    if changes is not None:
+        for change in changes:
+            if change.kind != "unchanged":
+                console.print(change.message, style="red" if change.kind == "divergent" else "yellow", markup=False)
+        unchanged = sum(1 for c in changes if c.kind == "unchanged")
+        console.print(f"{unchanged} of {len(changes)} vbuckets unchanged")
+        return
+    table = Table("vbucket", "high seqno", "entries", "failover log (uuid@seqno, newest first)", "node",
+                  title=f"failover logs of {bucket}")
+    for row in rows:
+        log = ", ".join(f"{e['vbucket_uuid']}@{e['seqno']}" for e in row["failover_log"])
+        table.add_row(str(row["vbucket"]), str(row["high_seqno"]), str(len(row["failover_log"])), log, row["node"])
+    console.print(table)

@@ -1,0 +1,231 @@
+"""The live connector against ``dcpctl serve``: streams, resumes, rollbacks, flow control, topology."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servekit import Server, serving
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+ITEMS = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+
+
+def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    code = main(list(args), env)
+    lines = out.getvalue().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return code, records, err.getvalue()
+
+
+def stream(server: Server, *args: str, port: int | None = None) -> tuple[int, list[dict[str, Any]], str]:
+    return run("stream", f"127.0.0.1:{port or server.port}", "-F", "jsonl", "--timeout", "5", *args)
+
+
+def items(records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(r["vbucket"], r["by_seqno"]) for r in records if r["opcode"] in ITEMS]
+
+
+def test_until_now_streams_every_item_once_and_exits_0() -> None:
+    with serving("--vbuckets", "4", "--items", "400", "--seed", "3") as server:
+        code, records, err = stream(server, "--until", "now")
+    assert code == ExitCode.OK, err
+    assert sorted(items(records)) == [(vb, s) for vb in range(4) for s in range(1, 101)]
+    for vb in range(4):  # in seqno order per vbucket, each after a marker covering it
+        seqnos = [s for v, s in items(records) if v == vb]
+        assert seqnos == sorted(seqnos)
+    marker = next(r for r in records if r["opcode"] == "DCP_SNAPSHOT_MARKER")
+    assert marker["connection"].endswith(f"> 127.0.0.1:{server.port}")
+    assert marker["direction"] == "server>client"
+    assert all(r["diagnostics"] == [] for r in records if r["opcode"] != "DCP_STREAM_END")
+    ends = [r for r in records if r["opcode"] == "DCP_STREAM_END"]
+    assert [d["name"] for r in ends for d in r["diagnostics"]] == ["stream_end"] * 4  # the tracker's note, as in
+    assert all("after 100 items" in r["diagnostics"][0]["message"] for r in ends)  # a capture
+
+
+def test_count_then_resume_delivers_every_item_exactly_once(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "4", "--items", "400") as server:
+        code, first, _ = stream(server, "--count", "150", "--state", str(state))
+        assert code == ExitCode.OK
+        assert len(items(first)) == 150
+        saved = json.loads(state.read_text())
+        assert saved["version"] == 1
+        assert sum(v["seqno"] for v in saved["vbuckets"].values()) == 150
+        code, second, _ = stream(server, "--from", "resume", "--state", str(state), "--until", "now")
+    assert code == ExitCode.OK
+    delivered = items(first) + items(second)
+    assert Counter(delivered).most_common(1)[0][1] == 1
+    assert sorted(delivered) == [(vb, s) for vb in range(4) for s in range(1, 101)]
+
+
+def test_rollback_after_a_scripted_failover(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    plan = tmp_path / "failover.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\nafter_items = 80\n'
+                    '[[event]]\naction = "mutate"\nvbucket = 0\ncount = 20\nafter_items = 80\n')
+    with serving("--vbuckets", "1", "--items", "100", "--scenario", str(plan)) as server:
+        code, first, _ = stream(server, "--until", "80", "--state", str(state))  # a whole snapshot: 1-80
+        assert code == ExitCode.OK
+        assert items(first)[-1] == (0, 80)
+        failing = stream(server, "--from", "resume", "--state", str(state), "--until", "now",
+                         "--on-rollback", "fail")
+        assert failing[0] == ExitCode.ROLLBACK
+        assert json.loads(state.read_text())["vbuckets"]["0"]["seqno"] == 80  # untouched by a refusal
+        code, second, err = stream(server, "--from", "resume", "--state", str(state), "--until", "now")
+    assert code == ExitCode.OK
+    assert "roll back from 80" in err
+    assert "to 60" in err
+    assert "[consumer_ahead]" in err
+    assert [s for _, s in items(second)] == list(range(61, 81))  # the new branch's items, from the rollback point
+    saved = json.loads(state.read_text())["vbuckets"]["0"]
+    assert saved["seqno"] == 80
+    assert [e["seqno"] for e in saved["failover_log"]] == [60, 0]
+
+
+def test_a_small_flow_control_window_never_stalls() -> None:
+    with serving("--vbuckets", "2", "--items", "2000", "--value-size", "300") as server:
+        code, records, err = stream(server, "--until", "now", "--buffer-size", "4096")
+    assert code == ExitCode.OK, err
+    assert len(items(records)) == 2000
+
+
+def test_a_disconnect_mid_stream_then_resume(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    plan = tmp_path / "cut.toml"
+    plan.write_text('[[event]]\naction = "disconnect"\nafter_items = 120\n')
+    with serving("--vbuckets", "2", "--items", "300", "--scenario", str(plan)) as server:
+        code, first, err = stream(server, "--state", str(state), "--until", "now")
+        assert code == ExitCode.CONNECTION
+        assert err.strip().count("\n") == 0
+        assert f"127.0.0.1:{server.port}" in err
+        code, second, _ = stream(server, "--from", "resume", "--state", str(state), "--until", "now")
+    assert code == ExitCode.OK
+    delivered = items(first) + items(second)
+    assert len(items(first)) == 120
+    assert sorted(delivered) == [(vb, s) for vb in range(2) for s in range(1, 151)]
+
+
+def test_stream_ids_and_collection_filters(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"uid": "3", "scopes": [
+        {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
+        {"name": "inventory", "uid": "8", "collections": [{"name": "airline", "uid": "9"},
+                                                          {"name": "hotel", "uid": "a"}]}]}))
+    with serving("--vbuckets", "2", "--items", "300", "--collections", str(manifest)) as server:
+        code, records, _ = stream(server, "--until", "now", "--collections", "9", "--stream-id", "7")
+        assert code == ExitCode.OK
+        assert {r["collection_id"] for r in records if r["opcode"] in ITEMS} == {9}
+        assert {r.get("stream_id") for r in records} == {7}
+        code, scoped, _ = stream(server, "--until", "now", "--scope", "8")
+        assert code == ExitCode.OK
+        assert {r["collection_id"] for r in scoped if r["opcode"] in ITEMS} == {9, 10}
+        code, _, err = stream(server, "--until", "now", "--collections", "77")
+        assert code == ExitCode.PROTOCOL
+        assert "UnknownCollection" in err
+
+
+def test_many_vbuckets_on_several_nodes() -> None:
+    with serving("--nodes", "3", "--vbuckets", "12", "--items", "1200") as server:
+        code, records, err = stream(server, "--until", "now", port=server.ports[1])
+    assert code == ExitCode.OK, err
+    assert len(items(records)) == 1200
+    servers = {r["connection"].split(" > ")[1] for r in records}
+    assert servers == {f"127.0.0.1:{p}" for p in server.ports}
+    for r in records:
+        if r["opcode"] in ITEMS:
+            assert r["connection"].endswith(f":{server.ports[r['vbucket'] % 3]}")
+
+
+def test_write_saves_a_capture_that_decodes_to_the_same_messages(tmp_path: Path) -> None:
+    capture = tmp_path / "live.pcap"
+    with serving("--vbuckets", "2", "--items", "100") as server:
+        code, live, _ = stream(server, "--until", "now", "--write", str(capture))
+    assert code == ExitCode.OK
+    code, decoded, _ = run("decode", str(capture), "-F", "jsonl", "--port", str(server.port))
+    assert code == ExitCode.OK
+    pushed = [r for r in decoded if r["direction"] == "server>client" and r["magic"] == "ClientRequest"
+              and r["opcode"] != "DCP_NOOP"]
+    keep = ("opcode", "vbucket", "opaque", "by_seqno", "key", "value", "snap_start_seqno", "snap_end_seqno",
+            "stream_vbucket", "connection")
+    assert [{k: r.get(k) for k in keep} for r in pushed] == [{k: r.get(k) for k in keep} for r in live]
+
+
+def test_failover_dump_and_compare(tmp_path: Path) -> None:
+    plan = tmp_path / "later.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 1\nseqno = 10\nafter_seconds = 1.0\n')
+    with serving("--vbuckets", "3", "--items", "90", "--scenario", str(plan)) as server:
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        assert main(["failover", f"127.0.0.1:{server.port}", "-F", "json"], env) == ExitCode.OK
+        dump = json.loads(out.getvalue())
+        assert [(d["vbucket"], d["high_seqno"], len(d["failover_log"])) for d in dump] == [(0, 30, 1), (1, 30, 1),
+                                                                                            (2, 30, 1)]
+        before = tmp_path / "before.json"
+        before.write_text(out.getvalue())
+        import time  # noqa: PLC0415
+
+        time.sleep(1.2)
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        assert main(["failover", f"127.0.0.1:{server.port}", "-F", "json", "--compare", str(before)], env) == 0
+    changes = {c["vbucket"]: c["change"] for c in json.loads(out.getvalue())}
+    assert changes == {0: "unchanged", 1: "new_entries", 2: "unchanged"}
+
+
+def test_rollback_negotiate_prints_every_round(tmp_path: Path) -> None:
+    plan = tmp_path / "two.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 0\nseqno = 40\n')
+    with serving("--vbuckets", "1", "--items", "100", "--seed", "5") as plain:
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        assert main(["failover", f"127.0.0.1:{plain.port}", "-F", "json"], env) == 0
+        uuid = json.loads(out.getvalue())[0]["failover_log"][0]["vbucket_uuid"]
+    with serving("--vbuckets", "1", "--items", "100", "--seed", "5", "--scenario", str(plan)) as server:
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        code = main(["rollback", "negotiate", f"127.0.0.1:{server.port}", "--vbucket", "0", "--uuid", str(uuid),
+                     "--seqno", "90", "-F", "json"], env)
+    assert code == ExitCode.OK
+    report = json.loads(out.getvalue())
+    assert [(r["status"], r["rollback_seqno"]) for r in report["rounds"]] == [("Rollback", 40), ("Success", None)]
+    assert all(r["engine"]["agrees"] for r in report["rounds"])
+    assert report["result"]["start_seqno"] == 40
+
+
+def test_passwords_stay_off_the_command_line_and_out_of_output(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    with serving("--vbuckets", "1", "--items", "5") as server:
+        monkeypatch.delenv("DCPCTL_PASSWORD")
+        code, _, err = stream(server, "--until", "now")
+        assert code == ExitCode.USAGE
+        assert "DCPCTL_PASSWORD" in err
+        secret = tmp_path / "secret"
+        secret.write_text("hunter2-wrong\n")
+        code, _, err = stream(server, "--until", "now", "--password-file", str(secret))
+        assert code == ExitCode.AUTH
+        assert "hunter2" not in err
+        assert err.count("\n") == 1
+        monkeypatch.setenv("MY_SECRET", "password")
+        code, records, _ = stream(server, "--until", "now", "--password-env", "MY_SECRET")
+        assert code == ExitCode.OK
+        assert len(items(records)) == 5
