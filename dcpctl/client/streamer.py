@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's o
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
 REOPEN_STATUSES: Final = {2: "StateChanged", 3: "Disconnected", 4: "Slow"}
+_SCAN: Final = struct.Struct(">BBHBBHII")  # the header up to the opaque: what the quiet path reads
+_SEQNO: Final = struct.Struct(">Q")  # by_seqno, the first extras field of every item
 
 
 @dataclass
@@ -81,6 +84,7 @@ class StreamOptions:
     on_rollback: str = "follow"  # follow | fail | report
     state_path: Path | None = None
     name: str = ""
+    quiet: bool = False  # nobody reads the messages (--summary alone): items are counted from their headers
 
 
 @dataclass
@@ -107,11 +111,13 @@ class Streamer:
 
     def __init__(self, address: str, options: StreamOptions, *, notice: Callable[[str], None] = lambda _m: None,
                  tap: Callable[[Connection, bool, bytes], None] | None = None,
-                 before_save: Callable[[], None] = lambda: None) -> None:
+                 before_save: Callable[[], None] = lambda: None,
+                 before_wait: Callable[[], None] = lambda: None) -> None:
         self.options = options
         self.notice = notice
         self.tap = tap
         self.before_save = before_save
+        self.before_wait = before_wait
         default_port = 11207 if options.tls else 11210
         self.seed_host, self.seed_port = split_host(address, default_port)
         self.state = State(options.bucket)
@@ -271,25 +277,33 @@ class Streamer:
         selector = selectors.DefaultSelector()
         registered: set[int] = set()
         dead_after = 2.5 * self.options.noop_interval
+        quiet = self.options.quiet and self.tap is None
         try:
             while self._active() and not self._done:
                 for node in list(self.nodes.values()):
                     if id(node) not in registered:
                         selector.register(node.conn.sock, selectors.EVENT_READ, node)
                         registered.add(id(node))
-                ready = [n for n in self.nodes.values() if n.conn.buffered() or _tls_pending(n.conn)]
+                ready = [n for n in self.nodes.values()
+                         if (n.conn.pending if quiet else n.conn.buffered()) or _tls_pending(n.conn)]
                 if not ready:
+                    self.before_wait()  # the output reaches its reader before dcpctl waits for the network
                     ready = [key.data for key, _ in selector.select(1.0)]
                 now = time.monotonic()
                 for node in ready:
-                    if not node.conn.buffered():
+                    if quiet or not node.conn.buffered():
                         node.conn.receive(0.0)
                     node.last_heard = now
+                    if quiet:
+                        self._scan(node)
+                        continue
                     while not self._done:
                         msg = node.conn.next(0.0)
                         if msg is None:
                             break
-                        yield from self._handle(node, msg)
+                        out = self._handle(node, msg)
+                        if out is not None:
+                            yield out
                 for node in self.nodes.values():
                     if now - node.last_heard > dead_after:
                         raise ClientError(f"{node.conn.label}: nothing received for {dead_after:g} s, noops included: "
@@ -299,18 +313,62 @@ class Streamer:
         finally:
             selector.close()
 
-    def _handle(self, node: _Node, msg: Message) -> Iterator[Message]:
+    def _scan(self, node: _Node) -> None:
+        """The quiet path: items are counted from their headers, in place; anything else is decoded and
+        handled as usual. Positions, acknowledgements and --count are exactly the usual path's."""
+        conn = node.conn
+        while conn.pending and not self._done:  # read ahead by a call(): already decoded
+            self._handle(node, conn.pending.popleft())
+        buf, pos = conn.framer.window()
+        n = len(buf)
+        streams, positions, count = self.streams, self.state.vbuckets, self.options.count
+        half = self.options.buffer_size // 2
+        key = id(node)
+        while pos + 24 <= n and not self._done:
+            magic, opcode, _keylen, _extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
+            end = pos + 24 + body
+            if end > n:
+                break
+            stream = streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS else None
+            if stream is None:
+                message = decode(buf[pos:end], 0, conn.options)
+                conn.framer.consume(end)
+                self._handle(node, message)
+                buf, pos = conn.framer.window()  # handling may have read more (a rollback's call())
+                n = len(buf)
+                continue
+            seqno = _SEQNO.unpack_from(buf, pos + 24)[0]
+            positions[stream.vbucket].seqno = seqno
+            stats = self.stats.get(stream.vbucket)
+            if stats is None:
+                stats = self.stats[stream.vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
+            if stats["first_seqno"] is None:
+                stats["first_seqno"] = seqno
+            stats["items"] += 1
+            stats["last_seqno"] = seqno
+            self.items += 1
+            node.unacked += end - pos
+            if node.unacked >= half:
+                conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
+                node.unacked = 0
+            pos = end
+            if count is not None and self.items >= count:
+                self._done = True
+        conn.framer.consume(pos)
+
+    def _handle(self, node: _Node, msg: Message) -> Message | None:
+        """Act on one message; returns it when it is for the output (stream data), else None."""
         opcode = msg.opcode
         if msg.is_response:
             node.tracker.observe(msg, from_client=False, ts=time.time())
             if opcode == STREAM_REQ:
                 self._stream_response(node, msg)
-            return
+            return None
         if opcode == NOOP:
             node.tracker.observe(msg, from_client=False, ts=time.time())
             node.conn.send({"magic": "ClientResponse", "opcode": "DCP_NOOP", "status": "Success",
                             "opaque": msg.opaque})
-            return
+            return None
         node.unacked += len(msg.raw)
         if node.unacked >= self.options.buffer_size // 2:
             node.conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
@@ -321,30 +379,37 @@ class Streamer:
         msg.annotate({"ts": ts, "connection": node.conn.connection, "direction": "server>client"}, note.fields,
                      note.diagnostics)
         if stream is None or opcode not in PUSHED:
-            yield msg
-            return
-        position = self.state.vbuckets[stream.vbucket]
-        stats = self.stats.setdefault(stream.vbucket, {"items": 0, "first_seqno": None, "last_seqno": None})
+            return msg
+        vbucket = stream.vbucket
+        position = self.state.vbuckets[vbucket]
         if opcode == MARKER:
-            record = msg.record()
-            position.snap_start_seqno = int(record.get("snap_start_seqno", position.seqno))
-            position.snap_end_seqno = int(record.get("snap_end_seqno", position.seqno))
-        elif opcode == STREAM_END:
-            yield msg
+            extras = msg.extras
+            if extras is not None and "snap_start_seqno" in extras:
+                position.snap_start_seqno = extras["snap_start_seqno"]
+                position.snap_end_seqno = extras["snap_end_seqno"]
+            else:  # a v2.x marker carries the range in its value
+                record = msg.record()
+                position.snap_start_seqno = int(record.get("snap_start_seqno", position.seqno))
+                position.snap_end_seqno = int(record.get("snap_end_seqno", position.seqno))
+            return msg
+        if opcode == STREAM_END:
             self._stream_end(node, stream, int((msg.extras or {}).get("stream_end_status", 0)))
-            return
+            return msg
         seqno = msg.by_seqno
         if seqno is not None:
             position.seqno = seqno
         if opcode in ITEMS:
             self.items += 1
-            stats["items"] += 1
+            stats = self.stats.get(vbucket)
+            if stats is None:
+                stats = self.stats[vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
             if stats["first_seqno"] is None:
                 stats["first_seqno"] = seqno
+            stats["items"] += 1
             stats["last_seqno"] = seqno
-        yield msg
-        if opcode in ITEMS and self.options.count is not None and self.items >= self.options.count:
-            self._done = True
+            if self.options.count is not None and self.items >= self.options.count:
+                self._done = True
+        return msg
 
     def _stream_response(self, node: _Node, msg: Message) -> None:
         stream = self.streams.get((id(node), msg.opaque))

@@ -123,7 +123,8 @@ def stream(
         tls_of(tls, cacert, cert, key, no_verify), timeout, parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
-        noop_interval, count, on_rollback.value, state)
+        noop_interval, count, on_rollback.value, state,
+        quiet=summary and fmt is None and template is None and write is None)
     errors = env.error_console()
 
     def notice(message: str) -> None:
@@ -138,7 +139,8 @@ def stream(
                 raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
             tap = _pcap_tap(writer)
         try:
-            streamer = Streamer(host, options, notice=notice, tap=tap, before_save=env.stdout.flush)
+            streamer = Streamer(host, options, notice=notice, tap=tap, before_save=env.stdout.flush,
+                                before_wait=env.stdout.flush)
         except StateError as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
         output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
@@ -151,7 +153,7 @@ def stream(
                 elif template is not None:
                     _print_template(messages, template, env.stdout)
                 else:
-                    emit(messages, output, env, base64=base64, live=True)
+                    emit(messages, output, env, base64=base64)  # flushed whenever the stream waits
             except KeyboardInterrupt:
                 notice("interrupted: closing the streams and saving the state")
             finally:

@@ -168,6 +168,18 @@ class Framer:
             self._pos = pos
             yield Skipped(self._base + start, pos - start, "garbage")
 
+    def window(self) -> tuple[bytes, int]:
+        """Every buffered byte and the index of the first unconsumed one, for a caller that walks the
+        headers itself (a counting fast path); it then says how far it got with :meth:`consume`."""
+        self._need = 0
+        self._join()
+        self._need = HEADER_LENGTH
+        return self._buf, self._pos
+
+    def consume(self, pos: int) -> None:
+        """Mark the bytes of :meth:`window`'s buffer before ``pos`` as handled (whole packets only)."""
+        self._pos = pos
+
     def remainder(self) -> tuple[int, bytes]:
         """End of input: stream offset and bytes of what is left (a truncated packet or garbage)."""
         self._need = 0

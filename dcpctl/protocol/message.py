@@ -97,6 +97,7 @@ class Message:
     _extras: dict[str, int] | None = None
     _extras_values: tuple[int, ...] | None = None
     _record: dict[str, Any] | None = None
+    _context: tuple[dict[str, Any], dict[str, Any]] | None = None  # annotate()'s keys, until record()
     _partial_extras: bool = False  # extras cut short: the record keeps them raw as well
     header: tuple[int, ...]
     key_length: int
@@ -226,23 +227,29 @@ class Message:
     def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
         """Add context a single packet cannot know (capture time, connection, stream state).
 
-        ``first`` keys go before the packet's own, ``last`` after them; diagnostics join the packet's.
+        ``first`` keys go before the packet's own, ``last`` after them; diagnostics join the packet's now,
+        the record is built when first asked for (a consumer that only counts never pays for it).
         """
         self.extend(diagnostics)
-        if self._record is None:  # the usual case: build the record once, in ``first``'s dict
-            merged = _record(self, first)
-        else:
-            merged = first
-            merged.update(self._record)
-        del merged["diagnostics"]  # they go last, after ``last``'s keys
-        if last:
-            merged.update(last)
-        merged["diagnostics"] = [d.to_json() for d in self.diagnostics] if self.diagnostics else []
-        self._record = merged
+        self._context = (first, last)
 
     def record(self) -> dict[str, Any]:
         """The JSON contract's object for this message (computed once, values decoded here)."""
-        if self._record is None:
+        context = self._context
+        if context is not None:
+            self._context = None
+            first, last = context
+            if self._record is None:  # the usual case: build the record once, in ``first``'s dict
+                merged = _record(self, first)
+            else:
+                merged = first
+                merged.update(self._record)
+            del merged["diagnostics"]  # they go last, after ``last``'s keys
+            if last:
+                merged.update(last)
+            merged["diagnostics"] = [d.to_json() for d in self.diagnostics] if self.diagnostics else []
+            self._record = merged
+        elif self._record is None:
             self._record = _record(self)
         return self._record
 
@@ -606,10 +613,16 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
     rec.update(zip(plan.names, msg._extras_values, strict=True))  # type: ignore[arg-type]
     raw = msg.raw
     if msg.key_length:
+        key_offset = msg.key_offset
         if msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
-            _key(msg, rec, _KEY_DOCUMENT)
-        else:
-            key = raw[msg.key_offset:msg.value_offset]
+            if raw[key_offset] >= 0x80 or msg.key_length == 1:  # a multi-byte LEB128 id, or no key after it
+                _key(msg, rec, _KEY_DOCUMENT)
+                key_offset = -1
+            else:  # a one-byte collection id (below 128: the common case)
+                rec["collection_id"] = raw[key_offset]
+                key_offset += 1
+        if key_offset >= 0:
+            key = raw[key_offset:msg.value_offset]
             try:
                 text = key.decode()
             except UnicodeDecodeError:

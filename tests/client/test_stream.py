@@ -229,3 +229,22 @@ def test_passwords_stay_off_the_command_line_and_out_of_output(monkeypatch: pyte
         code, records, _ = stream(server, "--until", "now", "--password-env", "MY_SECRET")
         assert code == ExitCode.OK
         assert len(items(records)) == 5
+
+
+def test_summary_alone_counts_the_same_as_decoding_every_message(tmp_path: Path) -> None:
+    """--summary without output takes the header-counting path: same positions, counts and --count stop."""
+    quiet, loud = tmp_path / "quiet.json", tmp_path / "loud.json"
+    with serving("--vbuckets", "3", "--items", "900", "--nodes", "2") as server:
+        code, _, quiet_err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "--summary", "--state",
+                                 str(quiet))
+        assert code == ExitCode.OK
+        code, _, loud_err = stream(server, "--until", "now", "--summary", "--state", str(loud))
+        assert code == ExitCode.OK
+        assert json.loads(quiet.read_text()) == json.loads(loud.read_text())
+        table = [line.split("│")[1:4] for line in quiet_err.splitlines() if line.startswith("│")]
+        assert table == [line.split("│")[1:4] for line in loud_err.splitlines() if line.startswith("│")]
+        assert [cells[1].strip() for cells in table] == ["300", "300", "300"]
+        code, _, _ = run("stream", f"127.0.0.1:{server.port}", "--summary", "--count", "123", "--state", str(quiet))
+        assert code == ExitCode.OK
+        saved = json.loads(quiet.read_text())["vbuckets"]
+        assert sum(v["seqno"] for v in saved.values()) == 123
