@@ -133,6 +133,7 @@ class Streamer:
         self._opaque = 0x1000
         self._last_save = time.monotonic()
         self._done = False
+        self._prepared: set[int] = set()
 
     # --- topology --------------------------------------------------------------------------------
     def _connect(self, host: str, port: int) -> Connection:
@@ -194,7 +195,12 @@ class Streamer:
         return node
 
     def _prepare(self, node: _Node, vbuckets: list[int]) -> None:
-        """Positions and end seqnos for these vbuckets (what --from and --until need from the server)."""
+        """Positions and end seqnos for these vbuckets (what --from and --until need from the server); a
+        vbucket asked again (it moved, its stream ended early) keeps the position it got to."""
+        vbuckets = [vb for vb in vbuckets if vb not in self._prepared]
+        if not vbuckets:
+            return
+        self._prepared.update(vbuckets)
         options = self.options
         conn = node.conn
         need_seqnos = options.start == "now" or options.until == "now"

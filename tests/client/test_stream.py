@@ -248,3 +248,40 @@ def test_summary_alone_counts_the_same_as_decoding_every_message(tmp_path: Path)
         assert code == ExitCode.OK
         saved = json.loads(quiet.read_text())["vbuckets"]
         assert sum(v["seqno"] for v in saved.values()) == 123
+
+
+def test_a_vbucket_that_moves_is_followed_to_its_new_node(tmp_path: Path) -> None:
+    plan = tmp_path / "move.toml"
+    plan.write_text('[[event]]\naction = "move"\nvbucket = 0\nnode = 1\nafter_items = 100\n')
+    with serving("--nodes", "2", "--vbuckets", "2", "--items", "400", "--scenario", str(plan)) as server:
+        code, records, err = stream(server, "--until", "now")
+    assert code == ExitCode.OK, err
+    assert "StateChanged" in err
+    assert sorted(items(records)) == [(vb, s) for vb in range(2) for s in range(1, 201)]
+    moved = [r["connection"].split(" > ")[1] for r in records if r["opcode"] in ITEMS and r["vbucket"] == 0]
+    assert moved[0] == f"127.0.0.1:{server.ports[0]}"
+    assert moved[-1] == f"127.0.0.1:{server.ports[1]}"
+
+
+def test_ctrl_c_saves_the_state_and_exits_0(tmp_path: Path) -> None:
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "40", "--mutation-rate", "50") as server:
+        process = subprocess.Popen([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "-F",
+                                    "jsonl", "--state", str(state)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env={**os.environ, "DCPCTL_PASSWORD": "password"}, text=True)
+        time.sleep(2.5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert "saving the state" in err
+    delivered = [(r["vbucket"], r["by_seqno"]) for r in map(json.loads, out.splitlines()) if r["opcode"] in ITEMS]
+    saved = json.loads(state.read_text())["vbuckets"]
+    assert {int(vb): v["seqno"] for vb, v in saved.items()} == {vb: max(s for v, s in delivered if v == vb)
+                                                                 for vb in range(2)}
+    assert len(delivered) > 40  # the live items arrived too
