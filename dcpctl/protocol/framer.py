@@ -50,9 +50,10 @@ class Framer:
     """Incremental framer; see the module docstring for the contract."""
 
     def __init__(self, max_body_length: int = DEFAULT_MAX_BODY_LENGTH, known_opcodes: frozenset[int]
-                 | None = None, synced: bool = True) -> None:
+                 | None = None, synced: bool = True, offset: int = 0) -> None:
         """``synced=False`` starts in resynchronising mode (a capture that begins mid-stream, or after a
-        gap): then only ``known_opcodes`` start a header until the first packet frames."""
+        gap): then only ``known_opcodes`` start a header until the first packet frames. ``offset`` is the
+        stream offset of the first byte fed (after a gap, where the stream resumes)."""
         self.max_body_length = max_body_length
         self.known_opcodes = known_opcodes
         self._buf = b""  # bytes, not bytearray: slicing a frame out of bytes copies once
@@ -60,7 +61,7 @@ class Framer:
         self._parts_length = 0
         self._need = HEADER_LENGTH  # bytes from _pos the next decision needs
         self._pos = 0  # index of the next unconsumed byte in _buf
-        self._base = 0  # stream offset of _buf[0]
+        self._base = offset  # stream offset of _buf[0]
         self._synced = synced
 
     @property

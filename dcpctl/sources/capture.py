@@ -76,8 +76,8 @@ class CaptureDecoder:
         self.connections: dict[ConnectionId, _Connection] = {}
         self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
 
-    def _framer(self, synced: bool) -> Framer:
-        return Framer(self.max_body_length, self.known_opcodes, synced)
+    def _framer(self, synced: bool, offset: int = 0) -> Framer:
+        return Framer(self.max_body_length, self.known_opcodes, synced, offset)
 
     def _connection(self, conn: ConnectionId, from_start: bool) -> _Connection:
         found = self.connections.get(conn)
@@ -113,7 +113,8 @@ class CaptureDecoder:
                 offset, tail = direction.framer.remainder()
                 if tail:
                     yield self._message(event.conn, state, event.from_client, direction, tail, offset)
-                direction.framer = self._framer(synced=False)
+                resume = event.offset + event.length if event.offset is not None else 0
+                direction.framer = self._framer(synced=False, offset=resume)  # offsets stay the stream's
                 direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
                 yield diagnostic("capture_gap", f"{event.conn.label()} "
                                  f"{'client>server' if event.from_client else 'server>client'}: {event.message}")
