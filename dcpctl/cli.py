@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from dcpctl import __version__
+from dcpctl.commands.analyze import analyze
 from dcpctl.commands.capture import capture
 from dcpctl.commands.decode import decode
 from dcpctl.commands.encode import encode_command
@@ -38,6 +39,7 @@ app.command("fields")(fields)
 app.command("stream")(stream)
 app.command("failover")(failover)
 app.command("serve")(serve)
+app.command("analyze")(analyze)
 app.add_typer(rollback_app, name="rollback")
 
 

@@ -1,0 +1,116 @@
+"""Splitting a pcap file at record boundaries, and reading one piece: how ``analyze`` parallelises a capture.
+
+Theory of operation. A classic pcap file is a 24-byte header (magic, which says the byte order and whether
+timestamps are micro- or nanoseconds; the link type) followed by records, each a 16-byte header (seconds,
+fraction, captured length, wire length) and the frame. :func:`plan` walks the record headers only
+(seeking over the frames) and cuts the file into chunks of about ``target`` bytes, each starting on a
+record and knowing its first frame number, so frame numbers stay those of the whole file.
+:func:`segments` reads one chunk and turns its frames into TCP segments with the capture reader's own
+frame parser. A chunk never holds more than its own bytes, whatever the file's size. pcapng files are
+not split (their blocks need the whole section's interface table): they are one chunk, read by libpcap.
+A damaged record header ends the plan there, with the damage reported as in ``decode``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from dcpctl.sources.pcap import (
+    SUPPORTED_LINKTYPES,
+    CaptureError,
+    CaptureNotice,
+    TcpSegment,
+    parse_frame,
+    read_segments,
+)
+
+DEFAULT_CHUNK: Final = 64 * 1024 * 1024  # bytes per chunk: a few seconds of work each, many per GB
+MAX_RECORD: Final = 256 * 1024  # a record longer than this is a damaged header, not a frame
+_MAGICS: Final = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+                  b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+PCAPNG_MAGIC: Final = b"\x0a\x0d\x0d\x0a"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    path: str
+    start: int  # byte offset of the first record
+    end: int  # byte offset after the last record
+    first_frame: int  # 1-based number of the first record's frame in the file
+    linktype: int
+    endian: str  # "<" or ">"; "" for a file read whole by libpcap (pcapng)
+    resolution: float  # seconds per timestamp fraction unit
+
+
+def plan(path: str, target: int = DEFAULT_CHUNK) -> tuple[list[Chunk], list[CaptureNotice]]:
+    """Chunks of about ``target`` bytes covering every record; notices for damage found on the way."""
+    file = Path(path)
+    size = file.stat().st_size
+    with file.open("rb") as stream:
+        head = stream.read(24)
+        if head[:4] == PCAPNG_MAGIC:
+            return [Chunk(path, 0, size, 1, 0, "", 0.0)], []
+        if len(head) < 24 or head[:4] not in _MAGICS:
+            raise CaptureError("not a pcap or pcapng capture (bad file header)")
+        endian, resolution = _MAGICS[head[:4]]
+        linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
+        if linktype not in SUPPORTED_LINKTYPES:
+            raise CaptureError(f"link type {linktype} is not supported")
+        record = struct.Struct(endian + "IIII")
+        chunks: list[Chunk] = []
+        notices: list[CaptureNotice] = []
+        start, first, frame, pos = 24, 1, 0, 24
+        while pos < size:
+            stream.seek(pos)
+            header = stream.read(16)
+            if len(header) < 16:
+                notices.append(CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file ends inside "
+                                             f"the header of frame {frame + 1}"))
+                break
+            _, _, captured, _ = record.unpack(header)
+            if captured > MAX_RECORD or pos + 16 + captured > size:
+                notices.append(CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged "
+                                             f"after frame {frame} (record of {captured} bytes at offset {pos})"))
+                break
+            pos += 16 + captured
+            frame += 1
+            if pos - start >= target:
+                chunks.append(Chunk(path, start, pos, first, linktype, endian, resolution))
+                start, first = pos, frame + 1
+        if pos > start:
+            chunks.append(Chunk(path, start, pos, first, linktype, endian, resolution))
+        return chunks, notices
+
+
+def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207})
+             ) -> Iterator[TcpSegment | CaptureNotice]:
+    """The TCP segments of one chunk's frames (frame numbers as in the whole file)."""
+    if not chunk.endian:  # pcapng: libpcap reads it whole
+        yield from read_segments(chunk.path, ports, tls_ports)
+        return
+    record = struct.Struct(chunk.endian + "IIII")
+    tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
+    with Path(chunk.path).open("rb") as stream:
+        stream.seek(chunk.start)
+        data = stream.read(chunk.end - chunk.start)
+    pos, frame = 0, chunk.first_frame
+    while pos + 16 <= len(data):
+        seconds, fraction, captured, wire = record.unpack_from(data, pos)
+        frame_bytes = data[pos + 16:pos + 16 + captured]
+        pos += 16 + captured
+        parsed = parse_frame(chunk.linktype, frame_bytes, wire, frame, seconds + fraction * chunk.resolution)
+        frame += 1
+        if parsed is None or isinstance(parsed, str):
+            continue
+        if parsed.src[1] in ports or parsed.dst[1] in ports:
+            yield parsed
+        elif parsed.src[1] in tls_ports or parsed.dst[1] in tls_ports:
+            key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
+            if key not in tls_seen:
+                tls_seen.add(key)
+                yield CaptureNotice(parsed.frame, parsed.ts, "tls_port", f"{key[0][0]}:{key[0][1]} > "
+                                    f"{key[1][0]}:{key[1][1]} is TLS and cannot be decoded")

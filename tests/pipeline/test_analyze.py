@@ -1,0 +1,165 @@
+"""``dcpctl analyze`` on Spark in local mode: the same messages as decode, chunking changes nothing, and the
+analyses find what was planted in a generated capture."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capturekit import ROOT, session_packets
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.encode import encode
+from dcpctl.render.env import Environment
+from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+
+
+def spark_or_skip() -> None:
+    try:
+        import pyspark  # noqa: F401, PLC0415
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("pyspark is missing: the test extra installs it")
+        pytest.skip("pyspark not installed (pip install -e '.[test]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if os.environ.get("CI"):
+            pytest.fail("no Java runtime: .ci/run installs one")
+        pytest.skip("no Java runtime")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    spark_or_skip()
+    from dcpctl.pipeline import job  # noqa: PLC0415
+
+    session = job.spark_session("local[2]", "dcpctl tests")
+    yield session
+    session.stop()
+
+
+def item(seqno: int, key: str, opaque: int = 5000) -> bytes:
+    return encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 12, "opaque": opaque,
+                   "cas": seqno, "datatype": 1, "by_seqno": seqno, "rev_seqno": 1, "flags": 0, "expiration": 0,
+                   "lock_time": 0, "nmeta": 0, "nru": 0, "key": key, "value": '{"n":1}'}, fix_lengths=True)
+
+
+def planted(path: Path) -> None:
+    """Two connections: the sample session (a rollback), then a resumed stream that re-delivers 202 (a
+    duplicate), skips 204-209 inside its snapshot (expected), and loses 212 to the capture (suspicious)."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    first = TcpConversation(writer, ("127.0.0.1", 50123), ("127.0.0.1", 11210))
+    first.handshake()
+    for from_client, data in session_packets():
+        first.send(from_client, data)
+    first.close()
+    second = TcpConversation(writer, ("127.0.0.1", 50200), ("127.0.0.1", 11210), ts=1_700_000_100.0)
+    second.handshake()
+    second.send(True, encode({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 12, "opaque": 5000,
+                              "flags": 0, "reserved": 0, "start_seqno": 201, "end_seqno": 2**64 - 1,
+                              "vbucket_uuid": 209993845321212, "snap_start_seqno": 201, "snap_end_seqno": 201},
+                             fix_lengths=True))
+    second.send(False, encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success",
+                               "opaque": 5000, "failover_log": [{"vbucket_uuid": 209993845321212, "seqno": 0}]},
+                              fix_lengths=True))
+    second.send(False, encode({"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": 12,
+                               "opaque": 5000, "snap_start_seqno": 202, "snap_end_seqno": 215,
+                               "snapshot_flags": 1}, fix_lengths=True))
+    for seqno, key in ((202, "airline_137"), (203, "a"), (210, "b")):
+        second.send(False, item(seqno, key))
+    lost = item(212, "c")
+    second.skip(False, len(lost))
+    second.send(False, item(215, "d"))
+    second.close()
+    path.write_bytes(out.getvalue())
+
+
+def decoded(path: Path) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["decode", str(path), "-F", "jsonl", "-j", "1"], env) == ExitCode.OK
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _order(record: dict[str, Any]) -> tuple[str, str, int]:
+    return record["connection"], record["direction"], record["offset"]
+
+
+def test_rows_are_decodes_messages_whatever_the_chunking(spark: Any, tmp_path: Path) -> None:
+    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    path = tmp_path / "planted.pcap"
+    planted(path)
+    expected = sorted(decoded(path), key=_order)
+    for chunk in (1 << 20, 600):  # one chunk, and a chunk every few frames
+        frame, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), chunk)
+        rows = sorted((json.loads(r.record) for r in frame.select("record").collect()), key=_order)
+        assert rows == expected, chunk
+    chunks, _ = job.partitions_for([str(path)], 600)
+    assert len(chunks) > 5
+
+
+def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    path = tmp_path / "planted.pcap"
+    planted(path)
+    frame, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), 600)
+    frame.write.mode("overwrite").parquet(str(tmp_path / "out"))
+    dataset = spark.read.parquet(str(tmp_path / "out"))
+    found = {(g["previous"], g["by_seqno"]): g["kind"] for g in analyses.gaps(dataset)}
+    assert found == {(203, 210): "expected: deduplication or filtered collections",
+                     (210, 215): "suspicious: bytes missing from the capture"}
+    assert [(d["vb"], d["by_seqno"], d["times"]) for d in analyses.duplicates(dataset)] == [(12, 202, 2), (12, 203, 2)]
+    [rollback] = analyses.rollbacks(dataset)
+    assert (rollback["vb"], rollback["start_seqno"], rollback["rollback_seqno"]) == (12, 250, 200)
+    vbuckets = {(v["connection"].split(" > ")[0], v["vb"]): v for v in analyses.vbuckets(dataset)}
+    assert vbuckets[("127.0.0.1:50200", 12)]["items"] == 4
+    assert vbuckets[("127.0.0.1:50200", 12)]["last_seqno"] == 215
+    flow, _ = analyses.flow_control(dataset)
+    assert {f["connection"].split(" > ")[0]: f["buffer_size"] for f in flow} == {"127.0.0.1:50123": 1048576,
+                                                                                 "127.0.0.1:50200": None}
+    [latency] = [row for row in analyses.latency(dataset) if row["connection"].startswith("127.0.0.1:50123")]
+    assert latency["responses"] == 2
+
+
+def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False)
+    code = main(["analyze", str(SAMPLE), "--out", str(tmp_path / "ds"), "--plots", str(tmp_path / "plots"),
+                 "--master", "local[2]"], env)
+    assert code == ExitCode.OK, err.getvalue()
+    report = json.loads(out.getvalue())
+    assert report["messages"] == len(decoded(SAMPLE))
+    assert [r["rollback_seqno"] for r in report["rollbacks"]] == [200]
+    assert sorted(Path(p).name for p in report["plots"]) == ["seqno-progress.png", "throughput.png",
+                                                               "unacked-bytes.png"]
+    assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report["plots"])
+    assert list((tmp_path / "ds").glob("*.parquet"))
+
+
+def test_without_java_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dcpctl.pipeline import job  # noqa: PLC0415
+
+    spark_or_skip()
+    monkeypatch.setattr(job.shutil, "which", lambda _name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["analyze", str(SAMPLE)], env) == ExitCode.USAGE
+    assert "needs a Java runtime" in err.getvalue()
+    assert err.getvalue().count("\n") == 1
