@@ -340,7 +340,11 @@ class Streamer:
                 message = decode(buf[pos:end], 0, conn.options)
                 conn.framer.consume(end)
                 self._handle(node, message)
-                buf, pos = conn.framer.window()  # handling may have read more (a rollback's call())
+                # handling may have called the server (a rollback asks for the failover log): what that
+                # read ahead was decoded into ``pending`` and comes before the rest of the buffer
+                while conn.pending and not self._done:
+                    self._handle(node, conn.pending.popleft())
+                buf, pos = conn.framer.window()
                 n = len(buf)
                 continue
             seqno = _SEQNO.unpack_from(buf, pos + 24)[0]

@@ -285,3 +285,21 @@ def test_ctrl_c_saves_the_state_and_exits_0(tmp_path: Path) -> None:
     assert {int(vb): v["seqno"] for vb, v in saved.items()} == {vb: max(s for v, s in delivered if v == vb)
                                                                  for vb in range(2)}
     assert len(delivered) > 40  # the live items arrived too
+
+
+def test_the_summary_path_follows_a_rollback_as_the_decoding_path_does(tmp_path: Path) -> None:
+    plan = tmp_path / "failover.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\nafter_items = 80\n'
+                    '[[event]]\naction = "mutate"\nvbucket = 0\ncount = 20\nafter_items = 80\n')
+    finals = []
+    for mode in (["--summary"], ["--summary", "-F", "jsonl"]):
+        state = tmp_path / f"state{len(finals)}.json"
+        with serving("--vbuckets", "1", "--items", "100", "--seed", "9", "--scenario", str(plan)) as server:
+            assert stream(server, "--until", "80", "--state", str(state))[0] == ExitCode.OK
+            code, _, err = run("stream", f"127.0.0.1:{server.port}", "--timeout", "5", "--from", "resume",
+                               "--state", str(state), "--until", "now", *mode)
+        assert code == ExitCode.OK, err
+        assert "to 60" in err
+        finals.append(json.loads(state.read_text()))
+    assert finals[0] == finals[1]
+    assert finals[0]["vbuckets"]["0"]["seqno"] == 80
