@@ -54,6 +54,7 @@ def spark_session(master: str | None, app: str = "dcpctl analyze") -> Any:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no guessing at interfaces
 
     builder = SparkSession.builder.appName(app).config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false") \
         .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "8")
     if master:
         builder = builder.master(master)
