@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dcpctl.commands._options import env_of
@@ -17,6 +18,8 @@ from dcpctl.pipeline import analyses, job, plots
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.sources.pcap import CaptureError
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK
+
+DEFAULT_STALL_MS = 1000.0  # a full window that blocks the producer this long is worth a row in the report
 
 
 class AnalyzeFormat(StrEnum):
@@ -36,6 +39,10 @@ def analyze(
     plot_dir: Annotated[Path | None, typer.Option("--plots", help="Also write PNG plots here.")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable; "
                                                    "default 11210).")] = None,
+    records: Annotated[bool, typer.Option("--records", help="Also keep each message's whole JSON record "
+                                          "(values included) in the dataset.")] = False,
+    stall_ms: Annotated[float, typer.Option("--stall-ms", min=0, help="Report flow-control stalls at least this "
+                                            "long.")] = DEFAULT_STALL_MS,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1 << 20, help="Bytes of capture per task.")]
     = DEFAULT_CHUNK,
 ) -> None:
@@ -51,23 +58,18 @@ def analyze(
     session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
     try:
         try:
-            messages, notes = job.build(session, paths, ports, DecodeOptions(), chunk_size)
-        except (CaptureError, FileNotFoundError) as exc:
+            messages, notes = job.build(session, paths, ports, DecodeOptions(), chunk_size, records=records)
+        except (CaptureError, OSError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
         for note in notes:
             env.error_console().print(f"dcpctl: capture_gap: {note}", style="yellow", markup=False)
         messages.write.mode("overwrite").parquet(str(out))
-        dataset = session.read.parquet(str(out))
-        flow, unacked = analyses.flow_control(dataset)
-        report: dict[str, Any] = {
-            "dataset": str(out), "messages": dataset.count(), "vbuckets": analyses.vbuckets(dataset),
-            "gaps": analyses.gaps(dataset), "duplicates": analyses.duplicates(dataset),
-            "rollbacks": analyses.rollbacks(dataset), "latency": analyses.latency(dataset),
-            "throughput": analyses.throughput(dataset), "flow_control": flow,
-        }
+        report: dict[str, Any] = {"dataset": str(out)}
+        report.update(analyses.report(session.read.parquet(str(out)), stall_ms=stall_ms, plots=plot_dir is not None))
         if plot_dir is not None:
-            report["plots"] = [str(p) for p in plots.write(plot_dir, analyses.progress(dataset), report["rollbacks"],
-                                                           report["throughput"], unacked)]
+            windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
+            report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"), report["rollbacks"],
+                                                           report["per_second"], windows)]
     finally:
         session.stop()
     if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
@@ -82,27 +84,32 @@ def _under_submit() -> bool:
     return "SPARK_SUBMIT_OPTS" in os.environ or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+SECTIONS = (
+    ("per vbucket", "vbuckets", ["connection", "vb", "items", "first_seqno", "last_seqno", "repeated", "backwards",
+                                 "outside_snapshot", "before_marker"]),
+    ("seqno gaps", "gaps", ["connection", "vb", "previous", "by_seqno", "missing", "kind"]),
+    ("duplicates", "duplicates", ["vb", "by_seqno", "times", "key", "connections"]),
+    ("rollbacks", "rollbacks", ["connection", "vb", "start_seqno", "rollback_seqno", "explanation"]),
+    ("stream request latency (ms)", "latency", ["connection", "responses", "mean_ms", "p99_ms", "max_ms"]),
+    ("flow control", "flow_control", ["connection", "buffer_size", "max_unacked", "acks", "exceeded", "stalls",
+                                      "longest_stall_ms", "stuck_at_end"]),
+    ("flow-control stalls", "stalls", ["connection", "ts", "stalled_ms", "unacked_bytes", "buffer_size"]),
+)
+TABLE_ROWS = 200  # rows of a section shown as a table (--format json has them all)
+
+
 def _tables(console: Any, report: dict[str, Any]) -> None:
     console.print(f"{report['messages']} messages in {report['dataset']}")
-    sections = [
-        ("per vbucket", report["vbuckets"], ["connection", "vb", "items", "first_seqno", "last_seqno", "duplicates",
-                                             "backwards", "outside_snapshot"]),
-        ("seqno gaps", report["gaps"], ["connection", "vb", "previous", "by_seqno", "missing", "kind"]),
-        ("duplicates", report["duplicates"], ["vb", "by_seqno", "times", "key", "connections"]),
-        ("rollbacks", report["rollbacks"], ["ts", "connection", "vb", "start_seqno", "vbucket_uuid", "rollback_seqno"]),
-        ("stream request latency (ms)", report["latency"], ["connection", "responses", "mean_ms", "p99_ms",
-                                                            "max_ms"]),
-        ("flow control", report["flow_control"], ["connection", "buffer_size", "max_unacked", "acks", "exceeded"]),
-    ]
-    for title, rows, columns in sections:
+    for title, key, columns in SECTIONS:
+        rows = report[key]
         if not rows:
             console.print(f"{title}: none")
             continue
         table = Table(*columns, title=title)
-        for row in rows[:200]:
-            table.add_row(*[str(row.get(c, "")) for c in columns])
+        for row in rows[:TABLE_ROWS]:
+            table.add_row(*[escape(str(row.get(c, ""))) for c in columns])  # "[rule]" is text, not markup
         console.print(table)
-        if len(rows) > 200:
-            console.print(f"... {len(rows) - 200} more (--format json has them all)")
+        if len(rows) > TABLE_ROWS:
+            console.print(f"... {len(rows) - TABLE_ROWS} more (--format json has them all)")
     for path in report.get("plots", []):
         console.print(f"plot: {path}")

@@ -8,7 +8,8 @@ from typing import Any
 
 
 def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[str, Any]],
-          throughput: list[dict[str, Any]], unacked: list[dict[str, Any]]) -> list[Path]:
+          per_second: list[dict[str, Any]], windows: dict[str, int]) -> list[Path]:
+    """seqno-progress.png, throughput.png and unacked-bytes.png (with each connection's window dashed)."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
@@ -41,7 +42,7 @@ def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[
 
     figure, axes = pyplot.subplots(figsize=(10, 4))
     per_connection: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for row in throughput:
+    for row in per_second:
         per_connection[row["connection"]].append((row["second"], row["items"]))
     for connection, counts in per_connection.items():
         axes.plot([p[0] for p in counts], [p[1] for p in counts], label=connection, linewidth=1)
@@ -52,11 +53,15 @@ def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[
 
     figure, axes = pyplot.subplots(figsize=(10, 4))
     per_connection_unacked: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for row in unacked:
-        per_connection_unacked[row["connection"]].append((row["second"], row["unacked"]))
+    for row in per_second:
+        if row["unacked"] is not None:
+            per_connection_unacked[row["connection"]].append((row["second"], row["unacked"]))
     for connection, levels in per_connection_unacked.items():
-        axes.plot([p[0] for p in levels], [p[1] for p in levels], label=connection, linewidth=1)
-    axes.set(title="unacknowledged bytes per connection", xlabel="capture time (s)", ylabel="bytes")
+        line = axes.plot([p[0] for p in levels], [p[1] for p in levels], label=connection, linewidth=1)
+        if windows.get(connection):
+            axes.axhline(windows[connection], color=line[0].get_color(), linestyle="--", linewidth=1)
+    axes.set(title="unacknowledged bytes per connection (dashed: its window)", xlabel="capture time (s)",
+             ylabel="bytes")
     if 0 < len(per_connection_unacked) <= 16:
         axes.legend(fontsize=7)
     save(figure, "unacked-bytes.png")

@@ -1,65 +1,147 @@
 """The Parquet schema of ``analyze``: one row per message, columns typed from the field catalogue.
 
-The columns are the record's fields an analysis needs, typed from the declarations through the field
-catalogue (u8/u16 integers, u32 longs, u64 decimal(20,0) because Spark's long is signed, strings), plus
-what the capture adds and two derived columns; ``record`` keeps the whole JSON record, so nothing the
-decoder said is lost. Pure: builds plain tuples; the Spark types are made from it in ``job``.
+The columns are the record fields an analysis needs, typed from the declarations through the field
+catalogue (u8/u16 integers, u32 longs, u64 ``decimal(20,0)`` because Spark's long is signed), what the
+capture and the connection tracker add, and a few columns derived while decoding. ``--records`` adds
+``record``, the whole JSON record as ``dcpctl decode --format jsonl`` prints it (values included, so the
+dataset is then as sensitive as the capture).
+
+:class:`Rows` builds the rows. Most messages of a big capture are plain stream items; for those the
+columns come straight from the header, the extras and :func:`item_key`, without building the JSON record
+(the record would cost more than everything else together). Anything else goes through the record. A test
+holds the two ways to the same row for every message of the test captures. Pure: plain tuples; the Arrow
+and Spark types are made from :data:`COLUMNS` in ``job``.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, Final
 
 import orjson
 
 from dcpctl.protocol.fields import catalogue
-from dcpctl.protocol.message import Message
+from dcpctl.protocol.message import Message, item_key
 
-# (column, catalogue type) for the record fields kept as columns, in column order
-RECORD_COLUMNS: Final = ("ts", "connection", "direction", "offset", "magic", "opcode", "vbucket", "stream_id",
-                         "opaque", "status", "cas", "datatype", "key", "collection_id", "by_seqno", "rev_seqno",
-                         "snap_start_seqno", "snap_end_seqno", "snapshot_flags", "start_seqno", "end_seqno",
-                         "vbucket_uuid", "rollback_seqno", "bytes_to_ack", "stream_end_status",
-                         "total_body_length", "stream_vbucket", "latency_ms")
-# columns the tracker or this pipeline adds: (name, type, meaning)
+# record fields kept as columns, in column order (types from the catalogue)
+RECORD_COLUMNS: Final = ("ts", "connection", "direction", "frames", "offset", "magic", "opcode", "vbucket",
+                         "stream_id", "opaque", "status", "cas", "datatype", "collection_id", "key", "by_seqno",
+                         "rev_seqno", "snap_start_seqno", "snap_end_seqno", "snapshot_flags", "start_seqno",
+                         "end_seqno", "vbucket_uuid", "rollback_seqno", "bytes_to_ack", "stream_end_status",
+                         "total_body_length", "stream_vbucket", "latency_ms", "request_offset")
+# columns that are not declared fields: (name, type, meaning)
 EXTRA_COLUMNS: Final = (
-    ("stream_vbucket", "u16", "the vbucket of the stream a pushed message belongs to"),
-    ("latency_ms", "float", "a response's time since its request"),
     ("frames", "list[int]", "the capture frames the message came from"),
+    ("stream_vbucket", "u16", "the vbucket of the stream a pushed message belongs to (the tracker's)"),
+    ("latency_ms", "float", "a response's time since its request (the tracker's)"),
+    ("request_offset", "int", "a response: the offset of its request in the other direction (the tracker's)"),
     ("value_length", "u32", "bytes of value on the wire"),
-    ("snapshot", "list[u64]", "items: the range of the snapshot marker before them in their stream"),
-    ("diagnostics", "list[str]", "names of the message's diagnostics"),
-    ("record", "str", "the whole JSON record, as dcpctl decode --format jsonl prints it"),
+    ("snapshot_start_seqno", "u64", "items: start of the snapshot marker before them in their stream"),
+    ("snapshot_end_seqno", "u64", "items: end of that snapshot"),
+    ("unacked_bytes", "u32", "the connection's unacknowledged bytes after this message (flow control: "
+                             "the producer's pushes counted, the consumer's buffer acks subtracted)"),
+    ("buffer_size", "u32", "the connection_buffer_size negotiated so far on the connection, if any"),
+    ("previous_seqno", "u64", "items: the seqno of the item before it on the same connection and vbucket, in "
+                              "stream order (streams reopened included)"),
+    ("blocked_ms", "float", "a pushed message sent after the producer's window was full: how long it was full "
+                            "(the stall this message ends)"),
+    ("diagnostics", "list[diagnostic]", "the message's diagnostics: name, severity, message"),
 )
+RECORD_COLUMN: Final = ("record", "str", "with --records: the whole JSON record, as decode --format jsonl "
+                                         "prints it")
 
 
-def column_types() -> list[tuple[str, str]]:
+def column_types(*, records: bool = False) -> list[tuple[str, str]]:
     """(name, catalogue type) of every column, in order."""
     known = {f.name: f.type for f in catalogue()}
     extra = {name: kind for name, kind, _ in EXTRA_COLUMNS}
     out = [(name, known.get(name) or extra[name]) for name in RECORD_COLUMNS]
     out += [(name, kind) for name, kind, _ in EXTRA_COLUMNS if name not in RECORD_COLUMNS]
+    if records:
+        out.append(RECORD_COLUMN[:2])
     return out
 
 
 COLUMNS: Final = column_types()
-_U64: Final = frozenset(name for name, kind in COLUMNS if kind == "u64")
+SNAPSHOT_MARKER: Final = 0x56
+DOCUMENT_ITEMS: Final = frozenset({0x57, 0x58, 0x59, 0x60})  # items the snapshot columns are filled for
+_NO_SNAPSHOT: Final = (None, None)
 
 
-def row(msg: Message, snapshot: tuple[int, int] | None) -> tuple[Any, ...]:
-    """One message as a row tuple in :data:`COLUMNS` order."""
-    record = msg.record()
-    values: list[Any] = []
-    for name in RECORD_COLUMNS:
-        value = record.get(name)
-        if name in _U64 and value is not None:
-            value = Decimal(value)
-        values.append(value)
-    value_length = msg.body_end - msg.value_offset
-    values.append(list(record.get("frames", [])))
-    values.append(value_length)
-    values.append([Decimal(snapshot[0]), Decimal(snapshot[1])] if snapshot is not None else None)
-    values.append([d["name"] for d in record.get("diagnostics", [])])
-    values.append(orjson.dumps(record).decode())
-    return tuple(values)
+class Rows:
+    """Rows of one task's messages in :func:`column_types` order; :meth:`take` hands over those gathered."""
+
+    def __init__(self, *, records: bool = False) -> None:
+        self.records = records
+        self.rows: list[tuple[Any, ...]] = []
+        self._snapshots: dict[tuple[str, int], tuple[int, int]] = {}  # (connection, opaque) -> marker range
+        self._last_seqno: dict[tuple[str, int], int] = {}  # (connection, vbucket) -> last item's seqno
+        self._flow: dict[str, tuple[int, float | None]] = {}  # connection -> (unacked, window full since)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def add(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
+        context = msg.context
+        fast = None if self.records or context is None else item_key(msg)
+        if fast is None:
+            self.rows.append(self._from_record(msg, unacked, buffer_size))
+            return
+        first, last = context  # type: ignore[misc]
+        magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
+        _, _, _, _, datatype, vbucket, total, opaque, cas = msg.header
+        connection, ts = first["connection"], first["ts"]
+        snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
+        stream_vbucket = last.get("stream_vbucket")
+        where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
+        previous = self._last_seqno.get(where)
+        self._last_seqno[where] = by_seqno
+        diagnostics = msg.diagnostics
+        self.rows.append((
+            ts, connection, first["direction"], first["frames"], msg.offset, magic, opcode, vbucket,
+            None, opaque, None, cas, datatype, collection_id, key, by_seqno, rev_seqno, None, None, None, None,
+            None, None, None, None, None, total, stream_vbucket, last.get("latency_ms"), None,
+            msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size, previous,
+            self._blocked(connection, ts, unacked, buffer_size),
+            [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
+
+    def _blocked(self, connection: str, ts: float, unacked: int, buffer_size: int | None) -> float | None:
+        """Flow-control bookkeeping: a message that raised the unacknowledged count was pushed; if the
+        window was full before it, it ends a stall that lasted from the push that filled the window (reference
+        8.1: the producer stops while its outstanding bytes are at least the window; an ack lets it go on,
+        the push after it shows when it did)."""
+        before, full_since = self._flow.get(connection) or (0, None)
+        blocked = None
+        if unacked > before and full_since is not None:
+            blocked = round((ts - full_since) * 1000, 3)
+            full_since = None
+        if buffer_size and unacked >= buffer_size and full_since is None:
+            full_since = ts
+        self._flow[connection] = (unacked, full_since)
+        return blocked
+
+    def _from_record(self, msg: Message, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
+        record = msg.record()
+        get = record.get
+        snapshot = previous = None
+        connection = str(get("connection"))
+        if not msg.is_response:
+            stream = (connection, msg.opaque)
+            if msg.opcode == SNAPSHOT_MARKER:
+                start, end = get("snap_start_seqno"), get("snap_end_seqno")
+                if isinstance(start, int) and isinstance(end, int):
+                    self._snapshots[stream] = (start, end)
+            elif msg.opcode in DOCUMENT_ITEMS and isinstance(get("by_seqno"), int):
+                snapshot = self._snapshots.get(stream)
+                vbucket = get("stream_vbucket")
+                where = (connection, int(get("vbucket", 0) if vbucket is None else vbucket))
+                previous = self._last_seqno.get(where)
+                self._last_seqno[where] = int(get("by_seqno", 0))
+        row = [get(name) for name in RECORD_COLUMNS]
+        row += [msg.body_end - msg.value_offset, snapshot[0] if snapshot else None,
+                snapshot[1] if snapshot else None, unacked, buffer_size, previous,
+                self._blocked(connection, float(get("ts") or 0.0), unacked, buffer_size),
+                [(d["name"], d["severity"], d["message"]) for d in record["diagnostics"]]]
+        if self.records:
+            row.append(orjson.dumps(record).decode())
+        return tuple(row)

@@ -75,6 +75,7 @@ class CaptureDecoder:
         self.reassembler = Reassembler(server_ports)
         self.connections: dict[ConnectionId, _Connection] = {}
         self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
+        self.last_tracker: ConnectionTracker | None = None  # the tracker that observed the last message
 
     def _framer(self, synced: bool, offset: int = 0) -> Framer:
         return Framer(self.max_body_length, self.known_opcodes, synced, offset)
@@ -145,8 +146,9 @@ class CaptureDecoder:
             ts, frames = spans[0][2], list(spans[0][3])
         else:
             ts, frames = _spanned(spans, offset, end)
-        msg = decode(data, offset, state.tracker.options())
-        note = state.tracker.observe(msg, from_client, ts)
+        tracker = self.last_tracker = state.tracker
+        msg = decode(data, offset, tracker.options())
+        note = tracker.observe(msg, from_client, ts)
         diags = note.diagnostics
         if direction.gap is not None:
             diags = [diagnostic("capture_gap", direction.gap), *diags]

@@ -46,15 +46,17 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def item(seqno: int, key: str, opaque: int = 5000) -> bytes:
+def item(seqno: int, key: str, opaque: int = 5000, value: str = '{"n":1}') -> bytes:
     return encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 12, "opaque": opaque,
-                   "cas": seqno, "datatype": 1, "by_seqno": seqno, "rev_seqno": 1, "flags": 0, "expiration": 0,
-                   "lock_time": 0, "nmeta": 0, "nru": 0, "key": key, "value": '{"n":1}'}, fix_lengths=True)
+                   "cas": seqno, "datatype": 1 if value.startswith("{") else 0, "by_seqno": seqno, "rev_seqno": 1,
+                   "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0, "key": key, "value": value},
+                  fix_lengths=True)
 
 
 def planted(path: Path) -> None:
-    """Two connections: the sample session (a rollback), then a resumed stream that re-delivers 202 (a
-    duplicate), skips 204-209 inside its snapshot (expected), and loses 212 to the capture (suspicious)."""
+    """Three connections: the sample session (a rollback); a resumed stream that re-delivers 202 (a
+    duplicate), skips 204-209 inside its snapshot (expected) and loses 212 to the capture (suspicious); and
+    a consumer with a 500-byte window that acks ten seconds late (a stall), then never again (stuck)."""
     out = io.BytesIO()
     writer = PcapWriter(out)
     first = TcpConversation(writer, ("127.0.0.1", 50123), ("127.0.0.1", 11210))
@@ -64,23 +66,48 @@ def planted(path: Path) -> None:
     first.close()
     second = TcpConversation(writer, ("127.0.0.1", 50200), ("127.0.0.1", 11210), ts=1_700_000_100.0)
     second.handshake()
-    second.send(True, encode({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 12, "opaque": 5000,
-                              "flags": 0, "reserved": 0, "start_seqno": 201, "end_seqno": 2**64 - 1,
-                              "vbucket_uuid": 209993845321212, "snap_start_seqno": 201, "snap_end_seqno": 201},
-                             fix_lengths=True))
-    second.send(False, encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success",
-                               "opaque": 5000, "failover_log": [{"vbucket_uuid": 209993845321212, "seqno": 0}]},
-                              fix_lengths=True))
-    second.send(False, encode({"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": 12,
-                               "opaque": 5000, "snap_start_seqno": 202, "snap_end_seqno": 215,
-                               "snapshot_flags": 1}, fix_lengths=True))
+    second.send(True, stream_request(201))
+    second.send(False, stream_opened())
+    second.send(False, marker(202, 215))
     for seqno, key in ((202, "airline_137"), (203, "a"), (210, "b")):
         second.send(False, item(seqno, key))
     lost = item(212, "c")
     second.skip(False, len(lost))
     second.send(False, item(215, "d"))
     second.close()
+    third = TcpConversation(writer, ("127.0.0.1", 50300), ("127.0.0.1", 11210), ts=1_700_000_200.0)
+    third.handshake()
+    third.send(True, encode({"magic": "ClientRequest", "opcode": "DCP_CONTROL", "opaque": 2,
+                             "key": "connection_buffer_size", "value": "500"}, fix_lengths=True))
+    third.send(False, encode({"magic": "ClientResponse", "opcode": "DCP_CONTROL", "status": "Success", "opaque": 2},
+                             fix_lengths=True))
+    third.send(True, stream_request(0))
+    third.send(False, stream_opened())
+    third.send(False, marker(1, 10))
+    for seqno in range(1, 4):  # the marker and three items fill the window: the producer stops
+        third.send(False, item(seqno, f"k{seqno}", value="x" * 100))
+    third.send(True, encode({"magic": "ClientRequest", "opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0,
+                             "opaque": 3, "bytes_to_ack": 400}, fix_lengths=True), ts=1_700_000_210.0)
+    for seqno in range(4, 7):  # full again, and never acknowledged
+        third.send(False, item(seqno, f"k{seqno}", value="x" * 100))
+    third.close()
     path.write_bytes(out.getvalue())
+
+
+def stream_request(start: int) -> bytes:
+    return encode({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 12, "opaque": 5000, "flags": 0,
+                   "reserved": 0, "start_seqno": start, "end_seqno": 2**64 - 1, "vbucket_uuid": 209993845321212,
+                   "snap_start_seqno": start, "snap_end_seqno": start}, fix_lengths=True)
+
+
+def stream_opened() -> bytes:
+    return encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 5000,
+                   "failover_log": [{"vbucket_uuid": 209993845321212, "seqno": 0}]}, fix_lengths=True)
+
+
+def marker(start: int, end: int) -> bytes:
+    return encode({"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": 12, "opaque": 5000,
+                   "snap_start_seqno": start, "snap_end_seqno": end, "snapshot_flags": 1}, fix_lengths=True)
 
 
 def decoded(path: Path) -> list[dict[str, Any]]:
@@ -95,19 +122,42 @@ def _order(record: dict[str, Any]) -> tuple[str, str, int]:
     return record["connection"], record["direction"], record["offset"]
 
 
+def plain(value: Any) -> Any:
+    """A Spark value as the JSON record has it (decimal(20,0) -> int, structs -> dicts)."""
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if hasattr(value, "asDict"):
+        return {k: plain(v) for k, v in value.asDict().items()}
+    if hasattr(value, "as_integer_ratio") and not isinstance(value, float | int):
+        return int(value)
+    return value
+
+
 def test_rows_are_decodes_messages_whatever_the_chunking(spark: Any, tmp_path: Path) -> None:
-    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.pipeline import job, schema  # noqa: PLC0415
     from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
 
     path = tmp_path / "planted.pcap"
     planted(path)
     expected = sorted(decoded(path), key=_order)
     for chunk in (1 << 20, 600):  # one chunk, and a chunk every few frames
-        frame, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), chunk)
-        rows = sorted((json.loads(r.record) for r in frame.select("record").collect()), key=_order)
-        assert rows == expected, chunk
+        frame, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), chunk, records=True)
+        rows = sorted(frame.collect(), key=lambda r: (r.connection, r.direction, r.offset))
+        assert [json.loads(r.record) for r in rows] == expected, chunk
+        # and every column is the record's field, typed
+        for row, record in zip(rows, expected, strict=True):
+            for name in schema.RECORD_COLUMNS:
+                assert plain(row[name]) == record.get(name), (name, record)
+            assert [d["name"] for d in plain(row["diagnostics"])] == [d["name"] for d in record["diagnostics"]]
     chunks, _ = job.partitions_for([str(path)], 600)
     assert len(chunks) > 5
+    # without --records the columns are the same, and there is no record column
+    lean, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), 600)
+    assert "record" not in lean.columns
+    columns = [name for name, _ in schema.COLUMNS]
+    lean_rows = sorted((tuple(plain(r[c]) for c in columns) for r in lean.collect()), key=lambda r: r[1:5])
+    full_rows = sorted((tuple(plain(r[c]) for c in columns) for r in frame.collect()), key=lambda r: r[1:5])
+    assert lean_rows == full_rows
 
 
 def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
@@ -119,20 +169,31 @@ def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     frame, _ = job.build(spark, [str(path)], frozenset({11210}), DecodeOptions(), 600)
     frame.write.mode("overwrite").parquet(str(tmp_path / "out"))
     dataset = spark.read.parquet(str(tmp_path / "out"))
-    found = {(g["previous"], g["by_seqno"]): g["kind"] for g in analyses.gaps(dataset)}
-    assert found == {(203, 210): "expected: deduplication or filtered collections",
-                     (210, 215): "suspicious: bytes missing from the capture"}
-    assert [(d["vb"], d["by_seqno"], d["times"]) for d in analyses.duplicates(dataset)] == [(12, 202, 2), (12, 203, 2)]
-    [rollback] = analyses.rollbacks(dataset)
+    report = analyses.report(dataset, stall_ms=1000, plots=True)
+    second = [g for g in report["gaps"] if g["connection"].startswith("127.0.0.1:50200")]
+    assert {(g["previous"], g["by_seqno"]): g["kind"] for g in second} == {
+        (203, 210): "expected: deduplication or filtered collections",
+        (210, 215): "suspicious: bytes missing from the capture"}
+    assert [(d["vb"], d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(12, 202, 2), (12, 203, 2)]
+    [rollback] = report["rollbacks"]
     assert (rollback["vb"], rollback["start_seqno"], rollback["rollback_seqno"]) == (12, 250, 200)
-    vbuckets = {(v["connection"].split(" > ")[0], v["vb"]): v for v in analyses.vbuckets(dataset)}
-    assert vbuckets[("127.0.0.1:50200", 12)]["items"] == 4
-    assert vbuckets[("127.0.0.1:50200", 12)]["last_seqno"] == 215
-    flow, _ = analyses.flow_control(dataset)
-    assert {f["connection"].split(" > ")[0]: f["buffer_size"] for f in flow} == {"127.0.0.1:50123": 1048576,
-                                                                                 "127.0.0.1:50200": None}
-    [latency] = [row for row in analyses.latency(dataset) if row["connection"].startswith("127.0.0.1:50123")]
+    assert (rollback["snap_start_seqno"], rollback["snap_end_seqno"]) == (240, 260)
+    assert rollback["retried"]
+    assert "The rollback engine agrees [consumer_ahead]" in rollback["explanation"]
+    vbuckets = {(v["connection"].split(" > ")[0], v["vb"]): v for v in report["vbuckets"]}
+    assert (vbuckets[("127.0.0.1:50200", 12)]["items"], vbuckets[("127.0.0.1:50200", 12)]["last_seqno"]) == (4, 215)
+    flow = {f["connection"].split(" > ")[0]: f for f in report["flow_control"]}
+    assert {c: f["buffer_size"] for c, f in flow.items()} == {"127.0.0.1:50123": 1048576, "127.0.0.1:50200": None,
+                                                               "127.0.0.1:50300": 500}
+    assert (flow["127.0.0.1:50300"]["stalls"], flow["127.0.0.1:50300"]["stuck_at_end"]) == (1, True)
+    assert flow["127.0.0.1:50123"]["stuck_at_end"] is False
+    [stall] = report["stalls"]
+    assert stall["connection"].startswith("127.0.0.1:50300")
+    assert 9_990 < stall["stalled_ms"] < 10_000
+    [latency] = [row for row in report["latency"] if row["connection"].startswith("127.0.0.1:50123")]
     assert latency["responses"] == 2
+    assert sum(r["items"] for r in report["per_second"]) == sum(v["items"] for v in report["vbuckets"])
+    assert report["progress"]
 
 
 def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -> None:
@@ -145,6 +206,8 @@ def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -
     report = json.loads(out.getvalue())
     assert report["messages"] == len(decoded(SAMPLE))
     assert [r["rollback_seqno"] for r in report["rollbacks"]] == [200]
+    assert {"vbuckets", "gaps", "duplicates", "rollbacks", "latency", "per_second", "flow_control", "stalls"} \
+        <= report.keys()
     assert sorted(Path(p).name for p in report["plots"]) == ["seqno-progress.png", "throughput.png",
                                                                "unacked-bytes.png"]
     assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report["plots"])

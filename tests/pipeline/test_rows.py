@@ -1,0 +1,178 @@
+"""analyze's rows without Spark: the fast item path gives exactly the row the JSON record gives, and the
+columns derived in stream order (previous seqno, stalls) say what happened."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from capturekit import ROOT, session_packets, write_capture
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dcpctl.pipeline import job, schema
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.message import DecodeOptions, decode, item_key
+from dcpctl.sources.pcapchunks import plan
+
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+PORTS = frozenset({11210})
+NAMES = [name for name, _ in schema.COLUMNS]
+
+
+def rows_of(path: Path, *, records: bool) -> list[tuple[Any, ...]]:
+    chunks, _ = plan(str(path))
+    segments = sorted((s for c in chunks for s in job.chunk_segments(c, PORTS)), key=lambda s: s[:3])
+    rows = schema.Rows(records=records)
+    for _ in job.decode_connections(segments, ("dcp", None, False), PORTS, rows):
+        pass
+    return rows.take()
+
+
+def both_ways(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The rows as analyze builds them, and as the record alone gives them (``--records``, minus the record)."""
+    return rows_of(path, records=False), [row[:-1] for row in rows_of(path, records=True)]
+
+
+def hello(collections: bool) -> list[tuple[bool, bytes]]:
+    features = ["Xerror", "Collections"] if collections else ["Xerror"]
+    return [(True, encode({"magic": "ClientRequest", "opcode": "HELLO", "opaque": 1, "key": "t",
+                           "features": features}, fix_lengths=True)),
+            (False, encode({"magic": "ClientResponse", "opcode": "HELLO", "status": "Success", "opaque": 1,
+                            "features": features}, fix_lengths=True))]
+
+
+def stream_open(vbucket: int, opaque: int) -> list[tuple[bool, bytes]]:
+    return [(True, encode({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "opaque": opaque,
+                           "flags": 0, "reserved": 0, "start_seqno": 0, "end_seqno": 2**64 - 1, "vbucket_uuid": 0,
+                           "snap_start_seqno": 0, "snap_end_seqno": 0}, fix_lengths=True)),
+            (False, encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success",
+                            "opaque": opaque, "failover_log": [{"vbucket_uuid": 77, "seqno": 0}]}, fix_lengths=True)),
+            (False, encode({"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": vbucket,
+                            "opaque": opaque, "snap_start_seqno": 1, "snap_end_seqno": 40, "snapshot_flags": 1},
+                           fix_lengths=True))]
+
+
+ITEM_OPCODES = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
+keys = st.one_of(st.text(min_size=0, max_size=12), st.binary(min_size=0, max_size=6))
+values = st.one_of(st.sampled_from([b"", b'{"a":1}', b"{bad json", b"\xff\xfe", b"plain text", b"[1, 2]\n"]),
+                   st.binary(max_size=20))
+
+
+@st.composite
+def item_packet(draw: st.DrawFn, collections: bool) -> bytes:
+    opcode = draw(st.sampled_from(ITEM_OPCODES))
+    seqno = draw(st.integers(0, 60))
+    key = draw(keys)
+    key_bytes = key.encode() if isinstance(key, str) else key
+    if collections:
+        prefix = draw(st.sampled_from([b"\x00", b"\x08", b"\x7f", b"\x80\x01", b"\xff"]))
+        key_bytes = prefix + key_bytes
+    value = draw(values)
+    record: dict[str, Any] = {"magic": "ClientRequest", "opcode": opcode, "vbucket": 3, "opaque": 9,
+                              "cas": draw(st.integers(0, 2**64 - 1)), "datatype": draw(st.sampled_from([0, 1, 1, 2])),
+                              "by_seqno": seqno, "rev_seqno": draw(st.integers(0, 2**64 - 1)),
+                              "key": key_bytes.hex(), "key_encoding": "hex", "value": value.hex(),
+                              "value_encoding": "hex"}
+    if opcode == "DCP_MUTATION":
+        record.update(flags=0, expiration=0, lock_time=0, nmeta=draw(st.sampled_from([0, 0, 0, 2])), nru=0)
+    elif opcode == "DCP_EXPIRATION":
+        record["delete_time"] = 0
+    elif draw(st.booleans()):
+        record.update(delete_time=0, unused=0)
+    else:
+        record["nmeta"] = 0
+    return encode(record, fix_lengths=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.booleans().flatmap(lambda c: st.tuples(st.just(c), st.lists(item_packet(c), min_size=1, max_size=12))))
+def test_the_fast_item_row_is_the_records_row(tmp_path_factory: Any, drawn: tuple[bool, list[bytes]]) -> None:
+    collections, items = drawn
+    path = tmp_path_factory.mktemp("rows") / "items.pcap"
+    packets = hello(collections) + stream_open(3, 9) + [(False, item) for item in items]
+    path.write_bytes(write_capture(packets, segment_size=97))
+    fast, slow = both_ways(path)
+    assert fast == slow
+
+
+def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_path: Path) -> None:
+    items = [encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "cas": n,
+                     "datatype": 1, "by_seqno": n, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0,
+                     "nmeta": 0, "nru": 0, "key": b"\x08k".hex(), "key_encoding": "hex", "value": '{"n":1}'},
+                    fix_lengths=True) for n in range(1, 30)]
+    for seqno, raw in enumerate(items, start=1):
+        assert item_key(decode(raw, 0, DecodeOptions(collections=True))) == ("ClientRequest", "DCP_MUTATION", 8, "k",
+                                                                           seqno, 1)
+    path = tmp_path / "plain.pcap"
+    path.write_bytes(write_capture(hello(True) + stream_open(3, 9) + [(False, i) for i in items]))
+    for capture in (path, SAMPLE):
+        fast, slow = both_ways(capture)
+        assert fast == slow, capture
+    assert fast[0][NAMES.index("opcode")] == "HELLO"
+
+
+def test_previous_seqno_and_snapshot_follow_the_stream(tmp_path: Path) -> None:
+    path = tmp_path / "session.pcap"
+    path.write_bytes(write_capture(session_packets()))
+    rows = [dict(zip(NAMES, row, strict=True)) for row in rows_of(path, records=False)]
+    items = [r for r in rows if r["opcode"] in ITEM_OPCODES]
+    assert items
+    seqnos = [r["by_seqno"] for r in items]
+    assert [r["previous_seqno"] for r in items] == [None, *seqnos[:-1]]
+    assert all(r["snapshot_start_seqno"] <= r["by_seqno"] <= r["snapshot_end_seqno"] for r in items)
+
+
+def test_a_full_window_that_blocks_the_producer_is_a_stall(tmp_path: Path) -> None:
+    control = [(True, encode({"magic": "ClientRequest", "opcode": "DCP_CONTROL", "opaque": 2,
+                              "key": "connection_buffer_size", "value": "500"}, fix_lengths=True)),
+               (False, encode({"magic": "ClientResponse", "opcode": "DCP_CONTROL", "status": "Success", "opaque": 2},
+                              fix_lengths=True))]
+    items = [encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "cas": 1,
+                     "datatype": 0, "by_seqno": n, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0,
+                     "nmeta": 0, "nru": 0, "key": f"key-{n}", "value": "x" * 100}, fix_lengths=True)
+             for n in range(1, 9)]
+    ack = encode({"magic": "ClientRequest", "opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "opaque": 3,
+                  "bytes_to_ack": 400}, fix_lengths=True)
+    out = io.BytesIO()
+    from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
+
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for from_client, data in hello(False) + control + stream_open(3, 9):
+        conversation.send(from_client, data)
+    # as the server does (reference 8.1): it sends while its outstanding bytes are below the window, so the
+    # 44-byte marker and three 160-byte items fill the 500-byte window and the producer stops
+    for item in items[:3]:
+        conversation.send(False, item)
+    conversation.send(True, ack, ts=1_700_000_010.0)  # the consumer acks ten seconds later
+    for item in items[3:6]:  # 124 + 3 x 160: full again, and nobody acks before the capture ends
+        conversation.send(False, item)
+    conversation.close()
+    path = tmp_path / "stall.pcap"
+    path.write_bytes(out.getvalue())
+    rows = [dict(zip(NAMES, row, strict=True)) for row in rows_of(path, records=False)]
+    blocked = [r for r in rows if r["blocked_ms"] is not None]
+    assert [r["by_seqno"] for r in blocked] == [4]
+    assert 9_990 < blocked[0]["blocked_ms"] < 10_000
+    assert {r["buffer_size"] for r in rows if r["opcode"] in ITEM_OPCODES} == {500}
+    assert rows[-1]["unacked_bytes"] >= 500  # full again at the end, nobody acked: stuck
+    assert fast_equals_slow(path)
+
+
+def fast_equals_slow(path: Path) -> bool:
+    fast, slow = both_ways(path)
+    return fast == slow
+
+
+def test_columns_are_typed_from_the_catalogue() -> None:
+    types = dict(schema.COLUMNS)
+    assert types["by_seqno"] == "u64"
+    assert types["vbucket"] == "u16"
+    assert types["opaque"] == "u32"
+    assert types["diagnostics"] == "list[diagnostic]"
+    ddl = job.message_ddl()
+    assert "by_seqno decimal(20,0)" in ddl
+    assert "record string" not in ddl
+    assert job.message_ddl(records=True).endswith("record string")
