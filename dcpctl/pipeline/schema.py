@@ -34,6 +34,8 @@ EXTRA_COLUMNS: Final = (
     ("stream_vbucket", "u16", "the vbucket of the stream a pushed message belongs to (the tracker's)"),
     ("latency_ms", "float", "a response's time since its request (the tracker's)"),
     ("request_offset", "int", "a response: the offset of its request in the other direction (the tracker's)"),
+    ("sequence", "int", "the message's position among its connection's messages, both directions, in capture "
+                        "order (from 0): ORDER BY connection, sequence replays a connection"),
     ("value_length", "u32", "bytes of value on the wire"),
     ("snapshot_start_seqno", "u64", "items: start of the snapshot marker before them in their stream"),
     ("snapshot_end_seqno", "u64", "items: end of that snapshot"),
@@ -76,6 +78,7 @@ class Rows:
         self._snapshots: dict[tuple[str, int], tuple[int, int]] = {}  # (connection, opaque) -> marker range
         self._last_seqno: dict[tuple[str, int], int] = {}  # (connection, vbucket) -> last item's seqno
         self._flow: dict[str, tuple[int, float | None]] = {}  # connection -> (unacked, window full since)
+        self._sequence: dict[str, int] = {}  # connection -> messages so far
 
     def take(self) -> list[tuple[Any, ...]]:
         rows, self.rows = self.rows, []
@@ -91,6 +94,7 @@ class Rows:
         magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
         _, _, _, _, datatype, vbucket, total, opaque, cas = msg.header
         connection, ts = first["connection"], first["ts"]
+        sequence = self._next(connection)
         snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
         stream_vbucket = last.get("stream_vbucket")
         where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
@@ -100,10 +104,14 @@ class Rows:
         self.rows.append((
             ts, connection, first["direction"], first["frames"], msg.offset, magic, opcode, vbucket,
             None, opaque, None, cas, datatype, collection_id, key, by_seqno, rev_seqno, None, None, None, None,
-            None, None, None, None, None, total, stream_vbucket, last.get("latency_ms"), None,
+            None, None, None, None, None, total, stream_vbucket, last.get("latency_ms"), None, sequence,
             msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size, previous,
             self._blocked(connection, ts, unacked, buffer_size),
             [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
+
+    def _next(self, connection: str) -> int:
+        sequence = self._sequence[connection] = self._sequence.get(connection, -1) + 1
+        return sequence
 
     def _blocked(self, connection: str, ts: float, unacked: int, buffer_size: int | None) -> float | None:
         """Flow-control bookkeeping: a message that raised the unacknowledged count was pushed; if the
@@ -138,7 +146,7 @@ class Rows:
                 previous = self._last_seqno.get(where)
                 self._last_seqno[where] = int(get("by_seqno", 0))
         row = [get(name) for name in RECORD_COLUMNS]
-        row += [msg.body_end - msg.value_offset, snapshot[0] if snapshot else None,
+        row += [self._next(connection), msg.body_end - msg.value_offset, snapshot[0] if snapshot else None,
                 snapshot[1] if snapshot else None, unacked, buffer_size, previous,
                 self._blocked(connection, float(get("ts") or 0.0), unacked, buffer_size),
                 [(d["name"], d["severity"], d["message"]) for d in record["diagnostics"]]]

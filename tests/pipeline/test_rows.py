@@ -117,6 +117,8 @@ def test_previous_seqno_and_snapshot_follow_the_stream(tmp_path: Path) -> None:
     path = tmp_path / "session.pcap"
     path.write_bytes(write_capture(session_packets()))
     rows = [dict(zip(NAMES, row, strict=True)) for row in rows_of(path, records=False)]
+    assert [r["sequence"] for r in rows] == list(range(len(rows)))  # one connection, in capture order
+    assert [r["ts"] for r in rows] == sorted(r["ts"] for r in rows)
     items = [r for r in rows if r["opcode"] in ITEM_OPCODES]
     assert items
     seqnos = [r["by_seqno"] for r in items]
