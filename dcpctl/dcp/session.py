@@ -249,6 +249,29 @@ class ConnectionTracker:
                      "collections were negotiated is unknown, so keys are shown with any collection prefix")
         return note
 
+    def plain_item(self, opaque: int, seqno: int, length: int) -> tuple[bool, int | None]:
+        """:meth:`observe` for an item the producer pushed that decoding found clean, when the tracker has
+        nothing to say about it either: then (True, its stream's vbucket or None), with the state updated
+        exactly as :meth:`observe` would update it. (False, None), with the state untouched, whenever
+        :meth:`observe` would add a diagnostic or learn something (the caller then observes the message).
+        For consumers of millions of items: it builds no annotation."""
+        if self.collections is None and not self._warned_unknown:
+            return False, None
+        unacked = self.unacked + length
+        if self.buffer_size is not None and unacked > self.buffer_size:
+            return False, None
+        stream = self.streams_by_opaque.get(opaque)
+        if stream is None:
+            self.unacked = unacked
+            return True, None
+        snapshot, last = stream.snapshot, stream.last_seqno
+        if snapshot is None or not snapshot[0] <= seqno <= snapshot[1] or (last is not None and seqno <= last):
+            return False, None
+        self.unacked = unacked
+        stream.items += 1
+        stream.last_seqno = seqno
+        return True, stream.vbucket
+
     def _request(self, msg: Message, from_client: bool, ts: float) -> None:
         if len(self.pending) >= MAX_PENDING_REQUESTS:
             self.pending.pop(next(iter(self.pending)))

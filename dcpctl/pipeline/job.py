@@ -141,7 +141,8 @@ def decode_connections(segments_in: Iterable[tuple[Any, ...]], spec: tuple[str, 
             if decoder is not None:
                 _add(rows, decoder, decoder.finish())
                 yield None
-            current, decoder = (path, connection), CaptureDecoder(options, ports)
+            current = (path, connection)
+            decoder = CaptureDecoder(options, ports, items=None if rows.records else rows.item)
         assert decoder is not None
         _add(rows, decoder, decoder.feed(TcpSegment(ts, frame, (src_host, src_port), (dst_host, dst_port), seq, ack,
                                                     flags, payload, truncated, wire_length)))

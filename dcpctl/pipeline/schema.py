@@ -19,8 +19,10 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import catalogue
-from dcpctl.protocol.message import Message, item_key
+from dcpctl.protocol.message import Message, PlainItem, item_key
 
 # record fields kept as columns, in column order (types from the catalogue)
 RECORD_COLUMNS: Final = ("ts", "connection", "direction", "frames", "offset", "magic", "opcode", "vbucket",
@@ -67,6 +69,7 @@ COLUMNS: Final = column_types()
 SNAPSHOT_MARKER: Final = 0x56
 DOCUMENT_ITEMS: Final = frozenset({0x57, 0x58, 0x59, 0x60})  # items the snapshot columns are filled for
 _NO_SNAPSHOT: Final = (None, None)
+SERVER_TO_CLIENT: Final = "server>client"
 
 
 class Rows:
@@ -85,28 +88,45 @@ class Rows:
         return rows
 
     def add(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
+        """A message that came out of the capture decoder (annotated)."""
         context = msg.context
         fast = None if self.records or context is None else item_key(msg)
         if fast is None:
             self.rows.append(self._from_record(msg, unacked, buffer_size))
             return
         first, last = context  # type: ignore[misc]
+        self._item(msg.header, msg.offset, fast, msg.body_end - msg.value_offset, msg.diagnostics, first["ts"],
+                   first["connection"], first["direction"], first["frames"], last.get("stream_vbucket"),
+                   last.get("latency_ms"), unacked, buffer_size)
+
+    def item(self, item: PlainItem, offset: int, ts: float, connection: str, frames: list[int],
+             stream_vbucket: int | None, tracker: ConnectionTracker) -> None:
+        """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink):
+        the row is the one :meth:`add` makes of the same message decoded and annotated (a test holds them
+        equal)."""
+        if self.records:
+            raise ValueError("rows with records need every message decoded and annotated")
+        end, header, _, _, magic, opcode, collection_id, key, by_seqno, rev_seqno, value_offset = item
+        self._item(header, offset, (magic, opcode, collection_id, key, by_seqno, rev_seqno), end - value_offset, (),
+                   ts, connection, SERVER_TO_CLIENT, frames, stream_vbucket, None, tracker.unacked,
+                   tracker.buffer_size)
+
+    def _item(self, header: tuple[int, ...], offset: int, fast: tuple[str, str, int | None, str | None, int, int],
+              value_length: int, diagnostics: list[Diagnostic] | tuple[()], ts: float, connection: str,
+              direction: str, frames: list[int], stream_vbucket: int | None, latency_ms: float | None, unacked: int,
+              buffer_size: int | None) -> None:
         magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
-        _, _, _, _, datatype, vbucket, total, opaque, cas = msg.header
-        connection, ts = first["connection"], first["ts"]
+        _, _, _, _, datatype, vbucket, total, opaque, cas = header
         sequence = self._next(connection)
         snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
-        stream_vbucket = last.get("stream_vbucket")
         where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
         previous = self._last_seqno.get(where)
         self._last_seqno[where] = by_seqno
-        diagnostics = msg.diagnostics
         self.rows.append((
-            ts, connection, first["direction"], first["frames"], msg.offset, magic, opcode, vbucket,
-            None, opaque, None, cas, datatype, collection_id, key, by_seqno, rev_seqno, None, None, None, None,
-            None, None, None, None, None, total, stream_vbucket, last.get("latency_ms"), None, sequence,
-            msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size, previous,
-            self._blocked(connection, ts, unacked, buffer_size),
+            ts, connection, direction, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
+            collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
+            stream_vbucket, latency_ms, None, sequence, value_length, snapshot[0], snapshot[1],
+            unacked, buffer_size, previous, self._blocked(connection, ts, unacked, buffer_size),
             [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
 
     def _next(self, connection: str) -> int:

@@ -70,6 +70,11 @@ class Framer:
         return len(self._buf) - self._pos + self._parts_length
 
     @property
+    def synced(self) -> bool:
+        """Whether the last bytes framed were a packet (not garbage being skipped)."""
+        return self._synced
+
+    @property
     def offset(self) -> int:
         """Stream offset of the next unconsumed byte."""
         return self._base + self._pos
@@ -148,8 +153,8 @@ class Framer:
                 continue
             self._synced = False
             if self._plausible(pos) is not None:  # plausible, but the body is above the maximum
+                self._pos = pos + 1  # before the yield: a caller may take one event and drop the generator
                 yield Skipped(self._base + pos, 1, "body_too_long")
-                self._pos = pos + 1
             yield from self._resync()
             buf = self._buf
 

@@ -674,16 +674,84 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     if plan is None or plan.fast is None or msg.frame_infos or values is None or msg._record is not None \
             or plan.rev_seqno_at < 0:
         return None
-    datatype = msg.header[4]
+    key = _plain_key(msg.raw, plan, msg.header[4], msg.key_offset, msg.value_offset, msg.body_end,
+                     msg.options.collections)
+    if key is None:
+        return None
+    magic, opcode = plan.fast
+    return magic, opcode, key[0], key[1], values[plan.seqno_at], values[plan.rev_seqno_at]
+
+
+# What plain_item_at() gives: the packet's end, its header, its plan, the extras values, then item_key()'s
+# six fields and where the value starts.
+PlainItem = tuple[int, tuple[int, ...], "_Plan", tuple[int, ...], str, str, int | None, str | None, int, int, int]
+_ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59})
+
+
+def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> PlainItem | None:
+    """The plain stream item (a producer's mutation, deletion or expiration) framed at ``buf[pos:]``, read
+    in place: what :func:`decode` and :func:`item_key` together would say of it, when :func:`decode` would
+    add no diagnostic and the record needs nothing more than :func:`item_key` gives. None otherwise (the
+    caller then decodes the packet): another opcode or magic, a packet not whole before ``end``, a layout
+    that is not the declared one, any of decode's checks failing. The same plans as :func:`decode`; tests
+    hold the two to the same results on vectors and generated packets. Called once per item of a stream,
+    so the plan is looked up by (dialect, opcode, extras length) only: for these opcodes nothing else of
+    the header changes it (decode's plan key has the status word of responses, the extras' first byte of
+    1-byte extras and the UPR draft's type byte; none applies)."""
+    if end - pos < HEADER_LENGTH:
+        return None
+    header = HEADER.unpack_from(buf, pos)
+    magic, opcode, keylen, extlen, datatype, _, total, _, _ = header
+    stop = pos + HEADER_LENGTH + total
+    if magic != 0x80 or stop > end or datatype > 1 or extlen + keylen > total:
+        return None
+    dialect = options.dialect
+    plan = _ITEM_PLANS.get((dialect.name, opcode, extlen))
+    if plan is None:
+        if opcode not in _ITEM_OPCODES or dialect.layout_authoritative or extlen == 1:
+            return None
+        plan = _plan(dialect, magic, opcode, extlen, 0, 0, -1, 0)
+        if plan.fast is None or plan.rev_seqno_at < 0:
+            return None
+        _ITEM_PLANS[(dialect.name, opcode, extlen)] = plan
+    values = plan.unpack(buf, pos + HEADER_LENGTH)
+    if plan.item_checks:
+        if (plan.nmeta_index >= 0 and values[plan.nmeta_index]) or (plan.by_seqno_index >= 0
+                                                                     and not values[plan.by_seqno_index]):
+            return None
+        for name, mask in plan.flag_checks:
+            if values[plan.names.index(name)] & ~mask:
+                return None
+    key_offset = pos + HEADER_LENGTH + extlen
+    value_offset = key_offset + keylen
+    rule = plan.key_rule
+    if rule is not _OPTIONAL and (rule is _REQUIRED) != (keylen > 0):
+        return None
+    rule = plan.value_rule
+    if rule is not _OPTIONAL and (rule is _REQUIRED) != (stop > value_offset):
+        return None
+    found = _plain_key(buf, plan, datatype, key_offset, value_offset, stop, options.collections)
+    if found is None:
+        return None
+    magic_name, opcode_name = plan.fast  # type: ignore[misc]
+    return (stop, header, plan, values, magic_name, opcode_name, found[0], found[1], values[plan.seqno_at],
+            values[plan.rev_seqno_at], value_offset)
+
+
+_ITEM_PLANS: dict[tuple[str, int, int], _Plan] = {}  # plain_item_at's plans (a few shapes per dialect)
+
+
+def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_offset: int, body_end: int,
+               collections: bool | None) -> tuple[int | None, str | None] | None:
+    """(collection_id, key) as the fast record gives them, if the key is plain text and the value adds no
+    diagnostic (raw, or JSON that parses); else None."""
     if datatype & ~DATATYPE_JSON:
         return None
-    raw = msg.raw
-    key_offset, value_offset = msg.key_offset, msg.value_offset
     collection_id = None
-    if not msg.key_length:
+    if key_offset == value_offset:
         key = None
     else:
-        if msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
+        if collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
             collection_id = raw[key_offset]
             if collection_id >= 0x80 or value_offset - key_offset == 1:
                 return None
@@ -694,13 +762,12 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
             return None
         if not key.isprintable():
             return None
-    if datatype and msg.body_end > value_offset:
+    if datatype and body_end > value_offset:
         try:
-            _json_check(raw[value_offset:msg.body_end])
+            _json_check(raw[value_offset:body_end])
         except ValueError:
             return None
-    magic, opcode = plan.fast
-    return magic, opcode, collection_id, key, values[plan.seqno_at], values[plan.rev_seqno_at]
+    return collection_id, key
 
 
 def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:

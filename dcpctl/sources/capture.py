@@ -12,15 +12,15 @@ out as :class:`Diagnostic` notices for standard error.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from dcpctl.dcp.session import ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode, plain_item_at
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.tcp import ConnectionId, Reassembler, StreamData, StreamEvent
 
@@ -44,6 +44,9 @@ class _Connection:
 
 
 Item = Message | Skipped | Diagnostic
+# Where plain items go instead of coming out of feed() (see CaptureDecoder): plain_item_at()'s reading, the
+# packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
+ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker], None]
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
 
@@ -67,10 +70,17 @@ class CaptureDecoder:
     """Stateful: feed it segments and notices, get messages and notices back (see the module docstring)."""
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
-                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False) -> None:
-        """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``)."""
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False,
+                 items: ItemSink | None = None) -> None:
+        """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``).
+        ``items``: plain items (a producer's pushed mutation, deletion or expiration about which
+        :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
+        so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
+        :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
+        other message comes out as usual."""
         self.options = options
         self.defer = defer
+        self.items = items
         self.max_body_length = max_body_length
         self.reassembler = Reassembler(server_ports)
         self.connections: dict[ConnectionId, _Connection] = {}
@@ -103,8 +113,9 @@ class CaptureDecoder:
         for conn, state in self.connections.items():
             for from_client, direction in state.directions.items():
                 offset, tail = direction.framer.remainder()
-                if tail:
-                    yield self._message(conn, state, from_client, direction, tail, offset)
+                out = self._message(conn, state, from_client, direction, tail, offset) if tail else None
+                if out is not None:
+                    yield out
 
     def _event(self, event: StreamData | StreamEvent) -> Iterator[Item | Deferred]:
         if isinstance(event, StreamEvent):
@@ -112,8 +123,9 @@ class CaptureDecoder:
             if event.name in ("gap", "reassembly_overflow", "snaplen_truncated") and event.from_client is not None:
                 direction = state.directions[event.from_client]
                 offset, tail = direction.framer.remainder()
-                if tail:
-                    yield self._message(event.conn, state, event.from_client, direction, tail, offset)
+                out = self._message(event.conn, state, event.from_client, direction, tail, offset) if tail else None
+                if out is not None:
+                    yield out
                 resume = event.offset + event.length if event.offset is not None else 0
                 direction.framer = self._framer(synced=False, offset=resume)  # offsets stay the stream's
                 direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
@@ -127,15 +139,68 @@ class CaptureDecoder:
         direction.spans.append((event.offset, event.offset + len(event.data), event.ts, event.frames))
         framer = direction.framer
         framer.feed(event.data)
+        if self.items is not None and not event.from_client:
+            yield from self._items(event.conn, state, direction)
+            return
         conn, from_client, message = event.conn, event.from_client, self._message
         for item in framer.events():
             if isinstance(item, Skipped):
                 yield item
             else:
-                yield message(conn, state, from_client, direction, item.data, item.offset)
+                out = message(conn, state, from_client, direction, item.data, item.offset)
+                if out is not None:
+                    yield out
+
+    def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item | Deferred]:
+        """The producer's direction with an item sink: runs of plain items are walked in place and handed to
+        the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
+        general way, then the walk resumes."""
+        framer, tracker, sink, label, spans = direction.framer, state.tracker, self.items, state.label, direction.spans
+        assert sink is not None
+        self.last_tracker = tracker
+        limit = HEADER_LENGTH + framer.max_body_length
+        while True:
+            buf, pos = framer.window()
+            if framer.synced and direction.gap is None:
+                base, n, options = framer.offset - pos, len(buf), tracker.options()
+                span: tuple[int, int, float, tuple[int, ...]] | None = None
+                frames: list[int] = []
+                while True:
+                    item = plain_item_at(buf, pos, n, options)
+                    if item is None:
+                        break
+                    end = item[0]
+                    if end - pos > limit:
+                        break
+                    handled, stream_vbucket = tracker.plain_item(item[1][7], item[8], end - pos)
+                    if not handled:
+                        break
+                    offset, stop = base + pos, base + end
+                    while spans and spans[0][1] <= offset:
+                        spans.popleft()
+                    first = spans[0] if spans else None
+                    if first is not None and first[0] <= offset and stop <= first[1]:  # inside one span
+                        if first is not span:
+                            span, frames = first, list(first[3])  # one list for the span's items
+                        ts = first[2]
+                    else:
+                        ts, frames = _spanned(spans, offset, stop)
+                        span = None
+                    sink(item, offset, ts, label, frames, stream_vbucket, tracker)
+                    pos = end
+                framer.consume(pos)
+            event = next(framer.events(), None)
+            if event is None:
+                return
+            if isinstance(event, Skipped):
+                yield event
+                continue
+            out = self._message(conn, state, False, direction, event.data, event.offset)  # noqa: FBT003
+            if out is not None:
+                yield out
 
     def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
-                 data: bytes, offset: int) -> Message | Skipped | Deferred:
+                 data: bytes, offset: int) -> Message | Skipped | Deferred | None:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
             return Skipped(offset, len(data), "truncated")
         end = offset + len(data)

@@ -1,0 +1,72 @@
+"""plain_item_at() reads a stream item in place exactly as decode() and item_key() read it, and only
+when decode() has nothing to say about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import every_variant, variant_records
+from vectorfile import all_vectors
+
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.message import DecodeOptions, decode, item_key, plain_item_at
+from dcpctl.protocol.registry import DIALECTS
+
+ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
+                 and v[2].layout is not None and v[0].startswith("dcp:")]
+
+
+def agrees(raw: bytes, options: DecodeOptions) -> bool:
+    """plain_item_at's reading is decode's, and it reads exactly the clean plain items."""
+    message = decode(raw, 0, options)
+    found = plain_item_at(raw, 0, len(raw), options)
+    fields = item_key(message) if message.magic == 0x80 else None
+    clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
+    if found is None:
+        assert not clean, message.record()
+        return True
+    assert clean, message.record()
+    end, header, _, values, *rest = found
+    assert end == len(raw)
+    assert header == message.header
+    assert values == message._extras_values
+    assert tuple(rest[:6]) == fields
+    assert rest[6] == message.value_offset
+    return True
+
+
+@pytest.mark.parametrize("vector", all_vectors(), ids=repr)
+def test_on_every_golden_vector(vector: Any) -> None:
+    if vector.lenient:
+        return  # a standalone diagram with its own lengths: never a framed stream item
+    for collections in (None, False, True):
+        assert agrees(vector.data, DecodeOptions(DIALECTS[vector.dialect], collections))
+
+
+@pytest.mark.parametrize(("name", "spec", "variant"), ITEM_VARIANTS, ids=[v[0] for v in ITEM_VARIANTS])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), collections=st.sampled_from([None, False, True]),
+       key=st.one_of(st.none(), st.binary(max_size=8)), value=st.one_of(st.none(), st.binary(max_size=12)))
+def test_on_generated_items(name: str, spec: Any, variant: Any, data: st.DataObject, collections: bool | None,
+                            key: bytes | None, value: bytes | None) -> None:
+    record = data.draw(variant_records(spec, variant))
+    if key is not None:  # any bytes: a collection prefix or not, text or not
+        record.update(key=key.hex(), key_encoding="hex")
+    if value is not None:
+        record.update(value=value.hex(), value_encoding="hex", datatype=data.draw(st.sampled_from([0, 1, 3])))
+        record.pop("xattrs", None)
+    raw = encode(record, fix_lengths=True)
+    assert agrees(raw, DecodeOptions(collections=collections))
+    assert agrees(raw[:-1] if len(raw) > 24 else raw, DecodeOptions(collections=collections))  # cut short
+
+
+def test_a_packet_not_whole_is_not_read() -> None:
+    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 2, "cas": 3,
+                  "datatype": 0, "by_seqno": 4, "rev_seqno": 5, "flags": 0, "expiration": 0, "lock_time": 0,
+                  "nmeta": 0, "nru": 0, "key": "k", "value": "v"}, fix_lengths=True)
+    assert plain_item_at(raw, 0, len(raw), DecodeOptions()) is not None
+    assert plain_item_at(raw + raw, len(raw), 2 * len(raw) - 1, DecodeOptions()) is None
+    assert plain_item_at(raw + raw, len(raw), 2 * len(raw), DecodeOptions())[0] == 2 * len(raw)  # type: ignore[index]
