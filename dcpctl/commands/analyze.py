@@ -58,14 +58,15 @@ def analyze(
     session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
     try:
         try:
-            messages, notes = job.build(session, paths, ports, DecodeOptions(), chunk_size, records=records)
+            result = job.run(session, paths, ports, DecodeOptions(), out, chunk_size, records=records)
         except (CaptureError, OSError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
-        for note in notes:
-            env.error_console().print(f"dcpctl: capture_gap: {note}", style="yellow", markup=False)
-        messages.write.mode("overwrite").parquet(str(out))
+        errors = env.error_console()
+        for notice in result.notices:
+            errors.print(f"dcpctl: {notice}", style="yellow", markup=False)
         report: dict[str, Any] = {"dataset": str(out)}
-        report.update(analyses.report(session.read.parquet(str(out)), stall_ms=stall_ms, plots=plot_dir is not None))
+        report.update(analyses.report(job.read(session, result, records=records), stall_ms=stall_ms,
+                                      plots=plot_dir is not None))
         if plot_dir is not None:
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
             report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"), report["rollbacks"],
@@ -85,8 +86,8 @@ def _under_submit() -> bool:
 
 
 SECTIONS = (
-    ("per vbucket", "vbuckets", ["connection", "vb", "items", "first_seqno", "last_seqno", "repeated", "backwards",
-                                 "outside_snapshot", "before_marker"]),
+    ("per vbucket", "vbuckets", ["connection", "vb", "items", "first_seqno", "last_seqno", "gaps", "repeated",
+                                 "backwards", "outside_snapshot", "before_marker"]),
     ("seqno gaps", "gaps", ["connection", "vb", "previous", "by_seqno", "missing", "kind"]),
     ("duplicates", "duplicates", ["vb", "by_seqno", "times", "key", "connections"]),
     ("rollbacks", "rollbacks", ["connection", "vb", "start_seqno", "rollback_seqno", "explanation"]),

@@ -6,8 +6,15 @@ already established in stream order is in the rows: the tracker's checks as diag
 item (``previous_seqno``), the unacknowledged bytes and how long a full window blocked the producer
 (``unacked_bytes``, ``blocked_ms``). So the queries filter, group and count; none sorts a whole capture.
 
-Seqnos are read as 64-bit signed integers, as kv_engine holds them; a value above 2^63-1 (never a real
-seqno) is left out of the seqno analyses and counted as ``invalid_seqnos``.
+They are few, because on a dataset of millions of rows a query's cost is mostly reading its columns and,
+in a fresh Spark, compiling its plan, not the arithmetic: :func:`overview` is one scan with two grouping
+sets (per connection and second, per connection and vbucket); :func:`gaps` and :func:`events` read the
+few rows that matter; :func:`duplicates` runs only where per-vbucket ranges say duplicates can be. Results
+are small and sorted here, not by Spark (a global sort is one more job).
+
+Seqnos are 64-bit signed integers in the dataset, as kv_engine holds them; one above 2^63-1 on the wire
+(never a real seqno) reads as negative there, and is left out of the seqno analyses and counted as
+``invalid_seqnos``.
 """
 
 from __future__ import annotations
@@ -33,23 +40,6 @@ def _plain(rows: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _names() -> Any:
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    return f.col("diagnostics.name")
-
-
-def items_of(frame: Any) -> Any:
-    """Items the producer sent, with ``vb`` (the stream's vbucket) and ``seqno``/``previous`` as longs."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    items = f.col("opcode").isin(*ITEMS) & (f.col("direction") == "server>client") & f.col("by_seqno").isNotNull()
-    return frame.where(items).select(
-        "ts", "connection", "offset", "key", "total_body_length", "snapshot_start_seqno", "snapshot_end_seqno",
-        f.coalesce("stream_vbucket", "vbucket").alias("vb"), f.col("by_seqno").try_cast("long").alias("seqno"),
-        f.col("previous_seqno").try_cast("long").alias("previous"), _names().alias("names"))
-
-
 def _count(condition: Any) -> Any:
     """How many rows a condition holds for (an aggregate)."""
     from pyspark.sql import functions as f  # noqa: PLC0415
@@ -63,28 +53,73 @@ def _has(name: str) -> Any:
     return f.array_contains("names", name)
 
 
-def vbuckets(items: Any) -> list[dict[str, Any]]:
-    """Per connection and vbucket: items, seqno range, and the stream checks that failed."""
+def prepared(frame: Any) -> Any:
+    """The columns the analyses read, with ``vb`` (a stream message's vbucket), ``second``, ``item`` (an
+    item the producer pushed), ``seqno``/``previous`` (null when invalid) and the diagnostics' ``names``."""
     from pyspark.sql import functions as f  # noqa: PLC0415
 
-    count = _count
-    return _plain(items.groupBy("connection", "vb").agg(
-        f.count("*").alias("items"), f.min("seqno").alias("first_seqno"), f.max("seqno").alias("last_seqno"),
-        count(f.col("seqno") <= f.col("previous")).alias("repeated"),
-        count(_has("seqno_backwards")).alias("backwards"),
-        count(_has("seqno_outside_snapshot")).alias("outside_snapshot"),
-        count(_has("item_before_marker")).alias("before_marker"),
-        count(f.col("seqno").isNull()).alias("invalid_seqnos"),
-    ).orderBy("connection", "vb").collect())
+    item = f.col("opcode").isin(*ITEMS) & (f.col("direction") == "server>client") & f.col("by_seqno").isNotNull()
+    return frame.select(
+        "ts", "connection", "direction", "opcode", "offset", "sequence", "key", "total_body_length",
+        "unacked_bytes", "buffer_size", "blocked_ms", "by_seqno", f.floor("ts").alias("second"),
+        f.coalesce("stream_vbucket", "vbucket").alias("vb"), item.alias("item"),
+        f.when(f.col("by_seqno") >= 0, f.col("by_seqno")).alias("seqno"),
+        f.when(f.col("previous_seqno") >= 0, f.col("previous_seqno")).alias("previous"),
+        f.col("diagnostics.name").alias("names"))
 
 
-def gaps(items: Any, limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
-    """Seqno gaps between consecutive items of a connection's vbucket, each with what explains it: bytes the
-    capture lost or an item outside its snapshot (suspicious), a gap inside or between snapshots (expected:
-    deduplication, or filtered collections)."""
+def overview(data: Any, stall_ms: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One scan, two grouping sets. Per connection and second, over every row: messages, items and bytes
+    the producer pushed, the most unacknowledged bytes and those at the second's end, the window, acks,
+    messages above the window, stalls (the producer blocked by a full window for at least ``stall_ms``).
+    Per connection and vbucket, over items: count, seqno range, repeats (a seqno not above the one before),
+    gaps, and the stream checks that failed. Returns (per second, per vbucket), sorted."""
     from pyspark.sql import functions as f  # noqa: PLC0415
 
-    found = items.where(f.col("seqno") > f.col("previous") + 1) \
+    item = f.col("item")
+    pushed = f.col("direction") == "server>client"
+    acked = (f.col("direction") == "client>server") & (f.col("opcode") == "DCP_BUFFER_ACKNOWLEDGEMENT")
+    seqno = f.when(item, f.col("seqno"))
+    rows = _plain(data.groupingSets([("connection", "second"), ("connection", "vb")], "connection", "second", "vb")
+                  .agg(f.grouping_id().alias("set"), f.count("*").alias("messages"), _count(item).alias("items"),
+                       f.sum(f.when(pushed, f.col("total_body_length") + 24).otherwise(0)).alias("bytes"),
+                       f.max("unacked_bytes").alias("unacked"),
+                       f.max_by("unacked_bytes", "sequence").alias("unacked_last"),
+                       f.max_by("buffer_size", "sequence").alias("window_last"), _count(acked).alias("acks"),
+                       _count(_has("flow_control_exceeded")).alias("exceeded"),
+                       _count(f.col("blocked_ms") >= stall_ms).alias("stalls"),
+                       f.max("blocked_ms").alias("longest_stall_ms"),
+                       f.min(seqno).alias("first_seqno"), f.max(seqno).alias("last_seqno"),
+                       _count(item & (f.col("seqno") <= f.col("previous"))).alias("repeated"),
+                       _count(item & (f.col("seqno") > f.col("previous") + 1)).alias("gaps"),
+                       _count(item & _has("seqno_backwards")).alias("backwards"),
+                       _count(item & _has("seqno_outside_snapshot")).alias("outside_snapshot"),
+                       _count(item & _has("item_before_marker")).alias("before_marker"),
+                       _count(item & f.col("seqno").isNull()).alias("invalid_seqnos"))
+                  .collect())
+    seconds, per_vbucket = [], []
+    for row in rows:
+        if row.pop("set") == 1:  # vb aggregated away: the (connection, second) set
+            seconds.append({k: row[k] for k in ("connection", "second", "messages", "items", "bytes", "unacked",
+                                                "unacked_last", "window_last", "acks", "exceeded", "stalls",
+                                                "longest_stall_ms")})
+        elif row["items"]:
+            per_vbucket.append({k: row[k] for k in ("connection", "vb", "items", "first_seqno", "last_seqno",
+                                                    "repeated", "gaps", "backwards", "outside_snapshot",
+                                                    "before_marker", "invalid_seqnos")})
+    seconds.sort(key=lambda r: (r["connection"], r["second"]))
+    per_vbucket.sort(key=lambda r: (r["connection"], r["vb"]))
+    return seconds, per_vbucket
+
+
+def gaps(data: Any, limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
+    """Seqno gaps between consecutive items of a connection's vbucket (the first ``limit``; per vbucket
+    counts are in :func:`overview`), each with what explains it: bytes the capture lost or an item outside
+    its snapshot (suspicious), a gap inside or between snapshots (expected: deduplication, or filtered
+    collections)."""
+    from pyspark.sql import functions as f  # noqa: PLC0415
+
+    found = data.where(f.col("item") & (f.col("seqno") > f.col("previous") + 1)) \
         .withColumn("missing", f.col("seqno") - f.col("previous") - 1).withColumn(
         "kind",
         f.when(_has("capture_gap"), f.lit("suspicious: bytes missing from the capture"))
@@ -94,11 +129,34 @@ def gaps(items: Any, limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
                                "ts").orderBy("connection", "vb", "by_seqno").limit(limit).collect())
 
 
-def duplicates(items: Any, per_vbucket: list[dict[str, Any]], limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
+def events(frame: Any, stall_ms: float, limit: int = ROWS_LIMIT) -> tuple[list[dict[str, Any]],
+                                                                          list[dict[str, Any]]]:
+    """The few rows the rest of the report is made of, in one scan: every DCP_STREAM_REQ row (both
+    directions, with its rollback diagnostic's message) and the stalls of at least ``stall_ms`` (the first
+    ``limit``). Returns (stream requests, stalls), in capture order."""
+    from pyspark.sql import functions as f  # noqa: PLC0415
+
+    request = f.col("opcode") == "DCP_STREAM_REQ"
+    stalled = f.col("blocked_ms") >= stall_ms
+    rollback = f.try_element_at(f.filter("diagnostics", lambda d: d["name"] == "rollback"), f.lit(1))["message"]
+    rows = _plain(frame.where(request | stalled).select(
+        "ts", "connection", "direction", "offset", "sequence", "opcode", "vbucket", "status", "start_seqno",
+        "vbucket_uuid", "snap_start_seqno", "snap_end_seqno", "rollback_seqno", "stream_vbucket", "latency_ms",
+        "request_offset", "blocked_ms", "unacked_bytes", "buffer_size", rollback.alias("rollback")).collect())
+    rows.sort(key=lambda r: (r["ts"], r["connection"], r["sequence"]))
+    requests = [r for r in rows if r["opcode"] == "DCP_STREAM_REQ"]
+    stalls = [{"connection": r["connection"], "ts": r["ts"], "stalled_ms": r["blocked_ms"],
+               "unacked_bytes": r["unacked_bytes"], "buffer_size": r["buffer_size"]}
+              for r in rows if r["blocked_ms"] is not None and r["blocked_ms"] >= stall_ms]
+    stalls.sort(key=lambda r: (r["connection"], r["ts"]))
+    return requests, stalls[:limit]
+
+
+def duplicates(data: Any, per_vbucket: list[dict[str, Any]], limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
     """The same (vbucket, seqno) delivered more than once, on any connections (resumed or repeated streams).
 
     Counting every seqno of a big capture would be the costliest query of all, and duplicates are rare. So
-    :func:`vbuckets`'s rows say where they can be: a connection's vbucket whose seqnos went back
+    :func:`overview`'s rows say where they can be: a connection's vbucket whose seqnos went back
     (``repeated``), or two connections whose seqno ranges for a vbucket overlap. Only those vbuckets and
     ranges are counted exactly; a capture without either costs nothing here."""
     from pyspark.sql import functions as f  # noqa: PLC0415
@@ -117,26 +175,14 @@ def duplicates(items: Any, per_vbucket: list[dict[str, Any]], limit: int = ROWS_
                     suspects.append((vb, max(low, other_low), min(high, other_high)))
     if not suspects:
         return []
-    where = f.col("seqno").isNotNull()
+    where = f.col("item") & f.col("seqno").isNotNull()
     if len(suspects) <= MAX_SUSPECT_RANGES:
         where = where & functools.reduce(operator.or_, [(f.col("vb") == vb) & f.col("seqno").between(low, high)
                                                         for vb, low, high in suspects])
-    return _plain(items.where(where).groupBy("vb", "seqno").agg(
+    return _plain(data.where(where).groupBy("vb", "seqno").agg(
         f.count("*").alias("times"), f.collect_set("connection").alias("connections"), f.first("key").alias("key"))
         .where(f.col("times") > 1).select("vb", f.col("seqno").alias("by_seqno"), "times", "key", "connections")
         .orderBy("vb", "by_seqno").limit(limit).collect())
-
-
-def stream_requests(frame: Any) -> list[dict[str, Any]]:
-    """Every DCP_STREAM_REQ row, both directions, with its rollback diagnostic's message: a capture has a few
-    per vbucket and connection, so the rollback and latency analyses work on them in the driver."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    rollback = f.try_element_at(f.filter("diagnostics", lambda d: d["name"] == "rollback"), f.lit(1))["message"]
-    return _plain(frame.where(f.col("opcode") == "DCP_STREAM_REQ").select(
-        "ts", "connection", "direction", "offset", "vbucket", "status", "start_seqno", "vbucket_uuid",
-        "snap_start_seqno", "snap_end_seqno", "rollback_seqno", "stream_vbucket", "latency_ms", "request_offset",
-        rollback.alias("rollback")).orderBy("ts", "offset").collect())
 
 
 def rollbacks(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -180,30 +226,8 @@ def latency(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def per_second(frame: Any, stall_ms: float) -> list[dict[str, Any]]:
-    """One pass over every row, per connection and second: messages, items and bytes the producer pushed,
-    the most unacknowledged bytes and those at the second's end, the window, acks, messages above the
-    window, and stalls (the producer blocked by a full window for at least ``stall_ms``). The throughput,
-    the flow-control summary and the plots are made from these rows."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    pushed = f.col("direction") == "server>client"
-    item = pushed & f.col("opcode").isin(*ITEMS)
-    acked = (f.col("direction") == "client>server") & (f.col("opcode") == "DCP_BUFFER_ACKNOWLEDGEMENT")
-    order = "sequence"  # exact within a connection, and a long: far cheaper than ordering by (ts, offset)
-    count = _count
-    return _plain(frame.groupBy("connection", f.floor("ts").alias("second")).agg(
-        f.count("*").alias("messages"), count(item).alias("items"),
-        f.sum(f.when(pushed, f.col("total_body_length") + 24).otherwise(0)).alias("bytes"),
-        f.max("unacked_bytes").alias("unacked"), f.max_by("unacked_bytes", order).alias("unacked_last"),
-        f.max_by("buffer_size", order).alias("window_last"), count(acked).alias("acks"),
-        count(f.array_contains(_names(), "flow_control_exceeded")).alias("exceeded"),
-        count(f.col("blocked_ms") >= stall_ms).alias("stalls"), f.max("blocked_ms").alias("longest_stall_ms"),
-    ).orderBy("connection", "second").collect())
-
-
 def flow_control(seconds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per connection, from :func:`per_second`'s rows: the negotiated window, the most bytes left
+    """Per connection, from :func:`overview`'s per-second rows: the negotiated window, the most bytes left
     unacknowledged, acks, messages above the window, stalls and the longest, and whether the window was
     still full when the capture ended (a stuck stream: nothing acknowledges it)."""
     out: dict[str, dict[str, Any]] = {}
@@ -225,41 +249,31 @@ def flow_control(seconds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def stalls(frame: Any, stall_ms: float, limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
-    """Each stall of at least ``stall_ms``: connection, when it ended, how long, the unacknowledged bytes
-    and the window."""
+def progress(data: Any, seconds: list[dict[str, Any]], points: int = 2000) -> list[dict[str, Any]]:
+    """Highest seqno per vbucket per time bucket (for the seqno-progress plot), at most ``points`` buckets
+    over the capture's span (known from :func:`overview`'s seconds)."""
     from pyspark.sql import functions as f  # noqa: PLC0415
 
-    return _plain(frame.where(f.col("blocked_ms") >= stall_ms).select(
-        "connection", "ts", f.col("blocked_ms").alias("stalled_ms"), "unacked_bytes", "buffer_size")
-        .orderBy("connection", "ts").limit(limit).collect())
-
-
-def progress(items: Any, points: int = 2000) -> list[dict[str, Any]]:
-    """Highest seqno per vbucket per time bucket (for the seqno-progress plot), at most ``points`` buckets."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    bounds = items.agg(f.min("ts").alias("lo"), f.max("ts").alias("hi")).collect()[0]
-    if bounds["lo"] is None:
+    if not seconds:
         return []
-    width = max((bounds["hi"] - bounds["lo"]) / points, 1e-6)
-    return _plain(items.withColumn("bucket", f.floor((f.col("ts") - bounds["lo"]) / width))
-                  .groupBy("vb", "bucket").agg(f.max("ts").alias("ts"), f.max("seqno").alias("seqno"))
-                  .orderBy("vb", "ts").collect())
+    low = min(r["second"] for r in seconds)
+    width = max((max(r["second"] for r in seconds) + 1 - low) / points, 1e-3)
+    rows = _plain(data.where(f.col("item")).withColumn("bucket", f.floor((f.col("ts") - low) / width))
+                  .groupBy("vb", "bucket").agg(f.max("ts").alias("ts"), f.max("seqno").alias("seqno")).collect())
+    rows.sort(key=lambda r: (r["vb"], r["ts"]))
+    return rows
 
 
 def report(frame: Any, *, stall_ms: float, plots: bool) -> dict[str, Any]:
     """Every analysis of a messages dataset, as the report ``analyze`` prints."""
-    items = items_of(frame)
-    seconds = per_second(frame, stall_ms)
-    per_vbucket = vbuckets(items)
-    requests = stream_requests(frame)
+    data = prepared(frame)
+    seconds, per_vbucket = overview(data, stall_ms)
+    requests, stalled = events(frame, stall_ms)
     out: dict[str, Any] = {
-        "messages": sum(row["messages"] for row in seconds), "vbuckets": per_vbucket, "gaps": gaps(items),
-        "duplicates": duplicates(items, per_vbucket), "rollbacks": rollbacks(requests),
-        "latency": latency(requests), "per_second": seconds, "flow_control": flow_control(seconds),
-        "stalls": stalls(frame, stall_ms),
+        "messages": sum(row["messages"] for row in seconds), "vbuckets": per_vbucket, "gaps": gaps(data),
+        "duplicates": duplicates(data, per_vbucket), "rollbacks": rollbacks(requests), "latency": latency(requests),
+        "per_second": seconds, "flow_control": flow_control(seconds), "stalls": stalled,
     }
     if plots:
-        out["progress"] = progress(items)
+        out["progress"] = progress(data, seconds)
     return out

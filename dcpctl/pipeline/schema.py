@@ -1,10 +1,10 @@
 """The Parquet schema of ``analyze``: one row per message, columns typed from the field catalogue.
 
 The columns are the record fields an analysis needs, typed from the declarations through the field
-catalogue (u8/u16 integers, u32 longs, u64 ``decimal(20,0)`` because Spark's long is signed), what the
-capture and the connection tracker add, and a few columns derived while decoding. ``--records`` adds
-``record``, the whole JSON record as ``dcpctl decode --format jsonl`` prints it (values included, so the
-dataset is then as sensitive as the capture).
+catalogue (``job.SPARK_TYPES``: u8/u16 int, u32 bigint, u64 bigint holding the 64 bits as the JVM's DCP
+clients do), what the capture and the connection tracker add, and a few columns derived while decoding.
+``--records`` adds ``record``, the whole JSON record as ``dcpctl decode --format jsonl`` prints it (values
+included, so the dataset is then as sensitive as the capture).
 
 :class:`Rows` builds the rows. Most messages of a big capture are plain stream items; for those the
 columns come straight from the header, the extras and :func:`item_key`, without building the JSON record
@@ -66,6 +66,8 @@ def column_types(*, records: bool = False) -> list[tuple[str, str]]:
 
 
 COLUMNS: Final = column_types()
+# Columns of unsigned 64-bit values, stored as signed 64-bit integers with the same bits (see job.SPARK_TYPES)
+U64_COLUMNS: Final = frozenset(name for name, kind in COLUMNS if kind == "u64")
 SNAPSHOT_MARKER: Final = 0x56
 DOCUMENT_ITEMS: Final = frozenset({0x57, 0x58, 0x59, 0x60})  # items the snapshot columns are filled for
 _NO_SNAPSHOT: Final = (None, None)
@@ -103,13 +105,21 @@ class Rows:
              stream_vbucket: int | None, tracker: ConnectionTracker) -> None:
         """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink):
         the row is the one :meth:`add` makes of the same message decoded and annotated (a test holds them
-        equal)."""
-        if self.records:
-            raise ValueError("rows with records need every message decoded and annotated")
-        end, header, _, _, magic, opcode, collection_id, key, by_seqno, rev_seqno, value_offset = item
-        self._item(header, offset, (magic, opcode, collection_id, key, by_seqno, rev_seqno), end - value_offset, (),
-                   ts, connection, SERVER_TO_CLIENT, frames, stream_vbucket, None, tracker.unacked,
-                   tracker.buffer_size)
+        equal). The hot path of a big capture: :meth:`_item`'s work, written out in one body."""
+        _, header, _, _, magic, opcode, collection_id, key, by_seqno, rev_seqno, value_offset = item
+        _, _, _, _, datatype, vbucket, total, opaque, cas = header
+        sequence = self._sequence[connection] = self._sequence.get(connection, -1) + 1
+        snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
+        where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
+        last_seqno = self._last_seqno
+        previous = last_seqno.get(where)
+        last_seqno[where] = by_seqno
+        unacked, buffer_size = tracker.unacked, tracker.buffer_size
+        self.rows.append((
+            ts, connection, SERVER_TO_CLIENT, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
+            collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
+            stream_vbucket, None, None, sequence, item[0] - value_offset, snapshot[0], snapshot[1], unacked,
+            buffer_size, previous, self._blocked(connection, ts, unacked, buffer_size), []))
 
     def _item(self, header: tuple[int, ...], offset: int, fast: tuple[str, str, int | None, str | None, int, int],
               value_length: int, diagnostics: list[Diagnostic] | tuple[()], ts: float, connection: str,

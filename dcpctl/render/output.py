@@ -33,6 +33,16 @@ class Stats:
         return not self.error_diagnostics and not self.skipped_bytes
 
 
+def notice_text(item: Skipped | Diagnostic) -> str:
+    """One line for what is not a message: a connection-level diagnostic, or bytes skipped."""
+    if isinstance(item, Diagnostic):
+        return f"{item.name}: {item.message}"
+    what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
+        "a header whose body length exceeds --max-body-length"
+        if item.reason == "body_too_long" else "bytes that do not start a plausible header")
+    return f"skipped_bytes: {item.length} bytes at offset {item.offset}: {what}"
+
+
 def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
          | None = None, live: bool = False) -> Stats:
@@ -48,14 +58,9 @@ def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Envi
             stats.notices += 1
             if item.severity == "error":
                 stats.error_diagnostics += 1
-            errors.print(f"dcpctl: {item.name}: {item.message}", style="yellow", markup=False)
-            return
-        stats.skipped_bytes += item.length
-        what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
-            "a header whose body length exceeds --max-body-length"
-            if item.reason == "body_too_long" else "bytes that do not start a plausible header")
-        errors.print(f"dcpctl: skipped_bytes: {item.length} bytes at offset {item.offset}: {what}",
-                     style="yellow", markup=False)
+        else:
+            stats.skipped_bytes += item.length
+        errors.print(f"dcpctl: {notice_text(item)}", style="yellow", markup=False)
 
     def count_errors(msg: Message) -> None:
         if msg.diagnostics:

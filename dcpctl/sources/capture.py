@@ -57,6 +57,12 @@ Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str,
                  list[tuple[str, str, int | None, int]]]
 
 
+def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
+    """A capture reader's notice as the diagnostic decode reports (damage of any kind is a capture gap)."""
+    return diagnostic(notice.name if notice.name == "tls_port" else "capture_gap",
+                      f"frame {notice.frame}: {notice.message}")
+
+
 def finish_message(msg: Message, ts: float, label: str, from_client: bool, frames: list[int],
                    fields: dict[str, Any], diagnostics: list[Diagnostic]) -> Message:
     """The capture context every message carries, before the packet's own fields (one place for both
@@ -101,8 +107,7 @@ class CaptureDecoder:
 
     def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item | Deferred]:
         if isinstance(item, CaptureNotice):
-            name = item.name if item.name in ("tls_port",) else "capture_gap"
-            yield diagnostic(name, f"frame {item.frame}: {item.message}")
+            yield notice_diagnostic(item)
             return
         for event in self.reassembler.push(item):
             yield from self._event(event)

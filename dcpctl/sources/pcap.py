@@ -51,6 +51,7 @@ class TcpSegment:
     payload: bytes
     truncated: bool  # the snap length cut the payload
     wire_length: int  # payload length on the wire
+    payload_at: int = 0  # where the payload starts in its frame (a chunked reader finds it in the file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,37 @@ def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: fl
     payload = data[start:min(ip_end, len(data))]
     truncated = len(payload) < wire_payload and cut > 0
     return TcpSegment(ts, frame, (_address(src), sport), (_address(dst), dport), seq, ack, flags, payload,
-                      truncated, wire_payload)
+                      truncated, wire_payload, start)
+
+
+class FrameFilter:
+    """What a reader keeps of each parsed frame: segments to or from the decoded ports; once per reader, a
+    notice for each kind of malformed frame and for each connection on a TLS port."""
+
+    def __init__(self, ports: frozenset[int], tls_ports: frozenset[int]) -> None:
+        self.ports = ports
+        self.tls_ports = tls_ports - ports
+        self._tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
+        self._malformed_seen: set[str] = set()
+
+    def __call__(self, parsed: TcpSegment | str | None, frame: int, ts: float) -> TcpSegment | CaptureNotice | None:
+        if parsed is None:
+            return None
+        if isinstance(parsed, str):
+            if parsed in self._malformed_seen:
+                return None
+            self._malformed_seen.add(parsed)
+            return CaptureNotice(frame, ts, "malformed_frame", f"{parsed} (further ones not reported)")
+        if parsed.src[1] in self.ports or parsed.dst[1] in self.ports:
+            return parsed
+        if parsed.src[1] in self.tls_ports or parsed.dst[1] in self.tls_ports:
+            key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
+            if key not in self._tls_seen:
+                self._tls_seen.add(key)
+                port = min(parsed.src[1], parsed.dst[1])
+                return CaptureNotice(frame, ts, "tls_port", f"{parsed.src[0]}:{parsed.src[1]} > "
+                                     f"{parsed.dst[0]}:{parsed.dst[1]} is TLS (port {port}) and cannot be decoded")
+        return None
 
 
 def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
@@ -152,8 +183,7 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
         return
     frame = 0
-    tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
-    malformed_seen: set[str] = set()
+    keep = FrameFilter(ports, tls_ports)
     while True:
         try:
             header, data = reader.next()
@@ -170,23 +200,9 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         ts = seconds + micros / 1_000_000
         if tap is not None:
             tap(ts, data, header.getlen())
-        parsed = parse_frame(linktype, data, header.getlen(), frame, ts)
-        if parsed is None:
-            continue
-        if isinstance(parsed, str):
-            if parsed not in malformed_seen:
-                malformed_seen.add(parsed)
-                yield CaptureNotice(frame, ts, "malformed_frame", f"{parsed} (further ones not reported)")
-            continue
-        if parsed.src[1] in ports or parsed.dst[1] in ports:
-            yield parsed
-        elif parsed.src[1] in tls_ports or parsed.dst[1] in tls_ports:
-            key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
-            if key not in tls_seen:
-                tls_seen.add(key)
-                yield CaptureNotice(frame, ts, "tls_port", f"{parsed.src[0]}:{parsed.src[1]} > "
-                                    f"{parsed.dst[0]}:{parsed.dst[1]} is TLS (port {min(parsed.src[1], parsed.dst[1])})"
-                                    " and cannot be decoded")
+        kept = keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
+        if kept is not None:
+            yield kept
 
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
@@ -200,7 +216,7 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
-    yield from _segments(reader, ports, tls_ports - ports, tap=tap)
+    yield from _segments(reader, ports, tls_ports, tap=tap)
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),
@@ -216,4 +232,4 @@ def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset
 
 def live_segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
                   tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
-    yield from _segments(reader, ports, tls_ports - ports, live=True, tap=tap)
+    yield from _segments(reader, ports, tls_ports, live=True, tap=tap)

@@ -23,6 +23,7 @@ from dcpctl.sources.pcap import (
     SUPPORTED_LINKTYPES,
     CaptureError,
     CaptureNotice,
+    FrameFilter,
     TcpSegment,
     parse_frame,
     read_segments,
@@ -87,30 +88,27 @@ def plan(path: str, target: int = DEFAULT_CHUNK) -> tuple[list[Chunk], list[Capt
 
 
 def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207})
-             ) -> Iterator[TcpSegment | CaptureNotice]:
-    """The TCP segments of one chunk's frames (frame numbers as in the whole file)."""
+             ) -> Iterator[tuple[TcpSegment, int] | CaptureNotice]:
+    """The TCP segments of one chunk's frames (frame numbers as in the whole file), each with the file offset
+    of its payload (-1 in a pcapng file, read by libpcap), and the notices the whole-file reader gives."""
     if not chunk.endian:  # pcapng: libpcap reads it whole
-        yield from read_segments(chunk.path, ports, tls_ports)
+        for item in read_segments(chunk.path, ports, tls_ports):
+            yield item if isinstance(item, CaptureNotice) else (item, -1)
         return
     record = struct.Struct(chunk.endian + "IIII")
-    tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
+    keep = FrameFilter(ports, tls_ports)
     with Path(chunk.path).open("rb") as stream:
         stream.seek(chunk.start)
         data = stream.read(chunk.end - chunk.start)
     pos, frame = 0, chunk.first_frame
     while pos + 16 <= len(data):
         seconds, fraction, captured, wire = record.unpack_from(data, pos)
-        frame_bytes = data[pos + 16:pos + 16 + captured]
-        pos += 16 + captured
-        parsed = parse_frame(chunk.linktype, frame_bytes, wire, frame, seconds + fraction * chunk.resolution)
+        start = pos + 16
+        pos = start + captured
+        ts = seconds + fraction * chunk.resolution
+        kept = keep(parse_frame(chunk.linktype, data[start:pos], wire, frame, ts), frame, ts)
         frame += 1
-        if parsed is None or isinstance(parsed, str):
-            continue
-        if parsed.src[1] in ports or parsed.dst[1] in ports:
-            yield parsed
-        elif parsed.src[1] in tls_ports or parsed.dst[1] in tls_ports:
-            key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
-            if key not in tls_seen:
-                tls_seen.add(key)
-                yield CaptureNotice(parsed.frame, parsed.ts, "tls_port", f"{key[0][0]}:{key[0][1]} > "
-                                    f"{key[1][0]}:{key[1][1]} is TLS and cannot be decoded")
+        if isinstance(kept, TcpSegment):
+            yield kept, chunk.start + start + kept.payload_at
+        elif kept is not None:
+            yield kept
