@@ -58,14 +58,15 @@ def analyze(
     session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
     try:
         try:
-            result = job.run(session, paths, ports, DecodeOptions(), out, chunk_size, records=records)
+            result = job.run(session, paths, ports, DecodeOptions(), out, chunk_size, records=records,
+                             stall_ms=stall_ms)
         except (CaptureError, OSError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
         errors = env.error_console()
         for notice in result.notices:
             errors.print(f"dcpctl: {notice}", style="yellow", markup=False)
         report: dict[str, Any] = {"dataset": str(out)}
-        report.update(analyses.report(job.read(session, result, records=records), stall_ms=stall_ms,
+        report.update(analyses.report(job.read(session, result, records=records), result.partials,
                                       plots=plot_dir is not None))
         if plot_dir is not None:
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}

@@ -1,16 +1,16 @@
-"""The analyses of ``dcpctl analyze``: Spark DataFrame queries over the messages dataset.
+"""The analyses of ``dcpctl analyze``: the decode tasks' partial results merged, and Spark queries.
 
 Each returns plain rows (lists of dicts) for the tables, the JSON and the plots. What the capture decoder
-already established in stream order is in the rows: the tracker's checks as diagnostics
-(``seqno_backwards``, ``seqno_outside_snapshot``, ``capture_gap``, ``rollback``...), the item before each
-item (``previous_seqno``), the unacknowledged bytes and how long a full window blocked the producer
-(``unacked_bytes``, ``blocked_ms``). So the queries filter, group and count; none sorts a whole capture.
+established in stream order is in the rows: the tracker's checks as diagnostics (``seqno_backwards``,
+``seqno_outside_snapshot``, ``capture_gap``, ``rollback``...), the item before each item
+(``previous_seqno``), the unacknowledged bytes and how long a full window blocked the producer
+(``unacked_bytes``, ``blocked_ms``).
 
-They are few, because on a dataset of millions of rows a query's cost is mostly reading its columns and,
-in a fresh Spark, compiling its plan, not the arithmetic: :func:`overview` is one scan with two grouping
-sets (per connection and second, per connection and vbucket); :func:`gaps` and :func:`events` read the
-few rows that matter; :func:`duplicates` runs only where per-vbucket ranges say duplicates can be. Results
-are small and sorted here, not by Spark (a global sort is one more job).
+The per-second and per-vbucket aggregates, the gaps, the stream requests and the stalls are gathered by
+the decode tasks from the rows they make (``rollup``). Reading millions of rows back from the dataset
+cost more than decoding them: about 0.3 s per column per 6M rows, and a plan compilation per query in a
+fresh Spark. What needs every row across tasks is a DataFrame query over the dataset: :func:`duplicates`,
+only where the per-vbucket ranges say duplicates can be, and :func:`progress`, for the plots.
 
 Seqnos are 64-bit signed integers in the dataset, as kv_engine holds them; one above 2^63-1 on the wire
 (never a real seqno) reads as negative there, and is left out of the seqno analyses and counted as
@@ -23,6 +23,8 @@ import functools
 import math
 import operator
 from typing import Any, Final
+
+from dcpctl.pipeline.rollup import Partials, merge
 
 ITEMS: Final = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
 ROWS_LIMIT: Final = 1000  # rows of a list-like analysis kept in the report (the dataset has them all)
@@ -40,19 +42,6 @@ def _plain(rows: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _count(condition: Any) -> Any:
-    """How many rows a condition holds for (an aggregate)."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    return f.sum(f.when(condition, 1).otherwise(0))
-
-
-def _has(name: str) -> Any:
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    return f.array_contains("names", name)
-
-
 def prepared(frame: Any) -> Any:
     """The columns the analyses read, with ``vb`` (a stream message's vbucket), ``second``, ``item`` (an
     item the producer pushed), ``seqno``/``previous`` (null when invalid) and the diagnostics' ``names``."""
@@ -68,95 +57,11 @@ def prepared(frame: Any) -> Any:
         f.col("diagnostics.name").alias("names"))
 
 
-def overview(data: Any, stall_ms: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One scan, two grouping sets. Per connection and second, over every row: messages, items and bytes
-    the producer pushed, the most unacknowledged bytes and those at the second's end, the window, acks,
-    messages above the window, stalls (the producer blocked by a full window for at least ``stall_ms``).
-    Per connection and vbucket, over items: count, seqno range, repeats (a seqno not above the one before),
-    gaps, and the stream checks that failed. Returns (per second, per vbucket), sorted."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    item = f.col("item")
-    pushed = f.col("direction") == "server>client"
-    acked = (f.col("direction") == "client>server") & (f.col("opcode") == "DCP_BUFFER_ACKNOWLEDGEMENT")
-    seqno = f.when(item, f.col("seqno"))
-    rows = _plain(data.groupingSets([("connection", "second"), ("connection", "vb")], "connection", "second", "vb")
-                  .agg(f.grouping_id().alias("set"), f.count("*").alias("messages"), _count(item).alias("items"),
-                       f.sum(f.when(pushed, f.col("total_body_length") + 24).otherwise(0)).alias("bytes"),
-                       f.max("unacked_bytes").alias("unacked"),
-                       f.max_by("unacked_bytes", "sequence").alias("unacked_last"),
-                       f.max_by("buffer_size", "sequence").alias("window_last"), _count(acked).alias("acks"),
-                       _count(_has("flow_control_exceeded")).alias("exceeded"),
-                       _count(f.col("blocked_ms") >= stall_ms).alias("stalls"),
-                       f.max("blocked_ms").alias("longest_stall_ms"),
-                       f.min(seqno).alias("first_seqno"), f.max(seqno).alias("last_seqno"),
-                       _count(item & (f.col("seqno") <= f.col("previous"))).alias("repeated"),
-                       _count(item & (f.col("seqno") > f.col("previous") + 1)).alias("gaps"),
-                       _count(item & _has("seqno_backwards")).alias("backwards"),
-                       _count(item & _has("seqno_outside_snapshot")).alias("outside_snapshot"),
-                       _count(item & _has("item_before_marker")).alias("before_marker"),
-                       _count(item & f.col("seqno").isNull()).alias("invalid_seqnos"))
-                  .collect())
-    seconds, per_vbucket = [], []
-    for row in rows:
-        if row.pop("set") == 1:  # vb aggregated away: the (connection, second) set
-            seconds.append({k: row[k] for k in ("connection", "second", "messages", "items", "bytes", "unacked",
-                                                "unacked_last", "window_last", "acks", "exceeded", "stalls",
-                                                "longest_stall_ms")})
-        elif row["items"]:
-            per_vbucket.append({k: row[k] for k in ("connection", "vb", "items", "first_seqno", "last_seqno",
-                                                    "repeated", "gaps", "backwards", "outside_snapshot",
-                                                    "before_marker", "invalid_seqnos")})
-    seconds.sort(key=lambda r: (r["connection"], r["second"]))
-    per_vbucket.sort(key=lambda r: (r["connection"], r["vb"]))
-    return seconds, per_vbucket
-
-
-def gaps(data: Any, limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
-    """Seqno gaps between consecutive items of a connection's vbucket (the first ``limit``; per vbucket
-    counts are in :func:`overview`), each with what explains it: bytes the capture lost or an item outside
-    its snapshot (suspicious), a gap inside or between snapshots (expected: deduplication, or filtered
-    collections)."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    found = data.where(f.col("item") & (f.col("seqno") > f.col("previous") + 1)) \
-        .withColumn("missing", f.col("seqno") - f.col("previous") - 1).withColumn(
-        "kind",
-        f.when(_has("capture_gap"), f.lit("suspicious: bytes missing from the capture"))
-        .when(_has("seqno_outside_snapshot"), f.lit("suspicious: the item is outside its snapshot"))
-        .otherwise(f.lit("expected: deduplication or filtered collections")))
-    return _plain(found.select("connection", "vb", "previous", f.col("seqno").alias("by_seqno"), "missing", "kind",
-                               "ts").orderBy("connection", "vb", "by_seqno").limit(limit).collect())
-
-
-def events(frame: Any, stall_ms: float, limit: int = ROWS_LIMIT) -> tuple[list[dict[str, Any]],
-                                                                          list[dict[str, Any]]]:
-    """The few rows the rest of the report is made of, in one scan: every DCP_STREAM_REQ row (both
-    directions, with its rollback diagnostic's message) and the stalls of at least ``stall_ms`` (the first
-    ``limit``). Returns (stream requests, stalls), in capture order."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    request = f.col("opcode") == "DCP_STREAM_REQ"
-    stalled = f.col("blocked_ms") >= stall_ms
-    rollback = f.try_element_at(f.filter("diagnostics", lambda d: d["name"] == "rollback"), f.lit(1))["message"]
-    rows = _plain(frame.where(request | stalled).select(
-        "ts", "connection", "direction", "offset", "sequence", "opcode", "vbucket", "status", "start_seqno",
-        "vbucket_uuid", "snap_start_seqno", "snap_end_seqno", "rollback_seqno", "stream_vbucket", "latency_ms",
-        "request_offset", "blocked_ms", "unacked_bytes", "buffer_size", rollback.alias("rollback")).collect())
-    rows.sort(key=lambda r: (r["ts"], r["connection"], r["sequence"]))
-    requests = [r for r in rows if r["opcode"] == "DCP_STREAM_REQ"]
-    stalls = [{"connection": r["connection"], "ts": r["ts"], "stalled_ms": r["blocked_ms"],
-               "unacked_bytes": r["unacked_bytes"], "buffer_size": r["buffer_size"]}
-              for r in rows if r["blocked_ms"] is not None and r["blocked_ms"] >= stall_ms]
-    stalls.sort(key=lambda r: (r["connection"], r["ts"]))
-    return requests, stalls[:limit]
-
-
 def duplicates(data: Any, per_vbucket: list[dict[str, Any]], limit: int = ROWS_LIMIT) -> list[dict[str, Any]]:
     """The same (vbucket, seqno) delivered more than once, on any connections (resumed or repeated streams).
 
     Counting every seqno of a big capture would be the costliest query of all, and duplicates are rare. So
-    :func:`overview`'s rows say where they can be: a connection's vbucket whose seqnos went back
+    the per-vbucket rows say where they can be: a connection's vbucket whose seqnos went back
     (``repeated``), or two connections whose seqno ranges for a vbucket overlap. Only those vbuckets and
     ranges are counted exactly; a capture without either costs nothing here."""
     from pyspark.sql import functions as f  # noqa: PLC0415
@@ -227,7 +132,7 @@ def latency(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def flow_control(seconds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per connection, from :func:`overview`'s per-second rows: the negotiated window, the most bytes left
+    """Per connection, from the per-second rows: the negotiated window, the most bytes left
     unacknowledged, acks, messages above the window, stalls and the longest, and whether the window was
     still full when the capture ended (a stuck stream: nothing acknowledges it)."""
     out: dict[str, dict[str, Any]] = {}
@@ -251,7 +156,7 @@ def flow_control(seconds: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def progress(data: Any, seconds: list[dict[str, Any]], points: int = 2000) -> list[dict[str, Any]]:
     """Highest seqno per vbucket per time bucket (for the seqno-progress plot), at most ``points`` buckets
-    over the capture's span (known from :func:`overview`'s seconds)."""
+    over the capture's span (known from the per-second rows)."""
     from pyspark.sql import functions as f  # noqa: PLC0415
 
     if not seconds:
@@ -264,16 +169,18 @@ def progress(data: Any, seconds: list[dict[str, Any]], points: int = 2000) -> li
     return rows
 
 
-def report(frame: Any, *, stall_ms: float, plots: bool) -> dict[str, Any]:
-    """Every analysis of a messages dataset, as the report ``analyze`` prints."""
-    data = prepared(frame)
-    seconds, per_vbucket = overview(data, stall_ms)
-    requests, stalled = events(frame, stall_ms)
+def report(frame: Any, partials: Partials, *, plots: bool) -> dict[str, Any]:
+    """Every analysis of a capture: what the decode tasks gathered (``partials``), merged, and the queries
+    over the messages dataset (``frame``) that need every row: duplicates (where they can be), progress."""
+    seconds, per_vbucket = merge(partials)
     out: dict[str, Any] = {
-        "messages": sum(row["messages"] for row in seconds), "vbuckets": per_vbucket, "gaps": gaps(data),
-        "duplicates": duplicates(data, per_vbucket), "rollbacks": rollbacks(requests), "latency": latency(requests),
-        "per_second": seconds, "flow_control": flow_control(seconds), "stalls": stalled,
+        "messages": sum(row["messages"] for row in seconds), "vbuckets": per_vbucket,
+        "gaps": sorted(partials.gaps, key=lambda r: (r["connection"], r["vb"], r["by_seqno"]))[:ROWS_LIMIT],
+        "duplicates": duplicates(prepared(frame), per_vbucket),
+        "rollbacks": rollbacks(sorted(partials.requests, key=lambda r: (r["ts"], r["connection"], r["sequence"]))),
+        "latency": latency(partials.requests), "per_second": seconds, "flow_control": flow_control(seconds),
+        "stalls": sorted(partials.stalls, key=lambda r: (r["connection"], r["ts"]))[:ROWS_LIMIT],
     }
     if plots:
-        out["progress"] = progress(data, seconds)
+        out["progress"] = progress(prepared(frame), seconds)
     return out

@@ -75,111 +75,146 @@ SERVER_TO_CLIENT: Final = "server>client"
 
 
 class Rows:
-    """Rows of one task's messages in :func:`column_types` order; :meth:`take` hands over those gathered."""
+    """Rows of one task's messages in :func:`column_types` order; :meth:`take` hands over those gathered.
+
+    What a row needs from earlier messages (its place in the connection, the snapshot of its stream, the item
+    before it, the flow-control window) is kept per connection in a :class:`_Connection`."""
 
     def __init__(self, *, records: bool = False) -> None:
         self.records = records
         self.rows: list[tuple[Any, ...]] = []
-        self._snapshots: dict[tuple[str, int], tuple[int, int]] = {}  # (connection, opaque) -> marker range
-        self._last_seqno: dict[tuple[str, int], int] = {}  # (connection, vbucket) -> last item's seqno
-        self._flow: dict[str, tuple[int, float | None]] = {}  # connection -> (unacked, window full since)
-        self._sequence: dict[str, int] = {}  # connection -> messages so far
+        self._connections: dict[str, _Connection] = {}
 
     def take(self) -> list[tuple[Any, ...]]:
         rows, self.rows = self.rows, []
+        for connection in self._connections.values():
+            connection.rows = self.rows
         return rows
+
+    def connection(self, label: str) -> _Connection:
+        found = self._connections.get(label)
+        if found is None:
+            found = self._connections[label] = _Connection(self.rows, label)
+        return found
+
+    def items_of(self, label: str) -> Any:
+        """The capture decoder's item sink for a connection (see :meth:`_Connection.item`)."""
+        if self.records:
+            raise ValueError("rows with records need every message decoded and annotated")
+        return self.connection(label).item
 
     def add(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
         """A message that came out of the capture decoder (annotated)."""
         context = msg.context
         fast = None if self.records or context is None else item_key(msg)
         if fast is None:
-            self.rows.append(self._from_record(msg, unacked, buffer_size))
+            record = msg.record()
+            row = self.connection(str(record.get("connection"))).from_record(msg, record, unacked, buffer_size)
+            if self.records:
+                row += (orjson.dumps(record).decode(),)
+            self.rows.append(row)
             return
         first, last = context  # type: ignore[misc]
-        self._item(msg.header, msg.offset, fast, msg.body_end - msg.value_offset, msg.diagnostics, first["ts"],
-                   first["connection"], first["direction"], first["frames"], last.get("stream_vbucket"),
-                   last.get("latency_ms"), unacked, buffer_size)
+        self.connection(first["connection"]).add_item(
+            msg.header, msg.offset, fast, msg.body_end - msg.value_offset, msg.diagnostics, first["ts"],
+            first["direction"], first["frames"], last.get("stream_vbucket"), last.get("latency_ms"), unacked,
+            buffer_size)
 
-    def item(self, item: PlainItem, offset: int, ts: float, connection: str, frames: list[int],
+
+class _Connection:
+    """One connection's rows and what they need from its earlier messages."""
+
+    __slots__ = ("full_since", "label", "last_seqno", "rows", "sequence", "snapshots", "unacked")
+
+    def __init__(self, rows: list[tuple[Any, ...]], label: str) -> None:
+        self.rows = rows
+        self.label = label
+        self.sequence = -1  # the last message's place in the connection
+        self.snapshots: dict[int, tuple[int, int]] = {}  # opaque -> the stream's marker range
+        self.last_seqno: dict[int, int] = {}  # vbucket -> the last item's seqno
+        self.unacked = 0  # after the last message
+        self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
+
+    def item(self, item: PlainItem, offset: int, ts: float, _connection: str, frames: list[int],
              stream_vbucket: int | None, tracker: ConnectionTracker) -> None:
         """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink):
-        the row is the one :meth:`add` makes of the same message decoded and annotated (a test holds them
-        equal). The hot path of a big capture: :meth:`_item`'s work, written out in one body."""
+        the row is the one :meth:`add_item` makes of the same message decoded and annotated (a test holds
+        them equal). The hot path of a big capture: :meth:`add_item` and :meth:`blocked`, written out."""
         _, header, _, _, magic, opcode, collection_id, key, by_seqno, rev_seqno, value_offset = item
         _, _, _, _, datatype, vbucket, total, opaque, cas = header
-        sequence = self._sequence[connection] = self._sequence.get(connection, -1) + 1
-        snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
-        where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
-        last_seqno = self._last_seqno
+        self.sequence = sequence = self.sequence + 1
+        snapshot = self.snapshots.get(opaque) or _NO_SNAPSHOT
+        last_seqno = self.last_seqno
+        where = vbucket if stream_vbucket is None else stream_vbucket
         previous = last_seqno.get(where)
         last_seqno[where] = by_seqno
         unacked, buffer_size = tracker.unacked, tracker.buffer_size
-        self.rows.append((
-            ts, connection, SERVER_TO_CLIENT, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
-            collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
-            stream_vbucket, None, None, sequence, item[0] - value_offset, snapshot[0], snapshot[1], unacked,
-            buffer_size, previous, self._blocked(connection, ts, unacked, buffer_size), []))
-
-    def _item(self, header: tuple[int, ...], offset: int, fast: tuple[str, str, int | None, str | None, int, int],
-              value_length: int, diagnostics: list[Diagnostic] | tuple[()], ts: float, connection: str,
-              direction: str, frames: list[int], stream_vbucket: int | None, latency_ms: float | None, unacked: int,
-              buffer_size: int | None) -> None:
-        magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
-        _, _, _, _, datatype, vbucket, total, opaque, cas = header
-        sequence = self._next(connection)
-        snapshot = self._snapshots.get((connection, opaque)) or _NO_SNAPSHOT
-        where = (connection, vbucket if stream_vbucket is None else stream_vbucket)
-        previous = self._last_seqno.get(where)
-        self._last_seqno[where] = by_seqno
-        self.rows.append((
-            ts, connection, direction, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
-            collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
-            stream_vbucket, latency_ms, None, sequence, value_length, snapshot[0], snapshot[1],
-            unacked, buffer_size, previous, self._blocked(connection, ts, unacked, buffer_size),
-            [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
-
-    def _next(self, connection: str) -> int:
-        sequence = self._sequence[connection] = self._sequence.get(connection, -1) + 1
-        return sequence
-
-    def _blocked(self, connection: str, ts: float, unacked: int, buffer_size: int | None) -> float | None:
-        """Flow-control bookkeeping: a message that raised the unacknowledged count was pushed; if the
-        window was full before it, it ends a stall that lasted from the push that filled the window (reference
-        8.1: the producer stops while its outstanding bytes are at least the window; an ack lets it go on,
-        the push after it shows when it did)."""
-        before, full_since = self._flow.get(connection) or (0, None)
         blocked = None
-        if unacked > before and full_since is not None:
+        full_since = self.full_since
+        if unacked > self.unacked and full_since is not None:
             blocked = round((ts - full_since) * 1000, 3)
             full_since = None
         if buffer_size and unacked >= buffer_size and full_since is None:
             full_since = ts
-        self._flow[connection] = (unacked, full_since)
+        self.unacked, self.full_since = unacked, full_since
+        self.rows.append((
+            ts, self.label, SERVER_TO_CLIENT, frames, offset, magic, opcode, vbucket, None, opaque, None, cas,
+            datatype, collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None,
+            total, stream_vbucket, None, None, sequence, item[0] - value_offset, snapshot[0], snapshot[1], unacked,
+            buffer_size, previous, blocked, []))
+
+    def add_item(self, header: tuple[int, ...], offset: int, fast: tuple[str, str, int | None, str | None, int, int],
+                 value_length: int, diagnostics: list[Diagnostic] | tuple[()], ts: float, direction: str,
+                 frames: list[int], stream_vbucket: int | None, latency_ms: float | None, unacked: int,
+                 buffer_size: int | None) -> None:
+        magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
+        _, _, _, _, datatype, vbucket, total, opaque, cas = header
+        self.sequence += 1
+        snapshot = self.snapshots.get(opaque) or _NO_SNAPSHOT
+        where = vbucket if stream_vbucket is None else stream_vbucket
+        previous = self.last_seqno.get(where)
+        self.last_seqno[where] = by_seqno
+        self.rows.append((
+            ts, self.label, direction, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
+            collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
+            stream_vbucket, latency_ms, None, self.sequence, value_length, snapshot[0], snapshot[1],
+            unacked, buffer_size, previous, self.blocked(ts, unacked, buffer_size),
+            [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
+
+    def blocked(self, ts: float, unacked: int, buffer_size: int | None) -> float | None:
+        """Flow-control bookkeeping: a message that raised the unacknowledged count was pushed; if the
+        window was full before it, it ends a stall that lasted from the push that filled the window (reference
+        8.1: the producer stops while its outstanding bytes are at least the window; an ack lets it go on,
+        the push after it shows when it did)."""
+        blocked = None
+        full_since = self.full_since
+        if unacked > self.unacked and full_since is not None:
+            blocked = round((ts - full_since) * 1000, 3)
+            full_since = None
+        if buffer_size and unacked >= buffer_size and full_since is None:
+            full_since = ts
+        self.unacked, self.full_since = unacked, full_since
         return blocked
 
-    def _from_record(self, msg: Message, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
-        record = msg.record()
+    def from_record(self, msg: Message, record: dict[str, Any], unacked: int, buffer_size: int | None
+                    ) -> tuple[Any, ...]:
         get = record.get
         snapshot = previous = None
-        connection = str(get("connection"))
         if not msg.is_response:
-            stream = (connection, msg.opaque)
             if msg.opcode == SNAPSHOT_MARKER:
                 start, end = get("snap_start_seqno"), get("snap_end_seqno")
                 if isinstance(start, int) and isinstance(end, int):
-                    self._snapshots[stream] = (start, end)
+                    self.snapshots[msg.opaque] = (start, end)
             elif msg.opcode in DOCUMENT_ITEMS and isinstance(get("by_seqno"), int):
-                snapshot = self._snapshots.get(stream)
+                snapshot = self.snapshots.get(msg.opaque)
                 vbucket = get("stream_vbucket")
-                where = (connection, int(get("vbucket", 0) if vbucket is None else vbucket))
-                previous = self._last_seqno.get(where)
-                self._last_seqno[where] = int(get("by_seqno", 0))
+                where = int(get("vbucket", 0) if vbucket is None else vbucket)
+                previous = self.last_seqno.get(where)
+                self.last_seqno[where] = int(get("by_seqno", 0))
+        self.sequence += 1
         row = [get(name) for name in RECORD_COLUMNS]
-        row += [self._next(connection), msg.body_end - msg.value_offset, snapshot[0] if snapshot else None,
+        row += [self.sequence, msg.body_end - msg.value_offset, snapshot[0] if snapshot else None,
                 snapshot[1] if snapshot else None, unacked, buffer_size, previous,
-                self._blocked(connection, float(get("ts") or 0.0), unacked, buffer_size),
+                self.blocked(float(get("ts") or 0.0), unacked, buffer_size),
                 [(d["name"], d["severity"], d["message"]) for d in record["diagnostics"]]]
-        if self.records:
-            row.append(orjson.dumps(record).decode())
         return tuple(row)

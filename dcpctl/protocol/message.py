@@ -706,39 +706,60 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
     if magic != 0x80 or stop > end or datatype > 1 or extlen + keylen > total:
         return None
     dialect = options.dialect
-    plan = _ITEM_PLANS.get((dialect.name, opcode, extlen))
-    if plan is None:
-        if opcode not in _ITEM_OPCODES or dialect.layout_authoritative or extlen == 1:
+    found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
+    if found is None:
+        found = _item_plan(dialect, opcode, extlen)
+        if found is None:
             return None
-        plan = _plan(dialect, magic, opcode, extlen, 0, 0, -1, 0)
-        if plan.fast is None or plan.rev_seqno_at < 0:
+    (plan, unpack, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, seqno_at, rev_seqno_at, names,
+     datatypes) = found
+    if datatype not in datatypes:
+        return None
+    values = unpack(buf, pos + HEADER_LENGTH)
+    if (nmeta_at >= 0 and values[nmeta_at]) or (zero_seqno_at >= 0 and not values[zero_seqno_at]):
+        return None
+    for at, mask in flag_checks:
+        if values[at] & ~mask:
             return None
-        _ITEM_PLANS[(dialect.name, opcode, extlen)] = plan
-    values = plan.unpack(buf, pos + HEADER_LENGTH)
-    if plan.item_checks:
-        if (plan.nmeta_index >= 0 and values[plan.nmeta_index]) or (plan.by_seqno_index >= 0
-                                                                     and not values[plan.by_seqno_index]):
-            return None
-        for name, mask in plan.flag_checks:
-            if values[plan.names.index(name)] & ~mask:
-                return None
     key_offset = pos + HEADER_LENGTH + extlen
     value_offset = key_offset + keylen
-    rule = plan.key_rule
-    if rule is not _OPTIONAL and (rule is _REQUIRED) != (keylen > 0):
+    # presence rules as decode's: 0 optional, 1 required, 2 forbidden
+    if (key_rule == 1 and not keylen) or (key_rule == 2 and keylen) or (value_rule == 1 and stop == value_offset) \
+            or (value_rule == 2 and stop > value_offset):
         return None
-    rule = plan.value_rule
-    if rule is not _OPTIONAL and (rule is _REQUIRED) != (stop > value_offset):
+    key = _plain_key(buf, plan, datatype, key_offset, value_offset, stop, options.collections)
+    if key is None:
         return None
-    found = _plain_key(buf, plan, datatype, key_offset, value_offset, stop, options.collections)
-    if found is None:
-        return None
-    magic_name, opcode_name = plan.fast  # type: ignore[misc]
-    return (stop, header, plan, values, magic_name, opcode_name, found[0], found[1], values[plan.seqno_at],
-            values[plan.rev_seqno_at], value_offset)
+    return (stop, header, plan, values, names[0], names[1], key[0], key[1], values[seqno_at], values[rev_seqno_at],
+            value_offset)
 
 
-_ITEM_PLANS: dict[tuple[str, int, int], _Plan] = {}  # plain_item_at's plans (a few shapes per dialect)
+# What plain_item_at() needs of a plan, unpacked once: the plan, its extras unpacker, where nmeta and a
+# by_seqno that must not be 0 are (-1: nowhere), the flag fields' positions and defined bits, the key and
+# value presence rules (0 optional, 1 required, 2 forbidden), where by_seqno and rev_seqno are, the
+# record's (magic, opcode) names, and the datatypes decode() allows (a deletion's are restricted).
+_ItemPlan = tuple[_Plan, Any, int, int, tuple[tuple[int, int], ...], int, int, int, int, tuple[str, str],
+                  frozenset[int]]
+_RULE_CODES: Final = {Presence.OPTIONAL: 0, Presence.REQUIRED: 1, Presence.FORBIDDEN: 2}
+
+
+def _item_plan(dialect: Dialect, opcode: int, extlen: int) -> _ItemPlan | None:
+    """plain_item_at()'s view of decode()'s plan for a plain item shape (None: not one)."""
+    if opcode not in _ITEM_OPCODES or dialect.layout_authoritative or extlen == 1:
+        return None
+    plan = _plan(dialect, 0x80, opcode, extlen, 0, 0, -1, 0)
+    if plan.fast is None or plan.rev_seqno_at < 0:
+        return None
+    item: _ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
+                       tuple((plan.names.index(name), mask) for name, mask in plan.flag_checks),
+                       _RULE_CODES[plan.key_rule], _RULE_CODES[plan.value_rule], plan.seqno_at, plan.rev_seqno_at,
+                       plan.fast, DELETION_DATATYPES if opcode == 0x58 and plan.by_seqno_index >= 0
+                       else frozenset(range(256)))
+    _ITEM_PLANS[(dialect.name, opcode, extlen)] = item
+    return item
+
+
+_ITEM_PLANS: dict[tuple[str, int, int], _ItemPlan] = {}  # plain_item_at's plans (a few shapes per dialect)
 
 
 def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_offset: int, body_end: int,

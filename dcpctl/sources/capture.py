@@ -41,12 +41,14 @@ class _Connection:
     tracker: ConnectionTracker
     directions: dict[bool, _Direction]
     label: str
+    sink: ItemSink | None = None
 
 
 Item = Message | Skipped | Diagnostic
 # Where plain items go instead of coming out of feed() (see CaptureDecoder): plain_item_at()'s reading, the
 # packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
 ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker], None]
+ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
 
@@ -77,9 +79,10 @@ class CaptureDecoder:
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False,
-                 items: ItemSink | None = None) -> None:
+                 items: ItemSinks | None = None) -> None:
         """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``).
-        ``items``: plain items (a producer's pushed mutation, deletion or expiration about which
+        ``items``: each connection's sink (asked for once per connection, with its label) for plain items
+        (a producer's pushed mutation, deletion or expiration about which
         :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
         so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
         :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
@@ -99,9 +102,11 @@ class CaptureDecoder:
     def _connection(self, conn: ConnectionId, from_start: bool) -> _Connection:
         found = self.connections.get(conn)
         if found is None:
+            label = conn.label()
             found = _Connection(ConnectionTracker(self.options, from_start),
                                 {True: _Direction(self._framer(from_start)),
-                                 False: _Direction(self._framer(from_start))}, conn.label())
+                                 False: _Direction(self._framer(from_start))}, label,
+                                self.items(label) if self.items is not None else None)
             self.connections[conn] = found
         return found
 
@@ -160,7 +165,7 @@ class CaptureDecoder:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to
         the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
         general way, then the walk resumes."""
-        framer, tracker, sink, label, spans = direction.framer, state.tracker, self.items, state.label, direction.spans
+        framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
         assert sink is not None
         self.last_tracker = tracker
         limit = HEADER_LENGTH + framer.max_body_length

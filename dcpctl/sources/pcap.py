@@ -62,8 +62,17 @@ class CaptureNotice:
     message: str
 
 
+_ADDRESSES: dict[bytes, str] = {}  # a capture has few distinct addresses; formatting each costs a call
+MAX_ADDRESSES: Final = 65536  # beyond this many distinct ones, they are formatted each time
+
+
 def _address(raw: bytes) -> str:
-    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+    text = _ADDRESSES.get(raw)
+    if text is None:
+        text = socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+        if len(_ADDRESSES) < MAX_ADDRESSES:
+            _ADDRESSES[raw] = text
+    return text
 
 
 def _network(linktype: int, data: bytes) -> tuple[int, int] | None:

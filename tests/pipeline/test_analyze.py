@@ -186,7 +186,7 @@ def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
     # the capture lost 212's bytes: the gap is reported where decode reports it, with the connection
     assert any("capture_gap" in n and "127.0.0.1:50200" in n for n in result.notices), result.notices
-    report = analyses.report(job.read(spark, result), stall_ms=1000, plots=True)
+    report = analyses.report(job.read(spark, result), result.partials, plots=True)
     second = [g for g in report["gaps"] if g["connection"].startswith("127.0.0.1:50200")]
     assert {(g["previous"], g["by_seqno"]): g["kind"] for g in second} == {
         (203, 210): "expected: deduplication or filtered collections",
@@ -277,6 +277,6 @@ def test_pcapng_tls_and_an_empty_capture(spark: Any, tmp_path: Path) -> None:
     result = job.run(spark, [str(tmp_path / "tls.pcap")], frozenset({11210}), DecodeOptions(), tmp_path / "tls", 600)
     assert result.messages == 0
     assert any("tls_port" in n and "50400" in n for n in result.notices), result.notices
-    report = analyses.report(job.read(spark, result), stall_ms=1000, plots=True)
+    report = analyses.report(job.read(spark, result), result.partials, plots=True)
     assert report["messages"] == 0
     assert report["vbuckets"] == report["rollbacks"] == report["flow_control"] == report["progress"] == []

@@ -22,11 +22,11 @@ NAMES = [name for name, _ in schema.COLUMNS]
 
 
 def rows_of(path: Path, *, records: bool) -> list[tuple[Any, ...]]:
-    chunks, _ = plan(str(path))
-    segments = sorted((s for c in chunks for s in job.chunk_segments(c, PORTS)), key=lambda s: s[:3])
+    chunks, _ = plan(str(path), 1000)  # chunks of a few frames: a connection's runs come from several
+    runs = sorted((r for c in chunks for r in job.chunk_runs(c, PORTS)), key=lambda r: r[:3])
     rows = schema.Rows(records=records)
     notices: list[str] = []
-    for _ in job.decode_connections(segments, ("dcp", None, False), PORTS, rows, notices):
+    for _ in job.decode_connections(job.segments_of(runs, notices), ("dcp", None, False), PORTS, rows, notices):
         pass
     return rows.take()
 
@@ -180,3 +180,23 @@ def test_columns_are_typed_from_the_catalogue() -> None:
     assert "end_seqno" in schema.U64_COLUMNS
     assert "record string" not in ddl
     assert job.message_ddl(records=True).endswith("record string")
+
+
+def test_the_analyses_partials_do_not_depend_on_batching(tmp_path: Path) -> None:
+    from dcpctl.pipeline import rollup  # noqa: PLC0415
+
+    test_a_full_window_that_blocks_the_producer_is_a_stall(tmp_path)  # writes stall.pcap
+    rows = rows_of(tmp_path / "stall.pcap", records=False) + rows_of(SAMPLE, records=False)
+    arrow = job._arrow_types([(name, job.SPARK_TYPES[kind]) for name, kind in schema.COLUMNS])
+    results = []
+    for size in (1, 3, len(rows)):
+        partials = rollup.Partials()
+        for start in range(0, len(rows), size):
+            partials.extend(rollup.partial(job._to_arrow(rows[start:start + size], arrow), 1000.0))
+        results.append((rollup.merge(partials), partials.gaps, partials.requests, partials.stalls))
+    assert results[0] == results[1] == results[2]
+    (seconds, vbuckets), _, requests, stalls = results[0]
+    assert sum(r["messages"] for r in seconds) == len(rows)
+    assert sorted((r["vb"], r["items"]) for r in vbuckets) == [(3, 6), (12, 3)]  # the stall capture's, the sample's
+    assert [round(s["stalled_ms"]) for s in stalls] == [10000]
+    assert [r["status"] for r in requests if r["direction"] == "server>client"] == ["Success", "Rollback", "Success"]

@@ -26,9 +26,9 @@ def agrees(raw: bytes, options: DecodeOptions) -> bool:
     fields = item_key(message) if message.magic == 0x80 else None
     clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
     if found is None:
-        assert not clean, message.record()
+        assert not clean, (raw.hex(), message.record())
         return True
-    assert clean, message.record()
+    assert clean, (raw.hex(), message.record())
     end, header, _, values, *rest = found
     assert end == len(raw)
     assert header == message.header
