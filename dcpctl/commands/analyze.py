@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +18,7 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, plots
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.sources.pcap import CaptureError
-from dcpctl.sources.pcapchunks import DEFAULT_CHUNK
+from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 
 DEFAULT_STALL_MS = 1000.0  # a full window that blocks the producer this long is worth a row in the report
 
@@ -55,11 +56,28 @@ def analyze(
     except job.SparkUnavailableError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
     ports = frozenset(port or [11210])
-    session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
+    for path in paths:  # before Spark starts: a bad input is a one-line error at once
+        if path == "-":
+            raise CommandError("analyze reads capture files, which Spark cuts into pieces: not standard input "
+                               "(save it to a file, or use dcpctl decode -)", ExitCode.USAGE)
+        try:
+            check(path)
+        except FileNotFoundError:
+            raise CommandError(f"{path}: no such file", ExitCode.INPUT) from None
+        except (CaptureError, OSError) as exc:
+            raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+    with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
+        planning = pool.submit(job.partitions_for, paths, chunk_size)
+        session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
+        try:
+            planned = planning.result()
+        except (CaptureError, OSError) as exc:
+            session.stop()
+            raise CommandError(str(exc), ExitCode.INPUT) from None
     try:
         try:
             result = job.run(session, paths, ports, DecodeOptions(), out, chunk_size, records=records,
-                             stall_ms=stall_ms)
+                             stall_ms=stall_ms, planned=planned)
         except (CaptureError, OSError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
         errors = env.error_console()

@@ -110,7 +110,9 @@ def spark_session(master: str | None, app: str = "dcpctl analyze") -> Any:
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no guessing at interfaces
 
+    log4j = Path(__file__).with_name("log4j2.properties")
     builder = SparkSession.builder.appName(app).config("spark.ui.enabled", "false") \
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}") \
         .config("spark.ui.showConsoleProgress", "false") \
         .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "8")
     if master:
@@ -404,10 +406,12 @@ class Result:
 
 
 def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOptions, out: Path,
-        chunk_bytes: int = DEFAULT_CHUNK, *, records: bool = False, stall_ms: float = 1000.0) -> Result:
+        chunk_bytes: int = DEFAULT_CHUNK, *, records: bool = False, stall_ms: float = 1000.0,
+        planned: tuple[list[Chunk], list[str]] | None = None) -> Result:
     """Decode some captures into a Parquet dataset at ``out`` (replaced); ``stall_ms`` is the shortest
-    flow-control stall the analyses list."""
-    chunks, notes = partitions_for(paths, chunk_bytes)
+    flow-control stall the analyses list; ``planned``: :func:`partitions_for` already done (while Spark
+    started, say)."""
+    chunks, notes = planned if planned is not None else partitions_for(paths, chunk_bytes)
     out = out.resolve()
     if out.exists():
         shutil.rmtree(out)
