@@ -32,7 +32,8 @@ from dcpctl.protocol.message import DecodeOptions, Message, decode
 DEFAULT_TIMEOUT: Final = 10.0  # seconds for connecting and for each request
 RECV_SIZE: Final = 1 << 20
 # HELLO features a DCP client asks for (reference 4.1 and 4.10: dcpdrain's set plus Collections).
-DCP_FEATURES: Final = ("Xerror", "SelectBucket", "JSON", "Snappy", "Xattr", "Collections", "AltRequestSupport")
+DCP_FEATURES: Final = ("TcpNoDelay", "MutationSeqno", "Xerror", "SelectBucket", "JSON", "Snappy", "Xattr",
+                       "Collections", "AltRequestSupport")
 
 
 class ClientError(Exception):
@@ -129,6 +130,7 @@ class Connection:
         self.opaque = 0
         self.features: list[str] = []
         self.closed = False
+        self.read_ts = time.time()  # when the socket last gave bytes: the ts of the messages they hold
 
     def close(self) -> None:
         if not self.closed:
@@ -174,6 +176,7 @@ class Connection:
             raise ConnectError(f"{self.label}: the connection broke ({exc.strerror or exc})") from None
         if not data:
             raise ConnectError(f"{self.label}: the server closed the connection")
+        self.read_ts = time.time()
         self.framer.feed(data)
         return True
 
@@ -184,6 +187,13 @@ class Connection:
             if self.tap is not None:
                 self.tap(self, False, event.data)  # noqa: FBT003 - as above
             self.pending.append(decode(event.data, event.offset, self.options))
+
+    def take(self) -> Message | None:
+        """The next message already read from the socket, or None: never reads (one turn of a loop that
+        serves several connections fairly)."""
+        if not self.pending:
+            self._frames()
+        return self.pending.popleft() if self.pending else None
 
     def next(self, wait: float | None) -> Message | None:
         """The next message the server sent, or None when nothing came within ``wait`` seconds."""
@@ -234,6 +244,9 @@ class Connection:
         offered_names = {canonical(m): m for m in str(offered).split()}
         if mechanism is not None:
             wanted = canonical(mechanism)
+            if wanted not in (*MECHANISMS, PLAIN):
+                raise AuthError(f"{self.label}: dcpctl authenticates with {', '.join((*MECHANISMS, PLAIN))}, not "
+                                f"{mechanism}")
             if wanted not in offered_names:
                 raise AuthError(f"{self.label}: the server does not offer {mechanism} (it offers {offered})")
             choice = wanted

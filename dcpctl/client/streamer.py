@@ -17,6 +17,7 @@ after the caller's output is flushed, so a stop and a resume deliver every item 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -27,10 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from dcpctl.client import state as state_file
 from dcpctl.client.connection import (
     DCP_FEATURES,
     ClientError,
+    ClientTimeoutError,
     Connection,
     StatusError,
     TlsOptions,
@@ -40,7 +44,17 @@ from dcpctl.client.state import State, VbucketPosition
 from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry, StreamRequest, VbucketState, needs_rollback
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.constants import STREAM_END_STATUSES
+from dcpctl.protocol.framer import HEADER_LENGTH
+from dcpctl.protocol.message import (
+    DecodeOptions,
+    Message,
+    decode,
+    item_line_template,
+    plain_item_at,
+    plain_line,
+    plain_value,
+)
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -53,12 +67,22 @@ MARKER: Final = 0x56
 STREAM_END: Final = 0x55
 STREAM_REQ: Final = 0x53
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
+WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
-REOPEN_STATUSES: Final = {2: "StateChanged", 3: "Disconnected", 4: "Slow"}
+# Stream ends (reference 3.7) after which the vbucket is asked again from where it got to; FilterEmpty (7)
+# ends it for good (its collections are gone), LostPrivileges (8) stops dcpctl (exit 7)
+REOPEN_STATUSES: Final = {2: "StateChanged", 3: "Disconnected", 4: "Slow", 5: "BackfillFail"}
+FILTER_EMPTY: Final = 7
+LOST_PRIVILEGES: Final = 8
+# A vbucket asked again (NotMyVbucket, a reopened stream) this many times in a row without an item is given
+# up on: the cluster map keeps pointing at a node that does not have it. The waits double from the first.
+MAX_REROUTES: Final = 10
+REROUTE_WAIT: Final = 0.1  # seconds before the second try; 0.1 * 2**9 = 51 s before the tenth
 _SCAN: Final = struct.Struct(">BBHBBHII")  # the header up to the opaque: what the quiet path reads
 _SEQNO: Final = struct.Struct(">Q")  # by_seqno, the first extras field of every item
+_BODY: Final = struct.Struct(">I")  # total body length, at offset 8 of the header
 
 
 @dataclass
@@ -85,6 +109,8 @@ class StreamOptions:
     state_path: Path | None = None
     name: str = ""
     quiet: bool = False  # nobody reads the messages (--summary alone): items are counted from their headers
+    # JSON lines are wanted and go here (bytes): plain items are then written from a template in place
+    lines: Callable[[bytes], object] | None = None
 
 
 @dataclass
@@ -92,6 +118,7 @@ class _Stream:
     vbucket: int
     opaque: int
     request: StreamRequest
+    sent: float  # monotonic time of the request: unanswered past --timeout is an error
     open: bool = False
     ended: bool = False
     rollbacks: int = 0
@@ -104,6 +131,7 @@ class _Node:
     vbuckets: list[int]
     unacked: int = 0
     last_heard: float = 0.0
+    templates: dict[tuple[int, bool, bool, bool], bytes] = field(default_factory=dict)  # the lines path's
 
 
 class Streamer:
@@ -133,7 +161,15 @@ class Streamer:
         self._opaque = 0x1000
         self._last_save = time.monotonic()
         self._done = False
+        self.interrupted = False  # stop() was called
         self._prepared: set[int] = set()
+        self._reroutes: dict[int, int] = {}  # vbucket -> times asked again since its last item
+        self._uncommitted: tuple[VbucketPosition, int] | None = None  # the item handed out, not yet taken
+        if "connection_buffer_size" in options.controls:  # the window acks are sent for is the one negotiated
+            try:
+                options.buffer_size = int(options.controls["connection_buffer_size"])
+            except ValueError:
+                raise ClientError("--control connection_buffer_size: a number of bytes", ExitCode.USAGE) from None
 
     # --- topology --------------------------------------------------------------------------------
     def _connect(self, host: str, port: int) -> Connection:
@@ -206,9 +242,7 @@ class Streamer:
         need_seqnos = options.start == "now" or options.until == "now"
         high: dict[int, int] = {}
         if need_seqnos:
-            reply = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS")
-            entries = reply.record().get("vbucket_seqnos", [])
-            high = {int(e["vbucket"]): int(e["seqno"]) for e in entries}
+            high = self._high_seqnos(conn)
         for vb in vbuckets:
             position = self.state.vbuckets.get(vb)
             if options.start == "resume" and position is not None:
@@ -224,6 +258,10 @@ class Streamer:
                 self.ends[vb] = high.get(vb, 0)
             elif options.until != "forever":
                 self.ends[vb] = int(options.until)
+
+    def _high_seqnos(self, conn: Connection) -> dict[int, int]:
+        reply = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS")
+        return {int(e["vbucket"]): int(e["seqno"]) for e in reply.record().get("vbucket_seqnos", [])}
 
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
         record = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb}, f"GET_FAILOVER_LOG vbucket {vb}").record()
@@ -263,7 +301,7 @@ class Streamer:
         if value is not None:
             record["value"] = value
         node.conn.send(record)
-        self.streams[(id(node), self._opaque)] = _Stream(vb, self._opaque, request)
+        self.streams[(id(node), self._opaque)] = _Stream(vb, self._opaque, request, time.monotonic())
 
     def _value(self) -> str | None:
         options = self.options
@@ -284,6 +322,7 @@ class Streamer:
         registered: set[int] = set()
         dead_after = 2.5 * self.options.noop_interval
         quiet = self.options.quiet and self.tap is None
+        lines = self.options.lines is not None and self.tap is None
         try:
             while self._active() and not self._done:
                 for node in list(self.nodes.values()):
@@ -294,30 +333,55 @@ class Streamer:
                          if (n.conn.pending if quiet else n.conn.buffered()) or _tls_pending(n.conn)]
                 if not ready:
                     self.before_wait()  # the output reaches its reader before dcpctl waits for the network
-                    ready = [key.data for key, _ in selector.select(1.0)]
+                    ready = [key.data for key, _ in selector.select(WAKE_EVERY)]
                 now = time.monotonic()
-                for node in ready:
+                for node in ready:  # one turn each: what one read brought, so no connection starves the rest
                     if quiet or not node.conn.buffered():
                         node.conn.receive(0.0)
                     node.last_heard = now
                     if quiet:
                         self._scan(node)
                         continue
+                    if lines:
+                        yield from self._lines(node)
+                        continue
                     while not self._done:
-                        msg = node.conn.next(0.0)
+                        msg = node.conn.take()
                         if msg is None:
                             break
                         out = self._handle(node, msg)
                         if out is not None:
                             yield out
-                for node in self.nodes.values():
-                    if now - node.last_heard > dead_after:
-                        raise ClientError(f"{node.conn.label}: nothing received for {dead_after:g} s, noops included: "
-                                          "the connection is dead", ExitCode.CONNECTION)
+                            # the caller asked for the next message: this one is written, its position counts
+                            self._commit(out)
+                self._check_deadlines(now, dead_after)
                 if now - self._last_save > SAVE_EVERY:
                     self.save()
         finally:
             selector.close()
+
+    def _check_deadlines(self, now: float, dead_after: float) -> None:
+        """A node silent past the noop deadline is dead; a stream request unanswered past --timeout is an error
+        (the server's noops keep the connection alive, so only the request's own deadline catches it)."""
+        for node in self.nodes.values():
+            if now - node.last_heard > dead_after:
+                raise ClientError(f"{node.conn.label}: nothing received for {dead_after:g} s, noops included: "
+                                  "the connection is dead", ExitCode.CONNECTION)
+        timeout = self.options.timeout
+        for stream in self.streams.values():
+            if not stream.open and not stream.ended and now - stream.sent > timeout:
+                raise ClientTimeoutError(f"no answer to the stream request for vbucket {stream.vbucket} within "
+                                         f"{timeout:g} s (--timeout)")
+
+    def _commit(self, _msg: Message) -> None:
+        """The caller took the message (it asks for the next one after writing it): an item's seqno is now
+        where its vbucket got to, which --state saves. Committed only now, a stop between receiving an item
+        and writing it resumes from before it, so it is written exactly once."""
+        pending = self._uncommitted
+        if pending is not None:
+            self._uncommitted = None
+            position, seqno = pending
+            position.seqno = seqno
 
     def _scan(self, node: _Node) -> None:
         """The quiet path: items are counted from their headers, in place; anything else is decoded and
@@ -327,7 +391,7 @@ class Streamer:
             self._handle(node, conn.pending.popleft())
         buf, pos = conn.framer.window()
         n = len(buf)
-        streams, positions, count = self.streams, self.state.vbuckets, self.options.count
+        streams, positions, count, reroutes = self.streams, self.state.vbuckets, self.options.count, self._reroutes
         half = self.options.buffer_size // 2
         key = id(node)
         while pos + 24 <= n and not self._done:
@@ -349,6 +413,8 @@ class Streamer:
                 continue
             seqno = _SEQNO.unpack_from(buf, pos + 24)[0]
             positions[stream.vbucket].seqno = seqno
+            if stream.vbucket in reroutes:
+                del reroutes[stream.vbucket]
             stats = self.stats.get(stream.vbucket)
             if stats is None:
                 stats = self.stats[stream.vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
@@ -366,16 +432,109 @@ class Streamer:
                 self._done = True
         conn.framer.consume(pos)
 
+    def _lines(self, node: _Node) -> Iterator[Message]:
+        """The JSON-lines path: plain items (about which plain_item_at and the tracker have nothing to say,
+        whose value the record shows as text) are written in place as lines, from a template per shape
+        (item_line_template); anything else is decoded, handled and yielded for the output as usual.
+        Positions, acknowledgements and --count are exactly the usual path's, and a test holds every line to
+        the usual path's record. An item's position counts once its line is written."""
+        conn, tracker, write = node.conn, node.tracker, self.options.lines
+        assert write is not None
+        streams, positions, stats_of, reroutes = self.streams, self.state.vbuckets, self.stats, self._reroutes
+        count, half, key, templates = self.options.count, self.options.buffer_size // 2, id(node), node.templates
+        limit = HEADER_LENGTH + conn.framer.max_body_length
+        written: dict[int, tuple[int, int, int]] = {}  # vbucket -> (items, first and last seqno) of the window
+        while not self._done:
+            while conn.pending and not self._done:  # read ahead by a call(): already decoded, handled first
+                out = self._handle(node, conn.pending.popleft())
+                if out is not None:
+                    yield out
+                    self._commit(out)
+            buf, pos = conn.framer.window()
+            n, base, options = len(buf), conn.framer.offset - pos, conn.options
+            ts = orjson.dumps(conn.read_ts)
+            out_lines: list[bytes] = []
+            shape: tuple[int, bool, bool, bool] | None = None
+            template = b""
+            while not self._done:
+                item = plain_item_at(buf, pos, n, options)
+                if item is None:
+                    break
+                end, header, plan, _, _, _, collection_id, item_key, seqno, _, value_offset = item
+                stream = streams.get((key, header[7]))
+                value = plain_value(buf, value_offset, end) if stream is not None and end - pos <= limit else None
+                if value is None:
+                    break
+                handled, stream_vbucket = tracker.plain_item(header[7], seqno, end - pos)
+                if not handled:
+                    break
+                found = (id(plan), collection_id is not None, item_key is not None, stream_vbucket is not None)
+                if found != shape:  # the same shape item after item: the last template serves
+                    shape = found
+                    template = templates.get(shape) or templates.setdefault(shape, item_line_template(
+                        {"ts": None, "connection": conn.connection, "direction": "server>client"}, plan,
+                        collection_id=shape[1], key=shape[2], last=("stream_vbucket",) if shape[3] else ()))
+                out_lines.append(plain_line(template, item, ts, base + pos, value,
+                                            () if stream_vbucket is None else (stream_vbucket,)))
+                vbucket = stream.vbucket  # type: ignore[union-attr]
+                done = written.get(vbucket)
+                written[vbucket] = (done[0] + 1, done[1], seqno) if done else (1, seqno, seqno)
+                node.unacked += end - pos
+                pos = end
+                self.items += 1
+                if count is not None and self.items >= count:
+                    self._done = True
+            if out_lines:
+                write(b"".join(out_lines))
+                # written: the positions count (a Ctrl-C only asks the loop to stop, never cuts a write)
+                for vbucket, (items, first, last) in written.items():
+                    positions[vbucket].seqno = last
+                    reroutes.pop(vbucket, None)
+                    stats = stats_of.get(vbucket)
+                    if stats is None:
+                        stats = stats_of[vbucket] = {"items": 0, "first_seqno": first, "last_seqno": None}
+                    stats["items"] += items
+                    stats["last_seqno"] = last
+                written.clear()
+                if node.unacked >= half:
+                    conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
+                    node.unacked = 0
+            conn.framer.consume(pos)
+            if self._done:
+                return
+            msg = self._one(conn)  # the packet the walk stopped at, the usual way
+            if msg is None:
+                return  # nothing whole left: the caller reads the socket again
+            out = self._handle(node, msg)
+            if out is not None:
+                yield out
+                self._commit(out)
+
+    @staticmethod
+    def _one(conn: Connection) -> Message | None:
+        """The next whole packet in the connection's buffer, decoded (None when there is none)."""
+        buf, pos = conn.framer.window()
+        if len(buf) - pos < HEADER_LENGTH:
+            return None
+        total = HEADER_LENGTH + _BODY.unpack_from(buf, pos + 8)[0]
+        if total > HEADER_LENGTH + conn.framer.max_body_length:
+            return conn.take()  # the framer's own checks say what is wrong with it
+        if len(buf) - pos < total:
+            return None
+        base = conn.framer.offset - pos
+        conn.framer.consume(pos + total)
+        return decode(buf[pos:pos + total], base + pos, conn.options)
+
     def _handle(self, node: _Node, msg: Message) -> Message | None:
         """Act on one message; returns it when it is for the output (stream data), else None."""
         opcode = msg.opcode
         if msg.is_response:
-            node.tracker.observe(msg, from_client=False, ts=time.time())
+            node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
             if opcode == STREAM_REQ:
                 self._stream_response(node, msg)
             return None
         if opcode == NOOP:
-            node.tracker.observe(msg, from_client=False, ts=time.time())
+            node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
             node.conn.send({"magic": "ClientResponse", "opcode": "DCP_NOOP", "status": "Success",
                             "opaque": msg.opaque})
             return None
@@ -384,7 +543,7 @@ class Streamer:
             node.conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
             node.unacked = 0
         stream = self.streams.get((id(node), msg.opaque))
-        ts = time.time()
+        ts = node.conn.read_ts  # when its bytes were read, as a capture's ts is when they were seen
         note = node.tracker.observe(msg, from_client=False, ts=ts)
         msg.annotate({"ts": ts, "connection": node.conn.connection, "direction": "server>client"}, note.fields,
                      note.diagnostics)
@@ -407,7 +566,8 @@ class Streamer:
             return msg
         seqno = msg.by_seqno
         if seqno is not None:
-            position.seqno = seqno
+            self._uncommitted = (position, seqno)  # see _commit
+            self._reroutes.pop(vbucket, None)
         if opcode in ITEMS:
             self.items += 1
             stats = self.stats.get(vbucket)
@@ -452,11 +612,15 @@ class Streamer:
         why = ""
         try:
             log = self._failover_log(node.conn, vb)
+            high = self._high_seqnos(node.conn).get(vb)
         except ClientError:
-            log = []
+            log, high = [], None
+        if high is not None and vb in self.ends and self.options.until == "now":
+            # --until now: the history the start's high seqno belonged to is gone; the vbucket's own now ends it
+            self.ends[vb] = min(self.ends[vb], high)
         if log:
-            high = max(request.start_seqno, request.snap_end, log[0].seqno)
-            decision = needs_rollback(request, VbucketState(tuple(log), high))
+            decision = needs_rollback(request, VbucketState(tuple(log), high if high is not None else
+                                                            max(request.start_seqno, request.snap_end, log[0].seqno)))
             why = f" [{decision.rule}] {decision.reason}" if decision.rollback_seqno == seqno else \
                 " (the server's purge or high seqno decided: the failover log alone does not explain it)"
         story = (f"vbucket {vb}: the server asks to roll back from {request.start_seqno} "
@@ -482,12 +646,28 @@ class Streamer:
     def _stream_end(self, node: _Node, stream: _Stream, status: int) -> None:
         stream.ended = True
         vb = stream.vbucket
-        if status in REOPEN_STATUSES and (self.ends.get(vb) is None or self.state.vbuckets[vb].seqno < self.ends[vb]):
-            self.notice(f"vbucket {vb}: stream ended ({REOPEN_STATUSES[status]}); asking again from "
-                        f"{self.state.vbuckets[vb].seqno}")
+        reason = STREAM_END_STATUSES.name(status)
+        if status == LOST_PRIVILEGES:
+            raise ClientError(f"vbucket {vb}: the server ended the stream: {reason} (the user's access to the bucket "
+                              "or collection was revoked)", ExitCode.AUTH)
+        if status == FILTER_EMPTY:
+            self.notice(f"vbucket {vb}: stream ended ({reason}: every collection it was filtered to was dropped)")
+        elif status in REOPEN_STATUSES and (self.ends.get(vb) is None
+                                            or self.state.vbuckets[vb].seqno < self.ends[vb]):
+            self.notice(f"vbucket {vb}: stream ended ({reason}); asking again from {self.state.vbuckets[vb].seqno}")
             self._reroute(vb)
 
     def _reroute(self, vb: int) -> None:
+        """Ask a vbucket again, from the node the cluster map now says owns it; after a few tries without an
+        item, waiting longer each time, give up (MAX_REROUTES)."""
+        tries = self._reroutes[vb] = self._reroutes.get(vb, 0) + 1
+        if tries > MAX_REROUTES:
+            raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without an item (NotMyVbucket or "
+                              "ended streams): the cluster map keeps pointing at a node that does not serve it",
+                              ExitCode.PROTOCOL)
+        if tries > 1:
+            self.before_wait()
+            time.sleep(REROUTE_WAIT * 2 ** (tries - 2))
         any_node = next(iter(self.nodes.values()))
         seed = self._connect(any_node.conn.host, any_node.conn.port)
         try:
@@ -500,6 +680,11 @@ class Streamer:
         self._open_node(address, [vb])
 
     # --- the end ---------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop at the next safe point (Ctrl-C): between messages, never inside a write."""
+        self.interrupted = True
+        self._done = True
+
     def save(self) -> None:
         if self.options.state_path is not None:
             self.before_save()
@@ -507,10 +692,16 @@ class Streamer:
         self._last_save = time.monotonic()
 
     def close(self) -> None:
-        """Save the position and close every connection (after Ctrl-C too)."""
+        """Save the position, close the open streams (DCP_CLOSE_STREAM, best effort: the server may already be
+        gone) and every connection (after Ctrl-C too)."""
         try:
             self.save()
         finally:
+            for (key, _), stream in self.streams.items():
+                node = next((n for n in self.nodes.values() if id(n) == key), None)
+                if node is not None and stream.open and not stream.ended:
+                    with contextlib.suppress(ClientError):
+                        node.conn.send({"opcode": "DCP_CLOSE_STREAM", "vbucket": stream.vbucket})
             for node in self.nodes.values():
                 node.conn.close()
 

@@ -54,6 +54,9 @@ def password_of(env: Environment, variable: str, path: Path | None, user: str) -
 def tls_of(tls: bool, cacert: Path | None, cert: Path | None, key: Path | None, no_verify: bool) -> TlsOptions | None:
     if not (tls or cacert or cert or no_verify):
         return None
+    for option, path in (("--cacert", cacert), ("--cert", cert), ("--key", key)):
+        if path is not None and not path.is_file():  # before connecting: a typo is not a TLS failure
+            raise CommandError(f"{option}: {path}: no such file", ExitCode.INPUT)
     return TlsOptions(str(cacert) if cacert else None, str(cert) if cert else None, str(key) if key else None,
                       verify=not no_verify)
 

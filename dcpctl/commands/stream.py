@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import string
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -38,7 +38,7 @@ from dcpctl.commands._live import (
 from dcpctl.commands._options import Base64Option, env_of
 from dcpctl.commands.decode import parse_ranges
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.protocol.message import Message
+from dcpctl.protocol.message import Message, redacted
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -107,6 +107,10 @@ def stream(
         raise CommandError(f"--from: beginning, now, resume or a seqno, not {start!r}", ExitCode.USAGE)
     if until not in ("forever", "now") and not until.isdigit():
         raise CommandError(f"--until: forever, now or a seqno, not {until!r}", ExitCode.USAGE)
+    if template is not None:
+        _Template().check(template)
+    if state is not None and not (state.parent if str(state.parent) else Path(".")).is_dir():
+        raise CommandError(f"--state: {state}: no such directory to save it in", ExitCode.INPUT)
     if start == "resume" and state is None:
         raise CommandError("--from resume needs --state FILE", ExitCode.USAGE)
     if collections and scope:
@@ -125,6 +129,10 @@ def stream(
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
         noop_interval, count, on_rollback.value, state,
         quiet=summary and fmt is None and template is None and write is None)
+    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    binary = getattr(env.stdout, "buffer", None)
+    if output is Format.JSONL and template is None and not options.quiet and binary is not None:
+        options.lines = binary.write  # plain items go out as lines from a template (the JSON of their record)
     errors = env.error_console()
 
     def notice(message: str) -> None:
@@ -143,8 +151,7 @@ def stream(
                                 before_wait=env.stdout.flush)
         except StateError as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
-        output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
-        with client_errors():
+        with client_errors(), _first_ctrl_c_stops(streamer):
             try:
                 messages = streamer.messages()
                 if summary and fmt is None and template is None:
@@ -155,12 +162,35 @@ def stream(
                 else:
                     emit(messages, output, env, base64=base64)  # flushed whenever the stream waits
             except KeyboardInterrupt:
-                notice("interrupted: closing the streams and saving the state")
+                notice("interrupted again: stopping at once and saving the state")
             finally:
+                if streamer.interrupted:
+                    notice("interrupted: closing the streams and saving the state")
                 env.stdout.flush()
                 streamer.close()
         if summary:
             _print_summary(streamer, env)
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops(streamer: Streamer) -> Iterator[None]:
+    """The first Ctrl-C asks the streamer to stop at its next safe point, so every line being written is
+    written whole and counted in the state; a second one stops at once (a reader that never reads again
+    leaves a write blocked). Only the main thread can own signals; elsewhere Ctrl-C stays as it is."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        streamer.stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    try:
+        previous = signal.signal(signal.SIGINT, stop)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _hex_list(text: str, option: str) -> list[int]:
@@ -170,16 +200,48 @@ def _hex_list(text: str, option: str) -> list[int]:
         raise CommandError(f"{option}: hex ids, comma separated, not {text!r}", ExitCode.USAGE) from None
 
 
-def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
-    formatter = string.Formatter()
-    for msg in messages:
-        fields: dict[str, Any] = defaultdict(str, msg.record())
+class _Absent:
+    """A field this message does not have: empty, whatever the format spec or index asked of it."""
+
+    def __getitem__(self, _key: object) -> _Absent:
+        return self
+
+    def __getattr__(self, _name: str) -> _Absent:
+        return self
+
+
+_ABSENT = _Absent()
+
+
+class _Template(string.Formatter):
+    """-f: str.format over the record's field names; a field the message lacks prints as nothing (a snapshot
+    marker has no by_seqno, even for '{by_seqno:d}')."""
+
+    def get_value(self, key: int | str, args: Any, kwargs: Any) -> Any:
+        return kwargs.get(key, _ABSENT) if isinstance(key, str) else super().get_value(key, args, kwargs)
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return "" if value is _ABSENT else super().format_field(value, format_spec)
+
+    def check(self, template: str) -> None:
+        """A template whose braces do not parse, or that names fields by position, is refused at once."""
         try:
-            line = formatter.vformat(template, (), fields)
-        except (ValueError, IndexError, AttributeError, KeyError) as exc:
+            names = [name for _, name, _, _ in self.parse(template) if name is not None]
+        except ValueError as exc:
             raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
-        out.write(line + "\n")
-        out.flush()
+        for name in names:
+            if name == "" or name[0].isdigit():
+                raise CommandError(f"-f: bad template: {{{name}}}: name a field, as in {{by_seqno}}", ExitCode.USAGE)
+
+
+def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
+    formatter = _Template()
+    for msg in messages:
+        try:
+            line = formatter.vformat(template, (), msg.record())
+        except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
+            raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
+        out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
 
 
 def _print_summary(streamer: Streamer, env: Any) -> None:
@@ -203,6 +265,7 @@ def _pcap_tap(writer: PcapWriter) -> Any:
             conversation = TcpConversation(writer, (local[0], local[1]), (conn.host, conn.port), ts=time.time())
             conversation.handshake()
             conversations[id(conn)] = conversation
-        conversation.send(from_client, data, ts=time.time())
+        # SASL values the client sent are masked: with PLAIN, one of them is the password
+        conversation.send(from_client, redacted(data) if from_client else data, ts=time.time())
 
     return tap

@@ -2,9 +2,10 @@
 
 A failover log lists, newest first, the uuids a vbucket's history went through and the seqno each began
 at. Between two dumps of the same vbucket: entries only in the new one are new branches (a failover or
-a promotion happened); an entry of the old dump missing from the new one means the history the old dump
-knew was abandoned (the new log was cut back below it): a divergent history, where consumers that
-followed the old branch must roll back.
+a promotion happened). The history the old dump knew was abandoned, a divergent history where consumers
+that followed it must roll back, when an entry of the old dump is missing from the new one (the log was
+cut back below it), or when a new branch begins below the old dump's high seqno (the items after that
+seqno, which the old branch had, are gone: the usual failover of a vbucket whose replica lagged).
 """
 
 from __future__ import annotations
@@ -29,19 +30,30 @@ class Change:
                 "lost_entries": [e.to_json() for e in self.lost_entries], "message": self.message}
 
 
-def dump_logs(dump: Any) -> dict[int, list[FailoverEntry]]:
-    """``dcpctl failover --format json`` output -> vbucket -> log (ValueError or TypeError on anything else)."""
+@dataclass(frozen=True)
+class Dumped:
+    """One vbucket of a dump: its failover log and, when the dump has it, its high seqno."""
+
+    failover_log: list[FailoverEntry]
+    high_seqno: int | None = None
+
+
+def dump_logs(dump: Any) -> dict[int, Dumped]:
+    """``dcpctl failover --format json`` output -> vbucket -> its log and high seqno (ValueError or TypeError
+    on anything else)."""
     if not isinstance(dump, list):
         raise TypeError("a failover dump is a JSON list of {vbucket, failover_log, ...} objects")
     out = {}
     for item in dump:
         if not isinstance(item, dict) or "vbucket" not in item:
             raise TypeError("each entry needs vbucket and failover_log")
-        out[int(item["vbucket"])] = parse_failover_log(item.get("failover_log", []))
+        high = item.get("high_seqno")
+        out[int(item["vbucket"])] = Dumped(parse_failover_log(item.get("failover_log", [])),
+                                           int(high) if high is not None else None)
     return out
 
 
-def compare(old: dict[int, list[FailoverEntry]], new: dict[int, list[FailoverEntry]]) -> list[Change]:
+def compare(old: dict[int, Dumped], new: dict[int, Dumped]) -> list[Change]:
     changes = []
     for vb in sorted(set(old) | set(new)):
         if vb not in old:
@@ -50,10 +62,19 @@ def compare(old: dict[int, list[FailoverEntry]], new: dict[int, list[FailoverEnt
         if vb not in new:
             changes.append(Change(vb, "missing_vbucket", message=f"vbucket {vb} is not in this dump"))
             continue
-        before, after = old[vb], new[vb]
+        before, after = old[vb].failover_log, new[vb].failover_log
         added = tuple(e for e in after if e not in before)
         lost = tuple(e for e in before if e not in after)
-        if lost:
+        high = old[vb].high_seqno
+        cut = [e for e in added if high is not None and e.seqno < high]
+        if cut and not lost:
+            branch = min(cut, key=lambda e: e.seqno)
+            lowest = branch.seqno
+            changes.append(Change(vb, "divergent", added, (), (
+                f"vbucket {vb}: divergent history: a new branch (uuid {branch.vbucket_uuid}) begins at seqno "
+                f"{lowest}, below the earlier dump's high seqno {high}: items {lowest + 1}-{high} of the earlier "
+                f"history are gone; consumers past seqno {lowest} must roll back to it")))
+        elif lost:
             changes.append(Change(vb, "divergent", added, lost, (
                 f"vbucket {vb}: divergent history: the earlier dump's "
                 + ", ".join(f"uuid {e.vbucket_uuid} from seqno {e.seqno}" for e in lost)

@@ -77,6 +77,7 @@ class Cluster:
     users: dict[str, str]
     revision: int = 1
     tls_ports: list[int] | None = None
+    requests_hang_until: float = 0.0  # stream requests received before this (loop time) are never answered
 
     def config(self, host: str) -> dict[str, Any]:
         """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``."""
@@ -446,6 +447,8 @@ class ProducerConnection:
         bucket = self._needs_bucket(msg)
         if bucket is None:
             return
+        if self.now < self.node.cluster.requests_hang_until:
+            return  # a scenario's hang: the request is never answered (noops go on), as a stuck backfill
         if self.dcp_flags is None:
             self._reply(msg, "Einval")
             return
@@ -543,6 +546,10 @@ class ProducerConnection:
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
     def _noop_request(self, msg: Message) -> None:
+        if self.dcp_flags is not None:  # reference 12.22: a DCP_NOOP request to a producer disconnects the client
+            self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
+                       "(only the server sends noops; the client answers them)")
+            return
         self._reply(msg)
 
     # --- output ---------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ holds. Triggers: ``after_items`` (items the server has sent, all connections tog
 - ``disconnect``: every client connection is dropped (a node restart, a network cut).
 - ``delay`` (``seconds``): no stream data for that long (a slow disk, a stalled backfill).
 - ``mutate`` (``count``, optional ``vbucket``): that many new items at once.
+- ``hang`` (optional ``seconds``, default forever): stream requests received meanwhile are never answered,
+  while noops and the streams already open go on (a node whose backfill never starts): what a consumer's
+  own deadline on stream requests is for.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
-                  "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",)}
-OPTIONAL: Final = {"failover": ("seqno",), "mutate": ("vbucket",)}
+                  "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",),
+                  "hang": ()}
+OPTIONAL: Final = {"failover": ("seqno",), "mutate": ("vbucket",), "hang": ("seconds",)}
 TRIGGERS: Final = ("after_items", "after_seconds")
 
 
@@ -82,9 +86,16 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
             if key != "action" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
                 raise ScenarioError(f"{where}: event {number} ({action}): {key} must be a number >= 0")
         events.append(Event(action, _int(raw, "after_items"), _num(raw, "after_seconds"), _int(raw, "vbucket"),
-                            _int(raw, "seqno"), _int(raw, "node"), _num(raw, "seconds") or 0.0,
+                            _int(raw, "seqno"), _int(raw, "node"),
+                            _seconds(raw, action),
                             _int(raw, "count") or 0))
     return events
+
+
+def _seconds(raw: dict[str, Any], action: str) -> float:
+    if "seconds" in raw:
+        return float(raw["seconds"])
+    return float("inf") if action == "hang" else 0.0  # a hang without seconds lasts
 
 
 def _int(raw: dict[str, Any], key: str) -> int | None:

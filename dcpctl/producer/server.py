@@ -161,6 +161,8 @@ class Emulator:
                 client.transport.close()
         elif event.action == "delay":
             self.paused_until = self.loop.time() + event.seconds
+        elif event.action == "hang":
+            self.cluster.requests_hang_until = self.loop.time() + event.seconds
         elif event.action == "mutate":
             targets = [vb] if vb is not None else bucket.vbuckets
             for i in range(event.count):

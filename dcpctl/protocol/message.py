@@ -662,6 +662,16 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
     return rec
 
 
+def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
+    """The packet with a secret value (SASL client messages: the password itself with PLAIN) overwritten by
+    '*' bytes of the same length: the same framing and header, nothing to learn. Other packets unchanged."""
+    msg = decode(raw, 0, options)
+    variant = msg.variant
+    if variant is None or variant.value is not _VALUE_SECRET or msg.body_end <= msg.value_offset:
+        return raw
+    return raw[:msg.value_offset] + b"*" * (msg.body_end - msg.value_offset) + raw[msg.body_end:]
+
+
 def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] | None:
     """A plain stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as
     :meth:`Message.record` would give them, and the assurance that its value adds no diagnostic, without
@@ -789,6 +799,59 @@ def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_of
         except ValueError:
             return None
     return collection_id, key
+
+
+def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: bool, key: bool,
+                       last: tuple[str, ...]) -> bytes:
+    """The JSON line (``orjson.dumps(record)`` plus a newline) of a plain stream item's record as a bytes
+    %-template, for consumers that print millions of them: the keys :meth:`Message.record` gives, in its
+    order. ``first`` are the annotation's leading keys with their values, except ``ts`` (the template's first
+    slot); ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
+    ts (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length, every extras value,
+    then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then ``last``'s values.
+    A test holds it to the record on every shape it is used for."""
+    assert plan.fast is not None
+    magic, opcode = plan.fast
+    parts = [b'{"ts":%b']
+    parts += [b"," + orjson.dumps(name) + b":" + orjson.dumps(value).replace(b"%", b"%%")
+              for name, value in first.items() if name != "ts"]
+    parts.append(b',"offset":%d,"magic":' + orjson.dumps(magic) + b',"opcode":' + orjson.dumps(opcode)
+                 + b',"vbucket":%d,"opaque":%d,"cas":%d,"datatype":%d,"key_length":%d,"extras_length":'
+                 + str(plan.extras_size).encode() + b',"total_body_length":%d')
+    parts += [b"," + orjson.dumps(name) + b":%d" for name in plan.names]
+    if collection_id:
+        parts.append(b',"collection_id":%d')
+    if key:
+        parts.append(b',"key":%b')
+    parts.append(b',"value":%b')
+    parts += [b"," + orjson.dumps(name) + b":%d" for name in last]
+    parts.append(b',"diagnostics":[]}\n')
+    return b"".join(parts)
+
+
+def plain_line(template: bytes, item: PlainItem, ts: bytes, offset: int, value: bytes, last: tuple[int, ...]) -> bytes:
+    """A plain item's JSON line: ``template`` (:func:`item_line_template`) filled from :func:`plain_item_at`'s
+    reading, the annotation's ``ts`` (JSON bytes), the item's stream ``offset``, its :func:`plain_value` and
+    the values of the template's ``last`` keys."""
+    _, (_, _, keylen, _, datatype, vbucket, total, opaque, cas), _, values, _, _, collection_id, key, _, _, _ = item
+    head = (ts, offset, vbucket, opaque, cas, datatype, keylen, total)
+    if collection_id is not None:
+        tail: tuple[Any, ...] = (collection_id, orjson.dumps(key), value) if key is not None else (collection_id, value)
+    else:
+        tail = (orjson.dumps(key), value) if key is not None else (value,)
+    return template % (head + values + tail + last)
+
+
+def plain_value(raw: bytes, value_offset: int, end: int) -> bytes | None:
+    """A plain item's value as the record's JSON string (bytes), when the record shows it as text; None when
+    the record shows it otherwise (hex: not UTF-8, or not printable)."""
+    try:
+        text = raw[value_offset:end].decode()
+    except UnicodeDecodeError:
+        return None
+    if not (text.isprintable() or printable(text)):
+        return None
+    return orjson.dumps(text)
 
 
 def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:

@@ -51,11 +51,14 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO, *, flush: bool =
 
 
 def write_json(records: Iterable[dict[str, Any]], out: TextIO) -> int:
+    """One array; closed however the records end (Ctrl-C on a live stream too), so it is always valid JSON."""
     count = 0
     out.write("[")
-    for record in records:
-        out.write(",\n" if count else "\n")
-        out.write(orjson.dumps(record, option=orjson.OPT_INDENT_2).decode())
-        count += 1
-    out.write("\n]\n" if count else "]\n")
+    try:
+        for record in records:
+            out.write(",\n" if count else "\n")
+            out.write(orjson.dumps(record, option=orjson.OPT_INDENT_2).decode())
+            count += 1
+    finally:
+        out.write("\n]\n" if count else "]\n")
     return count

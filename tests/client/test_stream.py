@@ -186,8 +186,11 @@ def test_failover_dump_and_compare(tmp_path: Path) -> None:
         env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
                           stderr_isatty=False, color=False)
         assert main(["failover", f"127.0.0.1:{server.port}", "-F", "json", "--compare", str(before)], env) == 0
-    changes = {c["vbucket"]: c["change"] for c in json.loads(out.getvalue())}
-    assert changes == {0: "unchanged", 1: "new_entries", 2: "unchanged"}
+    found = {c["vbucket"]: c for c in json.loads(out.getvalue())}
+    # the failover at 10 abandoned the items 11-30 the earlier dump saw: a divergent history, not just an entry
+    assert {vb: c["change"] for vb, c in found.items()} == {0: "unchanged", 1: "divergent", 2: "unchanged"}
+    assert "items 11-30" in found[1]["message"]
+    assert [e["seqno"] for e in found[1]["new_entries"]] == [10]
 
 
 def test_rollback_negotiate_prints_every_round(tmp_path: Path) -> None:
@@ -303,3 +306,152 @@ def test_the_summary_path_follows_a_rollback_as_the_decoding_path_does(tmp_path:
         finals.append(json.loads(state.read_text()))
     assert finals[0] == finals[1]
     assert finals[0]["vbuckets"]["0"]["seqno"] == 80
+
+
+def test_until_now_ends_where_a_failover_cut_the_history(tmp_path: Path) -> None:
+    """The high seqno read at start (100) is gone after the failover at 60: the stream ends at the vbucket's
+    high seqno of its new history, not at 100, which would never come."""
+    state = tmp_path / "state.json"
+    plan = tmp_path / "failover.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\nafter_items = 80\n')
+    with serving("--vbuckets", "1", "--items", "100", "--seed", "9", "--scenario", str(plan)) as server:
+        code, records, err = stream(server, "--until", "now", "--state", str(state))
+    assert code == ExitCode.OK, err
+    assert "roll back" in err
+    assert max(s for _, s in items(records)) == 80  # what the old history had sent before it was cut
+    assert json.loads(state.read_text())["vbuckets"]["0"]["seqno"] == 60
+
+
+def test_an_unanswered_stream_request_is_a_timeout_not_a_hang(tmp_path: Path) -> None:
+    plan = tmp_path / "hang.toml"
+    plan.write_text('[[event]]\naction = "hang"\n')  # stream requests are never answered; noops go on
+    with serving("--vbuckets", "2", "--items", "20", "--scenario", str(plan)) as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "1",
+                           "--noop-interval", "1")
+    assert code == ExitCode.TIMEOUT, err
+    assert "no answer to the stream request for vbucket" in err
+    assert err.count("\n") == 1
+
+
+def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dcpctl.client import streamer  # noqa: PLC0415
+
+    real = streamer.vbucket_map
+
+    def stale(seed: Any, host: str, port: int, *, tls: bool) -> tuple[int, dict[int, tuple[str, int]]]:
+        count, owner = real(seed, host, port, tls=tls)
+        return count, dict.fromkeys(owner, owner[0])  # every vbucket "on" node 0: node 1's answer NotMyVbucket
+
+    monkeypatch.setattr(streamer, "vbucket_map", stale)
+    monkeypatch.setattr(streamer, "REROUTE_WAIT", 0.001)
+    with serving("--vbuckets", "2", "--items", "20", "--nodes", "2") as server:
+        code, _, err = stream(server, "--until", "now")
+    assert code == ExitCode.PROTOCOL, err
+    assert f"asked again {streamer.MAX_REROUTES} times" in err
+    # each answer is reported; the one after the last try is reported, then given up on
+    assert err.count("NotMyVbucket; reading the cluster map again") == streamer.MAX_REROUTES + 1
+
+
+def test_a_busy_node_does_not_starve_another(tmp_path: Path) -> None:
+    """Two nodes, one with far more to send: the quiet one's noops are answered and it is not called dead."""
+    with serving("--vbuckets", "2", "--items", "200000", "--nodes", "2", "--value-size", "10") as server:
+        code, records, err = stream(server, "--until", "now", "--noop-interval", "1", "--vbuckets", "0-1")
+    assert code == ExitCode.OK, err
+    assert len(items(records)) == 200000
+    first = [r["vbucket"] for r in records if r["opcode"] in ITEMS][:50000]
+    assert set(first) == {0, 1}  # both vbuckets flow from the start, turn by turn
+
+
+def test_templates_print_what_each_message_has() -> None:
+    with serving("--vbuckets", "1", "--items", "5") as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f",
+                           "{opcode} {by_seqno:d} {key[0]}|")
+        assert code == ExitCode.OK, err
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{0}")
+        assert code == ExitCode.USAGE
+        assert "name a field" in err
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{value[pad]")
+        assert code == ExitCode.USAGE
+        assert "bad template" in err
+
+
+def test_write_masks_the_password_in_the_capture(tmp_path: Path) -> None:
+    capture = tmp_path / "s.pcap"
+    with serving("--vbuckets", "1", "--items", "3") as server:
+        code, _, err = stream(server, "--until", "now", "--sasl-mech", "PLAIN", "--write", str(capture))
+        port = server.port
+    assert code == ExitCode.OK, err
+    assert b"password" not in capture.read_bytes()  # PLAIN's value "\0user\0password" is masked whole
+    code, records, err = run("decode", str(capture), "--port", str(port), "-F", "jsonl", "--show-secrets")
+    assert code == ExitCode.OK, err
+    auths = [r for r in records if r["opcode"] == "SASL_AUTH" and r["magic"] == "ClientRequest"]
+    assert len(auths) == 2  # the connection that read the cluster map, and the node's DCP connection
+    # the same length: the capture still frames
+    assert all(a["value"] == "*" * len("\0Administrator\0password") for a in auths)
+    assert len(items(records)) == 3  # and everything else is as it was sent
+
+
+def test_json_is_closed_and_state_dir_and_cacert_are_checked(tmp_path: Path) -> None:
+    with serving("--vbuckets", "1", "--items", "3") as server:
+        code, _, err = stream(server, "--state", str(tmp_path / "missing" / "s.json"))
+        assert code == ExitCode.INPUT
+        assert "no such directory" in err
+        code, _, err = stream(server, "--cacert", str(tmp_path / "ca.pem"))
+        assert code == ExitCode.INPUT
+        assert "--cacert" in err
+
+
+def test_json_output_stays_valid_when_the_stream_stops() -> None:
+    from dcpctl.render.jsonl import write_json  # noqa: PLC0415
+
+    def interrupted() -> Any:
+        yield {"opcode": "DCP_MUTATION"}
+        raise KeyboardInterrupt
+
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        write_json(interrupted(), out)
+    assert json.loads(out.getvalue()) == [{"opcode": "DCP_MUTATION"}]
+
+
+def test_the_json_lines_fast_path_prints_what_the_usual_path_prints(tmp_path: Path) -> None:
+    """A binary standard output turns the lines path on (plain items written from a template); --write turns
+    it off. Both runs of the same seeded stream print the same records, in the same key order."""
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        with serving("--vbuckets", "3", "--items", "3000", "--seed", "5", "--value-size", "40") as server:
+            assert main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "--timeout", "5", *args], env) == 0
+        out.flush()
+        records = [json.loads(line) for line in raw.getvalue().splitlines()]
+        for record in records:  # when, and the servers' and clients' ports, differ between the runs
+            del record["ts"], record["connection"]
+        return records
+
+    fast = lines("--buffer-size", "20000")
+    usual = lines("--buffer-size", "20000", "--write", str(tmp_path / "x.pcap"))
+
+    def by_item(records: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[str, Any]]]:
+        # acks make the vbuckets interleave differently from run to run: each item's record, keys in order
+        return {(r["vbucket"], r["by_seqno"]): [(k, v) for k, v in r.items() if k != "offset"]
+                for r in records if r["opcode"] in ITEMS}
+
+    assert by_item(fast) == by_item(usual)
+    assert sum(r["opcode"] in ITEMS for r in fast) == 3000
+
+
+def test_compare_names_a_branch_that_begins_below_the_earlier_high_seqno() -> None:
+    from dcpctl.dcp.failover import compare, dump_logs  # noqa: PLC0415
+
+    before = dump_logs([{"vbucket": 0, "failover_log": [{"vbucket_uuid": 11, "seqno": 0}], "high_seqno": 500}])
+    after = dump_logs([{"vbucket": 0, "failover_log": [{"vbucket_uuid": 22, "seqno": 100},
+                                                      {"vbucket_uuid": 11, "seqno": 0}], "high_seqno": 130}])
+    [change] = compare(before, after)
+    assert change.kind == "divergent"
+    assert "items 101-500" in change.message
+    later = dump_logs([{"vbucket": 0, "failover_log": [{"vbucket_uuid": 22, "seqno": 500},
+                                                      {"vbucket_uuid": 11, "seqno": 0}], "high_seqno": 530}])
+    assert [c.kind for c in compare(before, later)] == ["new_entries"]  # nothing the earlier dump saw is lost

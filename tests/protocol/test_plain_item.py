@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,15 @@ from strategies import every_variant, variant_records
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions, decode, item_key, plain_item_at
+from dcpctl.protocol.message import (
+    DecodeOptions,
+    decode,
+    item_key,
+    item_line_template,
+    plain_item_at,
+    plain_line,
+    plain_value,
+)
 from dcpctl.protocol.registry import DIALECTS
 
 ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
@@ -70,3 +79,33 @@ def test_a_packet_not_whole_is_not_read() -> None:
     assert plain_item_at(raw, 0, len(raw), DecodeOptions()) is not None
     assert plain_item_at(raw + raw, len(raw), 2 * len(raw) - 1, DecodeOptions()) is None
     assert plain_item_at(raw + raw, len(raw), 2 * len(raw), DecodeOptions())[0] == 2 * len(raw)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("name", "spec", "variant"), ITEM_VARIANTS, ids=[v[0] for v in ITEM_VARIANTS])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), collections=st.sampled_from([None, False, True]), stream=st.booleans(),
+       key=st.one_of(st.none(), st.binary(max_size=8)), value=st.one_of(st.none(), st.binary(max_size=12)),
+       ts=st.floats(min_value=0, max_value=4e9))
+def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: Any, data: st.DataObject,
+                                                collections: bool | None, stream: bool, key: bytes | None,
+                                                value: bytes | None, ts: float) -> None:
+    record = data.draw(variant_records(spec, variant))
+    if key is not None:
+        record.update(key=key.hex(), key_encoding="hex")
+    if value is not None:
+        record.update(value=value.hex(), value_encoding="hex", datatype=data.draw(st.sampled_from([0, 1])))
+        record.pop("xattrs", None)
+    raw = encode(record, fix_lengths=True)
+    options = DecodeOptions(collections=collections)
+    found = plain_item_at(raw, 0, len(raw), options)
+    text = plain_value(raw, found[10], found[0]) if found is not None else None
+    if text is None:
+        return  # the usual path's: not what the template is for
+    first = {"ts": ts, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client"}
+    last = {"stream_vbucket": 7} if stream else {}
+    template = item_line_template(first, found[2], collection_id=found[6] is not None, key=found[7] is not None,
+                                  last=tuple(last))
+    message = decode(raw, 0, options)
+    message.annotate(first, last, [])
+    assert plain_line(template, found, orjson.dumps(ts), 0, text, tuple(last.values())) == \
+        orjson.dumps(message.record(), option=orjson.OPT_APPEND_NEWLINE)
