@@ -13,8 +13,9 @@ fresh :class:`CaptureDecoder`: the reassembly,
 framing, decoding and connection tracking of ``dcpctl decode``, unchanged, with its fast path for plain
 stream items. The messages become rows (``schema``) in Arrow batches, which the task writes as its own
 Parquet file under ``--out`` with Arrow's writer (Spark's row-by-row writer cost more than the decoding).
-It then hands the driver one summary row: messages written and the notices. The analyses are DataFrame
-queries over the dataset read back (``analyses``).
+The same batches give the analyses' partial results (``rollup``). The task then hands the driver one
+summary row: messages written, the notices and those partials, which ``analyses`` merges; what needs every
+row across tasks (duplicates, the plots' progress) is a DataFrame query over the dataset read back.
 
 So many files are decoded at once, one big file by many tasks, and no task holds more than a piece, a
 batch of runs or rows, and the state of the connection it is decoding; only segment metadata crosses the
@@ -82,7 +83,7 @@ PARQUET_DICTIONARY: Final = ("connection", "direction", "magic", "opcode", "stat
 # catalogue type -> Spark SQL type. u64 -> bigint holding the 64 bits, as the JVM's DCP clients hold seqnos,
 # uuids and CAS (Java has no unsigned long): exact, 8 bytes, and several times cheaper to scan than
 # decimal(20,0) (which costs a BigInteger per value). A value above 2^63-1 reads as negative; in practice that
-# is only end_seqno's 0xffffffffffffffff ("no end": -1). schema.U64_FIELDS lists these columns.
+# is only end_seqno's 0xffffffffffffffff ("no end": -1). schema.U64_COLUMNS lists these columns.
 SPARK_TYPES: Final = {"u8": "int", "u16": "int", "u32": "long", "int": "long", "u64": "long",
                       "float": "double", "str": "string", "list[int]": "array<long>",
                       "list[diagnostic]": "array<struct<name:string,severity:string,message:string>>"}

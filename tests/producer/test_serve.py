@@ -282,6 +282,13 @@ def test_noops_come_on_the_interval(server: Server) -> None:
     assert 0.1 < time.monotonic() - started < 2
 
 
+def test_a_noop_request_from_a_dcp_client_disconnects_it(server: Server) -> None:
+    """Reference 12.22: only the server sends noops on a DCP connection; a client's own request ends it."""
+    client = streaming_client(server)
+    client.send(opcode="DCP_NOOP")
+    assert read_until_closed(client) == []
+
+
 def test_close_stream_with_stream_end(server: Server) -> None:
     client = streaming_client(server, send_stream_end_on_client_close_stream="true",
                               connection_buffer_size="500")

@@ -1,0 +1,96 @@
+"""dcpctl analyze on Spark (local[1], local[2]) against single-process decode and tshark, on one capture.
+
+    python benchmarks/bench_analyze.py [--messages N] [--connections K] [--runs R]
+
+Writes a capture of N mutations in whole DCP sessions over K connections (make_capture.py --sessions;
+6,000,000 over 6 is 1.08 GB), then runs each command R times, interleaved so that the machine's drift
+hits every command alike, and prints the median and range of the wall times. For analyze it also polls
+/proc every 0.2 s for the peak resident memory of Spark's JVM and of each Python task worker (a worker
+runs one task at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def peak_memory(process: subprocess.Popen[bytes]) -> tuple[float, dict[str, int]]:
+    """Wait for ``process``; (wall seconds, peak RSS in KB of its JVM and of its largest Python worker)."""
+    start = time.monotonic()
+    peaks = {"jvm": 0, "worker": 0}
+    while process.poll() is None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            kind = "jvm" if b"java" in command and b"pyspark" in command else \
+                "worker" if b"pyspark.daemon" in command or b"pyspark/daemon" in command else None
+            if kind is None:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    peaks[kind] = max(peaks[kind], int(line.split()[1]))
+        time.sleep(0.2)
+    return time.monotonic() - start, peaks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=6_000_000)
+    parser.add_argument("--connections", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = Path(tmp) / "m.pcap"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("make_capture.py")), str(capture),
+                        "--messages", str(args.messages), "--connections", str(args.connections), "--sessions"],
+                       check=True)
+        print(f"capture: {args.messages:,} mutations in DCP sessions on {args.connections} connections, "
+              f"{capture.stat().st_size:,} bytes")
+        commands = {
+            "dcpctl decode --format jsonl --jobs 1 > /dev/null": ["dcpctl", "decode", "--format", "jsonl",
+                                                                  "--jobs", "1", str(capture)],
+            "dcpctl analyze --master local[1] -F json": ["dcpctl", "analyze", str(capture), "--out",
+                                                         f"{tmp}/out1", "--master", "local[1]", "-F", "json"],
+            "dcpctl analyze --master local[2] -F json": ["dcpctl", "analyze", str(capture), "--out",
+                                                         f"{tmp}/out2", "--master", "local[2]", "-F", "json"],
+            "tshark -T fields -e couchbase.opcode -e couchbase.extras.by_seqno": [
+                "tshark", "-r", str(capture), "-T", "fields", "-e", "couchbase.opcode", "-e",
+                "couchbase.extras.by_seqno"],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        memory: dict[str, dict[str, int]] = {}
+        for _ in range(args.runs):
+            for name, command in commands.items():
+                with open(os.devnull, "wb") as sink:
+                    process = subprocess.Popen(command, stdout=sink, stderr=subprocess.DEVNULL)
+                    wall, peaks = peak_memory(process)
+                if process.returncode != 0:
+                    raise SystemExit(f"{name}: exit {process.returncode}")
+                times[name].append(wall)
+                if "analyze" in name:
+                    memory[name] = {k: max(v, memory.get(name, {}).get(k, 0)) for k, v in peaks.items()}
+        baseline = statistics.median(times["dcpctl decode --format jsonl --jobs 1 > /dev/null"])
+        for name, walls in times.items():
+            median = statistics.median(walls)
+            line = (f"{name}: median {median:.1f} s ({min(walls):.1f}-{max(walls):.1f}), "
+                    f"{args.messages / median:,.0f} messages/s, {baseline / median:.2f}x decode --jobs 1")
+            if name in memory:
+                line += f"; peak RSS: JVM {memory[name]['jvm'] / 1024:.0f} MB, " \
+                        f"largest task worker {memory[name]['worker'] / 1024:.0f} MB"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
