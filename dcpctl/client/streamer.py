@@ -452,7 +452,7 @@ class Streamer:
                     self._commit(out)
             buf, pos = conn.framer.window()
             n, base, options = len(buf), conn.framer.offset - pos, conn.options
-            ts = orjson.dumps(conn.read_ts)
+            lead = (orjson.dumps(conn.read_ts),)
             out_lines: list[bytes] = []
             shape: tuple[int, bool, bool, bool] | None = None
             template = b""
@@ -474,7 +474,7 @@ class Streamer:
                     template = templates.get(shape) or templates.setdefault(shape, item_line_template(
                         {"ts": None, "connection": conn.connection, "direction": "server>client"}, plan,
                         collection_id=shape[1], key=shape[2], last=("stream_vbucket",) if shape[3] else ()))
-                out_lines.append(plain_line(template, item, ts, base + pos, value,
+                out_lines.append(plain_line(template, item, lead, base + pos, value,
                                             () if stream_vbucket is None else (stream_vbucket,)))
                 vbucket = stream.vbucket  # type: ignore[union-attr]
                 done = written.get(vbucket)

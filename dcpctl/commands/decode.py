@@ -33,7 +33,7 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
-from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
 
@@ -130,7 +130,11 @@ def decode(
 
     current = [paths[0]]  # the file being read, for error messages
 
-    def decoded() -> Iterator[Item]:
+    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    # every message printed as its JSON line, untouched: plain items may come out as their lines already
+    lines = output is Format.JSONL and not filtering and tally is None and count is None and not base64
+
+    def decoded() -> Iterator[Item | bytes]:
         """Every file's items in turn, serially or on two cores (identical items either way)."""
         if (jobs or usable_cores()) >= 2:
             def on_file(path: str) -> None:
@@ -139,20 +143,22 @@ def decode(
                     progress.start_file(path)
 
             yield from decode_files(paths, options, ports, max_body_length, on_file=on_file,
-                                    on_progress=progress.advance if progress is not None else None)
+                                    on_progress=progress.advance if progress is not None else None, lines=lines)
             return
         for path in paths:
             current[0] = path
             tap = progress.tap(path) if progress is not None else None
-            yield from decode_segments(read_segments(path, ports, tap=tap), options, ports, max_body_length)
+            yield from (decode_segments_to_lines if lines else decode_segments)(
+                read_segments(path, ports, tap=tap), options, ports, max_body_length)
 
-    def items() -> Iterator[Item]:
+    def items() -> Iterator[Item | bytes]:
         shown = 0
         try:
             if not filtering and tally is None and count is None:
                 yield from decoded()
                 return
             for item in decoded():
+                assert not isinstance(item, bytes)  # lines only when every message is printed as it is
                 if isinstance(item, Message):
                     if filtering and not wanted(item):
                         continue
@@ -169,14 +175,13 @@ def decode(
         except ChildError as exc:
             raise CommandError(str(exc), ExitCode.FAILURE) from None
 
-    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
     with progress if progress is not None else contextlib.nullcontext():
         stats = _render(items(), output, env, summary=summary, fmt=fmt, base64=base64, tally=tally)
     if strict and not stats.clean:
         raise typer.Exit(ExitCode.DIAGNOSTICS)
 
 
-def _render(items: Iterator[Item], output: Format, env: Environment, *, summary: bool, fmt: Format | None,
+def _render(items: Iterator[Item | bytes], output: Format, env: Environment, *, summary: bool, fmt: Format | None,
             base64: bool, tally: Summary | None) -> Stats:
     if summary and fmt is None:
         stats = emit(_only_notices(items), output, env)
@@ -230,9 +235,9 @@ def _progress(env: Environment, paths: list[str]) -> _Progress | None:
     return _Progress(env, total) if total >= PROGRESS_MIN_BYTES else None
 
 
-def _only_notices(items: Iterable[Item]) -> Iterator[Item]:
+def _only_notices(items: Iterable[Item | bytes]) -> Iterator[Item]:
     for item in items:
-        if not isinstance(item, Message):
+        if not isinstance(item, Message | bytes):
             yield item
 
 

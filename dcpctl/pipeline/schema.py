@@ -136,7 +136,7 @@ class _Connection:
         self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
 
     def item(self, item: PlainItem, offset: int, ts: float, _connection: str, frames: list[int],
-             stream_vbucket: int | None, tracker: ConnectionTracker) -> None:
+             stream_vbucket: int | None, tracker: ConnectionTracker, _buf: bytes) -> None:
         """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink):
         the row is the one :meth:`add_item` makes of the same message decoded and annotated (a test holds
         them equal). The hot path of a big capture: :meth:`add_item` and :meth:`blocked`, written out."""

@@ -802,19 +802,20 @@ def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_of
 
 
 def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: bool, key: bool,
-                       last: tuple[str, ...]) -> bytes:
+                       last: tuple[str, ...], slots: tuple[str, ...] = ("ts",)) -> bytes:
     """The JSON line (``orjson.dumps(record)`` plus a newline) of a plain stream item's record as a bytes
     %-template, for consumers that print millions of them: the keys :meth:`Message.record` gives, in its
-    order. ``first`` are the annotation's leading keys with their values, except ``ts`` (the template's first
-    slot); ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
-    ts (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length, every extras value,
-    then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then ``last``'s values.
-    A test holds it to the record on every shape it is used for."""
+    order. ``first`` are the annotation's leading keys with their values, except those named in ``slots``
+    (per item: ``ts``, a capture's ``frames``), which become the template's first slots, in ``first``'s
+    order; ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
+    ``slots``' values (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length,
+    every extras value, then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then
+    ``last``'s values. A test holds it to the record on every shape it is used for."""
     assert plan.fast is not None
     magic, opcode = plan.fast
-    parts = [b'{"ts":%b']
-    parts += [b"," + orjson.dumps(name) + b":" + orjson.dumps(value).replace(b"%", b"%%")
-              for name, value in first.items() if name != "ts"]
+    parts = [b"," + orjson.dumps(name) + b":" + (b"%b" if name in slots else orjson.dumps(value).replace(b"%", b"%%"))
+             for name, value in first.items()]
+    parts[0] = b"{" + parts[0][1:]
     parts.append(b',"offset":%d,"magic":' + orjson.dumps(magic) + b',"opcode":' + orjson.dumps(opcode)
                  + b',"vbucket":%d,"opaque":%d,"cas":%d,"datatype":%d,"key_length":%d,"extras_length":'
                  + str(plan.extras_size).encode() + b',"total_body_length":%d')
@@ -829,12 +830,13 @@ def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: boo
     return b"".join(parts)
 
 
-def plain_line(template: bytes, item: PlainItem, ts: bytes, offset: int, value: bytes, last: tuple[int, ...]) -> bytes:
+def plain_line(template: bytes, item: PlainItem, lead: tuple[bytes, ...], offset: int, value: bytes,
+               last: tuple[int, ...]) -> bytes:
     """A plain item's JSON line: ``template`` (:func:`item_line_template`) filled from :func:`plain_item_at`'s
-    reading, the annotation's ``ts`` (JSON bytes), the item's stream ``offset``, its :func:`plain_value` and
-    the values of the template's ``last`` keys."""
+    reading, the values of the template's ``slots`` (``lead``: JSON bytes), the item's stream ``offset``, its
+    :func:`plain_value` and the values of the template's ``last`` keys."""
     _, (_, _, keylen, _, datatype, vbucket, total, opaque, cas), _, values, _, _, collection_id, key, _, _, _ = item
-    head = (ts, offset, vbucket, opaque, cas, datatype, keylen, total)
+    head = (*lead, offset, vbucket, opaque, cas, datatype, keylen, total)
     if collection_id is not None:
         tail: tuple[Any, ...] = (collection_id, orjson.dumps(key), value) if key is not None else (collection_id, value)
     else:

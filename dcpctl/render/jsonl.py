@@ -28,22 +28,26 @@ def dumps(record: dict[str, Any]) -> str:
     return orjson.dumps(record).decode()
 
 
-def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO, *, flush: bool = False) -> int:
-    """One line per record; ``flush`` after each (live sources, so a reader sees lines as they come)."""
+def write_jsonl(records: Iterable[dict[str, Any] | bytes], out: TextIO, *, flush: bool = False) -> int:
+    """One line per record; ``flush`` after each (live sources, so a reader sees lines as they come).
+    A bytes item is lines already written (a fast path's), copied as they are; it counts as one."""
     count = 0
     binary = getattr(out, "buffer", None)
     if binary is not None:  # a real stream: orjson's bytes go straight to its buffer, no str round trip
         out.flush()
         write = binary.write
         for record in records:
-            write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+            write(record if type(record) is bytes else orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
             count += 1
             if flush:
                 binary.flush()
         return count
     for record in records:
-        out.write(dumps(record))
-        out.write("\n")
+        if isinstance(record, bytes):
+            out.write(record.decode())
+        else:
+            out.write(dumps(record))
+            out.write("\n")
         count += 1
         if flush:
             out.flush()

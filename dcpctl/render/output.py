@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
@@ -43,12 +43,14 @@ def notice_text(item: Skipped | Diagnostic) -> str:
     return f"skipped_bytes: {item.length} bytes at offset {item.offset}: {what}"
 
 
-def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Environment, *,
+def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
          | None = None, live: bool = False) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
 
     ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
+    Items may be bytes only in JSONL: JSON lines already written out (a source's fast path for plain items),
+    passed through as they are.
     """
     stats = Stats()
     errors = env.error_console()
@@ -68,14 +70,20 @@ def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Envi
 
     def messages() -> Iterator[Message]:
         for item in items:
+            assert not isinstance(item, bytes), "JSON lines are for the JSONL format only"
             if isinstance(item, Message):
                 stats.messages += 1
                 yield item
             else:
                 notice(item)
 
-    def records() -> Iterator[dict[str, Any]]:  # the JSON hot path: one loop, no nested generator
+    def records() -> Iterator[dict[str, Any] | bytes]:  # the JSON hot path: one loop, no nested generator
         for item in items:
+            if isinstance(item, bytes):
+                assert fmt is Format.JSONL, "JSON lines are for the JSONL format only"
+                stats.messages += item.count(b"\n")
+                yield item
+                continue
             if not isinstance(item, Message):
                 notice(item)
                 continue
@@ -90,7 +98,7 @@ def emit(items: Iterable[Message | Skipped | Diagnostic], fmt: Format, env: Envi
     if fmt is Format.JSONL:
         jsonl.write_jsonl(records(), env.stdout, flush=live)
     elif fmt is Format.JSON:
-        jsonl.write_json(records(), env.stdout)
+        jsonl.write_json(cast(Iterator[dict[str, Any]], records()), env.stdout)
     elif fmt is Format.HEXDUMP:
         console = env.console()
         for msg in messages():

@@ -16,11 +16,22 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
+import orjson
+
 from dcpctl.dcp.session import ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode, plain_item_at
+from dcpctl.protocol.message import (
+    DecodeOptions,
+    Message,
+    PlainItem,
+    decode,
+    item_line_template,
+    plain_item_at,
+    plain_line,
+    plain_value,
+)
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.tcp import ConnectionId, Reassembler, StreamData, StreamEvent
 
@@ -46,8 +57,9 @@ class _Connection:
 
 Item = Message | Skipped | Diagnostic
 # Where plain items go instead of coming out of feed() (see CaptureDecoder): plain_item_at()'s reading, the
-# packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
-ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker], None]
+# packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's
+# tracker, and the buffer the item was read from (valid only during the call).
+ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker, bytes], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
@@ -196,7 +208,7 @@ class CaptureDecoder:
                     else:
                         ts, frames = _spanned(spans, offset, stop)
                         span = None
-                    sink(item, offset, ts, label, frames, stream_vbucket, tracker)
+                    sink(item, offset, ts, label, frames, stream_vbucket, tracker, buf)
                     pos = end
                 framer.consume(pos)
             event = next(framer.events(), None)
@@ -250,12 +262,101 @@ def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: i
 
 
 def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
-                    server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH
-                    ) -> Iterator[Item]:
+                    server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> Iterator[Item]:
+    """Every message and notice of a capture, in order."""
     decoder = CaptureDecoder(options, server_ports, max_body_length)  # not deferred: only Items come out
     for item in items:
         yield from cast(Iterator[Item], decoder.feed(item))
     yield from cast(Iterator[Item], decoder.finish())
+
+
+def decode_segments_to_lines(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+                             server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH
+                             ) -> Iterator[Item | bytes]:
+    """:func:`decode_segments`, with plain items as their JSON lines (:class:`PlainLines`: bytes, many lines
+    at a time, in their place in the order) for a consumer that prints every message as its JSON line."""
+    plain = PlainLines()
+    decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink)
+    for item in items:
+        yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
+    yield from plain.between(cast(Iterator[Item], decoder.finish()))
+
+
+class PlainLines:
+    """Item sinks (:class:`CaptureDecoder`'s ``items``) that write each plain item as its JSON line, the
+    bytes ``orjson.dumps(record)`` and a newline would give for the message decoded and annotated the usual
+    way (from :func:`item_line_template`; a test holds them equal): ``decode --format jsonl``'s fast path.
+    The lines gather in one buffer in capture order; :meth:`between` hands them over in their place among
+    the messages that come out of the decoder."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.written = 0  # bytes handed over by between() (the caller may reset it)
+
+    def between(self, events: Iterable[Any]) -> Iterator[Any]:
+        """``events`` (from feed() or finish()), each after the lines written before it, and then the rest."""
+        parts = self.parts
+        for event in events:
+            if parts:
+                yield self._take()
+            yield event
+        if parts:
+            yield self._take()
+
+    def _take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts.clear()
+        self.written += len(out)
+        return out
+
+    def sink(self, label: str) -> ItemSink:
+        """A connection's sink."""
+        line, parts = plain_item_lines(label), self.parts
+
+        def add(item: PlainItem, offset: int, ts: float, _label: str, frames: list[int], stream_vbucket: int | None,
+                tracker: ConnectionTracker, buf: bytes) -> None:
+            parts.append(line(item, offset, ts, frames, stream_vbucket, tracker.options(), buf))
+
+        return add
+
+
+# A plain item's JSON line, from plain_item_at()'s reading, its stream offset, ts, frames, stream vbucket,
+# the options it was read with and the buffer it was read from.
+LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOptions, bytes], bytes]
+
+
+def plain_item_lines(label: str) -> LineMaker:
+    """A connection's plain items (server to client) as their JSON lines: the bytes ``orjson.dumps(record)``
+    and a newline give for the message decoded and annotated as :meth:`CaptureDecoder.feed` does. A
+    template per item shape; ts and frames are written once while they stay the same (frames are compared
+    by identity: one list per capture span, held here so that its identity is not reused)."""
+    templates: dict[tuple[int, bool, bool, bool], bytes] = {}
+    first = {"ts": None, "connection": label, "direction": _SERVER, "frames": None}
+    seen: list[Any] = [None, b"", None, b""]  # ts, its JSON, frames, its JSON
+
+    def line(item: PlainItem, offset: int, ts: float, frames: list[int], stream_vbucket: int | None,
+             options: DecodeOptions, buf: bytes) -> bytes:
+        end, header, plan, _, _, _, collection_id, key, _, _, value_offset = item
+        value = plain_value(buf, value_offset, end)
+        if value is None:  # shown as hex: the record, the usual way
+            msg = decode(bytes(buf[end - HEADER_LENGTH - header[6]:end]), offset, options)
+            fields = {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket}
+            finish_message(msg, ts, label, False, frames, fields, [])  # noqa: FBT003
+            return orjson.dumps(msg.record(), option=orjson.OPT_APPEND_NEWLINE)
+        if ts != seen[0]:
+            seen[0], seen[1] = ts, orjson.dumps(ts)
+        if frames is not seen[2]:
+            seen[2], seen[3] = frames, orjson.dumps(frames)
+        shape = (id(plan), collection_id is not None, key is not None, stream_vbucket is not None)
+        template = templates.get(shape)
+        if template is None:
+            template = templates[shape] = item_line_template(
+                first, plan, collection_id=shape[1], key=shape[2], last=("stream_vbucket",) if shape[3] else (),
+                slots=("ts", "frames"))
+        return plain_line(template, item, (seen[1], seen[3]), offset, value,
+                          () if stream_vbucket is None else (stream_vbucket,))
+
+    return line
 
 
 def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,

@@ -9,6 +9,12 @@ its bytes (the decoder is a pure function of bytes and options) and annotates it
 :func:`finish_message`, the serial path's own function, so both paths give identical items in identical
 order; only the work is split: the record and its JSON, the costlier half, run here, next to the writer.
 
+With ``lines`` (every message printed as its JSON line, unfiltered), plain stream items skip the record
+altogether: the child hands the decoder's item sink runs of them (:class:`_Runs`: the bytes of items back
+to back, each one's stream vbucket, its capture time and frames), and this process walks each run again
+with ``plain_item_at`` and writes the lines from templates (``capture.plain_item_lines``), byte for byte
+the records' lines (a test holds them equal).
+
 The child never writes to standard output. Errors reading a file travel as items and are raised here as
 the serial path raises them. When this side stops early (``--count``, a closed pipe, Ctrl-C), the child is
 terminated and reaped; a child that dies without its end marker is reported, never silently truncated.
@@ -20,20 +26,22 @@ import contextlib
 import marshal
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
+from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.diagnostic import Diagnostic
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, decode
-from dcpctl.sources.capture import CaptureDecoder, Item, finish_message
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, plain_item_at
+from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, LineMaker, finish_message, plain_item_lines
 from dcpctl.sources.pcap import CaptureError, read_segments
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
 
 # item tags (first element of every non-message tuple; messages are the untagged 9-tuples)
-_SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE = range(6)
+_SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _RUN = range(7)
+RUNS_BATCH: Final = 1 << 20  # bytes of item runs per pipe message (``lines``)
 
 
 class ChildError(Exception):
@@ -48,7 +56,7 @@ def usable_cores() -> int:
 
 
 def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: frozenset[int],
-             max_body_length: int) -> None:
+             max_body_length: int, lines: bool) -> None:
     batch: list[Any] = []
     send = pipe.send_bytes
     dumps = marshal.dumps
@@ -61,16 +69,22 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
     try:
         for path in paths:
             batch.append((_FILE, path))
-            decoder = CaptureDecoder(options, ports, max_body_length, defer=True)
+            plain = _Runs() if lines else None
+            decoder = CaptureDecoder(options, ports, max_body_length, defer=True,
+                                     items=plain.sink if plain is not None else None)
             try:
                 for segment in read_segments(path, ports, tap=tap):
-                    batch.extend(map(_plain, decoder.feed(segment)))
-                    if len(batch) >= BATCH:
+                    events = decoder.feed(segment)
+                    batch.extend(map(_plain, events if plain is None else plain.between(events)))
+                    if len(batch) >= BATCH or (plain is not None and plain.written >= RUNS_BATCH):
                         batch.append((_PROGRESS, read))
                         read = 0
                         send(dumps(batch))
                         batch = []
-                batch.extend(_plain(item) for item in decoder.finish())
+                        if plain is not None:
+                            plain.written = 0
+                events = decoder.finish()
+                batch.extend(map(_plain, events if plain is None else plain.between(events)))
             except (CaptureError, FileNotFoundError) as exc:
                 batch.append((_ERROR, path, str(exc), isinstance(exc, FileNotFoundError)))
                 send(dumps(batch))
@@ -82,6 +96,81 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
         pass  # the reading side went away or the user interrupted: it reports, not us
     finally:
         pipe.close()
+
+
+class _Runs:
+    """The child's item sinks with ``lines``: plain items are gathered into runs, a connection's items back
+    to back in one buffer, sent as (_RUN, connection label, collections option, stream offset, the run's
+    bytes, each item's stream vbucket, [(index of the first item with this ts and these frames, ts,
+    frames)]). This process reads the run's items again with plain_item_at (it finds what the child found:
+    same bytes, same options) and writes their lines. :meth:`between` puts each run in its place among the
+    decoder's other items."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[Any, ...]] = []
+        self.written = 0  # bytes of runs sent (the caller resets it)
+        self.buf: bytes | None = None  # the open run: its buffer, label, collections, offset, start, end
+        self.label, self.offset, self.start, self.end = "", 0, 0, 0
+        self.collections: bool | None = None
+        self.vbuckets: list[int | None] = []
+        self.groups: list[tuple[int, float, list[int]]] = []
+        self.last: tuple[float, list[int] | None] = (0.0, None)
+
+    def sink(self, label: str) -> ItemSink:
+        def add(item: PlainItem, offset: int, ts: float, _label: str, frames: list[int], stream_vbucket: int | None,
+                tracker: ConnectionTracker, buf: bytes) -> None:
+            end = item[0]
+            start = end - HEADER_LENGTH - item[1][6]
+            if buf is not self.buf or start != self.end or label != self.label:
+                self._close()
+                self.buf, self.label, self.collections = buf, label, tracker.options().collections
+                self.offset, self.start = offset, start
+            self.end = end
+            if ts != self.last[0] or frames is not self.last[1]:
+                self.last = (ts, frames)
+                self.groups.append((len(self.vbuckets), ts, frames))
+            self.vbuckets.append(stream_vbucket)
+
+        return add
+
+    def _close(self) -> None:
+        if self.buf is not None and self.vbuckets:
+            data = self.buf[self.start:self.end]
+            self.runs.append((_RUN, self.label, self.collections, self.offset, data, self.vbuckets, self.groups))
+            self.written += len(data)
+            self.vbuckets, self.groups = [], []
+        self.buf, self.last = None, (0.0, None)
+
+    def between(self, events: Iterable[Any]) -> Iterator[Any]:
+        """``events`` (from feed() or finish()), each after the runs read before it, and then the rest."""
+        for event in events:
+            self._close()
+            if self.runs:
+                yield from self.runs
+                self.runs.clear()
+            yield event
+        self._close()
+        if self.runs:
+            yield from self.runs
+            self.runs.clear()
+
+
+def _lines(run: tuple[Any, ...], options: DecodeOptions, lines_of: Callable[[str], LineMaker]) -> bytes:
+    """A run's JSON lines (see :class:`_Runs`)."""
+    _, label, _, offset, data, vbuckets, groups = run
+    line = lines_of(label)
+    out = []
+    pos, n, group, ts, frames = 0, len(data), 0, 0.0, []
+    for index, stream_vbucket in enumerate(vbuckets):
+        if group < len(groups) and groups[group][0] == index:
+            _, ts, frames = groups[group]
+            group += 1
+        item = plain_item_at(data, pos, n, options)
+        if item is None:
+            raise ChildError("the decoding process sent a run of items that do not read back")
+        out.append(line(item, offset + pos, ts, frames, stream_vbucket, options, data))
+        pos = item[0]
+    return b"".join(out)
 
 
 def _plain(item: Any) -> Any:
@@ -96,18 +185,35 @@ def _plain(item: Any) -> Any:
 def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  on_file: Callable[[str], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None) -> Iterator[Item]:
-    """The items ``decode_segments`` gives for each file in turn, decoded on two cores.
+                 on_progress: Callable[[int], None] | None = None, lines: bool = False) -> Iterator[Item | bytes]:
+    """The items ``decode_segments`` gives for each file in turn, decoded on two cores. ``lines``: as
+    ``decode_segments``'s; the lines of plain items are written in the child, which then does all the work
+    of a plain item while this process copies its lines out.
 
     Raises what reading a file raises (``CaptureError``, ``FileNotFoundError``), after the items before it.
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length),
+    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines),
                             name="dcpctl-decode", daemon=True)
     child.start()
     sender.close()
     variants: dict[bool | None, DecodeOptions] = {}
+    makers: dict[str, LineMaker] = {}
+
+    def lines_of(label: str) -> LineMaker:
+        found = makers.get(label)
+        if found is None:
+            found = makers[label] = plain_item_lines(label)
+        return found
+
+    def variant(collections: bool | None) -> DecodeOptions:
+        found = variants.get(collections)
+        if found is None:
+            found = variants[collections] = DecodeOptions(options.dialect, collections, options.show_secrets,
+                                                          options.lenient)
+        return found
+
     loads = marshal.loads
     try:
         while True:
@@ -118,15 +224,13 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
             for item in batch:
                 if len(item) == 9:
                     raw, offset, collections, ts, label, from_client, frames, fields, diags = item
-                    item_options = variants.get(collections)
-                    if item_options is None:
-                        item_options = variants[collections] = DecodeOptions(
-                            options.dialect, collections, options.show_secrets, options.lenient)
-                    yield finish_message(decode(raw, offset, item_options), ts, label, from_client, frames,
+                    yield finish_message(decode(raw, offset, variant(collections)), ts, label, from_client, frames,
                                          fields, [Diagnostic(*d) for d in diags] if diags else [])
                     continue
                 tag = item[0]
-                if tag == _SKIPPED:
+                if tag == _RUN:
+                    yield _lines(item, variant(item[2]), lines_of)
+                elif tag == _SKIPPED:
                     yield Skipped(*item[1:])
                 elif tag == _NOTICE:
                     yield Diagnostic(*item[1:])

@@ -107,5 +107,5 @@ def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: A
                                   last=tuple(last))
     message = decode(raw, 0, options)
     message.annotate(first, last, [])
-    assert plain_line(template, found, orjson.dumps(ts), 0, text, tuple(last.values())) == \
+    assert plain_line(template, found, (orjson.dumps(ts),), 0, text, tuple(last.values())) == \
         orjson.dumps(message.record(), option=orjson.OPT_APPEND_NEWLINE)

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+import capturekit
+import orjson
 import pytest
-from capturekit import ROOT, session_packets, write_capture
+from capturekit import ROOT, session_packets, session_records, write_capture
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
 from dcpctl.sources import parallel
-from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -76,6 +82,64 @@ def test_items_are_identical_to_the_serial_decoder(tmp_path: Path) -> None:
                 assert mine.record() == theirs.record(), path.name
             else:
                 assert mine == theirs, path.name
+
+
+def item_variety() -> list[tuple[bool, bytes]]:
+    """The sample session with twenty more items in its snapshot, values of every kind the JSON shows: text,
+    JSON, hex (not UTF-8, not printable), JSON-marked but not JSON, empty; keys plain and not."""
+    records = session_records()
+    marker = next(i for i, r in enumerate(records) if r["opcode"] == "DCP_SNAPSHOT_MARKER")
+    records[marker]["snap_end_seqno"] = 300
+    template = records[marker + 1]
+    values: list[dict[str, Any]] = [
+        {"value": "plain text", "datatype": 0}, {"value": '{"n":1}', "datatype": 1},
+        {"value": "00ff10", "value_encoding": "hex", "datatype": 0}, {"value": "line\nbreak", "datatype": 0},
+        {"value": "{not json", "datatype": 1}, {"datatype": 0}, {"value": "caf\u00e9 \u2603", "datatype": 0},
+        {"key": "6b0001", "key_encoding": "hex", "value": "x", "datatype": 0}]
+    extra = []
+    for n in range(20):
+        record = {k: v for k, v in template.items() if k not in ("xattrs", "value")}
+        record.update({"by_seqno": 210 + n, "key": f"doc-{n}", **values[n % len(values)]})
+        extra.append(record)
+    records[marker + 1:marker + 1] = extra
+    return [(capturekit.from_client(r), encode(r, fix_lengths=True)) for r in records]
+
+
+def as_lines(items: Iterable[Any]) -> list[Any]:
+    """Items with every message as its JSON line and consecutive lines joined, notices as they are."""
+    out: list[Any] = []
+    for item in items:
+        line = orjson.dumps(item.record(), option=orjson.OPT_APPEND_NEWLINE) if isinstance(item, Message) else item
+        if isinstance(line, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += line
+        else:
+            out.append(line)
+    return out
+
+
+def test_plain_items_as_lines_are_their_records_lines(tmp_path: Path) -> None:
+    """decode --format jsonl's fast path, serial and split: byte for byte the usual records' lines, in order,
+    with the notices in their places."""
+    options = DecodeOptions()
+    variety = tmp_path / "variety.pcap"
+    variety.write_bytes(write_capture(item_variety(), segment_size=700))
+    for path in [*damaged_captures(tmp_path), variety]:
+        usual = as_lines(decode_segments(read_segments(str(path), PORTS), options, PORTS))
+        assert as_lines(decode_segments_to_lines(read_segments(str(path), PORTS), options, PORTS)) == usual, path
+        assert as_lines(parallel.decode_files([str(path)], options, PORTS, lines=True)) == usual, path
+    assert any(isinstance(item, bytes) and b'"value_encoding":"hex"' in item for item in usual)  # the fallback ran
+
+
+def test_the_json_lines_command_matches_the_json_array(tmp_path: Path) -> None:
+    """The command's JSON lines (fast path) and its JSON array (records) say the same, key order included."""
+    variety = tmp_path / "variety.pcap"
+    variety.write_bytes(write_capture(item_variety()))
+    for jobs in ("1", "2"):
+        code, lines, _ = run(str(variety), "-F", "jsonl", "-j", jobs)
+        assert code == 0
+        _, array, _ = run(str(variety), "-F", "json", "-j", jobs)
+        assert [list(json.loads(line).items()) for line in lines.splitlines()] == \
+            [list(record.items()) for record in json.loads(array)]
 
 
 def test_command_output_and_exit_code_are_identical(tmp_path: Path) -> None:
