@@ -240,7 +240,13 @@ class Connection:
     # --- bootstrap ---------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str, mechanism: str | None = None) -> str:
         """SASL with the strongest mechanism both sides know (or ``mechanism``); returns the one used."""
-        offered = self.check({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS").record().get("value", "")
+        listed = self.call({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS").record()
+        if listed.get("status") in ("UnknownCommand", "NotSupported"):
+            raise AuthError(f"{self.label}: the server does not do SASL authentication (SASL_LIST_MECHS: "
+                            f"{listed['status']}): not a Couchbase data node, or a memcached without SASL")
+        if listed.get("status") != "Success":
+            raise StatusError("SASL_LIST_MECHS", str(listed.get("status")), ExitCode.AUTH)
+        offered = listed.get("value", "")
         offered_names = {canonical(m): m for m in str(offered).split()}
         if mechanism is not None:
             wanted = canonical(mechanism)

@@ -80,6 +80,14 @@ def test_unknown_user_and_no_password(sasl_port: int, monkeypatch: pytest.Monkey
     assert "DCPCTL_PASSWORD" in err
 
 
+def test_a_server_without_sasl(monkeypatch: pytest.MonkeyPatch) -> None:
+    with memcached() as port:
+        code, err, _ = run("stream", f"127.0.0.1:{port}", "--user", "tester", "--timeout", "1",
+                           password=USERS["tester"], monkeypatch=monkeypatch)
+    assert code == ExitCode.AUTH
+    assert f"127.0.0.1:{port}: the server does not do SASL authentication" in err
+
+
 def test_tls_with_and_without_a_trusted_ca(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cert, key = self_signed(tmp_path)
     with memcached(sasl=USERS, tls=(cert, key)) as port:
