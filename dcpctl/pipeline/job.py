@@ -1,28 +1,30 @@
 """``dcpctl analyze`` on Spark: captures to a Parquet dataset of messages, then the analyses.
 
 Theory of operation. The driver plans chunks: every pcap file is cut at record boundaries into pieces of
-about 64 MiB (a pcapng file is one piece). Stage one (``mapInArrow``, one task per chunk) reads a piece
-and parses its frames into TCP segments with the capture reader's own parser. It packs each connection's
-consecutive segments into runs, one Arrow row per run keyed by (file, connection, first frame). A run
-carries each segment's metadata and where its payload lies in the file, not the payload itself; a pcapng
-piece, read by libpcap, carries the bytes. The reader's notices (a TLS port, a malformed frame) travel as
-rows of their own. Spark shuffles the runs by (file, connection) and sorts each partition by that key and
-the first frame, in the JVM. Stage two (``mapInArrow`` again) streams through each partition's sorted
+about 64 MiB (a pcapng file is one piece); on the way it weighs the TCP connections from a sample of the
+frames. Stage one (one task per chunk) reads a piece and parses its frames into TCP segments with the
+capture reader's own parser. It packs each connection's consecutive segments into runs keyed by (file,
+connection, first frame). A run carries each segment's metadata and where its payload lies in the file,
+not the payload itself; a pcapng piece, read by libpcap, carries the bytes. The reader's notices (a TLS
+port, a malformed frame) travel as runs of their own. Spark shuffles the runs to the partition
+:class:`Placement` chose for their connection (heaviest connections first, spread so that the cores
+finish together; Spark's hash of the connection names put two or three of six equal connections in one
+partition) and sorts each partition by the key. Stage two streams through each partition's sorted
 connections. It unpacks the runs, reads each payload back from the file and feeds each connection to a
-fresh :class:`CaptureDecoder`: the reassembly,
-framing, decoding and connection tracking of ``dcpctl decode``, unchanged, with its fast path for plain
-stream items. The messages become rows (``schema``) in Arrow batches, which the task writes as its own
-Parquet file under ``--out`` with Arrow's writer (Spark's row-by-row writer cost more than the decoding).
-The same batches give the analyses' partial results (``rollup``). The task then hands the driver one
-summary row: messages written, the notices and those partials, which ``analyses`` merges; what needs every
-row across tasks (duplicates, the plots' progress) is a DataFrame query over the dataset read back.
+fresh :class:`CaptureDecoder`: the reassembly, framing, decoding and connection tracking of ``dcpctl
+decode``, unchanged, with its fast path for plain stream items. The messages become rows (``schema``) in
+Arrow batches, which the task writes as its own Parquet file under ``--out`` with Arrow's writer (Spark's
+row-by-row writer cost more than the decoding). The same batches give the analyses' partial results
+(``rollup``). The task then hands the driver one summary: messages written, the notices and those
+partials, which ``analyses`` merges; what needs every row across tasks (duplicates, the plots' progress)
+is a DataFrame query over the dataset read back.
 
 So many files are decoded at once, one big file by many tasks, and no task holds more than a piece, a
 batch of runs or rows, and the state of the connection it is decoding; only segment metadata crosses the
-shuffle. Rows and segments cross between the JVM and Python as Arrow columns, never as pickled Python
-objects. A connection is decoded by one task (its state is sequential), so the parallelism of stage two is
-the number of connections. The captures and ``--out`` must be on a filesystem every executor sees (any
-path in local mode; a shared mount on a cluster).
+shuffle (about a thousand runs per GB, as pickled tuples: too few for Arrow to pay). A connection is
+decoded by one task (its state is sequential), so the parallelism of stage two is the number of
+connections. The captures and ``--out`` must be on a filesystem every executor sees (any path in local
+mode; a shared mount on a cluster).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import gc
 import os
 import shutil
 import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,33 +51,27 @@ from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
-from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, plan, segments
+from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
 
 ROWS_PER_BATCH: Final = 8192  # rows turned into Arrow at a time: a few MB, whatever the capture
 # Rows per Parquet row group: Spark pays for each row group it scans, so not one per batch; 16 batches are a
 # few tens of MB of Arrow held before writing.
 ROWS_PER_GROUP: Final = 16 * ROWS_PER_BATCH
-RUNS_PER_BATCH: Final = 16  # run rows per Arrow batch out of stage one (a few MB)
-# Stage two's partitions: at least this many, so that connections spread over the cores (a partition is
-# decoded by one task; empty ones cost nothing). More cores get four partitions each.
-MIN_PARTITIONS: Final = 32
+# Stage two's partitions for weighed connections, and again for the others, per core (Placement): enough
+# for the load to even out across the cores, few enough that a task's start-up stays small.
+SLOTS_PER_CORE: Final = 4
 
-CHUNK_SCHEMA: Final = ("path string, start long, end long, first_frame long, linktype int, endian string, "
-                       "resolution double")
 # Stage one's rows: runs of one connection's consecutive segments (or a reader's notice). ``segments`` packs
 # each segment as RUN_SEGMENT; ``payloads`` holds the payloads of a pcapng run (a pcap run says where they lie
-# in the file instead). The JVM then shuffles and sorts a row per run, not per segment: at 1 GB, about a
-# thousand rows instead of 750,000, each of which cost it Arrow, shuffle and sort work.
-RUN_COLUMNS: Final = (("file", "string"), ("connection", "string"), ("first_frame", "long"), ("a_host", "string"),
-                      ("a_port", "int"), ("b_host", "string"), ("b_port", "int"), ("segments", "binary"),
-                      ("payloads", "binary"), ("notice", "string"))
+# in the file instead). Spark then shuffles and sorts a row per run, not per segment: at 1 GB, about a
+# thousand rows instead of 750,000.
+RUN_FIELDS: Final = ("file", "connection", "first_frame", "a_host", "a_port", "b_host", "b_port", "segments",
+                     "payloads", "notice")
 # ts, frame, seq, ack, TCP flags, whether the source is endpoint a, payload offset in the file (-1: in
 # ``payloads``), payload length, length on the wire, cut by the snap length
 RUN_SEGMENT: Final = struct.Struct("<dQIIBBqIIB")
 RUN_SEGMENTS: Final = 4096  # segments per run: a run row is then about 170 KB of metadata
 RUN_PAYLOAD_BYTES: Final = 8 * 1024 * 1024  # payload bytes a pcapng run carries at most
-# What a decode task hands the driver: messages written, notices, and its rollup.Partials (JSON)
-SUMMARY_SCHEMA: Final = "partition int, messages long, notices array<string>, partials binary"
 # How the tasks write Parquet: what Spark reads fastest (measured on 6M rows: a report of 12.4 s against 16.7 s
 # with pyarrow's defaults). Snappy, not zstd (half the size, but slower to decompress); a dictionary only for
 # the low-cardinality strings (pyarrow's default, a dictionary for every column, makes Spark's scans slower).
@@ -153,7 +150,7 @@ class _Run:
 
 def chunk_runs(chunk: Chunk, ports: frozenset[int]) -> Iterator[tuple[Any, ...]]:
     """One chunk's TCP segments as runs of each connection's consecutive segments, and its notices, as rows
-    in :data:`RUN_COLUMNS` order. A connection's runs come out in frame order."""
+    in :data:`RUN_FIELDS` order. A connection's runs come out in frame order."""
     runs: dict[str, _Run] = {}
     keys: dict[tuple[tuple[str, int], tuple[str, int]], tuple[str, tuple[str, int], tuple[str, int]]] = {}
     pack = RUN_SEGMENT.pack
@@ -167,7 +164,7 @@ def chunk_runs(chunk: Chunk, ports: frozenset[int]) -> Iterator[tuple[Any, ...]]
         known = keys.get(ends)
         if known is None:
             a, b = sorted(ends)
-            known = keys[ends] = (f"{a[0]}:{a[1]}-{b[0]}:{b[1]}", a, b)
+            known = keys[ends] = (connection_key(a, b), a, b)
         key, a, b = known
         run = runs.get(key)
         if run is None:
@@ -185,18 +182,52 @@ def chunk_runs(chunk: Chunk, ports: frozenset[int]) -> Iterator[tuple[Any, ...]]
         yield run.row(chunk.path)
 
 
-def _run_batches(batches: Iterable[Any], ports: frozenset[int]) -> Iterator[Any]:
-    arrow = _arrow_types(RUN_COLUMNS)
-    for batch in batches:
-        for row in batch.to_pylist():
-            buffer = []
-            for run in chunk_runs(Chunk(**row), ports):
-                buffer.append(run)
-                if len(buffer) >= RUNS_PER_BATCH:
-                    yield _to_arrow(buffer, arrow)
-                    buffer = []
-            if buffer:
-                yield _to_arrow(buffer, arrow)
+def connection_key(a: tuple[str, int], b: tuple[str, int]) -> str:
+    """A connection's name in the runs (and the dataset's ``connection`` column), its lower end first."""
+    return f"{a[0]}:{a[1]}-{b[0]}:{b[1]}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which stage-two partition decodes each connection. The connections the planner weighed are spread
+    over ``weighed`` partitions, heaviest first onto the least loaded, and the partitions are numbered
+    heaviest first (Spark starts tasks in partition order, so the longest start first). A connection the
+    planner did not see (a small one, between its samples, or any in a pcapng file) goes to one of
+    ``spare`` more partitions by a hash of its name."""
+
+    partitions: dict[tuple[str, str], int]
+    weighed: int
+    spare: int
+
+    @staticmethod
+    def of(weights: dict[tuple[str, str], int], slots: int) -> Placement:
+        weighed = min(len(weights), slots)
+        loads = [0] * weighed
+        chosen: dict[tuple[str, str], int] = {}
+        for key, weight in sorted(weights.items(), key=lambda item: (-item[1], item[0])):
+            least = min(range(weighed), key=lambda i: (loads[i], i))
+            chosen[key] = least
+            loads[least] += weight
+        rank = {old: new for new, old in enumerate(sorted(range(weighed), key=lambda i: (-loads[i], i)))}
+        return Placement({key: rank[i] for key, i in chosen.items()}, weighed, slots)
+
+    @property
+    def count(self) -> int:
+        return self.weighed + self.spare
+
+    def __call__(self, file: str, connection: str) -> int:
+        found = self.partitions.get((file, connection))
+        if found is not None:
+            return found
+        return self.weighed + zlib.crc32(f"{file}\0{connection}".encode()) % self.spare
+
+
+def _keyed_runs(chunks: Iterable[Chunk], ports: frozenset[int], placement: Placement
+                ) -> Iterator[tuple[tuple[int, str, str, int], tuple[Any, ...]]]:
+    """Stage one's task: each run keyed by (its partition, file, connection, first frame)."""
+    for chunk in chunks:
+        for run in chunk_runs(chunk, ports):
+            yield (placement(run[0], run[1]), run[0], run[1], run[2]), run
 
 
 def segments_of(runs: Iterable[tuple[Any, ...]], notices: list[str]) -> Iterator[tuple[str, str, TcpSegment]]:
@@ -278,8 +309,8 @@ def _add(rows: schema.Rows, decoder: CaptureDecoder, items: Iterable[Any], notic
             notices.append(f"{where[0]}: {where[1]}: {notice_text(item)}")
 
 
-def _decode_partition(batches: Iterable[Any], spec: tuple[str, bool | None, bool], ports: frozenset[int],
-                      records: bool, out: str, stall_ms: float) -> Iterator[Any]:
+def _decode_partition(runs: Iterable[tuple[Any, ...]], spec: tuple[str, bool | None, bool], ports: frozenset[int],
+                      records: bool, out: str, stall_ms: float) -> Iterator[tuple[int, int, list[str], bytes]]:
     """Stage two's task: its partition's messages written as one Parquet file under ``out`` (written under a
     temporary name, then renamed: a retried task replaces it whole), and one summary row for the driver with
     the partial results of the analyses (``rollup``)."""
@@ -300,10 +331,6 @@ def _decode_partition(batches: Iterable[Any], spec: tuple[str, bool | None, bool
     pending: list[Any] = []  # batches of the row group being gathered
     partials = rollup.Partials()
 
-    def run_rows() -> Iterator[tuple[Any, ...]]:
-        for batch in batches:
-            yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
-
     def flush(*, last: bool = False) -> None:
         nonlocal writer, written
         if rows.rows:
@@ -322,7 +349,7 @@ def _decode_partition(batches: Iterable[Any], spec: tuple[str, bool | None, bool
 
     try:
         with _no_gc():
-            for _ in decode_connections(segments_of(run_rows(), notices), spec, ports, rows, notices):
+            for _ in decode_connections(segments_of(runs, notices), spec, ports, rows, notices):
                 if len(rows.rows) >= ROWS_PER_BATCH:
                     flush()
             flush(last=True)
@@ -334,10 +361,7 @@ def _decode_partition(batches: Iterable[Any], spec: tuple[str, bool | None, bool
         if writer is not None:
             writer.close()
             os.unlink(temporary)
-    yield pa.RecordBatch.from_arrays([pa.array([partition], pa.int32()), pa.array([written], pa.int64()),
-                                      pa.array([notices], pa.list_(pa.string())),
-                                      pa.array([orjson.dumps(dataclasses.asdict(partials))], pa.binary())],
-                                     names=["partition", "messages", "notices", "partials"])
+    yield partition, written, notices, orjson.dumps(dataclasses.asdict(partials))
 
 
 @contextlib.contextmanager
@@ -385,14 +409,27 @@ def _to_arrow(rows: list[tuple[Any, ...]], types: list[tuple[str, Any, Any]]) ->
 
 
 # --- the plan ----------------------------------------------------------------------------------------
-def partitions_for(paths: list[str], chunk_bytes: int) -> tuple[list[Chunk], list[str]]:
+@dataclass
+class Plan:
+    """The captures cut into chunks, the planner's notices, and each connection's weight: (file, connection)
+    -> bytes estimated from sampled frames (:func:`~dcpctl.sources.pcapchunks.plan`)."""
+
+    chunks: list[Chunk]
+    notes: list[str]
+    weights: dict[tuple[str, str], int]
+
+
+def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
     chunks: list[Chunk] = []
     notes: list[str] = []
+    weights: dict[tuple[str, str], int] = {}
     for path in paths:
-        found, notices = plan(path, chunk_bytes)
+        sampled: dict[Endpoints, int] = {}
+        found, notices = plan(path, chunk_bytes, sampled)
         chunks += found
         notes += [f"{path}: {notice_text(notice_diagnostic(n))}" for n in notices]
-    return chunks, notes
+        weights.update(((path, connection_key(a, b)), weight) for (a, b), weight in sampled.items())
+    return Plan(chunks, notes, weights)
 
 
 @dataclass
@@ -408,33 +445,31 @@ class Result:
 
 def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOptions, out: Path,
         chunk_bytes: int = DEFAULT_CHUNK, *, records: bool = False, stall_ms: float = 1000.0,
-        planned: tuple[list[Chunk], list[str]] | None = None) -> Result:
+        planned: Plan | None = None) -> Result:
     """Decode some captures into a Parquet dataset at ``out`` (replaced); ``stall_ms`` is the shortest
     flow-control stall the analyses list; ``planned``: :func:`partitions_for` already done (while Spark
     started, say)."""
-    chunks, notes = planned if planned is not None else partitions_for(paths, chunk_bytes)
+    planned = planned if planned is not None else partitions_for(paths, chunk_bytes)
     out = out.resolve()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     context = session.sparkContext
-    chunk_rows = [(c.path, c.start, c.end, c.first_frame, c.linktype, c.endian, c.resolution) for c in chunks]
-    chunk_frame = session.createDataFrame(context.parallelize(chunk_rows, max(1, len(chunk_rows))), CHUNK_SCHEMA)
-    run_ddl = ", ".join(f"{name} {ddl}" for name, ddl in RUN_COLUMNS)
-    run_frame = chunk_frame.mapInArrow(lambda batches: _run_batches(batches, ports), run_ddl)
-    partitions = max(MIN_PARTITIONS, 4 * context.defaultParallelism)
-    ordered = run_frame.repartition(partitions, "file", "connection") \
-        .sortWithinPartitions("file", "connection", "first_frame")
+    placement = Placement.of(planned.weights, SLOTS_PER_CORE * context.defaultParallelism)
     spec = (options.dialect.name, options.collections, options.show_secrets)
     where = str(out)
-    summaries = ordered.mapInArrow(
-        lambda batches: _decode_partition(batches, spec, ports, records, where, stall_ms), SUMMARY_SCHEMA).collect()
-    summaries.sort(key=lambda r: r.partition)
+    summaries = context.parallelize(planned.chunks, max(1, len(planned.chunks))) \
+        .mapPartitions(lambda chunks: _keyed_runs(chunks, ports, placement)) \
+        .repartitionAndSortWithinPartitions(placement.count, lambda key: key[0]) \
+        .mapPartitions(lambda keyed: _decode_partition((run for _, run in keyed), spec, ports, records, where,
+                                                       stall_ms)) \
+        .collect()
+    summaries.sort(key=lambda summary: summary[0])
     partials = rollup.Partials()
-    for row in summaries:
-        partials.extend(rollup.Partials(**orjson.loads(row.partials)))
-    notices = notes + [n for row in summaries for n in row.notices]
-    return Result(out, sum(row.messages for row in summaries), notices, partials)
+    for _, _, _, partial in summaries:
+        partials.extend(rollup.Partials(**orjson.loads(partial)))
+    notices = planned.notes + [n for _, _, task_notices, _ in summaries for n in task_notices]
+    return Result(out, sum(messages for _, messages, _, _ in summaries), notices, partials)
 
 
 def read(session: Any, result: Result, *, records: bool = False) -> Any:

@@ -15,6 +15,7 @@ from dcpctl.pipeline import job, schema
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
 from dcpctl.sources.pcapchunks import plan
+from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
 PORTS = frozenset({11210})
@@ -200,3 +201,41 @@ def test_the_analyses_partials_do_not_depend_on_batching(tmp_path: Path) -> None
     assert sorted((r["vb"], r["items"]) for r in vbuckets) == [(3, 6), (12, 3)]  # the stall capture's, the sample's
     assert [round(s["stalled_ms"]) for s in stalls] == [10000]
     assert [r["status"] for r in requests if r["direction"] == "server>client"] == ["Success", "Rollback", "Success"]
+
+
+def test_connections_are_placed_heaviest_first_on_the_least_loaded_partition() -> None:
+    equal = job.Placement.of({("f", f"c{n}"): 1000 for n in range(6)}, slots=8)
+    assert sorted(equal.partitions.values()) == list(range(6))  # six equal connections: six tasks, not shared
+    uneven = job.Placement.of({("f", "a"): 100, ("f", "b"): 60, ("f", "c"): 50, ("f", "d"): 10}, slots=2)
+    assert uneven.count == 4  # two weighed partitions, two for connections the planner did not see
+    assert uneven("f", "a") == uneven("f", "d") != uneven("f", "b") == uneven("f", "c")  # 110 and 110
+    heavy = job.Placement.of({("f", "a"): 100, ("f", "b"): 10, ("f", "c"): 20}, slots=2)
+    assert heavy("f", "a") == 0  # the heaviest partition starts first
+    for name in ("x", "y", "z"):  # unseen: one of the spare partitions, always the same one
+        assert 2 <= heavy("f", name) < 4
+        assert heavy("f", name) == heavy("f", name)
+    assert job.Placement.of({}, slots=4).count == 4  # a pcapng file: nothing weighed, all hashed
+
+
+def test_the_planner_weighs_the_connections_the_runs_name(tmp_path: Path) -> None:
+    path = tmp_path / "three.pcap"
+    sizes = {50123: 4000, 50124: 2000, 50125: 500}  # items per connection, interleaved
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversations = {port: TcpConversation(writer, ("127.0.0.1", port), ("127.0.0.1", 11210)) for port in sizes}
+    for conversation in conversations.values():
+        conversation.handshake()
+    for seqno in range(1, 4001):
+        for port, count in sizes.items():
+            if seqno <= count:
+                conversations[port].send(False, encode({
+                    "magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 1, "by_seqno": seqno,
+                    "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0,
+                    "key": f"k{seqno}", "value": "v" * 100}, fix_lengths=True))
+    path.write_bytes(out.getvalue())
+    planned = job.partitions_for([str(path)], 256 * 1024)
+    named = {run[1] for chunk in planned.chunks for run in job.chunk_runs(chunk, PORTS) if run[9] is None}
+    assert {connection for _, connection in planned.weights} == named
+    weights = {connection.rsplit(":", 1)[1]: weight for (_, connection), weight in planned.weights.items()}
+    assert weights["50123"] > weights["50124"] > weights["50125"]
+    assert 1.5 < weights["50123"] / weights["50124"] < 2.5  # sampled, so near the 2:1 of the bytes
