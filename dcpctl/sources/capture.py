@@ -291,7 +291,6 @@ class PlainLines:
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
-        self.written = 0  # bytes handed over by between() (the caller may reset it)
 
     def between(self, events: Iterable[Any]) -> Iterator[Any]:
         """``events`` (from feed() or finish()), each after the lines written before it, and then the rest."""
@@ -306,7 +305,6 @@ class PlainLines:
     def _take(self) -> bytes:
         out = b"".join(self.parts)
         self.parts.clear()
-        self.written += len(out)
         return out
 
     def sink(self, label: str) -> ItemSink:
