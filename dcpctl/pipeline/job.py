@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import heapq
 import os
 import shutil
 import struct
@@ -203,11 +204,13 @@ class Placement:
     def of(weights: dict[tuple[str, str], int], slots: int) -> Placement:
         weighed = min(len(weights), slots)
         loads = [0] * weighed
+        lightest = [(0, i) for i in range(weighed)]  # a heap of (load, partition)
         chosen: dict[tuple[str, str], int] = {}
         for key, weight in sorted(weights.items(), key=lambda item: (-item[1], item[0])):
-            least = min(range(weighed), key=lambda i: (loads[i], i))
+            load, least = heapq.heappop(lightest)
             chosen[key] = least
-            loads[least] += weight
+            loads[least] = load + weight
+            heapq.heappush(lightest, (loads[least], least))
         rank = {old: new for new, old in enumerate(sorted(range(weighed), key=lambda i: (-loads[i], i)))}
         return Placement({key: rank[i] for key, i in chosen.items()}, weighed, slots)
 
