@@ -233,6 +233,25 @@ def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -
     assert list((tmp_path / "ds").glob("*.parquet"))
 
 
+def test_the_job_runs_under_spark_submit(spark_module: None, tmp_path: Path) -> None:
+    """spark-submit starts the JVM and the Python driver itself; the command then takes its session (and the
+    master spark-submit was given) instead of starting one, and stops it at the end."""
+    import pyspark  # noqa: PLC0415
+
+    import dcpctl  # noqa: PLC0415
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    entry = Path(dcpctl.__file__).parent / "__main__.py"
+    done = subprocess.run([str(submit), "--master", "local[1]", str(entry), "analyze", str(SAMPLE),
+                           "--out", str(tmp_path / "ds"), "-F", "json"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["messages"] == len(decoded(SAMPLE))
+    assert [r["rollback_seqno"] for r in report["rollbacks"]] == [200]
+    assert list((tmp_path / "ds").glob("*.parquet"))
+
+
 def test_without_java_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
