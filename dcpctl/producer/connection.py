@@ -546,7 +546,7 @@ class ProducerConnection:
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
     def _noop_request(self, msg: Message) -> None:
-        if self.dcp_flags is not None:  # reference 12.22: a DCP_NOOP request to a producer disconnects the client
+        if self.dcp_flags is not None:  # reference 3.13: a DCP_NOOP request to a producer disconnects the client
             self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
                        "(only the server sends noops; the client answers them)")
             return

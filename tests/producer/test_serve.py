@@ -283,7 +283,7 @@ def test_noops_come_on_the_interval(server: Server) -> None:
 
 
 def test_a_noop_request_from_a_dcp_client_disconnects_it(server: Server) -> None:
-    """Reference 12.22: only the server sends noops on a DCP connection; a client's own request ends it."""
+    """Reference 3.13: only the server sends noops on a DCP connection; a client's own request ends it."""
     client = streaming_client(server)
     client.send(opcode="DCP_NOOP")
     assert read_until_closed(client) == []
