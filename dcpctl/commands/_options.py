@@ -1,7 +1,10 @@
-"""Options shared by several commands (typer annotations), and the environment accessor."""
+"""Options shared by several commands (typer annotations), the environment accessor, and Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import Annotated
 
@@ -43,3 +46,25 @@ StrictOption = Annotated[bool, typer.Option(
     "--strict", help="Exit 4 when any message has an error diagnostic or bytes were skipped.")]
 Base64Option = Annotated[bool, typer.Option(
     "--base64", help="Binary keys and values as base64 instead of hex in JSON output.")]
+
+
+@contextlib.contextmanager
+def first_ctrl_c_stops(stop: Callable[[], None]) -> Iterator[None]:
+    """The first Ctrl-C calls ``stop`` (the command then ends at its next safe point: every line being
+    written is written whole, state and files are saved); a second one stops at once (a reader that never
+    reads again leaves a write blocked). Only the main thread can own signals; elsewhere Ctrl-C stays as
+    it is."""
+
+    def first(_signum: int, _frame: object) -> None:
+        stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    try:
+        previous = signal.signal(signal.SIGINT, first)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

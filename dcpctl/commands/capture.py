@@ -18,12 +18,13 @@ from dcpctl.commands._options import (
     ShowSecretsOption,
     dialect_of,
     env_of,
+    first_ctrl_c_stops,
 )
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.output import Format, emit
-from dcpctl.sources.capture import Item, decode_segments
+from dcpctl.sources.capture import Item, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import CaptureError, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
 
@@ -63,17 +64,28 @@ def capture(
             except OSError as exc:
                 raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
 
-        def items() -> Iterator[Item]:
+        # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
+        env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "
+                                  f"{', '.join(map(str, sorted(ports)))}; Ctrl-C stops", markup=False)
+        output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+        # every message printed as its JSON line: plain items as lines from templates, as decode does
+        lines = output is Format.JSONL and count is None and not base64
+
+        stopping: list[bool] = []  # the first Ctrl-C: end after the packet in hand, decoding what was read
+
+        def items() -> Iterator[Item | bytes]:
             shown = 0
             tap = writer.write if writer is not None else None
-            for item in decode_segments(live_segments(reader, ports, frozenset({11207}), tap), options, ports,
-                                        max_body_length):
+            segments = live_segments(reader, ports, frozenset({11207}), tap, stop=lambda: bool(stopping))
+            for item in (decode_segments_to_lines if lines else decode_segments)(
+                    segments, options, ports, max_body_length):
                 yield item
                 if isinstance(item, Message):
                     shown += 1
                     if count is not None and shown >= count:
                         return
 
-        output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a live capture normally ends
+        # Ctrl-C is how a live capture normally ends: the first one stops reading, and what was read is
+        # decoded and written whole; a second one (output blocked, say) stops at once
+        with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True)

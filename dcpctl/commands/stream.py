@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import string
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from dcpctl.commands._live import (
     password_of,
     tls_of,
 )
-from dcpctl.commands._options import Base64Option, env_of
+from dcpctl.commands._options import Base64Option, env_of, first_ctrl_c_stops
 from dcpctl.commands.decode import parse_ranges
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
@@ -151,7 +150,7 @@ def stream(
                                 before_wait=env.stdout.flush)
         except StateError as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
-        with client_errors(), _first_ctrl_c_stops(streamer):
+        with client_errors(), first_ctrl_c_stops(streamer.stop):
             try:
                 messages = streamer.messages()
                 if summary and fmt is None and template is None:
@@ -172,25 +171,6 @@ def stream(
             _print_summary(streamer, env)
 
 
-@contextlib.contextmanager
-def _first_ctrl_c_stops(streamer: Streamer) -> Iterator[None]:
-    """The first Ctrl-C asks the streamer to stop at its next safe point, so every line being written is
-    written whole and counted in the state; a second one stops at once (a reader that never reads again
-    leaves a write blocked). Only the main thread can own signals; elsewhere Ctrl-C stays as it is."""
-
-    def stop(_signum: int, _frame: object) -> None:
-        streamer.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    try:
-        previous = signal.signal(signal.SIGINT, stop)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _hex_list(text: str, option: str) -> list[int]:

@@ -9,6 +9,7 @@ reading carries on wherever it can.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -186,14 +187,18 @@ class FrameFilter:
 
 
 def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
-              tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+              tap: Callable[[float, bytes, int], None] | None = None,
+              stop: Callable[[], bool] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     linktype = reader.datalink()
     if linktype not in SUPPORTED_LINKTYPES:
         yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
         return
     frame = 0
     keep = FrameFilter(ports, tls_ports)
-    while True:
+    if live:  # never blocked inside libpcap (which waits for traffic, whatever its timeout): Ctrl-C works
+        reader.setnonblock(1)
+        ready = reader.getfd()
+    while stop is None or not stop():
         try:
             header, data = reader.next()
         except pcapy.PcapError as exc:
@@ -201,8 +206,9 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
                                 f"{frame}: {exc}")
             return
         if header is None:
-            if live:
-                continue  # the read timeout passed with no packet
+            if live:  # nothing to read: wait for the interface, at most LIVE_TIMEOUT_MS
+                select.select([ready], [], [], LIVE_TIMEOUT_MS / 1000)
+                continue
             return
         frame += 1
         seconds, micros = header.getts()
@@ -240,5 +246,8 @@ def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset
 
 
 def live_segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
-                  tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
-    yield from _segments(reader, ports, tls_ports, live=True, tap=tap)
+                  tap: Callable[[float, bytes, int], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+    """Segments as the interface sees them; ends when ``stop()`` says so (checked after every packet and
+    every read timeout, at most LIVE_TIMEOUT_MS apart)."""
+    yield from _segments(reader, ports, tls_ports, live=True, tap=tap, stop=stop)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from capturekit import session_packets
+from servekit import serving
 
 from dcpctl.exitcode import ExitCode
 
@@ -37,7 +40,8 @@ def test_live_capture_decodes_and_writes(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(port), "-c", "4", "-F", "jsonl",
          "-w", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(1.5)  # let libpcap start
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")  # libpcap has started
     server = threading.Thread(target=_serve_once, args=(listener, server_bytes))
     server.start()
     with socket.create_connection(("127.0.0.1", port)) as client:
@@ -50,6 +54,49 @@ def test_live_capture_decodes_and_writes(tmp_path: Path) -> None:
     opcodes = [line.split('"opcode":"')[1].split('"')[0] for line in stdout.decode().splitlines()]
     assert opcodes == ["HELLO", "SELECT_BUCKET", "HELLO", "SELECT_BUCKET"]
     assert out.stat().st_size > 24
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_a_live_dcp_stream_prints_what_decode_prints_of_the_saved_frames(tmp_path: Path) -> None:
+    """A whole DCP session (dcpctl stream from dcpctl serve) captured on the loopback until Ctrl-C: the JSON
+    lines printed live (plain items from line templates) are the records decode gives of the saved frames."""
+    saved, printed = tmp_path / "live.pcap", tmp_path / "live.jsonl"
+    with serving("--vbuckets", "4", "--items", "400") as server, printed.open("wb") as sink:
+        proc = subprocess.Popen(  # output to a file: a pipe nobody reads until the end would stall the capture
+            [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
+             "-w", str(saved)], stdout=sink, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")  # libpcap has started
+        streamed = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
+                                   "--until", "now", "--summary"], capture_output=True, timeout=120, check=False,
+                                  env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        assert streamed.returncode == ExitCode.OK, streamed.stderr
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)  # the first Ctrl-C: what was read is decoded and written whole
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.OK, stderr
+    live = [json.loads(line) for line in printed.read_text().splitlines()]
+    decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(server.port),
+                              str(saved)], capture_output=True, timeout=120, check=True)
+    records = json.loads(decoded.stdout)
+    assert sum(r["opcode"] == "DCP_MUTATION" for r in live) > 300  # the items went through the fast path
+    assert [list(r.items()) for r in live] == [list(r.items()) for r in records]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_ctrl_c_stops_a_capture_that_sees_no_traffic() -> None:
+    """libpcap waits for a packet whatever its timeout: the capture must not be inside it when Ctrl-C comes."""
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", "9", "-F", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == ExitCode.OK
+    assert stdout == b""
+    assert time.monotonic() - started < 5
 
 
 def test_missing_interface_is_one_line_exit_3() -> None:
