@@ -162,6 +162,7 @@ class Streamer:
         self._last_save = time.monotonic()
         self._done = False
         self.interrupted = False  # stop() was called
+        self.requested = False  # a stream request was sent: from then on a stop closes streams and saves state
         self._prepared: set[int] = set()
         self._reroutes: dict[int, int] = {}  # vbucket -> times asked again since its last item
         self._uncommitted: tuple[VbucketPosition, int] | None = None  # the item handed out, not yet taken
@@ -293,6 +294,7 @@ class Streamer:
         snap_start, snap_end = position.resume_snapshot()
         request = StreamRequest(position.seqno, position.vbucket_uuid, snap_start, snap_end, end)
         self._opaque += 1
+        self.requested = True
         record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": vb, "opaque": self._opaque, "flags": 0,
                                   "reserved": 0, "start_seqno": request.start_seqno, "end_seqno": end,
                                   "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": snap_start,

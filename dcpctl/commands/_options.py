@@ -56,8 +56,8 @@ def first_ctrl_c_stops(stop: Callable[[], None]) -> Iterator[None]:
     it is."""
 
     def first(_signum: int, _frame: object) -> None:
-        stop()
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop()  # may raise KeyboardInterrupt itself, when there is nothing to stop gracefully
 
     try:
         previous = signal.signal(signal.SIGINT, first)

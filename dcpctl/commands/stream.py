@@ -150,7 +150,12 @@ def stream(
                                 before_wait=env.stdout.flush)
         except StateError as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
-        with client_errors(), first_ctrl_c_stops(streamer.stop):
+        def stop() -> None:
+            if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
+                raise KeyboardInterrupt
+            streamer.stop()
+
+        with client_errors(), first_ctrl_c_stops(stop):
             try:
                 messages = streamer.messages()
                 if summary and fmt is None and template is None:
@@ -161,7 +166,8 @@ def stream(
                 else:
                     emit(messages, output, env, base64=base64)  # flushed whenever the stream waits
             except KeyboardInterrupt:
-                notice("interrupted again: stopping at once and saving the state")
+                notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
+                       else "interrupted while connecting")
             finally:
                 if streamer.interrupted:
                     notice("interrupted: closing the streams and saving the state")

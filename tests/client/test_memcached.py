@@ -8,6 +8,10 @@ follows it, and each failure as its own one-line error and exit code.
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +90,21 @@ def test_a_server_without_sasl(monkeypatch: pytest.MonkeyPatch) -> None:
                            password=USERS["tester"], monkeypatch=monkeypatch)
     assert code == ExitCode.AUTH
     assert f"127.0.0.1:{port}: the server does not do SASL authentication" in err
+
+
+def test_ctrl_c_while_the_server_is_silent_stops_at_once(sasl_port: int) -> None:
+    """stream's first Ctrl-C is a graceful stop, but before any stream is open there is nothing to close:
+    it must not wait for the request's timeout (memcached, past SASL, never answers HELLO)."""
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{sasl_port}", "--user", "tester",
+                             "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "DCPCTL_PASSWORD": USERS["tester"]})
+    time.sleep(2)  # connected, authenticated, waiting for the answer to HELLO
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == ExitCode.OK
+    assert err.decode() == "dcpctl: interrupted while connecting\n"
 
 
 def test_tls_with_and_without_a_trusted_ca(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
