@@ -150,6 +150,7 @@ def stream(
                                 before_wait=env.stdout.flush)
         except StateError as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
+
         def stop() -> None:
             if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
                 raise KeyboardInterrupt
@@ -175,8 +176,6 @@ def stream(
                 streamer.close()
         if summary:
             _print_summary(streamer, env)
-
-
 
 
 def _hex_list(text: str, option: str) -> list[int]:
