@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
@@ -66,6 +68,9 @@ def analyze(
             raise CommandError(f"{path}: no such file", ExitCode.INPUT) from None
         except (CaptureError, OSError) as exc:
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+    # py4j logs (with a traceback) every call a Ctrl-C interrupts, then raises; the exception is what counts,
+    # and dcpctl reports it in one line, so Python's logging goes nowhere while Spark runs
+    logging.getLogger().addHandler(logging.NullHandler())
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
         session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
@@ -90,6 +95,12 @@ def analyze(
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
             report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"), report["rollbacks"],
                                                            report["per_second"], windows)]
+    except KeyboardInterrupt:
+        # PySpark's own Ctrl-C handler has cancelled the job; the tasks die with it, and what the JVM would
+        # log about that at ERROR is not news to the user, who asked for it
+        with contextlib.suppress(Exception):
+            session.sparkContext.setLogLevel("OFF")
+        raise
     finally:
         session.stop()
     if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
