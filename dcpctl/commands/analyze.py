@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
@@ -73,7 +75,11 @@ def analyze(
     logging.getLogger().addHandler(logging.NullHandler())
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
-        session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
+        with _ctrl_c_deferred() as interrupted:  # Spark's start-up cannot be interrupted cleanly
+            session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
+        if interrupted:
+            session.stop()
+            raise KeyboardInterrupt
         try:
             planned = planning.result()
         except (CaptureError, OSError) as exc:
@@ -107,6 +113,30 @@ def analyze(
         env.stdout.write(json.dumps(report, default=str) + "\n")
         return
     _tables(env.console(), report)
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[list[bool]]:
+    """A Ctrl-C while PySpark launches its JVM is noted, not raised: raised there, it leaves the JVM (which
+    ignores Ctrl-C) writing its connection file into a directory PySpark has just removed, and the JVM's
+    stack trace on the terminal. The caller stops the session and raises it once the start-up is over
+    (a second of waiting or a few: how long the JVM takes to answer). PySpark installs its own Ctrl-C
+    handler on the way (it cancels running jobs), which is then left in place."""
+    noted: list[bool] = []
+
+    def note(_signum: int, _frame: object) -> None:
+        noted.append(True)
+
+    try:
+        previous = signal.signal(signal.SIGINT, note)
+    except ValueError:  # not the main thread
+        yield noted
+        return
+    try:
+        yield noted
+    finally:
+        if signal.getsignal(signal.SIGINT) is note:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _under_submit() -> bool:

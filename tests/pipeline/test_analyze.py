@@ -7,13 +7,16 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capturekit import ROOT, session_packets
+from capturekit import ROOT, session_packets, write_capture
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
@@ -250,6 +253,22 @@ def test_the_job_runs_under_spark_submit(spark_module: None, tmp_path: Path) -> 
     assert report["messages"] == len(decoded(SAMPLE))
     assert [r["rollback_seqno"] for r in report["rollbacks"]] == [200]
     assert list((tmp_path / "ds").glob("*.parquet"))
+
+
+def test_ctrl_c_is_one_line_and_exit_130(spark_module: None, tmp_path: Path) -> None:
+    """Whenever it comes (starting Spark, decoding, querying), a Ctrl-C ends analyze with one line: no py4j
+    traceback of the call it interrupted, no JVM errors about the tasks it cancelled."""
+    big = tmp_path / "big.pcap"
+    big.write_bytes(write_capture(session_packets() * 2000))
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "analyze", str(big), "--out", str(tmp_path / "ds"),
+                             "--master", "local[2]", "-F", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    time.sleep(9)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the whole process group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INTERRUPTED, err.decode()[-2000:]
+    lines = [line for line in err.decode().splitlines() if "incubator modules" not in line]  # the JVM's own
+    assert lines == ["dcpctl: interrupted"]
 
 
 def test_without_java_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
