@@ -237,8 +237,8 @@ def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -
 
 
 def test_the_job_runs_under_spark_submit(spark_module: None, tmp_path: Path) -> None:
-    """spark-submit starts the JVM and the Python driver itself; the command then takes its session (and the
-    master spark-submit was given) instead of starting one, and stops it at the end."""
+    """spark-submit starts the JVM and runs dcpctl's entry point as its Python driver: the whole job runs
+    there and writes the same report and dataset."""
     import pyspark  # noqa: PLC0415
 
     import dcpctl  # noqa: PLC0415
