@@ -234,6 +234,11 @@ class Message:
         self._context = (first, last)
 
     @property
+    def has_record(self) -> bool:
+        """Whether :meth:`record` has been built (it checks the value, which may add diagnostics)."""
+        return self._record is not None
+
+    @property
     def context(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """What :meth:`annotate` added (``first``, ``last``), until :meth:`record` takes it in."""
         return self._context

@@ -39,7 +39,7 @@ from dcpctl.sources.pcap import CaptureError, read_segments
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
 
-# item tags (first element of every non-message tuple; messages are the untagged 9-tuples)
+# item tags (first element of every non-message tuple; messages are the untagged 10-tuples)
 _SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _RUN = range(7)
 RUNS_BATCH: Final = 1 << 20  # bytes of item runs per pipe message (``lines``)
 
@@ -222,10 +222,13 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
             except EOFError:
                 raise ChildError(f"the decoding process ended unexpectedly (exit {child.exitcode})") from None
             for item in batch:
-                if len(item) == 9:
-                    raw, offset, collections, ts, label, from_client, frames, fields, diags = item
-                    yield finish_message(decode(raw, offset, variant(collections)), ts, label, from_client, frames,
-                                         fields, [Diagnostic(*d) for d in diags] if diags else [])
+                if len(item) == 10:
+                    raw, offset, collections, ts, label, from_client, frames, fields, diags, built = item
+                    msg = decode(raw, offset, variant(collections))
+                    if built:  # as the child's tracker did: the packet's own diagnostics come first
+                        msg.record()
+                    yield finish_message(msg, ts, label, from_client, frames, fields,
+                                         [Diagnostic(*d) for d in diags] if diags else [])
                     continue
                 tag = item[0]
                 if tag == _RUN:
