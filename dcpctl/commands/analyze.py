@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ class AnalyzeFormat(StrEnum):
 def analyze(
     ctx: typer.Context,
     files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (replaced).")]
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (an earlier dcpctl "
+                                      "dataset there is replaced; other files are never deleted).")]
     = Path("dcpctl-analysis"),
     master: Annotated[str | None, typer.Option("--master", help="Spark master: local[*] (default), local[2], "
                                                "spark://host:7077, yarn. Under spark-submit, its own.")] = None,
@@ -70,6 +72,13 @@ def analyze(
             raise CommandError(f"{path}: no such file", ExitCode.INPUT) from None
         except (CaptureError, OSError) as exc:
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+    refusal = job.replace_refusal(out.resolve())  # where the results go: checked before Spark starts
+    if refusal is not None:
+        raise CommandError(refusal, ExitCode.INPUT)
+    for option, directory in (("--out", out), ("--plots", plot_dir)):
+        why = _not_creatable(directory) if directory is not None else None
+        if why is not None:
+            raise CommandError(f"{option} {directory}: {why}", ExitCode.INPUT)
     # py4j logs (with a traceback) every call a Ctrl-C interrupts, then raises; the exception is what counts,
     # and dcpctl reports it in one line, so Python's logging goes nowhere while Spark runs
     logging.getLogger().addHandler(logging.NullHandler())
@@ -89,8 +98,10 @@ def analyze(
         try:
             result = job.run(session, paths, ports, DecodeOptions(), out, chunk_size, records=records,
                              stall_ms=stall_ms, planned=planned)
-        except (CaptureError, OSError) as exc:
+        except (CaptureError, FileExistsError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
+        except OSError as exc:  # making --out
+            raise CommandError(f"--out {out}: {exc.strerror or exc}", ExitCode.INPUT) from None
         errors = env.error_console()
         for notice in result.notices:
             errors.print(f"dcpctl: {notice}", style="yellow", markup=False)
@@ -99,8 +110,12 @@ def analyze(
                                       plots=plot_dir is not None))
         if plot_dir is not None:
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
-            report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"), report["rollbacks"],
-                                                           report["per_second"], windows)]
+            try:
+                report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"),
+                                                               report["rollbacks"], report["per_second"], windows)]
+            except OSError as exc:
+                raise CommandError(f"--plots {plot_dir}: {exc.strerror or exc} (the dataset is in {out})",
+                                   ExitCode.INPUT) from None
     except KeyboardInterrupt:
         # PySpark's own Ctrl-C handler has cancelled the job; the tasks die with it, and what the JVM would
         # log about that at ERROR is not news to the user, who asked for it
@@ -113,6 +128,19 @@ def analyze(
         env.stdout.write(json.dumps(report, default=str) + "\n")
         return
     _tables(env.console(), report)
+
+
+def _not_creatable(directory: Path) -> str | None:
+    """Why ``directory`` could not be made (None: it exists as a directory, or its nearest existing
+    ancestor is a directory dcpctl may write in); nothing is created."""
+    path = directory.resolve()
+    while not path.exists():
+        path = path.parent
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    if path != directory.resolve() and not os.access(path, os.W_OK | os.X_OK):
+        return f"cannot create a directory in {path} (permission denied)"
+    return None
 
 
 @contextlib.contextmanager

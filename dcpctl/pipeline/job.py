@@ -435,6 +435,25 @@ def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
     return Plan(chunks, notes, weights)
 
 
+# The file that marks a directory as a dataset dcpctl wrote, so the next run may replace it (Spark skips
+# files whose names start with a dot). A directory without it is never deleted: --out . or --out ~ by
+# mistake must not cost the user their files.
+DATASET_MARKER: Final = ".dcpctl-dataset"
+
+
+def replace_refusal(out: Path) -> str | None:
+    """Why ``out`` must not be replaced by a dataset (None: it may): it is a file, or a directory that
+    holds files and is not a dataset dcpctl wrote."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"--out {out}: exists and is not a directory"
+    if (out / DATASET_MARKER).exists() or not any(out.iterdir()):
+        return None
+    return (f"--out {out}: the directory holds files and is not a dataset dcpctl wrote (no {DATASET_MARKER}); "
+            "give a new or empty directory (dcpctl replaces only its own datasets)")
+
+
 @dataclass
 class Result:
     """What :func:`run` wrote: where, how many messages, the notices (damage, TLS, skipped bytes), and the
@@ -454,9 +473,13 @@ def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOp
     started, say)."""
     planned = planned if planned is not None else partitions_for(paths, chunk_bytes)
     out = out.resolve()
+    refusal = replace_refusal(out)
+    if refusal is not None:
+        raise FileExistsError(refusal)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (out / DATASET_MARKER).write_text("a dataset dcpctl analyze wrote; the next run into this directory replaces it\n")
     context = session.sparkContext
     placement = Placement.of(planned.weights, SLOTS_PER_CORE * context.defaultParallelism)
     spec = (options.dialect.name, options.collections, options.show_secrets)

@@ -271,6 +271,39 @@ def test_ctrl_c_is_one_line_and_exit_130(spark_module: None, tmp_path: Path) -> 
     assert lines == ["dcpctl: interrupted"]
 
 
+def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) -> None:
+    """--out . or --out ~ by mistake must not delete the user's files; a dataset of an earlier run is
+    replaced; a destination that cannot be made is one line, exit 3, before Spark starts."""
+    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    def analyze(*args: str) -> tuple[int, str]:
+        out, err = io.StringIO(), io.StringIO()
+        env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                          color=False)
+        return main(["analyze", str(SAMPLE), "-F", "json", *args], env), err.getvalue()
+
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    code, err = analyze("--out", str(mine))
+    assert code == ExitCode.INPUT
+    assert "is not a dataset dcpctl wrote" in err
+    assert err.count("\n") == 1
+    assert (mine / "notes.txt").read_text() == "precious"
+    (tmp_path / "file").write_text("x")
+    for args in (["--out", str(tmp_path / "file")], ["--out", str(tmp_path / "file" / "ds")],
+                 ["--out", str(tmp_path / "ok"), "--plots", str(tmp_path / "file" / "plots")]):
+        code, err = analyze(*args)
+        assert code == ExitCode.INPUT, args
+        assert err.startswith("dcpctl: error: --"), err
+        assert err.count("\n") == 1, err
+    first = job.run(spark, [str(SAMPLE)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", 600)
+    again = job.run(spark, [str(SAMPLE)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", 600)
+    assert first.messages == again.messages == job.read(spark, again).count()
+    assert (tmp_path / "ds" / job.DATASET_MARKER).exists()
+
+
 def test_without_java_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
