@@ -70,8 +70,10 @@ def analyze(
             check(path)
         except FileNotFoundError:
             raise CommandError(f"{path}: no such file", ExitCode.INPUT) from None
-        except (CaptureError, OSError) as exc:
+        except CaptureError as exc:
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+        except OSError as exc:
+            raise CommandError(f"{path}: {(exc.strerror or str(exc)).lower()}", ExitCode.INPUT) from None
     refusal = job.replace_refusal(out.resolve())  # where the results go: checked before Spark starts
     if refusal is not None:
         raise CommandError(refusal, ExitCode.INPUT)
