@@ -83,7 +83,9 @@ def analyze(
             raise CommandError(f"{option} {directory}: {why}", ExitCode.INPUT)
     # py4j logs (with a traceback) every call a Ctrl-C interrupts, then raises; the exception is what counts,
     # and dcpctl reports it in one line, so Python's logging goes nowhere while Spark runs
-    logging.getLogger().addHandler(logging.NullHandler())
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
         with _ctrl_c_deferred() as interrupted:  # Spark's start-up cannot be interrupted cleanly
