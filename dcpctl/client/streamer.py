@@ -48,11 +48,10 @@ from dcpctl.protocol.constants import STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.message import (
     DecodeOptions,
+    ItemLines,
     Message,
     decode,
-    item_line_template,
     plain_item_at,
-    plain_line,
     plain_value,
 )
 
@@ -131,7 +130,7 @@ class _Node:
     vbuckets: list[int]
     unacked: int = 0
     last_heard: float = 0.0
-    templates: dict[tuple[int, bool, bool, bool], bytes] = field(default_factory=dict)  # the lines path's
+    lines: ItemLines | None = None  # the JSON-lines path's templates, made on first use
 
 
 class Streamer:
@@ -443,7 +442,10 @@ class Streamer:
         conn, tracker, write = node.conn, node.tracker, self.options.lines
         assert write is not None
         streams, positions, stats_of, reroutes = self.streams, self.state.vbuckets, self.stats, self._reroutes
-        count, half, key, templates = self.options.count, self.options.buffer_size // 2, id(node), node.templates
+        count, half, key = self.options.count, self.options.buffer_size // 2, id(node)
+        if node.lines is None:
+            node.lines = ItemLines({"ts": None, "connection": conn.connection, "direction": "server>client"})
+        line = node.lines.line
         limit = HEADER_LENGTH + conn.framer.max_body_length
         written: dict[int, tuple[int, int, int]] = {}  # vbucket -> (items, first and last seqno) of the window
         while not self._done:
@@ -456,13 +458,11 @@ class Streamer:
             n, base, options = len(buf), conn.framer.offset - pos, conn.options
             lead = (orjson.dumps(conn.read_ts),)
             out_lines: list[bytes] = []
-            shape: tuple[int, bool, bool, bool] | None = None
-            template = b""
             while not self._done:
                 item = plain_item_at(buf, pos, n, options)
                 if item is None:
                     break
-                end, header, plan, _, _, _, collection_id, item_key, seqno, _, value_offset = item
+                end, header, _, _, _, _, _, _, seqno, _, value_offset = item
                 stream = streams.get((key, header[7]))
                 value = plain_value(buf, value_offset, end) if stream is not None and end - pos <= limit else None
                 if value is None:
@@ -470,14 +470,7 @@ class Streamer:
                 handled, stream_vbucket = tracker.plain_item(header[7], seqno, end - pos)
                 if not handled:
                     break
-                found = (id(plan), collection_id is not None, item_key is not None, stream_vbucket is not None)
-                if found != shape:  # the same shape item after item: the last template serves
-                    shape = found
-                    template = templates.get(shape) or templates.setdefault(shape, item_line_template(
-                        {"ts": None, "connection": conn.connection, "direction": "server>client"}, plan,
-                        collection_id=shape[1], key=shape[2], last=("stream_vbucket",) if shape[3] else ()))
-                out_lines.append(plain_line(template, item, lead, base + pos, value,
-                                            () if stream_vbucket is None else (stream_vbucket,)))
+                out_lines.append(line(item, lead, base + pos, value, stream_vbucket))
                 vbucket = stream.vbucket  # type: ignore[union-attr]
                 done = written.get(vbucket)
                 written[vbucket] = (done[0] + 1, done[1], seqno) if done else (1, seqno, seqno)

@@ -849,6 +849,33 @@ def plain_line(template: bytes, item: PlainItem, lead: tuple[bytes, ...], offset
     return template % (head + values + tail + last)
 
 
+class ItemLines:
+    """One connection's plain items as JSON lines: an :func:`item_line_template` per item shape (plan,
+    collection id, key and stream vbucket present or not), made when the shape is first seen; the last
+    shape's is kept at hand, as items come in long runs of one shape. ``first`` and ``slots`` as
+    :func:`item_line_template` takes them."""
+
+    def __init__(self, first: dict[str, Any], slots: tuple[str, ...] = ("ts",)) -> None:
+        self.first, self.slots = first, slots
+        self.templates: dict[tuple[int, bool, bool, bool], bytes] = {}
+        self.shape: tuple[int, bool, bool, bool] | None = None
+        self.template = b""
+
+    def line(self, item: PlainItem, lead: tuple[bytes, ...], offset: int, value: bytes,
+             stream_vbucket: int | None) -> bytes:
+        """:func:`plain_line` of ``item`` with its shape's template; ``lead``: the slots' JSON values."""
+        plan = item[2]
+        shape = (id(plan), item[6] is not None, item[7] is not None, stream_vbucket is not None)
+        if shape != self.shape:
+            template = self.templates.get(shape)
+            if template is None:
+                template = self.templates[shape] = item_line_template(
+                    self.first, plan, collection_id=shape[1], key=shape[2],
+                    last=("stream_vbucket",) if shape[3] else (), slots=self.slots)
+            self.shape, self.template = shape, template
+        return plain_line(self.template, item, lead, offset, value, () if stream_vbucket is None else (stream_vbucket,))
+
+
 def plain_value(raw: bytes, value_offset: int, end: int) -> bytes | None:
     """A plain item's value as the record's JSON string (bytes), when the record shows it as text; None when
     the record shows it otherwise (hex: not UTF-8, or not printable)."""

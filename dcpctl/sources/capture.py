@@ -24,12 +24,11 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
 from dcpctl.protocol.message import (
     DecodeOptions,
+    ItemLines,
     Message,
     PlainItem,
     decode,
-    item_line_template,
     plain_item_at,
-    plain_line,
     plain_value,
 )
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
@@ -327,16 +326,15 @@ LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOption
 
 def plain_item_lines(label: str) -> LineMaker:
     """A connection's plain items (server to client) as their JSON lines: the bytes ``orjson.dumps(record)``
-    and a newline give for the message decoded and annotated as :meth:`CaptureDecoder.feed` does. A
-    template per item shape; ts and frames are written once while they stay the same (frames are compared
-    by identity: one list per capture span, held here so that its identity is not reused)."""
-    templates: dict[tuple[int, bool, bool, bool], bytes] = {}
-    first = {"ts": None, "connection": label, "direction": _SERVER, "frames": None}
+    and a newline give for the message decoded and annotated as :meth:`CaptureDecoder.feed` does. ts and
+    frames are written once while they stay the same (frames are compared by identity: one list per capture
+    span, held here so that its identity is not reused)."""
+    lines = ItemLines({"ts": None, "connection": label, "direction": _SERVER, "frames": None}, ("ts", "frames"))
     seen: list[Any] = [None, b"", None, b""]  # ts, its JSON, frames, its JSON
 
     def line(item: PlainItem, offset: int, ts: float, frames: list[int], stream_vbucket: int | None,
              options: DecodeOptions, buf: bytes) -> bytes:
-        end, header, plan, _, _, _, collection_id, key, _, _, value_offset = item
+        end, header, value_offset = item[0], item[1], item[10]
         value = plain_value(buf, value_offset, end)
         if value is None:  # shown as hex: the record, the usual way
             msg = decode(bytes(buf[end - HEADER_LENGTH - header[6]:end]), offset, options)
@@ -347,14 +345,7 @@ def plain_item_lines(label: str) -> LineMaker:
             seen[0], seen[1] = ts, orjson.dumps(ts)
         if frames is not seen[2]:
             seen[2], seen[3] = frames, orjson.dumps(frames)
-        shape = (id(plan), collection_id is not None, key is not None, stream_vbucket is not None)
-        template = templates.get(shape)
-        if template is None:
-            template = templates[shape] = item_line_template(
-                first, plan, collection_id=shape[1], key=shape[2], last=("stream_vbucket",) if shape[3] else (),
-                slots=("ts", "frames"))
-        return plain_line(template, item, (seen[1], seen[3]), offset, value,
-                          () if stream_vbucket is None else (stream_vbucket,))
+        return lines.line(item, (seen[1], seen[3]), offset, value, stream_vbucket)
 
     return line
 
