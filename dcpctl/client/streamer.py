@@ -46,14 +46,8 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.constants import STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
-from dcpctl.protocol.message import (
-    DecodeOptions,
-    ItemLines,
-    Message,
-    decode,
-    plain_item_at,
-    plain_value,
-)
+from dcpctl.protocol.linereader import LineReader, LineReaders
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -130,7 +124,7 @@ class _Node:
     vbuckets: list[int]
     unacked: int = 0
     last_heard: float = 0.0
-    lines: ItemLines | None = None  # the JSON-lines path's templates, made on first use
+    lines: LineReaders | None = None  # the JSON-lines path's compiled readers, made on first use
 
 
 class Streamer:
@@ -392,9 +386,10 @@ class Streamer:
             self._handle(node, conn.pending.popleft())
         buf, pos = conn.framer.window()
         n = len(buf)
-        streams, positions, count, reroutes = self.streams, self.state.vbuckets, self.options.count, self._reroutes
-        half = self.options.buffer_size // 2
-        key = id(node)
+        streams, key, half = self.streams, id(node), self.options.buffer_size // 2
+        stop_at = -1 if self.options.count is None else self.options.count  # --count: the item that ends it
+        written: dict[int, list[int]] = {}  # per vbucket, the items counted since the last flush
+        items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
         while pos + 24 <= n and not self._done:
             magic, opcode, _keylen, _extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
             end = pos + 24 + body
@@ -402,6 +397,8 @@ class Streamer:
                 break
             stream = streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS else None
             if stream is None:
+                self.items, node.unacked, vbucket = items, unacked, -1
+                self._counted(written)
                 message = decode(buf[pos:end], 0, conn.options)
                 conn.framer.consume(end)
                 self._handle(node, message)
@@ -410,44 +407,59 @@ class Streamer:
                 while conn.pending and not self._done:
                     self._handle(node, conn.pending.popleft())
                 buf, pos = conn.framer.window()
-                n = len(buf)
+                n, items, unacked = len(buf), self.items, node.unacked
                 continue
             seqno = _SEQNO.unpack_from(buf, pos + 24)[0]
-            positions[stream.vbucket].seqno = seqno
-            if stream.vbucket in reroutes:
-                del reroutes[stream.vbucket]
-            stats = self.stats.get(stream.vbucket)
-            if stats is None:
-                stats = self.stats[stream.vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
-            if stats["first_seqno"] is None:
-                stats["first_seqno"] = seqno
-            stats["items"] += 1
-            stats["last_seqno"] = seqno
-            self.items += 1
-            node.unacked += end - pos
-            if node.unacked >= half:
-                conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
-                node.unacked = 0
+            if stream.vbucket != vbucket:
+                vbucket = stream.vbucket
+                run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
+            run[0] += 1
+            run[2] = seqno
+            items += 1
+            unacked += end - pos
+            if unacked >= half:
+                conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": unacked})
+                unacked = 0
             pos = end
-            if count is not None and self.items >= count:
+            if items == stop_at:
                 self._done = True
+        self.items, node.unacked = items, unacked
+        self._counted(written)
         conn.framer.consume(pos)
 
+    def _counted(self, written: dict[int, list[int]]) -> None:
+        """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
+        seqno]: their vbuckets' positions and counts move on, and ``written`` is emptied."""
+        positions, stats_of, reroutes = self.state.vbuckets, self.stats, self._reroutes
+        for vbucket, (count, first, last) in written.items():
+            positions[vbucket].seqno = last
+            reroutes.pop(vbucket, None)
+            stats = stats_of.get(vbucket)
+            if stats is None:
+                stats = stats_of[vbucket] = {"items": 0, "first_seqno": first, "last_seqno": None}
+            elif stats["first_seqno"] is None:
+                stats["first_seqno"] = first
+            stats["items"] += count
+            stats["last_seqno"] = last
+        written.clear()
+
     def _lines(self, node: _Node) -> Iterator[Message]:
-        """The JSON-lines path: plain items (about which plain_item_at and the tracker have nothing to say,
-        whose value the record shows as text) are written in place as lines, from a template per shape
-        (item_line_template); anything else is decoded, handled and yielded for the output as usual.
-        Positions, acknowledgements and --count are exactly the usual path's, and a test holds every line to
-        the usual path's record. An item's position counts once its line is written."""
+        """The JSON-lines path: plain items (about which the compiled line reader of their shape and the
+        tracker have nothing to say, whose value the record shows as text) are written in place as lines
+        (``linereader``); anything else is decoded, handled and yielded for the output as usual. Positions,
+        acknowledgements and --count are exactly the usual path's, and a test holds every line to the usual
+        path's record. An item's position counts once its line is written."""
         conn, tracker, write = node.conn, node.tracker, self.options.lines
         assert write is not None
-        streams, positions, stats_of, reroutes = self.streams, self.state.vbuckets, self.stats, self._reroutes
-        count, half, key = self.options.count, self.options.buffer_size // 2, id(node)
+        streams, stop_at = self.streams, -1 if self.options.count is None else self.options.count
+        half, key = self.options.buffer_size // 2, id(node)
         if node.lines is None:
-            node.lines = ItemLines({"ts": None, "connection": conn.connection, "direction": "server>client"})
-        line = node.lines.line
-        limit = HEADER_LENGTH + conn.framer.max_body_length
-        written: dict[int, tuple[int, int, int]] = {}  # vbucket -> (items, first and last seqno) of the window
+            node.lines = LineReaders({"ts": None, "connection": conn.connection, "direction": "server>client"},
+                                     ("ts",), conn.framer.max_body_length)
+        readers, plain = node.lines, tracker.plain_item
+        reader: LineReader | None = None
+        # per vbucket, the items written in this window: [items, first seqno, last seqno]
+        written: dict[int, list[int]] = {}
         while not self._done:
             while conn.pending and not self._done:  # read ahead by a call(): already decoded, handled first
                 out = self._handle(node, conn.pending.popleft())
@@ -458,39 +470,39 @@ class Streamer:
             n, base, options = len(buf), conn.framer.offset - pos, conn.options
             lead = (orjson.dumps(conn.read_ts),)
             out_lines: list[bytes] = []
-            while not self._done:
-                item = plain_item_at(buf, pos, n, options)
-                if item is None:
-                    break
-                end, header, _, _, _, _, _, _, seqno, _, value_offset = item
-                stream = streams.get((key, header[7]))
-                value = plain_value(buf, value_offset, end) if stream is not None and end - pos <= limit else None
-                if value is None:
-                    break
-                handled, stream_vbucket = tracker.plain_item(header[7], seqno, end - pos)
-                if not handled:
-                    break
-                out_lines.append(line(item, lead, base + pos, value, stream_vbucket))
-                vbucket = stream.vbucket  # type: ignore[union-attr]
-                done = written.get(vbucket)
-                written[vbucket] = (done[0] + 1, done[1], seqno) if done else (1, seqno, seqno)
-                node.unacked += end - pos
+            append = out_lines.append
+            items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
+            while True:
+                got = reader(buf, pos, n, lead, base, plain) if reader is not None else None
+                if got is None:
+                    shaped = readers.at(buf, pos, n, options)
+                    if shaped is None or shaped is reader:
+                        break
+                    reader = shaped
+                    got = reader(buf, pos, n, lead, base, plain)
+                    if got is None:
+                        break
+                end, opaque, seqno, line = got
+                append(line)
+                unacked += end - pos
                 pos = end
-                self.items += 1
-                if count is not None and self.items >= count:
+                stream = streams.get((key, opaque))
+                if stream is None:  # not one of ours (the usual path writes it and counts it nowhere)
+                    continue
+                if stream.vbucket != vbucket:
+                    vbucket = stream.vbucket
+                    run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
+                run[0] += 1
+                run[2] = seqno
+                items += 1
+                if items == stop_at:
                     self._done = True
+                    break
+            self.items, node.unacked = items, unacked
             if out_lines:
                 write(b"".join(out_lines))
                 # written: the positions count (a Ctrl-C only asks the loop to stop, never cuts a write)
-                for vbucket, (items, first, last) in written.items():
-                    positions[vbucket].seqno = last
-                    reroutes.pop(vbucket, None)
-                    stats = stats_of.get(vbucket)
-                    if stats is None:
-                        stats = stats_of[vbucket] = {"items": 0, "first_seqno": first, "last_seqno": None}
-                    stats["items"] += items
-                    stats["last_seqno"] = last
-                written.clear()
+                self._counted(written)
                 if node.unacked >= half:
                     conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
                     node.unacked = 0

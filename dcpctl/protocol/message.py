@@ -723,7 +723,7 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
     dialect = options.dialect
     found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
     if found is None:
-        found = _item_plan(dialect, opcode, extlen)
+        found = item_plan(dialect, opcode, extlen)
         if found is None:
             return None
     (plan, unpack, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, seqno_at, rev_seqno_at, names,
@@ -753,19 +753,23 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
 # by_seqno that must not be 0 are (-1: nowhere), the flag fields' positions and defined bits, the key and
 # value presence rules (0 optional, 1 required, 2 forbidden), where by_seqno and rev_seqno are, the
 # record's (magic, opcode) names, and the datatypes decode() allows (a deletion's are restricted).
-_ItemPlan = tuple[_Plan, Any, int, int, tuple[tuple[int, int], ...], int, int, int, int, tuple[str, str],
+ItemPlan = tuple[_Plan, Any, int, int, tuple[tuple[int, int], ...], int, int, int, int, tuple[str, str],
                   frozenset[int]]
 _RULE_CODES: Final = {Presence.OPTIONAL: 0, Presence.REQUIRED: 1, Presence.FORBIDDEN: 2}
 
 
-def _item_plan(dialect: Dialect, opcode: int, extlen: int) -> _ItemPlan | None:
-    """plain_item_at()'s view of decode()'s plan for a plain item shape (None: not one)."""
+def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
+    """plain_item_at()'s view of decode()'s plan for a plain item shape (None: not one); also what the
+    compiled line readers (``linereader``) are made from."""
+    found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
+    if found is not None:
+        return found
     if opcode not in _ITEM_OPCODES or dialect.layout_authoritative or extlen == 1:
         return None
     plan = _plan(dialect, 0x80, opcode, extlen, 0, 0, -1, 0)
     if plan.fast is None or plan.rev_seqno_at < 0:
         return None
-    item: _ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
+    item: ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
                        tuple((plan.names.index(name), mask) for name, mask in plan.flag_checks),
                        _RULE_CODES[plan.key_rule], _RULE_CODES[plan.value_rule], plan.seqno_at, plan.rev_seqno_at,
                        plan.fast, DELETION_DATATYPES if opcode == 0x58 and plan.by_seqno_index >= 0
@@ -774,7 +778,7 @@ def _item_plan(dialect: Dialect, opcode: int, extlen: int) -> _ItemPlan | None:
     return item
 
 
-_ITEM_PLANS: dict[tuple[str, int, int], _ItemPlan] = {}  # plain_item_at's plans (a few shapes per dialect)
+_ITEM_PLANS: dict[tuple[str, int, int], ItemPlan] = {}  # plain_item_at's plans (a few shapes per dialect)
 
 
 def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_offset: int, body_end: int,
