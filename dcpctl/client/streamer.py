@@ -471,7 +471,8 @@ class Streamer:
             lead = (orjson.dumps(conn.read_ts),)
             out_lines: list[bytes] = []
             append = out_lines.append
-            items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
+            items, unacked, run = self.items, node.unacked, [0, 0, 0]
+            last_opaque, stream = -1, None
             while True:
                 got = reader(buf, pos, n, lead, base, plain) if reader is not None else None
                 if got is None:
@@ -486,12 +487,13 @@ class Streamer:
                 append(line)
                 unacked += end - pos
                 pos = end
-                stream = streams.get((key, opaque))
+                if opaque != last_opaque:  # items come in runs of one stream
+                    last_opaque, stream = opaque, streams.get((key, opaque))
+                    if stream is not None:
+                        vbucket = stream.vbucket
+                        run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
                 if stream is None:  # not one of ours (the usual path writes it and counts it nowhere)
                     continue
-                if stream.vbucket != vbucket:
-                    vbucket = stream.vbucket
-                    run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
                 run[0] += 1
                 run[2] = seqno
                 items += 1

@@ -121,15 +121,15 @@ def compile_reader(options: DecodeOptions, opcode: int, extlen: int, first: dict
                   "            return None", "        if not key.isprintable():", "            return None"]
     lines += key_lines
     lines += [
-        "    if datatype and end > vo:",
-        "        try:",
-        "            loads(buf[vo:end])",
-        "        except ValueError:",
-        "            return None",
         "    try:",
         "        text = buf[vo:end].decode()",
         "    except UnicodeDecodeError:",
         "        return None",
+        "    if datatype and text:",
+        "        try:",
+        "            loads(text)",
+        "        except ValueError:",
+        "            return None",
         "    if not (text.isprintable() or printable(text)):",
         "        return None",
         f"    handled, stream_vbucket = accept(opaque, x{seqno_at}, end - pos)",
