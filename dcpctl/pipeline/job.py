@@ -336,8 +336,8 @@ def _decode_partition(runs: Iterable[tuple[Any, ...]], spec: tuple[str, bool | N
 
     def flush(*, last: bool = False) -> None:
         nonlocal writer, written
-        if rows.rows:
-            batch = _to_arrow(rows.take(), arrow)
+        if len(rows):
+            batch = gathered_to_arrow(rows.take(), arrow)
             partials.extend(rollup.partial(batch, stall_ms))
             pending.append(batch)
         if pending and (last or sum(b.num_rows for b in pending) >= ROWS_PER_GROUP):
@@ -353,7 +353,7 @@ def _decode_partition(runs: Iterable[tuple[Any, ...]], spec: tuple[str, bool | N
     try:
         with _no_gc():
             for _ in decode_connections(segments_of(runs, notices), spec, ports, rows, notices):
-                if len(rows.rows) >= ROWS_PER_BATCH:
+                if len(rows) >= ROWS_PER_BATCH:
                     flush()
             flush(last=True)
         if writer is not None:
@@ -376,9 +376,11 @@ def _no_gc() -> Iterator[None]:
     against 5.7 us a message), while a whole connection's decoding leaves a few dozen objects in cycles."""
     enabled = gc.isenabled()
     gc.disable()
+    gc.freeze()  # what exists before the task (modules, Spark's and Arrow's objects) is never scanned again
     try:
         yield
     finally:
+        gc.unfreeze()
         if enabled:
             gc.enable()
 
@@ -399,6 +401,83 @@ def _arrow_types(columns: Iterable[tuple[str, str]]) -> list[tuple[str, Any, Any
         else:
             out.append((name, simple[ddl], simple[ddl]))
     return out
+
+
+def gathered_to_arrow(gathered: schema.Gathered, types: list[tuple[str, Any, Any]]) -> Any:
+    """Gathered rows as one Arrow record batch, in the order they were made: the plain items' packed rows
+    column by column through numpy (:func:`_plain_arrays`), the others through :func:`_to_arrow`, merged."""
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+
+    names = [name for name, _, _ in types]
+    general = _to_arrow(gathered.rows, types) if gathered.rows else None
+    if not gathered.keys:
+        return general if general is not None else pa.RecordBatch.from_pylist([], schema=_schema(types))
+    plain = pa.RecordBatch.from_arrays(_plain_arrays(gathered, types), names=names)
+    if general is None:
+        return plain
+    plain_count, general_count = len(gathered.keys), len(gathered.rows)
+    order = np.empty(plain_count + general_count, dtype=np.int64)
+    at = np.asarray(gathered.before, dtype=np.int64) + np.arange(general_count)  # where each general row goes
+    is_general = np.zeros(len(order), dtype=bool)
+    is_general[at] = True
+    order[~is_general] = np.arange(plain_count)
+    order[at] = plain_count + np.arange(general_count)
+    both = pa.Table.from_batches([plain, general])
+    return both.take(pa.array(order)).combine_chunks().to_batches()[0]
+
+
+def _schema(types: list[tuple[str, Any, Any]]) -> Any:
+    import pyarrow as pa  # noqa: PLC0415
+
+    return pa.schema([(name, spark) for name, _, spark in types])
+
+
+_PACKED: Final = frozenset(name for name, _ in schema.PLAIN_FIELDS)
+
+
+def _plain_arrays(gathered: schema.Gathered, types: list[tuple[str, Any, Any]]) -> list[Any]:
+    """The plain items' rows as Arrow arrays of the Spark types, in ``types`` order: the packed numbers as
+    numpy columns (absent values by their sentinel or flag, see ``schema.PLAIN_FIELDS``), the connection,
+    magic and opcode names taken from the kinds, the keys and frames from their lists, and the columns a
+    plain item never has as nulls."""
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+
+    codes = {"d": "<f8", "q": "<i8", "Q": "<u8", "I": "<u4", "i": "<i4", "H": "<u2", "B": "u1"}
+    packed = np.frombuffer(gathered.packed, dtype=np.dtype([(name, codes[code]) for name, code in schema.PLAIN_FIELDS]))
+    count = len(packed)
+    flags = packed["flags"]
+    absent = {"collection_id": packed["collection_id"] < 0, "buffer_size": packed["buffer_size"] < 0,
+              "stream_vbucket": packed["stream_vbucket"] < 0, "blocked_ms": np.isnan(packed["blocked_ms"]),
+              "snapshot_start_seqno": (flags & schema.HAS_SNAPSHOT) == 0,
+              "snapshot_end_seqno": (flags & schema.HAS_SNAPSHOT) == 0,
+              "previous_seqno": (flags & schema.HAS_PREVIOUS) == 0}
+    kind = pa.array(packed["kind"])
+    named = {name: pa.array([k[i] for k in gathered.kinds], pa.string()).take(kind)
+             for i, name in enumerate(("connection", "magic", "opcode"))}
+    arrays = []
+    for name, _, spark in types:
+        if name in named:
+            array = named[name]
+        elif name in _PACKED:
+            values = packed[name]
+            if values.dtype == np.uint64:  # u64 columns: the same 64 bits, signed (SPARK_TYPES)
+                values = values.view(np.int64)
+            array = pa.array(np.ascontiguousarray(values), mask=absent.get(name)).cast(spark)
+        elif name == "direction":
+            array = pa.array([schema.SERVER_TO_CLIENT], pa.string()).take(pa.array(np.zeros(count, dtype=np.int64)))
+        elif name == "key":
+            array = pa.array(gathered.keys, pa.string())
+        elif name == "frames":
+            array = pa.array(gathered.frames, spark)
+        elif name == "diagnostics":
+            array = pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, dtype=np.int32)),
+                                             pa.array([], spark.value_type))
+        else:
+            array = pa.nulls(count, spark)
+        arrays.append(array)
+    return arrays
 
 
 def _to_arrow(rows: list[tuple[Any, ...]], types: list[tuple[str, Any, Any]]) -> Any:

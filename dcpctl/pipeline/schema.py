@@ -8,13 +8,19 @@ included, so the dataset is then as sensitive as the capture).
 
 :class:`Rows` builds the rows. Most messages of a big capture are plain stream items; for those the
 columns come straight from the header, the extras and :func:`item_key`, without building the JSON record
-(the record would cost more than everything else together). Anything else goes through the record. A test
-holds the two ways to the same row for every message of the test captures. Pure: plain tuples; the Arrow
-and Spark types are made from :data:`COLUMNS` in ``job``.
+(the record would cost more than everything else together), and they are not even tuples: the row's numbers
+are packed into one ``struct`` record (:data:`PLAIN_ROW`) and its key and frames kept in lists, which ``job``
+turns into Arrow columns a whole batch at a time (a tuple per row and then a column per field cost about a
+microsecond a row more). Anything else goes through the record, as a tuple. A test holds the two ways to
+the same Arrow row for every message of the test captures. Pure: bytes, lists and tuples; the Arrow and
+Spark types are made from :data:`COLUMNS` in ``job``.
 """
 
 from __future__ import annotations
 
+import math
+import struct
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -68,14 +74,47 @@ def column_types(*, records: bool = False) -> list[tuple[str, str]]:
 COLUMNS: Final = column_types()
 # Columns of unsigned 64-bit values, stored as signed 64-bit integers with the same bits (see job.SPARK_TYPES)
 U64_COLUMNS: Final = frozenset(name for name, kind in COLUMNS if kind == "u64")
+# A plain item's row as packed by the hot path: (column or what it is, struct code). Where a column can be
+# absent: collection_id, buffer_size and stream_vbucket are -1, blocked_ms is NaN; the snapshot and previous
+# seqno columns, which can hold any 64-bit value, are absent unless ``flags`` has HAS_SNAPSHOT or HAS_PREVIOUS.
+# ``kind`` indexes :attr:`Gathered.kinds` (connection, magic, opcode).
+PLAIN_FIELDS: Final = (("ts", "d"), ("offset", "q"), ("cas", "Q"), ("by_seqno", "Q"), ("rev_seqno", "Q"),
+                       ("snapshot_start_seqno", "Q"), ("snapshot_end_seqno", "Q"), ("previous_seqno", "Q"),
+                       ("sequence", "q"), ("unacked_bytes", "q"), ("buffer_size", "q"), ("collection_id", "q"),
+                       ("blocked_ms", "d"), ("opaque", "I"), ("total_body_length", "I"), ("value_length", "I"),
+                       ("kind", "I"), ("stream_vbucket", "i"), ("vbucket", "H"), ("datatype", "B"), ("flags", "B"))
+PLAIN_ROW: Final = struct.Struct("<" + "".join(code for _, code in PLAIN_FIELDS))
+HAS_SNAPSHOT: Final = 1
+HAS_PREVIOUS: Final = 2
 SNAPSHOT_MARKER: Final = 0x56
 DOCUMENT_ITEMS: Final = frozenset({0x57, 0x58, 0x59, 0x60})  # items the snapshot columns are filled for
-_NO_SNAPSHOT: Final = (None, None)
+_NO_SNAPSHOT: Final = (0, 0)  # packed, with HAS_SNAPSHOT unset
+_ABSENT_SNAPSHOT: Final = (None, None)
+_NAN: Final = math.nan
+_PACK: Final = PLAIN_ROW.pack
 SERVER_TO_CLIENT: Final = "server>client"
 
 
+@dataclass
+class Gathered:
+    """Rows gathered since the last :meth:`Rows.take`, in two kinds. ``packed``: the plain items' rows
+    (:data:`PLAIN_ROW` each) with their ``keys`` and ``frames``; ``rows``: every other message's row, a tuple
+    in :func:`column_types` order, and ``before[i]`` the number of plain rows that came before ``rows[i]``
+    (so the rows' order can be rebuilt). ``kinds``: (connection, magic, opcode) by plain rows' ``kind``."""
+
+    packed: bytes = b""
+    keys: list[str | None] = field(default_factory=list)
+    frames: list[list[int]] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    before: list[int] = field(default_factory=list)
+    kinds: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys) + len(self.rows)
+
+
 class Rows:
-    """Rows of one task's messages in :func:`column_types` order; :meth:`take` hands over those gathered.
+    """Rows of one task's messages (see :class:`Gathered`); :meth:`take` hands over those gathered.
 
     What a row needs from earlier messages (its place in the connection, the snapshot of its stream, the item
     before it, the flow-control window) is kept per connection in a :class:`_Connection`."""
@@ -83,18 +122,43 @@ class Rows:
     def __init__(self, *, records: bool = False) -> None:
         self.records = records
         self.rows: list[tuple[Any, ...]] = []
+        self.before: list[int] = []
+        self.packed = bytearray()  # one object for the task: connections append to it, take() empties it
+        self.keys: list[str | None] = []
+        self.frames: list[list[int]] = []
+        self.kinds: list[tuple[str, str, str]] = []
+        self._kind_of: dict[tuple[str, str, str], int] = {}
         self._connections: dict[str, _Connection] = {}
 
-    def take(self) -> list[tuple[Any, ...]]:
-        rows, self.rows = self.rows, []
+    def __len__(self) -> int:
+        return len(self.keys) + len(self.rows)
+
+    def take(self) -> Gathered:
+        gathered = Gathered(bytes(self.packed), self.keys, self.frames, self.rows, self.before, list(self.kinds))
+        self.packed.clear()
+        self.keys, self.frames, self.rows, self.before = [], [], [], []
         for connection in self._connections.values():
-            connection.rows = self.rows
-        return rows
+            connection.keys, connection.frames = self.keys, self.frames
+        return gathered
+
+    def kind(self, connection: str, magic: str, opcode: str) -> int:
+        """The plain rows' ``kind`` of (connection, magic, opcode)."""
+        key = (connection, magic, opcode)
+        found = self._kind_of.get(key)
+        if found is None:
+            found = self._kind_of[key] = len(self.kinds)
+            self.kinds.append(key)
+        return found
+
+    def general(self, row: tuple[Any, ...]) -> None:
+        """A row that is not a plain item's."""
+        self.before.append(len(self.keys))
+        self.rows.append(row)
 
     def connection(self, label: str) -> _Connection:
         found = self._connections.get(label)
         if found is None:
-            found = self._connections[label] = _Connection(self.rows, label)
+            found = self._connections[label] = _Connection(self, label)
         return found
 
     def items_of(self, label: str) -> Any:
@@ -112,7 +176,7 @@ class Rows:
             row = self.connection(str(record.get("connection"))).from_record(msg, record, unacked, buffer_size)
             if self.records:
                 row += (orjson.dumps(record).decode(),)
-            self.rows.append(row)
+            self.general(row)
             return
         first, last = context  # type: ignore[misc]
         self.connection(first["connection"]).add_item(
@@ -124,10 +188,13 @@ class Rows:
 class _Connection:
     """One connection's rows and what they need from its earlier messages."""
 
-    __slots__ = ("full_since", "label", "last_seqno", "rows", "sequence", "snapshots", "unacked")
+    __slots__ = ("frames", "full_since", "keys", "kinds", "label", "last_seqno", "out", "packed", "sequence",
+                 "snapshots", "unacked")
 
-    def __init__(self, rows: list[tuple[Any, ...]], label: str) -> None:
-        self.rows = rows
+    def __init__(self, out: Rows, label: str) -> None:
+        self.out = out
+        self.packed, self.keys, self.frames = out.packed, out.keys, out.frames
+        self.kinds: dict[str, int] = {}  # opcode name -> the plain rows' kind
         self.label = label
         self.sequence = -1  # the last message's place in the connection
         self.snapshots: dict[int, tuple[int, int]] = {}  # opaque -> the stream's marker range
@@ -137,19 +204,19 @@ class _Connection:
 
     def item(self, item: PlainItem, offset: int, ts: float, _connection: str, frames: list[int],
              stream_vbucket: int | None, tracker: ConnectionTracker, _buf: bytes) -> None:
-        """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink):
-        the row is the one :meth:`add_item` makes of the same message decoded and annotated (a test holds
-        them equal). The hot path of a big capture: :meth:`add_item` and :meth:`blocked`, written out."""
+        """A plain item the capture decoder read in place and handed over unannotated (its ``items`` sink),
+        packed (:data:`PLAIN_ROW`): the row is the one :meth:`add_item` makes of the same message decoded and
+        annotated (a test holds them equal). The hot path of a big capture: :meth:`add_item` and
+        :meth:`blocked`, written out."""
         _, header, _, _, magic, opcode, collection_id, key, by_seqno, rev_seqno, value_offset = item
         _, _, _, _, datatype, vbucket, total, opaque, cas = header
         self.sequence = sequence = self.sequence + 1
-        snapshot = self.snapshots.get(opaque) or _NO_SNAPSHOT
         last_seqno = self.last_seqno
         where = vbucket if stream_vbucket is None else stream_vbucket
         previous = last_seqno.get(where)
         last_seqno[where] = by_seqno
         unacked, buffer_size = tracker.unacked, tracker.buffer_size
-        blocked = None
+        blocked = _NAN
         full_since = self.full_since
         if unacked > self.unacked and full_since is not None:
             blocked = round((ts - full_since) * 1000, 3)
@@ -157,11 +224,22 @@ class _Connection:
         if buffer_size and unacked >= buffer_size and full_since is None:
             full_since = ts
         self.unacked, self.full_since = unacked, full_since
-        self.rows.append((
-            ts, self.label, SERVER_TO_CLIENT, frames, offset, magic, opcode, vbucket, None, opaque, None, cas,
-            datatype, collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None,
-            total, stream_vbucket, None, None, sequence, item[0] - value_offset, snapshot[0], snapshot[1], unacked,
-            buffer_size, previous, blocked, []))
+        kind = self.kinds.get(opcode)
+        if kind is None:
+            kind = self.kinds[opcode] = self.out.kind(self.label, magic, opcode)
+        snapshot = self.snapshots.get(opaque)
+        flags = 0 if previous is None else HAS_PREVIOUS
+        if snapshot is None:
+            snapshot = _NO_SNAPSHOT
+        else:
+            flags |= HAS_SNAPSHOT
+        self.packed += _PACK(ts, offset, cas, by_seqno, rev_seqno, snapshot[0], snapshot[1], previous or 0, sequence,
+                             unacked, -1 if buffer_size is None else buffer_size,
+                             -1 if collection_id is None else collection_id, blocked, opaque, total,
+                             item[0] - value_offset, kind, -1 if stream_vbucket is None else stream_vbucket, vbucket,
+                             datatype, flags)
+        self.keys.append(key)
+        self.frames.append(frames)
 
     def add_item(self, header: tuple[int, ...], offset: int, fast: tuple[str, str, int | None, str | None, int, int],
                  value_length: int, diagnostics: list[Diagnostic] | tuple[()], ts: float, direction: str,
@@ -170,11 +248,11 @@ class _Connection:
         magic, opcode, collection_id, key, by_seqno, rev_seqno = fast
         _, _, _, _, datatype, vbucket, total, opaque, cas = header
         self.sequence += 1
-        snapshot = self.snapshots.get(opaque) or _NO_SNAPSHOT
+        snapshot = self.snapshots.get(opaque) or _ABSENT_SNAPSHOT
         where = vbucket if stream_vbucket is None else stream_vbucket
         previous = self.last_seqno.get(where)
         self.last_seqno[where] = by_seqno
-        self.rows.append((
+        self.out.general((
             ts, self.label, direction, frames, offset, magic, opcode, vbucket, None, opaque, None, cas, datatype,
             collection_id, key, by_seqno, rev_seqno, None, None, None, None, None, None, None, None, None, total,
             stream_vbucket, latency_ms, None, self.sequence, value_length, snapshot[0], snapshot[1],

@@ -22,19 +22,36 @@ PORTS = frozenset({11210})
 NAMES = [name for name, _ in schema.COLUMNS]
 
 
-def rows_of(path: Path, *, records: bool) -> list[tuple[Any, ...]]:
+def table_of(path: Path, *, records: bool, batch: int = 1 << 30) -> Any:
+    """The rows analyze writes, as one Arrow table: gathered as a task gathers them, ``batch`` rows at a time,
+    and turned into Arrow batches as the task does."""
+    import pyarrow as pa  # noqa: PLC0415
+
     chunks, _ = plan(str(path), 1000)  # chunks of a few frames: a connection's runs come from several
     runs = sorted((r for c in chunks for r in job.chunk_runs(c, PORTS)), key=lambda r: r[:3])
     rows = schema.Rows(records=records)
     notices: list[str] = []
+    types = job._arrow_types([(name, job.SPARK_TYPES[kind]) for name, kind in schema.column_types(records=records)])
+    batches = []
     for _ in job.decode_connections(job.segments_of(runs, notices), ("dcp", None, False), PORTS, rows, notices):
-        pass
-    return rows.take()
+        if len(rows) >= batch:
+            batches.append(job.gathered_to_arrow(rows.take(), types))
+    batches.append(job.gathered_to_arrow(rows.take(), types))
+    return pa.Table.from_batches(batches)
+
+
+def rows_of(path: Path, *, records: bool, batch: int = 1 << 30) -> list[tuple[Any, ...]]:
+    """The rows analyze writes (the Spark types: u64 columns hold their bits signed), as tuples."""
+    return [tuple(row.values()) for row in table_of(path, records=records, batch=batch).to_pylist()]
 
 
 def both_ways(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """The rows as analyze builds them, and as the record alone gives them (``--records``, minus the record)."""
-    return rows_of(path, records=False), [row[:-1] for row in rows_of(path, records=True)]
+    """The rows as analyze builds them, and as the record alone gives them (``--records``, minus the record).
+    Gathered a few rows at a time too (packed plain rows and the others merge back in order), they are the
+    same rows."""
+    fast = rows_of(path, records=False)
+    assert rows_of(path, records=False, batch=3) == fast
+    return fast, [row[:-1] for row in rows_of(path, records=True)]
 
 
 def hello(collections: bool) -> list[tuple[bool, bytes]]:
@@ -187,17 +204,19 @@ def test_the_analyses_partials_do_not_depend_on_batching(tmp_path: Path) -> None
     from dcpctl.pipeline import rollup  # noqa: PLC0415
 
     test_a_full_window_that_blocks_the_producer_is_a_stall(tmp_path)  # writes stall.pcap
-    rows = rows_of(tmp_path / "stall.pcap", records=False) + rows_of(SAMPLE, records=False)
-    arrow = job._arrow_types([(name, job.SPARK_TYPES[kind]) for name, kind in schema.COLUMNS])
+    import pyarrow as pa  # noqa: PLC0415
+
+    table = pa.concat_tables([table_of(tmp_path / "stall.pcap", records=False), table_of(SAMPLE, records=False)])
+    rows = table.num_rows
     results = []
-    for size in (1, 3, len(rows)):
+    for size in (1, 3, rows):
         partials = rollup.Partials()
-        for start in range(0, len(rows), size):
-            partials.extend(rollup.partial(job._to_arrow(rows[start:start + size], arrow), 1000.0))
+        for start in range(0, rows, size):
+            partials.extend(rollup.partial(table.slice(start, size).combine_chunks().to_batches()[0], 1000.0))
         results.append((rollup.merge(partials), partials.gaps, partials.requests, partials.stalls))
     assert results[0] == results[1] == results[2]
     (seconds, vbuckets), _, requests, stalls = results[0]
-    assert sum(r["messages"] for r in seconds) == len(rows)
+    assert sum(r["messages"] for r in seconds) == rows
     assert sorted((r["vb"], r["items"]) for r in vbuckets) == [(3, 6), (12, 3)]  # the stall capture's, the sample's
     assert [round(s["stalled_ms"]) for s in stalls] == [10000]
     assert [r["status"] for r in requests if r["direction"] == "server>client"] == ["Success", "Rollback", "Success"]
