@@ -46,7 +46,7 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.constants import STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
-from dcpctl.protocol.linereader import LineReader, LineReaders
+from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 
 OPEN_PRODUCER: Final = 0x01
@@ -446,7 +446,7 @@ class Streamer:
     def _lines(self, node: _Node) -> Iterator[Message]:
         """The JSON-lines path: plain items (about which the compiled line reader of their shape and the
         tracker have nothing to say, whose value the record shows as text) are written in place as lines
-        (``linereader``); anything else is decoded, handled and yielded for the output as usual. Positions,
+        (``itemreader``); anything else is decoded, handled and yielded for the output as usual. Positions,
         acknowledgements and --count are exactly the usual path's, and a test holds every line to the usual
         path's record. An item's position counts once its line is written."""
         conn, tracker, write = node.conn, node.tracker, self.options.lines

@@ -760,7 +760,7 @@ _RULE_CODES: Final = {Presence.OPTIONAL: 0, Presence.REQUIRED: 1, Presence.FORBI
 
 def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
     """plain_item_at()'s view of decode()'s plan for a plain item shape (None: not one); also what the
-    compiled line readers (``linereader``) are made from."""
+    compiled readers (``itemreader``) are made from."""
     found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
     if found is not None:
         return found

@@ -22,13 +22,13 @@ from dcpctl.dcp.session import ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
+from dcpctl.protocol.itemreader import ItemReader, ItemReaders
 from dcpctl.protocol.message import (
     DecodeOptions,
     ItemLines,
     Message,
     PlainItem,
     decode,
-    plain_item_at,
     plain_value,
 )
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
@@ -52,6 +52,7 @@ class _Connection:
     directions: dict[bool, _Direction]
     label: str
     sink: ItemSink | None = None
+    readers: ItemReaders = field(default_factory=ItemReaders)  # the producer's plain items, compiled per shape
 
 
 Item = Message | Skipped | Diagnostic
@@ -179,6 +180,7 @@ class CaptureDecoder:
         the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
         general way, then the walk resumes."""
         framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
+        readers = state.readers
         assert sink is not None
         self.last_tracker = tracker
         limit = HEADER_LENGTH + framer.max_body_length
@@ -188,10 +190,17 @@ class CaptureDecoder:
                 base, n, options = framer.offset - pos, len(buf), tracker.options()
                 span: tuple[int, int, float, tuple[int, ...]] | None = None
                 frames: list[int] = []
-                while True:
-                    item = plain_item_at(buf, pos, n, options)
+                reader: ItemReader | None = None
+                while True:  # plain_item_at, through the reader compiled for the item's shape
+                    item = reader(buf, pos, n) if reader is not None else None
                     if item is None:
-                        break
+                        shaped = readers.at(buf, pos, n, options)
+                        if shaped is None or shaped is reader:
+                            break
+                        reader = shaped
+                        item = reader(buf, pos, n)
+                        if item is None:
+                            break
                     end = item[0]
                     if end - pos > limit:
                         break

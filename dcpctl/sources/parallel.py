@@ -12,8 +12,8 @@ order; only the work is split: the record and its JSON, the costlier half, run h
 With ``lines`` (every message printed as its JSON line, unfiltered), plain stream items skip the record
 altogether: the child hands the decoder's item sink runs of them (:class:`_Runs`: the bytes of items back
 to back, each one's stream vbucket, its capture time and frames), and this process walks each run again
-with ``plain_item_at`` and writes the lines from templates (``capture.plain_item_lines``), byte for byte
-the records' lines (a test holds them equal).
+with the compiled readers of ``plain_item_at`` (``itemreader``) and writes the lines from templates
+(``capture.plain_item_lines``), byte for byte the records' lines (a test holds them equal).
 
 The child never writes to standard output. Errors reading a file travel as items and are raised here as
 the serial path raises them. When this side stops early (``--count``, a closed pipe, Ctrl-C), the child is
@@ -33,7 +33,8 @@ from typing import Any, Final
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, plain_item_at
+from dcpctl.protocol.itemreader import ItemReaders
+from dcpctl.protocol.message import DecodeOptions, PlainItem, decode
 from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, LineMaker, finish_message, plain_item_lines
 from dcpctl.sources.pcap import CaptureError, read_segments
 
@@ -102,9 +103,9 @@ class _Runs:
     """The child's item sinks with ``lines``: plain items are gathered into runs, a connection's items back
     to back in one buffer, sent as (_RUN, connection label, collections option, stream offset, the run's
     bytes, each item's stream vbucket, [(index of the first item with this ts and these frames, ts,
-    frames)]). This process reads the run's items again with plain_item_at (it finds what the child found:
-    same bytes, same options) and writes their lines. :meth:`between` puts each run in its place among the
-    decoder's other items."""
+    frames)]). This process reads the run's items again with plain_item_at's compiled readers (it finds what
+    the child found: same bytes, same options) and writes their lines. :meth:`between` puts each run in its
+    place among the decoder's other items."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[Any, ...]] = []
@@ -161,11 +162,13 @@ def _lines(run: tuple[Any, ...], options: DecodeOptions, lines_of: Callable[[str
     line = lines_of(label)
     out = []
     pos, n, group, ts, frames = 0, len(data), 0, 0.0, []
+    readers = ItemReaders()
     for index, stream_vbucket in enumerate(vbuckets):
         if group < len(groups) and groups[group][0] == index:
             _, ts, frames = groups[group]
             group += 1
-        item = plain_item_at(data, pos, n, options)
+        reader = readers.at(data, pos, n, options)  # plain_item_at, compiled for the item's shape
+        item = reader(data, pos, n) if reader is not None else None
         if item is None:
             raise ChildError("the decoding process sent a run of items that do not read back")
         out.append(line(item, offset + pos, ts, frames, stream_vbucket, options, data))

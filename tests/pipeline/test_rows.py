@@ -32,10 +32,10 @@ def table_of(path: Path, *, records: bool, batch: int = 1 << 30) -> Any:
     rows = schema.Rows(records=records)
     notices: list[str] = []
     types = job._arrow_types([(name, job.SPARK_TYPES[kind]) for name, kind in schema.column_types(records=records)])
-    batches = []
-    for _ in job.decode_connections(job.segments_of(runs, notices), ("dcp", None, False), PORTS, rows, notices):
-        if len(rows) >= batch:
-            batches.append(job.gathered_to_arrow(rows.take(), types))
+    batches = [job.gathered_to_arrow(rows.take(), types)
+               for _ in job.decode_connections(job.segments_of(runs, notices), ("dcp", None, False), PORTS, rows,
+                                               notices)
+               if len(rows) >= batch]
     batches.append(job.gathered_to_arrow(rows.take(), types))
     return pa.Table.from_batches(batches)
 

@@ -1,6 +1,7 @@
-"""The compiled line readers say exactly what plain_item_at(), plain_value() and plain_line() say together:
-the same line for the same item, None for the same items, and the caller's accept asked only when the
-stateless checks have passed."""
+"""The compiled readers say exactly what the interpreted functions say: an item reader what plain_item_at()
+says; a line reader what plain_item_at(), plain_value() and plain_line() say together (the same line for the
+same item, None for the same items, and the caller's accept asked only when the stateless checks have
+passed)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from test_plain_item import ITEM_VARIANTS
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.linereader import LineReaders, compile_reader
+from dcpctl.protocol.itemreader import ItemReaders, LineReaders, compile_reader
 from dcpctl.protocol.message import DecodeOptions, ItemLines, decode, plain_item_at, plain_value
 from dcpctl.protocol.registry import DIALECTS
 
@@ -41,7 +42,12 @@ class Accept:
 
 
 def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept, *, max_body: int = MAX_BODY) -> bool:
-    """The reader of the packet's shape, if any, against the general functions."""
+    """The readers of the packet's shape, if any, against the interpreted functions."""
+    item_reader = ItemReaders().at(raw, pos, n, options)
+    if item_reader is None:
+        assert plain_item_at(raw, pos, n, options) is None, raw.hex()
+    else:
+        assert item_reader(raw, pos, n) == plain_item_at(raw, pos, n, options), raw.hex()
     readers = LineReaders(FIRST, ("ts", "frames"), max_body)
     reader = readers.at(raw, pos, n, options)
     found = plain_item_at(raw, pos, n, options)
