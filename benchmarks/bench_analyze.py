@@ -1,6 +1,6 @@
 """dcpctl analyze on Spark (local[1], local[2]) against single-process decode and tshark, on one capture.
 
-    python benchmarks/bench_analyze.py [--messages N] [--connections K] [--runs R]
+    python benchmarks/bench_analyze.py [--messages N] [--connections K] [--runs R] [--commands decode,local2,...]
 
 Writes a capture of N mutations in whole DCP sessions over K connections (make_capture.py --sessions;
 6,000,000 over 6 is 1.08 GB), then runs each command R times, interleaved so that the machine's drift
@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=6_000_000)
     parser.add_argument("--connections", type=int, default=6)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--commands", default="decode,local1,local2,tshark",
+                        help="which of decode, local1, local2, tshark to run (decode is the baseline: always run)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         capture = Path(tmp) / "m.pcap"
@@ -69,6 +71,9 @@ def main() -> None:
                 "tshark", "-r", str(capture), "-T", "fields", "-e", "couchbase.opcode", "-e",
                 "couchbase.extras.by_seqno"],
         }
+        wanted = {"decode", *args.commands.split(",")}
+        commands = {name: command for (key, (name, command)) in zip(("decode", "local1", "local2", "tshark"),
+                                                                     commands.items(), strict=True) if key in wanted}
         times: dict[str, list[float]] = {name: [] for name in commands}
         memory: dict[str, dict[str, int]] = {}
         for _ in range(args.runs):

@@ -46,6 +46,8 @@ Accept = Callable[[int, int, int], tuple[bool, int | None]]
 LineReader = Callable[[bytes, int, int, tuple[bytes, ...], int, Accept], LineItem | None]
 ItemReader = Callable[[bytes, int, int], PlainItem | None]
 READERS_KEPT: Final = 64  # shapes compiled per connection: a stream has a handful; more means a hostile mix
+ITEM_READERS_KEPT: Final = 1024  # item readers kept by the process (dialects x collections x the item shapes)
+_ITEM_READERS: dict[tuple[str, bool, int, int], ItemReader | None] = {}
 
 
 class _Readers:
@@ -158,7 +160,19 @@ def _codec(plan: Any) -> Any:
 
 
 def compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> ItemReader | None:
-    """The item reader of one shape (see the module docstring), or None when the shape is not a plain item's."""
+    """The item reader of one shape (see the module docstring), or None when the shape is not a plain item's.
+    Item readers are pure functions of the dialect, the collections option and the shape, so each is compiled
+    once per process (a capture may hold many connections)."""
+    key = (options.dialect.name, bool(options.collections), opcode, extlen)
+    if key in _ITEM_READERS:
+        return _ITEM_READERS[key]
+    if len(_ITEM_READERS) >= ITEM_READERS_KEPT:
+        _ITEM_READERS.clear()
+    reader = _ITEM_READERS[key] = _compile_item_reader(options, opcode, extlen)
+    return reader
+
+
+def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> ItemReader | None:
     found = item_plan(options.dialect, opcode, extlen)
     if found is None:
         return None

@@ -156,13 +156,13 @@ class _Runs:
             self.runs.clear()
 
 
-def _lines(run: tuple[Any, ...], options: DecodeOptions, lines_of: Callable[[str], LineMaker]) -> bytes:
-    """A run's JSON lines (see :class:`_Runs`)."""
+def _lines(run: tuple[Any, ...], options: DecodeOptions, readers: ItemReaders,
+           lines_of: Callable[[str], LineMaker]) -> bytes:
+    """A run's JSON lines (see :class:`_Runs`); ``readers``: the compiled readers kept for ``options``."""
     _, label, _, offset, data, vbuckets, groups = run
     line = lines_of(label)
     out = []
     pos, n, group, ts, frames = 0, len(data), 0, 0.0, []
-    readers = ItemReaders()
     for index, stream_vbucket in enumerate(vbuckets):
         if group < len(groups) and groups[group][0] == index:
             _, ts, frames = groups[group]
@@ -201,7 +201,7 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                             name="dcpctl-decode", daemon=True)
     child.start()
     sender.close()
-    variants: dict[bool | None, DecodeOptions] = {}
+    variants: dict[bool | None, tuple[DecodeOptions, ItemReaders]] = {}
     makers: dict[str, LineMaker] = {}
 
     def lines_of(label: str) -> LineMaker:
@@ -210,11 +210,12 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
             found = makers[label] = plain_item_lines(label)
         return found
 
-    def variant(collections: bool | None) -> DecodeOptions:
+    def variant(collections: bool | None) -> tuple[DecodeOptions, ItemReaders]:
+        """The options a message was decoded with in the child, and the readers compiled for them."""
         found = variants.get(collections)
         if found is None:
-            found = variants[collections] = DecodeOptions(options.dialect, collections, options.show_secrets,
-                                                          options.lenient)
+            found = variants[collections] = (DecodeOptions(options.dialect, collections, options.show_secrets,
+                                                           options.lenient), ItemReaders())
         return found
 
     loads = marshal.loads
@@ -227,7 +228,7 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
             for item in batch:
                 if len(item) == 10:
                     raw, offset, collections, ts, label, from_client, frames, fields, diags, built = item
-                    msg = decode(raw, offset, variant(collections))
+                    msg = decode(raw, offset, variant(collections)[0])
                     if built:  # as the child's tracker did: the packet's own diagnostics come first
                         msg.record()
                     yield finish_message(msg, ts, label, from_client, frames, fields,
@@ -235,7 +236,7 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                     continue
                 tag = item[0]
                 if tag == _RUN:
-                    yield _lines(item, variant(item[2]), lines_of)
+                    yield _lines(item, *variant(item[2]), lines_of)
                 elif tag == _SKIPPED:
                     yield Skipped(*item[1:])
                 elif tag == _NOTICE:
