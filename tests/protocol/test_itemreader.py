@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import variant_records
-from test_plain_item import ITEM_VARIANTS
+from test_plain_item import ITEM_VARIANTS, drawn_item
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
@@ -93,13 +93,7 @@ def test_on_every_golden_vector(vector: Any) -> None:
 def test_on_generated_items(name: str, spec: Any, variant: Any, data: st.DataObject, collections: bool | None,
                             stream: bool, key: bytes | None, value: bytes | None, cut: int, prefix: bytes) -> None:
     """Any item of the shape, most of them not plain (frame infos, xattrs, nmeta, cut short...)."""
-    record = data.draw(variant_records(spec, variant))
-    if key is not None:  # any bytes: a collection prefix or not, text or not
-        record.update(key=key.hex(), key_encoding="hex")
-    if value is not None:
-        record.update(value=value.hex(), value_encoding="hex", datatype=data.draw(st.sampled_from([0, 1, 3])))
-        record.pop("xattrs", None)
-    raw = prefix + encode(record, fix_lengths=True)
+    raw = prefix + drawn_item(data, spec, variant, key, value)
     accept = Accept(take=data.draw(st.booleans()), stream_vbucket=7 if stream else None)
     assert agrees(raw, len(prefix), len(raw) - cut, DecodeOptions(collections=collections), accept)
 
