@@ -108,10 +108,10 @@ class LineReaders(_Readers):
 
 def _checks(options: DecodeOptions, opcode: int, extlen: int, found: ItemPlan, signature: str,
             max_body: int | None) -> tuple[list[str], str, bool]:
-    """The generated function's head: the unpack and every stateless check of the shape's plan, as
-    plain_item_at makes them, up to and including the key and the JSON check of the value (when the value
-    is read as ``text``, a ``text`` variable, else from the buffer). (source lines, the tuple of the
-    extras' variables, whether the key has a collection prefix)."""
+    """The generated function's head, shared by both kinds: the unpack and every stateless check of the
+    shape's plan as plain_item_at makes them, up to and including the key's (the value's checks differ by
+    kind and follow). Returns (source lines, the extras' variable names, whether the key has a collection
+    prefix)."""
     (plan, _, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, _, _, _, datatypes) = found
     extras = ", ".join(f"x{i}" for i in range(len(plan.names)))
     document_key = bool(options.collections) and plan.variant is not None and plan.variant.key is KeyKind.DOCUMENT
