@@ -138,7 +138,7 @@ def _checks(options: DecodeOptions, opcode: int, extlen: int, found: ItemPlan, s
     checks += {0: [], 1: ["end == vo"], 2: ["end > vo"]}[value_rule]
     if checks:
         lines += [f"    if {' or '.join(checks)}:", "        return None"]
-    lines += ["    collection_id = key = None", "    if keylen:"]
+    lines += ["    if keylen:"]
     if document_key:
         lines += ["        collection_id = buf[ko]", "        if collection_id >= 0x80 or keylen == 1:",
                   "            return None", "        ko += 1"]
@@ -177,7 +177,10 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
     if found is None:
         return None
     plan, seqno_at, rev_seqno_at, names = found[0], found[7], found[8], found[9]
-    lines, extras, _ = _checks(options, opcode, extlen, found, "buf, pos, n", None)
+    lines, extras, document_key = _checks(options, opcode, extlen, found, "buf, pos, n", None)
+    # plain_item_at's (collection_id, key): None where the item has no key, or its key no collection prefix
+    lines += ["    if not keylen:", "        collection_id = key = None"] if document_key else \
+        ["    collection_id = None", "    if not keylen:", "        key = None"]
     lines += [
         "    if datatype and end > vo:",
         "        try:",
