@@ -727,10 +727,7 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
     if reply.record().get("status") == "Success":
         config = json.loads(reply.value.decode(errors="replace").replace("$HOST", host))
         server_map = config.get("vBucketServerMap", {})
-        servers = [split_host(s, port) for s in server_map.get("serverList", [])]
-        if tls:
-            tls_ports = [n.get("services", {}).get("kvSSL") for n in config.get("nodesExt", [])]
-            servers = [(h, tls_ports[i] or p) if i < len(tls_ports) else (h, p) for i, (h, p) in enumerate(servers)]
+        servers = kv_servers(config, host, port, tls=tls)
         vbmap = server_map.get("vBucketMap", [])
         owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
         if vbmap:
@@ -738,6 +735,30 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
     entries = seed.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record().get("vbucket_seqnos", [])
     owner = {int(e["vbucket"]): (host, port) for e in entries}
     return max(owner, default=-1) + 1, owner
+
+
+def kv_servers(config: dict[str, Any], host: str, port: int, *, tls: bool) -> list[tuple[str, int]]:
+    """The data nodes of a cluster map's ``vBucketServerMap.serverList``, in its order (the vBucketMap's
+    indexes), as (host, port) to connect to: with TLS, each node's ``kvSSL`` port from ``nodesExt``. A
+    ``nodesExt`` entry is the node whose hostname (absent: the node that answered, ``host``) and ``kv`` port
+    are the server's; its list also holds nodes without the data service, in an order of its own. A
+    server no entry matches keeps its own port (plain) or takes the entry at its index (TLS, as older
+    configs list the nodes alike)."""
+    servers = [split_host(s, port) for s in config.get("vBucketServerMap", {}).get("serverList", [])]
+    if not tls:
+        return servers
+    nodes = [n for n in config.get("nodesExt", []) if isinstance(n, dict)]
+    tls_port: dict[tuple[str, int], int] = {}
+    for node in nodes:
+        services = node.get("services", {})
+        if isinstance(services.get("kv"), int) and isinstance(services.get("kvSSL"), int):
+            tls_port[(str(node.get("hostname") or host), services["kv"])] = services["kvSSL"]
+    found = []
+    for i, (server_host, server_port) in enumerate(servers):
+        by_index = nodes[i].get("services", {}).get("kvSSL") if i < len(nodes) else None
+        secure = tls_port.get((server_host, server_port)) or (by_index if isinstance(by_index, int) else None)
+        found.append((server_host, secure or server_port))
+    return found
 
 
 def _tls_pending(conn: Connection) -> bool:

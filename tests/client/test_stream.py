@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servekit import Server, serving
+from servekit import Server, self_signed, serving
 
 from dcpctl.cli import main
+from dcpctl.client import streamer
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
 
@@ -150,6 +151,36 @@ def test_many_vbuckets_on_several_nodes() -> None:
     for r in records:
         if r["opcode"] in ITEMS:
             assert r["connection"].endswith(f":{server.ports[r['vbucket'] % 3]}")
+
+
+def test_tls_streams_every_node_on_its_tls_port(tmp_path: Path) -> None:
+    """With --tls every node is reached on the kvSSL port the cluster map gives it (never its plain one)."""
+    cert, key = self_signed(tmp_path)
+    with serving("--nodes", "3", "--vbuckets", "6", "--items", "600", "--tls-cert", str(cert), "--tls-key", str(key),
+                 "--tls-port", "0") as server:
+        code, records, err = stream(server, "--tls", "--cacert", str(cert), "--until", "now",
+                                    port=server.tls_ports[1])
+    assert code == ExitCode.OK, err
+    assert len(items(records)) == 600
+    assert {r["connection"].split(" > ")[1] for r in records} == {f"127.0.0.1:{p}" for p in server.tls_ports}
+
+
+def test_tls_ports_are_matched_to_the_server_list_by_host_and_port() -> None:
+    """nodesExt lists every node of the cluster, data nodes or not, in an order of its own; the node that
+    answered may have no hostname. Without TLS the server list's own ports are used."""
+    config = {"vBucketServerMap": {"serverList": ["10.0.0.2:11210", "$HOST:11210", "10.0.0.3:12000"]},
+              "nodesExt": [{"hostname": "10.0.0.9", "services": {"n1ql": 8093}},  # a query node
+                           {"hostname": "10.0.0.3", "services": {"kv": 12000, "kvSSL": 12007}},
+                           {"services": {"kv": 11210, "kvSSL": 11297}, "thisNode": True},
+                           {"hostname": "10.0.0.2", "services": {"kv": 11210, "kvSSL": 11207}}]}
+    config = json.loads(json.dumps(config).replace("$HOST", "10.0.0.1"))
+    assert streamer.kv_servers(config, "10.0.0.1", 11210, tls=True) == [("10.0.0.2", 11207), ("10.0.0.1", 11297),
+                                                                          ("10.0.0.3", 12007)]
+    assert streamer.kv_servers(config, "10.0.0.1", 11210, tls=False) == [("10.0.0.2", 11210), ("10.0.0.1", 11210),
+                                                                           ("10.0.0.3", 12000)]
+    alike = {"vBucketServerMap": {"serverList": ["a:1", "b:2"]},  # no kv ports to match by: the index decides
+             "nodesExt": [{"services": {"kvSSL": 11}}, {"services": {"kvSSL": 22}}]}
+    assert streamer.kv_servers(alike, "a", 11210, tls=True) == [("a", 11), ("b", 22)]
 
 
 def test_write_saves_a_capture_that_decodes_to_the_same_messages(tmp_path: Path) -> None:
@@ -334,7 +365,6 @@ def test_an_unanswered_stream_request_is_a_timeout_not_a_hang(tmp_path: Path) ->
 
 
 def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dcpctl.client import streamer  # noqa: PLC0415
 
     real = streamer.vbucket_map
 
