@@ -48,6 +48,7 @@ ItemReader = Callable[[bytes, int, int], PlainItem | None]
 READERS_KEPT: Final = 64  # shapes compiled per connection: a stream has a handful; more means a hostile mix
 ITEM_READERS_KEPT: Final = 1024  # item readers kept by the process (dialects x collections x the item shapes)
 _ITEM_READERS: dict[tuple[str, bool, int, int], ItemReader | None] = {}
+_UNSEEN: Final = object()  # a shape no reader was asked for yet (None is cached: not a plain item's shape)
 
 
 class _Readers:
@@ -67,8 +68,9 @@ class _Readers:
         if options is not self._options:
             self._options, self._readers = options, {}
         shape = (buf[pos + 1], buf[pos + 4])
-        if shape in self._readers:
-            return self._readers[shape]
+        reader = self._readers.get(shape, _UNSEEN)
+        if reader is not _UNSEEN:
+            return reader
         if len(self._readers) >= READERS_KEPT:
             self._readers.clear()
         reader = self._readers[shape] = self._make(options, *shape)

@@ -709,10 +709,11 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
     add no diagnostic and the record needs nothing more than :func:`item_key` gives. None otherwise (the
     caller then decodes the packet): another opcode or magic, a packet not whole before ``end``, a layout
     that is not the declared one, any of decode's checks failing. The same plans as :func:`decode`; tests
-    hold the two to the same results on vectors and generated packets. Called once per item of a stream,
-    so the plan is looked up by (dialect, opcode, extras length) only: for these opcodes nothing else of
-    the header changes it (decode's plan key has the status word of responses, the extras' first byte of
-    1-byte extras and the UPR draft's type byte; none applies)."""
+    hold the two to the same results on vectors and generated packets. The plan is looked up by (dialect,
+    opcode, extras length) only: for these opcodes nothing else of the header changes it (decode's plan key
+    has the status word of responses, the extras' first byte of 1-byte extras and the UPR draft's type
+    byte; none applies). This is the interpreted reading: consumers of millions of items call the readers
+    ``itemreader`` compiles from the same plans, and the tests hold every one of those to this."""
     if end - pos < HEADER_LENGTH:
         return None
     header = HEADER.unpack_from(buf, pos)
@@ -720,12 +721,9 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
     stop = pos + HEADER_LENGTH + total
     if magic != 0x80 or stop > end or datatype > 1 or extlen + keylen > total:
         return None
-    dialect = options.dialect
-    found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
+    found = item_plan(options.dialect, opcode, extlen)
     if found is None:
-        found = item_plan(dialect, opcode, extlen)
-        if found is None:
-            return None
+        return None
     (plan, unpack, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, seqno_at, rev_seqno_at, names,
      datatypes) = found
     if datatype not in datatypes:
