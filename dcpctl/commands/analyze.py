@@ -20,8 +20,9 @@ from rich.table import Table
 from dcpctl.commands._options import env_of
 from dcpctl.commands.decode import expand
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.pipeline import analyses, job, plots
+from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
+from dcpctl.render.env import Environment
 from dcpctl.sources.pcap import CaptureError
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 
@@ -81,6 +82,30 @@ def analyze(
         why = _not_creatable(directory) if directory is not None else None
         if why is not None:
             raise CommandError(f"{option} {directory}: {why}", ExitCode.INPUT)
+    # Spark's JVM starts from a class-data archive when there is one; the first run saves it (jvmcache)
+    archive = jvmcache.ClassArchive() if job.jvm_started() else jvmcache.prepare(os.environ, job.spark_identity())
+    done = False
+    try:
+        report = _on_spark(env, archive, paths, master, ports, out, chunk_size, plot_dir, records=records,
+                           stall_ms=stall_ms)
+        if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
+            env.stdout.write(json.dumps(report, default=str) + "\n")
+        else:
+            _tables(env.console(), report)
+        env.stdout.flush()
+        done = True
+    finally:
+        if archive.writing is not None:
+            if done:
+                env.stderr.write(f"dcpctl: saving Spark's JVM classes in {archive.directory} for faster starts "
+                                 "(once; DCPCTL_JVM_CACHE=off turns this off)\n")
+            job.end_jvm(archive, save=done)
+
+
+def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str], master: str | None,
+              ports: frozenset[int], out: Path, chunk_size: int, plot_dir: Path | None, *, records: bool,
+              stall_ms: float) -> dict[str, Any]:
+    """Start Spark (planning the captures meanwhile), run the job and the analyses: the report."""
     # py4j logs (with a traceback) every call a Ctrl-C interrupts, then raises; the exception is what counts,
     # and dcpctl reports it in one line, so Python's logging goes nowhere while Spark runs
     root = logging.getLogger()
@@ -89,7 +114,8 @@ def analyze(
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
         with _ctrl_c_deferred() as interrupted:  # Spark's start-up cannot be interrupted cleanly
-            session = job.spark_session(master or ("local[*]" if not _under_submit() else None))
+            session = job.spark_session(master or ("local[*]" if not _under_submit() else None),
+                                        java_options=archive.options)
         if interrupted:
             session.stop()
             raise KeyboardInterrupt
@@ -128,10 +154,7 @@ def analyze(
         raise
     finally:
         session.stop()
-    if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
-        env.stdout.write(json.dumps(report, default=str) + "\n")
-        return
-    _tables(env.console(), report)
+    return report
 
 
 def _not_creatable(directory: Path) -> str | None:

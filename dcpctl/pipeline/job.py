@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import orjson
 
-from dcpctl.pipeline import rollup, schema
+from dcpctl.pipeline import jvmcache, rollup, schema
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
@@ -103,15 +103,18 @@ def check_runtime() -> None:
                                     "apt-get install default-jre-headless; or set JAVA_HOME")
 
 
-def spark_session(master: str | None, app: str = "dcpctl analyze") -> Any:
+def spark_session(master: str | None, app: str = "dcpctl analyze", java_options: str = "") -> Any:
+    """Spark's session (an existing one, as getOrCreate finds it); ``java_options``: more options for the
+    driver JVM's command line, if this starts it (``jvmcache``)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no guessing at interfaces
 
     log4j = Path(__file__).with_name("log4j2.properties")
+    driver_options = f"-Dlog4j2.configurationFile={log4j.as_uri()} {java_options}".strip()
     builder = SparkSession.builder.appName(app).config("spark.ui.enabled", "false") \
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}") \
+        .config("spark.driver.extraJavaOptions", driver_options) \
         .config("spark.ui.showConsoleProgress", "false") \
         .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "8")
     if master:
@@ -119,6 +122,32 @@ def spark_session(master: str | None, app: str = "dcpctl analyze") -> Any:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def jvm_started() -> bool:
+    """Whether this process already has Spark's JVM (an earlier session, or spark-submit's)."""
+    from pyspark import SparkContext  # noqa: PLC0415
+
+    return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_identity() -> str:
+    """What a class-data archive of Spark's classes depends on, besides Java: pyspark's version and home."""
+    import pyspark  # noqa: PLC0415
+
+    return f"{pyspark.__version__}\0{Path(pyspark.__file__).parent}\0{os.environ.get('SPARK_HOME', '')}"
+
+
+def end_jvm(archive: jvmcache.ClassArchive, *, save: bool = True) -> Path | None:
+    """After the session stopped: end the JVM this process started, for ``archive`` to be saved (see
+    ``jvmcache``; ``save`` false: killed, saving nothing); a later session in this process starts a new JVM.
+    Returns where the archive went."""
+    from pyspark import SparkContext  # noqa: PLC0415
+
+    gateway = SparkContext._gateway
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    return archive.finish(gateway, save=save)
 
 
 def message_ddl(*, records: bool = False) -> str:

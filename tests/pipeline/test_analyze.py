@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,39 +24,6 @@ from dcpctl.render.env import Environment
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
-
-
-def spark_or_skip() -> None:
-    try:
-        import pyspark  # noqa: F401, PLC0415
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("pyspark is missing: the test extra installs it")
-        pytest.skip("pyspark not installed (pip install -e '.[test]')")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        if os.environ.get("CI"):
-            pytest.fail("no Java runtime: .ci/run installs one")
-        pytest.skip("no Java runtime")
-
-
-@pytest.fixture(scope="module")
-def spark_module() -> Iterator[None]:
-    spark_or_skip()
-    yield
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        session.stop()
-
-
-@pytest.fixture
-def spark(spark_module: None) -> Any:
-    """The module's session (getOrCreate): started once, and again only after the analyze command, which
-    stops the session it ran in, as it must under spark-submit."""
-    from dcpctl.pipeline import job  # noqa: PLC0415
-
-    return job.spark_session("local[2]", "dcpctl tests")
 
 
 def item(seqno: int, key: str, opaque: int = 5000, value: str = '{"n":1}') -> bytes:
@@ -304,10 +270,9 @@ def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) ->
     assert (tmp_path / "ds" / job.DATASET_MARKER).exists()
 
 
-def test_without_java_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_java_a_clear_message(spark_module: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
-    spark_or_skip()
     monkeypatch.setattr(job.shutil, "which", lambda _name: None)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     err = io.StringIO()

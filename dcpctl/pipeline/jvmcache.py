@@ -1,0 +1,161 @@
+"""Spark's driver JVM started from a class-data archive: seconds off every ``analyze`` after the first.
+
+Theory of operation. Starting Spark's driver JVM and running a first job loads, links and verifies
+thousands of classes from Spark's jars: measured here, a session took 4.3-5.2 s to start and a first job
+3.2-4.0 s more. Java's class-data sharing for applications (JDK 13 and later) maps those classes from an
+archive instead: 2.5-3.0 s and 2.1-2.4 s. An archive holds what one Java runtime loaded from one set of
+jars, so its name holds a digest of both (the java executable's path, size and time; pyspark's version and
+Spark's home): another Java or Spark gets its own archive, and the others are removed when it is saved.
+
+The first run without an archive has the JVM write one when it exits (``-XX:ArchiveClassesAtExit``), under
+a temporary name. When the command is done and its output written, :meth:`ClassArchive.finish` ends the
+JVM itself, waits for the dump (7-8 s, once), and renames the file into place. A later run therefore never
+maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS, with or without
+``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of another size is
+not used. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are
+switched off: an archive it cannot use is ignored, and the run is only as slow as without one.
+
+Only when dcpctl starts the JVM itself: not under spark-submit, nor in a process whose JVM already runs.
+``DCPCTL_JVM_CACHE=off`` turns it off; the archives live in ``$XDG_CACHE_HOME/dcpctl`` (``~/.cache/dcpctl``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+# Seconds to wait for the JVM to write the archive when it exits (it took 7-8 s here): a JVM that takes
+# longer is killed, and the run simply saves no archive.
+ARCHIVE_WAIT: Final = 120.0
+OFF_VALUES: Final = frozenset({"off", "0", "no", "false"})
+# The JVM's unified-logging tags about archives: silent, whatever it finds (see the module docstring).
+QUIET: Final = "-Xlog:cds*=off"
+_FINAL: Final = re.compile(r"spark-classes-([0-9a-f]{16})-([0-9]+)\.jsa")
+_TEMPORARY: Final = re.compile(r"\.spark-classes-([0-9a-f]{16})\.([0-9]+)\.jsa")
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """What a run does about the archive: ``options`` for the driver JVM's command line, and, when this run
+    makes the archive, where the JVM writes it (``writing``) and where it goes when complete (``directory``,
+    ``digest``)."""
+
+    options: str = ""
+    writing: Path | None = None
+    directory: Path | None = None
+    digest: str = ""
+
+    def finish(self, gateway: Any, *, save: bool = True) -> Path | None:
+        """After the session is stopped and the output written: end the JVM (py4j's ``gateway``, whose
+        ``proc`` pyspark started), wait for it to write the archive, and put the archive in place; with
+        ``save`` false (the run failed or was interrupted), kill it instead, before it spends seconds on an
+        archive. Returns where the archive went (None: this run makes none, or the JVM wrote none)."""
+        if self.writing is None or self.directory is None:
+            return None
+        try:
+            process = getattr(gateway, "proc", None)
+            if process is None:
+                return None
+            if not save:
+                with contextlib.suppress(OSError):
+                    process.kill()
+                    process.wait(ARCHIVE_WAIT)
+            else:
+                with contextlib.suppress(Exception):
+                    gateway.shutdown()
+            if process.stdin is not None:  # the gateway JVM exits when its standard input ends
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+            if not save:
+                return None
+            try:
+                code = process.wait(ARCHIVE_WAIT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                return None
+            size = self.writing.stat().st_size if self.writing.exists() else 0
+            if code != 0 or size == 0:
+                return None
+            final = self.directory / f"spark-classes-{self.digest}-{size}.jsa"
+            os.replace(self.writing, final)
+            for other in self.directory.glob("spark-classes-*.jsa"):  # another Java's or Spark's
+                if not other.name.startswith(f"spark-classes-{self.digest}-"):
+                    with contextlib.suppress(OSError):
+                        other.unlink()
+            return final
+        finally:
+            with contextlib.suppress(OSError):
+                self.writing.unlink()
+
+
+def cache_directory(environ: Mapping[str, str]) -> Path | None:
+    """Where archives live; None when ``DCPCTL_JVM_CACHE`` turns them off."""
+    if environ.get("DCPCTL_JVM_CACHE", "").strip().lower() in OFF_VALUES:
+        return None
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dcpctl"
+
+
+def java_executable(environ: Mapping[str, str]) -> str | None:
+    """The java that Spark's launcher runs (JAVA_HOME's, else the first on PATH), as a real path."""
+    home = environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java", path=environ.get("PATH"))
+    return os.path.realpath(found) if found and os.path.exists(found) else None
+
+
+def digest(java: str, spark: str) -> str:
+    """The archive's key: the java executable (path, size, time) and Spark (``spark``: version and home)."""
+    stat = os.stat(java)
+    return hashlib.sha256(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\0{spark}".encode()).hexdigest()[:16]
+
+
+def prepare(environ: Mapping[str, str], spark: str) -> ClassArchive:
+    """The archive for the JVM about to start: one complete for this Java and this Spark (``spark``: its
+    version and home) is used; else this run writes it. Nothing when turned off, when java cannot be found
+    or the cache directory cannot be made."""
+    directory = cache_directory(environ)
+    java = java_executable(environ)
+    if directory is None or java is None:
+        return ClassArchive()
+    key = digest(java, spark)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(directory)
+        for found in directory.glob(f"spark-classes-{key}-*.jsa"):
+            matched = _FINAL.fullmatch(found.name)
+            if matched and found.stat().st_size == int(matched.group(2)):
+                return ClassArchive(f"-XX:SharedArchiveFile={found} {QUIET}")
+        if not os.access(directory, os.W_OK):
+            return ClassArchive()
+    except OSError:
+        return ClassArchive()
+    writing = directory / f".spark-classes-{key}.{os.getpid()}.jsa"
+    return ClassArchive(f"-XX:ArchiveClassesAtExit={writing} {QUIET}", writing, directory, key)
+
+
+def _remove_abandoned(directory: Path) -> None:
+    """Temporary archives of runs that are no longer running (interrupted, or their JVM killed)."""
+    for found in directory.glob(".spark-classes-*.jsa"):
+        matched = _TEMPORARY.fullmatch(found.name)
+        if matched is None or not _alive(int(matched.group(2))):
+            with contextlib.suppress(OSError):
+                found.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

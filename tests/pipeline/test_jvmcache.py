@@ -1,0 +1,182 @@
+"""The class-data archive Spark's driver JVM starts from: which archive a run uses or writes, how a written
+one is put in place (never half-written), and, with a real JVM, that a second analyze maps it and that an
+archive the JVM cannot use changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from capturekit import ROOT
+
+from dcpctl.pipeline import jvmcache
+
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+SPARK = "4.3.0\0/somewhere/pyspark\0"
+
+
+def environ(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": os.environ.get("PATH", ""), **more}
+
+
+def java_or_skip() -> str:
+    java = jvmcache.java_executable(os.environ)
+    if java is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Java runtime: .ci/run installs one")
+        pytest.skip("no Java runtime")
+    return java
+
+
+def test_turned_off_or_placed_by_xdg(tmp_path: Path) -> None:
+    for off in ("off", "0", "no", "FALSE", " Off "):
+        assert jvmcache.cache_directory({"DCPCTL_JVM_CACHE": off}) is None
+        assert jvmcache.prepare(environ(tmp_path, DCPCTL_JVM_CACHE=off), SPARK) == jvmcache.ClassArchive()
+    assert jvmcache.cache_directory({"XDG_CACHE_HOME": "/x/y"}) == Path("/x/y/dcpctl")
+    assert jvmcache.cache_directory({"DCPCTL_JVM_CACHE": "on"}) == Path("~/.cache/dcpctl").expanduser()
+
+
+def test_the_first_run_writes_under_a_temporary_name(tmp_path: Path) -> None:
+    java_or_skip()
+    archive = jvmcache.prepare(environ(tmp_path), SPARK)
+    assert archive.writing is not None
+    assert archive.directory == tmp_path / "cache" / "dcpctl"
+    assert archive.writing.parent == archive.directory
+    assert archive.writing.name == f".spark-classes-{archive.digest}.{os.getpid()}.jsa"
+    assert archive.options.split() == [f"-XX:ArchiveClassesAtExit={archive.writing}", "-Xlog:cds*=off"]
+    assert not archive.writing.exists()
+
+
+def test_a_complete_archive_is_used_and_a_truncated_one_is_not(tmp_path: Path) -> None:
+    java = java_or_skip()
+    directory = tmp_path / "cache" / "dcpctl"
+    directory.mkdir(parents=True)
+    key = jvmcache.digest(java, SPARK)
+    truncated = directory / f"spark-classes-{key}-1000.jsa"
+    truncated.write_bytes(b"x" * 999)
+    assert jvmcache.prepare(environ(tmp_path), SPARK).writing is not None
+    complete = directory / f"spark-classes-{key}-1000.jsa"
+    complete.write_bytes(b"x" * 1000)
+    assert jvmcache.prepare(environ(tmp_path), SPARK) == jvmcache.ClassArchive(
+        f"-XX:SharedArchiveFile={complete} -Xlog:cds*=off")
+    other_spark = jvmcache.prepare(environ(tmp_path), "4.4.0\0/elsewhere\0")
+    assert other_spark.writing is not None
+    assert other_spark.digest != key
+
+
+def test_abandoned_temporary_archives_are_removed(tmp_path: Path) -> None:
+    java_or_skip()
+    directory = tmp_path / "cache" / "dcpctl"
+    directory.mkdir(parents=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = directory / f".spark-classes-0123456789abcdef.{int(gone.stdout)}.jsa"
+    running = directory / f".spark-classes-0123456789abcdef.{os.getpid()}.jsa"
+    dead.write_bytes(b"half")
+    running.write_bytes(b"half")
+    jvmcache.prepare(environ(tmp_path), SPARK)
+    assert not dead.exists()
+    assert running.exists()
+
+
+class Gateway:
+    """What ``finish`` is handed: py4j's gateway, with the process pyspark started as ``proc``."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.proc = process
+        self.shut = False
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+def jvm_like(writing: Path, code: int = 0) -> subprocess.Popen[bytes]:
+    """A process that behaves as the gateway JVM does: runs until its standard input ends, then writes the
+    archive and exits."""
+    script = f"import sys; sys.stdin.read(); open({str(writing)!r}, 'wb').write(b'classes' * 100); sys.exit({code})"
+    return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
+
+
+def test_a_written_archive_is_renamed_into_place_with_its_size(tmp_path: Path) -> None:
+    java_or_skip()
+    archive = jvmcache.prepare(environ(tmp_path), SPARK)
+    assert archive.writing is not None
+    assert archive.directory is not None
+    stale = archive.directory / "spark-classes-0123456789abcdef-5.jsa"  # another Java's or Spark's
+    stale.write_bytes(b"12345")
+    gateway = Gateway(jvm_like(archive.writing))
+    final = archive.finish(gateway)
+    assert gateway.shut
+    assert final == archive.directory / f"spark-classes-{archive.digest}-700.jsa"
+    assert final.read_bytes() == b"classes" * 100
+    assert sorted(p.name for p in archive.directory.iterdir()) == [final.name]
+    assert jvmcache.prepare(environ(tmp_path), SPARK).options.startswith(f"-XX:SharedArchiveFile={final} ")
+
+
+def test_a_failed_or_abandoned_run_saves_nothing(tmp_path: Path) -> None:
+    java_or_skip()
+    archive = jvmcache.prepare(environ(tmp_path), SPARK)
+    assert archive.writing is not None
+    assert archive.directory is not None
+    assert archive.finish(Gateway(jvm_like(archive.writing, code=1))) is None
+    process = jvm_like(archive.writing)
+    assert archive.finish(Gateway(process), save=False) is None
+    assert process.returncode is not None  # killed, not left to write an archive nobody will rename
+    assert list(archive.directory.iterdir()) == []
+
+
+def analyze(tmp_path: Path, name: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "DCPCTL_JVM_CACHE"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    return subprocess.Popen([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / name),
+                             "--master", "local[1]", "-F", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+
+
+def finished(process: subprocess.Popen[bytes]) -> tuple[dict[str, object], list[str]]:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err.decode()[-2000:]
+    report = json.loads(out)
+    report.pop("dataset")
+    return report, [line for line in err.decode().splitlines() if "incubator modules" not in line]
+
+
+def mapped_by_a_jvm(process: subprocess.Popen[bytes], archive: Path) -> bool:
+    """Whether, while ``process`` runs, some java process maps ``archive``."""
+    seen = False
+    while process.poll() is None and not seen:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                seen = seen or (b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                                and str(archive) in Path(f"/proc/{pid}/maps").read_text())
+            except OSError:
+                continue
+        time.sleep(0.05)
+    return seen
+
+
+@pytest.mark.usefixtures("spark_module")
+def test_analyze_saves_the_archive_once_then_starts_from_it(tmp_path: Path) -> None:
+    java_or_skip()
+    first, notices = finished(analyze(tmp_path, "one"))
+    directory = tmp_path / "cache" / "dcpctl"
+    assert notices == [f"dcpctl: saving Spark's JVM classes in {directory} for faster starts (once; "
+                       "DCPCTL_JVM_CACHE=off turns this off)"]
+    [saved] = directory.iterdir()
+    assert saved.name.startswith("spark-classes-")
+    assert saved.stat().st_size > 10_000_000
+    assert saved.name == f"spark-classes-{saved.name.split('-')[2]}-{saved.stat().st_size}.jsa"
+
+    second = analyze(tmp_path, "two")
+    assert mapped_by_a_jvm(second, saved)
+    assert finished(second) == (first, [])
+    assert list(directory.iterdir()) == [saved]
+
+    saved.chmod(0o600)
+    saved.write_bytes(os.urandom(saved.stat().st_size))  # an archive the JVM cannot use, of the right size
+    assert finished(analyze(tmp_path, "three")) == (first, [])
