@@ -12,8 +12,10 @@ a temporary name. When the command is done and its output written, :meth:`ClassA
 JVM itself, waits for the dump (7-8 s, once), and renames the file into place. A later run therefore never
 maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS, with or without
 ``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of another size is
-not used. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are
-switched off: an archive it cannot use is ignored, and the run is only as slow as without one.
+not used. A damaged archive of the right size would crash it too, so before Spark's JVM maps an archive,
+``java -version`` does (0.1-0.2 s): if that one crashes, the archive is deleted and this run writes a new
+one. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are switched
+off: an archive it cannot use is ignored, and the run is only as slow as without one.
 
 Only when dcpctl starts the JVM itself: not under spark-submit, nor in a process whose JVM already runs.
 ``DCPCTL_JVM_CACHE=off`` turns it off; the archives live in ``$XDG_CACHE_HOME/dcpctl`` (``~/.cache/dcpctl``).
@@ -35,6 +37,8 @@ from typing import Any, Final
 # Seconds to wait for the JVM to write the archive when it exits (it took 7-8 s here): a JVM that takes
 # longer is killed, and the run simply saves no archive.
 ARCHIVE_WAIT: Final = 120.0
+# Seconds for ``java -version`` on an archive before Spark's JVM maps it (0.1-0.2 s here).
+CHECK_WAIT: Final = 30.0
 OFF_VALUES: Final = frozenset({"off", "0", "no", "false"})
 # The JVM's unified-logging tags about archives: silent, whatever it finds (see the module docstring).
 QUIET: Final = "-Xlog:cds*=off"
@@ -133,13 +137,29 @@ def prepare(environ: Mapping[str, str], spark: str) -> ClassArchive:
         for found in directory.glob(f"spark-classes-{key}-*.jsa"):
             matched = _FINAL.fullmatch(found.name)
             if matched and found.stat().st_size == int(matched.group(2)):
-                return ClassArchive(f"-XX:SharedArchiveFile={found} {QUIET}")
+                if usable(java, found):
+                    return ClassArchive(f"-XX:SharedArchiveFile={found} {QUIET}")
+                found.unlink()
         if not os.access(directory, os.W_OK):
             return ClassArchive()
     except OSError:
         return ClassArchive()
     writing = directory / f".spark-classes-{key}.{os.getpid()}.jsa"
     return ClassArchive(f"-XX:ArchiveClassesAtExit={writing} {QUIET}", writing, directory, key)
+
+
+def usable(java: str, archive: Path) -> bool:
+    """Whether ``java`` starts with ``archive`` mapped: a damaged archive crashes the JVM, and it had better
+    crash in ``java -version`` (silently, with no error file) than as Spark's driver."""
+    try:
+        # S603: java is the one Spark's launcher runs (java_executable), the arguments are dcpctl's own
+        done = subprocess.run([java, f"-XX:SharedArchiveFile={archive}", QUIET,  # noqa: S603
+                               "-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash", "-version"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=CHECK_WAIT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _remove_abandoned(directory: Path) -> None:

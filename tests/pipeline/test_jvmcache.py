@@ -69,6 +69,26 @@ def test_a_complete_archive_is_used_and_a_truncated_one_is_not(tmp_path: Path) -
     assert other_spark.digest != key
 
 
+def test_a_damaged_archive_is_found_by_java_version_and_replaced(tmp_path: Path) -> None:
+    """A truncated archive crashes the JVM that maps it (SIGBUS): ``java -version`` takes the crash, the
+    archive is deleted, and the run writes a new one."""
+    java = java_or_skip()
+    directory = tmp_path / "cache" / "dcpctl"
+    directory.mkdir(parents=True)
+    made = tmp_path / "made.jsa"  # a real archive, of what java -version loads
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={made}", "-Xlog:cds*=off", "-version"], capture_output=True,
+                   check=True, timeout=120)
+    assert jvmcache.usable(java, made)
+    half = made.read_bytes()[:made.stat().st_size // 2]
+    damaged = directory / f"spark-classes-{jvmcache.digest(java, SPARK)}-{len(half)}.jsa"
+    damaged.write_bytes(half)
+    assert not jvmcache.usable(java, damaged)
+    archive = jvmcache.prepare(environ(tmp_path), SPARK)
+    assert archive.writing is not None
+    assert not damaged.exists()
+    assert not list(Path.cwd().glob("hs_err_pid*.log"))
+
+
 def test_abandoned_temporary_archives_are_removed(tmp_path: Path) -> None:
     java_or_skip()
     directory = tmp_path / "cache" / "dcpctl"
