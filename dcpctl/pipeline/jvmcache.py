@@ -7,15 +7,15 @@ archive instead: 2.5-3.0 s and 2.1-2.4 s. An archive holds what one Java runtime
 jars, so its name holds a digest of both (the java executable's path, size and time; pyspark's version and
 Spark's home): another Java or Spark gets its own archive, and the others are removed when it is saved.
 
-The first run without an archive has the JVM write one when it exits (``-XX:ArchiveClassesAtExit``), under
-a temporary name. When the command is done and its output written, :meth:`ClassArchive.finish` ends the
-JVM itself, waits for the dump (7-8 s, once), and renames the file into place. A later run therefore never
-maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS, with or without
-``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of another size is
-not used. A damaged archive of the right size would crash it too, so before Spark's JVM maps an archive,
-``java -version`` does (0.1-0.2 s): if that one crashes, the archive is deleted and this run writes a new
-one. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are switched
-off: an archive it cannot use is ignored, and the run is only as slow as without one.
+The first run without an archive has the JVM write one when it exits (``-XX:ArchiveClassesAtExit``), under a
+temporary name. When the command is done and its output written, :meth:`ClassArchive.finish` ends the JVM
+itself, waits for the dump (10-15 s after a run over 1 GB, once), and renames the file into place. A later
+run therefore never maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS,
+with or without ``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of
+another size is not used. A damaged archive of the right size would crash it too, so before Spark's JVM maps
+an archive, ``java -version`` does (0.1-0.2 s): if that one crashes, the archive is deleted and this run
+writes a new one. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are
+switched off: an archive it cannot use is ignored, and the run is only as slow as without one.
 
 Only when dcpctl starts the JVM itself: not under spark-submit, nor in a process whose JVM already runs.
 ``DCPCTL_JVM_CACHE=off`` turns it off; the archives live in ``$XDG_CACHE_HOME/dcpctl`` (``~/.cache/dcpctl``).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-# Seconds to wait for the JVM to write the archive when it exits (it took 7-8 s here): a JVM that takes
-# longer is killed, and the run simply saves no archive.
+# Seconds to wait for the JVM to write the archive when it exits (7-15 s here, about 150 MB): a JVM that
+# takes longer is killed, and the run simply saves no archive.
 ARCHIVE_WAIT: Final = 120.0
 # Seconds for ``java -version`` on an archive before Spark's JVM maps it (0.1-0.2 s here).
 CHECK_WAIT: Final = 30.0
@@ -86,11 +86,17 @@ class ClassArchive:
                 process.kill()
                 process.wait()
                 return None
-            size = self.writing.stat().st_size if self.writing.exists() else 0
-            if code != 0 or size == 0:
+            if code != 0:
                 return None
-            final = self.directory / f"spark-classes-{self.digest}-{size}.jsa"
-            os.replace(self.writing, final)
+            try:
+                size = self.writing.stat().st_size
+                final = self.directory / f"spark-classes-{self.digest}-{size}.jsa"
+                if size > 0:
+                    os.replace(self.writing, final)
+            except OSError:  # not written, or gone (another machine's dcpctl sharing this home took it for abandoned)
+                return None
+            if size == 0:
+                return None
             for other in self.directory.glob("spark-classes-*.jsa"):  # another Java's or Spark's
                 if not other.name.startswith(f"spark-classes-{self.digest}-"):
                     with contextlib.suppress(OSError):
