@@ -40,7 +40,10 @@ class CaptureError(ValueError):
     """The capture cannot be opened at all (not a capture file, no such interface, no privileges)."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and a segment cost 0.87 us to
+# make instead of 0.17 (a gigabyte's capture holds some 750,000, made once by decode and twice by analyze).
+# Nothing changes a segment once made.
+@dataclass(slots=True)
 class TcpSegment:
     ts: float
     frame: int  # 1-based frame number in the file
@@ -108,8 +111,31 @@ SUPPORTED_LINKTYPES: Final = frozenset({DLT_EN10MB, LINKTYPE_LINUX_SLL, LINKTYPE
                                         DLT_RAW_12, DLT_RAW_14, DLT_NULL, DLT_LOOP})
 
 
+# Ethernet II carrying IPv4 without options carrying TCP: nearly every frame of a capture taken on a data node.
+# Their headers in one unpack: ethertype, version and header length, total length, flags and fragment
+# offset, protocol, addresses, ports, seq, ack, data offset, TCP flags. Any other frame takes the general path.
+_PLAIN_TCP: Final = struct.Struct("!12xHBxH2xHxB2x4s4sHHIIBB")
+_PLAIN_TCP_LENGTH: Final = 54  # Ethernet 14 + IPv4 20 + TCP 20: what the general path needs of such a frame
+
+
 def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: float) -> TcpSegment | str | None:
     """A TCP segment, None when the frame is not TCP over IP, or a one-line reason it is malformed."""
+    if linktype == DLT_EN10MB and len(data) >= _PLAIN_TCP_LENGTH:
+        ethertype, version_ihl, total, fragment, protocol, src, dst, sport, dport, seq, ack, data_offset, flags = \
+            _PLAIN_TCP.unpack_from(data)
+        if ethertype == 0x0800 and version_ihl == 0x45 and protocol == TCP and not fragment & 0x1FFF:
+            start = 34 + (data_offset >> 4) * 4
+            ip_end = 14 + total
+            payload = data[start:ip_end]  # what the snap length left of it
+            wire_payload = max(0, ip_end - start)
+            return TcpSegment(ts, frame, (_address(src), sport), (_address(dst), dport), seq, ack, flags, payload,
+                              len(payload) < wire_payload and wire_length > len(data), wire_payload, start)
+    return parse_any_frame(linktype, data, wire_length, frame, ts)
+
+
+def parse_any_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: float
+                    ) -> TcpSegment | str | None:
+    """:func:`parse_frame` without its fast path for the common frame (the tests hold the two equal)."""
     network = _network(linktype, data)
     if network is None:
         return None
