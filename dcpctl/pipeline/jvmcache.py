@@ -9,7 +9,7 @@ Spark's home): another Java or Spark gets its own archive, and the others are re
 
 The first run without an archive has the JVM write one when it exits (``-XX:ArchiveClassesAtExit``), under a
 temporary name. When the command is done and its output written, :meth:`ClassArchive.finish` ends the JVM
-itself, waits for the dump (10-15 s after a run over 1 GB, once), and renames the file into place. A later
+itself, waits for the dump (10-20 s after a run over 1 GB, once), and renames the file into place. A later
 run therefore never maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS,
 with or without ``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of
 another size is not used. A damaged archive of the right size would crash it too, so before Spark's JVM maps
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-# Seconds to wait for the JVM to write the archive when it exits (7-15 s here, about 150 MB): a JVM that
+# Seconds to wait for the JVM to write the archive when it exits (7-20 s here, about 150 MB): a JVM that
 # takes longer is killed, and the run simply saves no archive.
 ARCHIVE_WAIT: Final = 120.0
 # Seconds for ``java -version`` on an archive before Spark's JVM maps it (0.1-0.2 s here).
