@@ -148,9 +148,9 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
                                    ExitCode.INPUT) from None
     except KeyboardInterrupt:
         # PySpark's own Ctrl-C handler has cancelled the job; the tasks die with it, and what the JVM would
-        # log about that at ERROR is not news to the user, who asked for it
+        # say about that is not news to the user, who asked for it
         with contextlib.suppress(Exception):
-            session.sparkContext.setLogLevel("OFF")
+            job.quiet_jvm(session)
         raise
     finally:
         session.stop()

@@ -142,6 +142,16 @@ def jvm_started() -> bool:
     return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def quiet_jvm(session: Any) -> None:
+    """After a Ctrl-C: nothing more from the JVM on standard error. Its log goes off, and so does its
+    ``System.err``, where a thread that stopping Spark interrupts (the task-result getter, fetching a
+    result) prints its stack trace without going through the log."""
+    context = session.sparkContext
+    context.setLogLevel("OFF")
+    jvm = context._jvm
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+
+
 def spark_identity() -> str:
     """What a class-data archive of Spark's classes depends on, besides Java: pyspark's version and home."""
     import pyspark  # noqa: PLC0415

@@ -237,6 +237,27 @@ def test_ctrl_c_is_one_line_and_exit_130(spark_module: None, tmp_path: Path) -> 
     assert lines == ["dcpctl: interrupted"]
 
 
+def test_after_ctrl_c_the_jvm_says_nothing_more(spark_module: None) -> None:
+    """What the Ctrl-C path does to the JVM: its System.err, where a thread that stopping Spark interrupts
+    prints its stack trace without going through the log, goes nowhere (a JVM of its own: the module's
+    session keeps its standard error)."""
+    script = """if True:
+        from dcpctl.pipeline import job
+        session = job.spark_session("local[1]", "quiet test")
+        err = session.sparkContext._jvm.java.lang.System.err
+        err.println("before quiet_jvm"); err.flush()
+        job.quiet_jvm(session)
+        session.sparkContext._jvm.java.lang.System.err.println("after quiet_jvm")
+        session.stop()
+        print("done")
+    """
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "done"
+    assert "before quiet_jvm" in done.stderr
+    assert "after quiet_jvm" not in done.stderr
+
+
 def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) -> None:
     """--out . or --out ~ by mistake must not delete the user's files; a dataset of an earlier run is
     replaced; a destination that cannot be made is one line, exit 3, before Spark starts."""
