@@ -90,5 +90,15 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
 
+def quiet_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook``: a Ctrl-C that lands in a finalizer is not reported. The one seen: py4j's, as
+    Spark's objects are freed while analyze ends; the command has done its work by then, or reports the
+    interrupt itself. Anything else goes to Python's own hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def run() -> None:
+    sys.unraisablehook = quiet_interrupts
     sys.exit(main())

@@ -163,3 +163,25 @@ def test_closed_pipe_stops_quietly(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, check=True)
     assert proc.stdout.decode().strip() == "0"
     assert (tmp_path / "err").read_text() == ""
+
+
+def test_a_ctrl_c_in_a_finalizer_is_not_reported() -> None:
+    """dcpctl's unraisable hook: a KeyboardInterrupt raised in a finalizer (py4j's, when a Ctrl-C lands as
+    analyze ends) prints nothing; any other exception there is reported as Python reports it."""
+    script = """if True:
+        import sys
+        from dcpctl.cli import quiet_interrupts
+        sys.unraisablehook = quiet_interrupts
+        class Interrupted:
+            def __del__(self):
+                raise KeyboardInterrupt
+        class Broken:
+            def __del__(self):
+                raise ValueError("a real bug")
+        Interrupted(); Broken()
+        print("went on")
+    """
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout == "went on\n"
+    assert "KeyboardInterrupt" not in done.stderr
+    assert "ValueError: a real bug" in done.stderr
