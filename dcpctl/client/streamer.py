@@ -742,8 +742,8 @@ def kv_servers(config: dict[str, Any], host: str, port: int, *, tls: bool) -> li
     indexes), as (host, port) to connect to: with TLS, each node's ``kvSSL`` port from ``nodesExt``. A
     ``nodesExt`` entry is the node whose hostname (absent: the node that answered, ``host``) and ``kv`` port
     are the server's; its list also holds nodes without the data service, in an order of its own. A
-    server no entry matches keeps its own port (plain) or takes the entry at its index (TLS, as older
-    configs list the nodes alike)."""
+    server no entry matches takes the ``kvSSL`` of the entry at its index (older configs list the nodes
+    alike), else keeps its port."""
     servers = [split_host(s, port) for s in config.get("vBucketServerMap", {}).get("serverList", [])]
     if not tls:
         return servers

@@ -114,7 +114,7 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
         with _ctrl_c_deferred() as interrupted:  # Spark's start-up cannot be interrupted cleanly
-            session = job.spark_session(master or ("local[*]" if not _under_submit() else None),
+            session = job.spark_session(master or ("local[*]" if not job.under_submit() else None),
                                         java_options=archive.options)
         if interrupted:
             session.stop()
@@ -192,12 +192,6 @@ def _ctrl_c_deferred() -> Iterator[list[bool]]:
     finally:
         if signal.getsignal(signal.SIGINT) is note:
             signal.signal(signal.SIGINT, previous)
-
-
-def _under_submit() -> bool:
-    import os  # noqa: PLC0415
-
-    return "SPARK_SUBMIT_OPTS" in os.environ or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 SECTIONS = (
