@@ -1,0 +1,39 @@
+"""Text from the wire, files or a server, made safe to show a person.
+
+Keys, values, xattrs, server error texts and file names reach a terminal; raw, an ESC sequence there can
+retitle the window, clear the screen or move the cursor, and a newline can forge a whole output line. Every
+renderer and every error message passes such text through :func:`shown`. It sits outside the layers (like
+``exitcode``) because the pure core, the edges and the renderers all need it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escape(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, carried by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def shown(text: str) -> str:
+    """``text`` with every character Python does not call printable (controls, line and paragraph
+    separators, bidi and other format characters, unassigned code points) written as a backslash escape,
+    and backslashes doubled, so an escape in the input cannot pass for one we wrote."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(char if char.isprintable() and char != "\\" else _escape(char) for char in text)
+
+
+def shown_bytes(data: bytes) -> str:
+    """Bytes as text for a person: UTF-8 where they decode, ``\\xNN`` for the bytes that do not."""
+    return shown(data.decode("utf-8", errors="surrogateescape"))
