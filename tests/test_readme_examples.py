@@ -7,6 +7,7 @@ quick start's blocks are left out: they install dcpctl and run this suite.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -46,10 +47,8 @@ def test_readme_example_runs(block: str, tmp_path: Path) -> None:
         try:
             proc.wait(timeout=180)
         finally:
-            try:  # whatever the block started and did not stop
+            with contextlib.suppress(ProcessLookupError):  # whatever the block started and did not stop
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     out, err = out_path.read_text(), err_path.read_text()
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
