@@ -47,7 +47,8 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.constants import STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
+from dcpctl.protocol.registry import Dialect
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -125,6 +126,21 @@ class _Node:
     unacked: int = 0
     last_heard: float = 0.0
     lines: LineReaders | None = None  # the JSON-lines path's compiled readers, made on first use
+    shapes: _SeqnoShapes | None = None  # the quiet path's item shapes, made on first use
+
+
+class _SeqnoShapes(dict[int, bool]):
+    """``opcode << 8 | extras length`` -> whether decoding reads that item shape's by_seqno from the first 8
+    bytes of its extras (a declared item layout, from the decoder's plan); filled as shapes are seen."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__()
+        self.dialect = dialect
+
+    def __missing__(self, shape: int) -> bool:
+        plan = item_plan(self.dialect, shape >> 8, shape & 0xFF)
+        found = self[shape] = plan is not None and plan[0].seqno_at == 0
+        return found
 
 
 class Streamer:
@@ -383,7 +399,10 @@ class Streamer:
         handled as usual. Positions, acknowledgements and --count are exactly the usual path's."""
         conn = node.conn
         while conn.pending and not self._done:  # read ahead by a call(): already decoded
-            self._handle(node, conn.pending.popleft())
+            self._taken(node, conn.pending.popleft())
+        if node.shapes is None:
+            node.shapes = _SeqnoShapes(conn.options.dialect)
+        shape = node.shapes.__getitem__
         buf, pos = conn.framer.window()
         n = len(buf)
         streams, key, half = self.streams, id(node), self.options.buffer_size // 2
@@ -391,21 +410,24 @@ class Streamer:
         written: dict[int, list[int]] = {}  # per vbucket, the items counted since the last flush
         items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
         while pos + 24 <= n and not self._done:
-            magic, opcode, _keylen, _extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
+            magic, opcode, keylen, extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
             end = pos + 24 + body
             if end > n:
                 break
-            stream = streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS else None
+            # counted in place only when its by_seqno is where decoding reads it: an item of a declared shape
+            # whose extras fit its body; anything else (a cut body) is decoded and handled the usual way
+            stream = (streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS and keylen + extlen <= body
+                      and shape(opcode << 8 | extlen) else None)
             if stream is None:
                 self.items, node.unacked, vbucket = items, unacked, -1
                 self._counted(written)
                 message = decode(buf[pos:end], 0, conn.options)
                 conn.framer.consume(end)
-                self._handle(node, message)
+                self._taken(node, message)
                 # handling may have called the server (a rollback asks for the failover log): what that
                 # read ahead was decoded into ``pending`` and comes before the rest of the buffer
                 while conn.pending and not self._done:
-                    self._handle(node, conn.pending.popleft())
+                    self._taken(node, conn.pending.popleft())
                 buf, pos = conn.framer.window()
                 n, items, unacked = len(buf), self.items, node.unacked
                 continue
@@ -426,6 +448,11 @@ class Streamer:
         self.items, node.unacked = items, unacked
         self._counted(written)
         conn.framer.consume(pos)
+
+    def _taken(self, node: _Node, message: Message) -> None:
+        """The quiet path's usual road: nothing is written, so a handled message is taken at once."""
+        self._handle(node, message)
+        self._commit(message)
 
     def _counted(self, written: dict[int, list[int]]) -> None:
         """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
@@ -582,10 +609,11 @@ class Streamer:
             stats = self.stats.get(vbucket)
             if stats is None:
                 stats = self.stats[vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
-            if stats["first_seqno"] is None:
-                stats["first_seqno"] = seqno
             stats["items"] += 1
-            stats["last_seqno"] = seqno
+            if seqno is not None:  # an item cut short has none: it is counted, its seqno is not made up
+                if stats["first_seqno"] is None:
+                    stats["first_seqno"] = seqno
+                stats["last_seqno"] = seqno
             if self.options.count is not None and self.items >= self.options.count:
                 self._done = True
         return msg
