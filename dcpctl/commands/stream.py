@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import string
 import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -191,32 +192,48 @@ class _Absent:
     def __getitem__(self, _key: object) -> _Absent:
         return self
 
-    def __getattr__(self, _name: str) -> _Absent:
-        return self
-
 
 _ABSENT = _Absent()
+# A template's field: a record field's name, then indexes into it ({key[0]}, {failover_log[0][seqno]}). Never
+# an attribute: str.format's {x.__class__...} walks from any value to the process's globals and environment
+# (the password); indexes go into the record's JSON values only, none of them named with a leading _.
+_FIELD: Final = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
+_INDEX: Final = re.compile(r"\[([^\]]+)\]")
+
+
+def _field(name: str) -> tuple[str, list[int | str]]:
+    found = _FIELD.fullmatch(name)
+    indexes: list[int | str] = [int(i) if i.isdigit() else i for i in _INDEX.findall(found.group(2))] if found else []
+    if found is None or found.group(1)[0].isdigit() or any(str(i).startswith("_") for i in indexes):
+        raise ValueError(f"{{{name}}}: name a field, and index it if need be, as in {{by_seqno}} or {{key[0]}}")
+    return found.group(1), indexes
 
 
 class _Template(string.Formatter):
-    """-f: str.format over the record's field names; a field the message lacks prints as nothing (a snapshot
-    marker has no by_seqno, even for '{by_seqno:d}')."""
+    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD); a
+    field the message lacks prints as nothing (a snapshot marker has no by_seqno, even for '{by_seqno:d}')."""
 
-    def get_value(self, key: int | str, args: Any, kwargs: Any) -> Any:
-        return kwargs.get(key, _ABSENT) if isinstance(key, str) else super().get_value(key, args, kwargs)
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
+        first, indexes = _field(field_name)
+        value = kwargs.get(first, _ABSENT)
+        for index in indexes:
+            value = value[index]
+        return value, first
 
     def format_field(self, value: Any, format_spec: str) -> str:
         return "" if value is _ABSENT else super().format_field(value, format_spec)
 
     def check(self, template: str) -> None:
-        """A template whose braces do not parse, or that names fields by position, is refused at once."""
+        """A template whose braces do not parse, that names fields by position or reaches for attributes
+        (in its format specs too) is refused at once."""
         try:
-            names = [name for _, name, _, _ in self.parse(template) if name is not None]
+            for _, name, spec, _ in self.parse(template):
+                if name is not None:
+                    _field(name)
+                if spec:
+                    self.check(spec)
         except ValueError as exc:
             raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
-        for name in names:
-            if name == "" or name[0].isdigit():
-                raise CommandError(f"-f: bad template: {{{name}}}: name a field, as in {{by_seqno}}", ExitCode.USAGE)
 
 
 def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:

@@ -190,3 +190,26 @@ def run(*args: str) -> tuple[int, str]:
     env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
                       color=False, width=200)
     return main(list(args), env), err.getvalue()
+
+
+# --- item 7: templates never reach attributes ------------------------------------------------------------
+def test_templates_cannot_reach_attributes_or_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    with serving("--vbuckets", "1", "--items", "3") as server:
+        for template in ("{x.__class__.__getitem__.__globals__[contextlib].os.environ[DCPCTL_PASSWORD]}",
+                         "{key.__class__}", "{key:{x.__class__}}", "{failover_log[_x]}", "{key.upper}"):
+            out, err = io.StringIO(), io.StringIO()
+            env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                              stderr_isatty=False, color=False, width=200)
+            code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", template], env)
+            assert code == ExitCode.USAGE, template
+            assert "bad template" in err.getvalue()
+            assert "password" not in out.getvalue() + err.getvalue().replace("DCPCTL_PASSWORD", "")
+        code, lines = 0, io.StringIO()
+        env = Environment(stdout=lines, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False, width=200)
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f",
+                     "{opcode} {key[0]} {by_seqno:>3}|{missing[0][x]}|"], env)
+    assert code == ExitCode.OK
+    assert [line for line in lines.getvalue().splitlines() if line.startswith("DCP_MUTATION")] == [
+        f"DCP_MUTATION {key[0]} {seqno:>3}||" for key, seqno in (("d", 1), ("d", 2), ("d", 3))]
