@@ -14,8 +14,11 @@ import struct
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from servekit import Server, serving
@@ -90,6 +93,122 @@ def file_limit(size: int) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
 
     return limit
+
+
+# --- item 2: every write checked, positions only for what was written whole ------------------------------
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize(("shape", "parse"), [([], whole_items), (["-F", "pretty"], pretty_items),
+                                              (["-f", "{opcode} {vbucket} {by_seqno}"], template_items)])
+def test_a_disk_filling_up_under_standard_output_loses_nothing(
+        tmp_path: Path, unbuffered: str, shape: list[str], parse: Callable[[bytes], list[tuple[int, int]]]) -> None:
+    """Standard output on a file that stops growing at 200 kB: a short write, then EFBIG. One line, exit 3,
+    and the saved positions count only lines written whole, so a resume delivers everything else."""
+    state, out = tmp_path / "state.json", tmp_path / "out"
+    with serving("--vbuckets", "2", "--items", "20000", "--seed", "4", "--value-size", "30") as server:
+        with out.open("wb") as sink:
+            done = subprocess.run(command(server, "--state", str(state), "--until", "now", "--save-items", "200",
+                                          *shape), stdout=sink, stderr=subprocess.PIPE,
+                                  env={**ENV, "PYTHONUNBUFFERED": unbuffered}, preexec_fn=file_limit(200_000),
+                                  timeout=120, check=False)
+        assert done.returncode == ExitCode.INPUT, done.stderr
+        assert done.stderr.decode() == "dcpctl: error: standard output: File too large\n"
+        positions = saved(state)
+        assert positions, "saved at least once every 200 items"
+        written = set(parse(out.read_bytes()))
+        for vb, seqno in positions.items():
+            assert {(vb, s) for s in range(1, seqno + 1)} <= written, f"vbucket {vb}: saved {seqno}, not written"
+        rest = resume(server, state)
+    assert Counter(rest).most_common(1)[0][1] == 1
+    assert written | set(rest) >= set(every(2, 20000)), "nothing lost"
+    assert not set(rest) & {(vb, s) for vb, top in positions.items() for s in range(1, top + 1)}
+
+
+def test_the_state_directory_is_checked_before_connecting(tmp_path: Path) -> None:
+    nobody = socket.socket()  # a port nobody answers on: a check after connecting would say exit 5
+    nobody.bind(("127.0.0.1", 0))
+    port = nobody.getsockname()[1]
+    try:
+        for where, why in (("/sys/state.json", "cannot save the state in /sys"),
+                           (str(tmp_path / "missing" / "s.json"), "no such directory")):
+            done = subprocess.run(command(port, "--state", where), capture_output=True, text=True, env=ENV, timeout=60,
+                                  check=False)
+            assert done.returncode == ExitCode.INPUT, done.stderr
+            assert why in done.stderr
+            assert done.stderr.count("\n") == 1
+    finally:
+        nobody.close()
+
+
+def test_a_state_file_that_cannot_be_saved_is_one_line_and_the_old_state_stays(tmp_path: Path) -> None:
+    """The state's own disk fills: the save fails (a file may not pass 300 bytes), the error names the file,
+    exit 3, and the file is the one saved before (written atomically)."""
+    state = tmp_path / "state.json"
+    state.write_text('{"version": 1, "bucket": "default", "vbuckets": {}}\n')
+    before = state.read_text()
+    with serving("--vbuckets", "2", "--items", "400") as server:
+        done = subprocess.run(command(server, "-F", "jsonl", "--state", str(state), "--until", "now"),
+                              capture_output=True, text=True, env=ENV, preexec_fn=file_limit(300), timeout=60,
+                              check=False)
+    assert done.returncode == ExitCode.INPUT, done.stderr
+    assert done.stderr == f"dcpctl: error: {state}: cannot save the state: File too large\n"
+    assert state.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary file left behind
+
+
+def test_write_to_a_full_disk_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "4000") as server:
+        done = subprocess.run(command(server, "-F", "jsonl", "--until", "now", "--state", str(state), "--write",
+                                      "/dev/full"), capture_output=True, text=True, env=ENV, timeout=60, check=False)
+    assert done.returncode == ExitCode.INPUT, done.stderr
+    assert done.stderr == "dcpctl: error: /dev/full: No space left on device\n"
+    assert saved(state) == {} or max(saved(state).values()) < 2000  # nothing counted that the capture lost
+
+
+# --- items 3 and 4: signals and kill -9 ----------------------------------------------------------------------
+@contextmanager
+def streaming(server: Server, state: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(command(server, "-F", "jsonl", "--state", str(state), *args), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=ENV)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
+
+
+def read_lines(stream: BinaryIO, count: int) -> bytes:
+    lines = [stream.readline() for _ in range(count)]
+    assert lines[-1], "the stream ended early"
+    return b"".join(lines)
+
+
+def finish(process: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """The rest of standard output (through the reader read_lines used, which holds some of it), then
+    standard error (a line or two: it cannot fill its pipe meanwhile)."""
+    assert process.stdout is not None
+    assert process.stderr is not None
+    rest, err = process.stdout.read(), process.stderr.read()
+    process.wait(60)
+    return rest, err
+
+
+def test_kill_9_repeats_at_most_save_items(tmp_path: Path) -> None:
+    """No chance to save at the end: the state saved every 2,000 items bounds what a resume repeats."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "200000", "--value-size", "10") as server:
+        with streaming(server, state, "--save-items", "2000") as process:
+            assert process.stdout is not None
+            first = read_lines(process.stdout, 50000)
+            process.kill()
+            rest, _ = finish(process)
+        delivered = whole_items(first + rest)
+        again = resume(server, state)
+    repeated = Counter(delivered + again)
+    assert sorted(repeated) == every(2, 200000), "nothing lost"
+    assert max(repeated.values()) <= 2
+    assert sum(1 for n in repeated.values() if n == 2) <= 2000  # none when the kill came just after a save
 
 
 # --- item 5: a mutation whose body is shorter than its seqno -------------------------------------------------
