@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import io
 import re
+import signal
 import string
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +38,7 @@ from dcpctl.commands._live import (
     password_of,
     tls_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_ctrl_c_stops
+from dcpctl.commands._options import Base64Option, env_of, first_signal_stops
 from dcpctl.commands.decode import parse_ranges
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
@@ -166,15 +167,17 @@ def stream(
         if capture is not None:
             capture.close()
         raise CommandError(str(exc), ExitCode.INPUT) from None
+    stopped_by: list[signal.Signals] = []
 
-    def stop() -> None:
+    def stop(sig: signal.Signals) -> None:
         if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
             raise KeyboardInterrupt
+        stopped_by.append(sig)
         streamer.stop()
 
     saving = True  # nothing written was lost: the positions may be saved at the end
     failing = False
-    with client_errors(), first_ctrl_c_stops(stop):
+    with client_errors(), first_signal_stops(stop):
         try:
             try:
                 messages = streamer.messages()
@@ -188,8 +191,9 @@ def stream(
             except KeyboardInterrupt:
                 notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
                        else "interrupted while connecting")
-            if streamer.interrupted:
-                notice("interrupted: closing the streams and saving the state")
+            if stopped_by:
+                what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
+                notice(f"{what}: closing the streams and saving the state")
             flush()
         except BaseException as exc:
             failing = True

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import resource
+import signal
 import socket
 import struct
 import subprocess
@@ -192,6 +193,25 @@ def finish(process: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
     rest, err = process.stdout.read(), process.stderr.read()
     process.wait(60)
     return rest, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_as_ctrl_c_does(tmp_path: Path, sig: signal.Signals) -> None:
+    """Exactly once across the stop and a resume: exit 0, the state saved, no item lost or repeated."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "200000", "--value-size", "10") as server:
+        with streaming(server, state) as process:
+            assert process.stdout is not None
+            first = read_lines(process.stdout, 20000)
+            process.send_signal(sig)
+            rest, err = finish(process)
+        assert process.returncode == ExitCode.OK, err
+        assert f"{sig.name}: closing the streams and saving the state" in err.decode()
+        delivered = whole_items(first + rest)
+        assert saved(state) == {vb: max((s for v, s in delivered if v == vb), default=0) for vb in range(2)}
+        delivered += resume(server, state)
+    assert Counter(delivered).most_common(1)[0][1] == 1
+    assert sorted(delivered) == every(2, 200000)
 
 
 def test_kill_9_repeats_at_most_save_items(tmp_path: Path) -> None:
