@@ -63,8 +63,9 @@ MARKER: Final = 0x56
 STREAM_END: Final = 0x55
 STREAM_REQ: Final = 0x53
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
-# Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. A save of
-# 1024 vbuckets' positions costs a few milliseconds, so at full speed this keeps saving to a few percent.
+# Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
+# writes and fsyncs every vbucket's position (hundreds of kB for 1024): saving more often would cost a stream
+# at full speed more than a few percent of its rate.
 SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
