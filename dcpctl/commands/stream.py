@@ -266,19 +266,18 @@ class _Capture:
             raise _OutputError(f"{self.path}: {exc.strerror or exc}") from None
 
     def tap(self, conn: Connection, from_client: bool, data: bytes) -> None:
-        if not self.failed:
-            self._guarded(lambda: self._record(conn, from_client, data))
-
-    def _record(self, conn: Connection, from_client: bool, data: bytes) -> None:
+        if self.failed:
+            return
         conversation = self.conversations.get(id(conn))
         if conversation is None:
             local = conn.sock.getsockname()
             conversation = TcpConversation(self.writer, (local[0], local[1]), (conn.host, conn.port),
                                            ts=time.time())
-            conversation.handshake()
             self.conversations[id(conn)] = conversation
+            self._guarded(conversation.handshake)
         # SASL values the client sent are masked: with PLAIN, one of them is the password
-        conversation.send(from_client, redacted(data) if from_client else data, ts=time.time())
+        self._guarded(lambda: conversation.send(from_client, redacted(data) if from_client else data,
+                                                ts=time.time()))
 
     def flush(self) -> None:
         if not self.failed:
