@@ -125,6 +125,8 @@ def test_a_disk_filling_up_under_standard_output_loses_nothing(
 
 
 def test_the_state_directory_is_checked_before_connecting(tmp_path: Path) -> None:
+    if not os.path.isdir("/sys"):
+        pytest.skip("no /sys: the directory where nobody, root included, can make a file")
     nobody = socket.socket()  # a port nobody answers on: a check after connecting would say exit 5
     nobody.bind(("127.0.0.1", 0))
     port = nobody.getsockname()[1]
