@@ -5,21 +5,24 @@ Format (JSON, documented in dcpctl-stream(1)):
 "snap_end_seqno", "failover_log": [{"vbucket_uuid", "seqno"}, ...]}}}``. ``seqno`` is the last item
 delivered to the output, so a resume asks from it and every item arrives exactly once. Writes go to a
 temporary file in the same directory, are flushed and fsynced, then renamed over the old file: a crash
-leaves the old state or the new one, never half of either.
+leaves the old state or the new one, never half of either. A file that cannot be read or written is a
+:class:`StateError` naming it, never an ``OSError`` (which the caller could take for the network's).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from dcpctl.dcp.rollback import FailoverEntry
 
 VERSION: Final = 1
+U64: Final = (1 << 64) - 1  # seqnos and uuids are u64 on the wire: anything else cannot be asked for
 
 
 class StateError(ValueError):
@@ -61,9 +64,15 @@ class State:
                 "vbuckets": {str(vb): pos.to_json() for vb, pos in sorted(self.vbuckets.items())}}
 
 
+def _u64(value: Any) -> int:
+    if type(value) is not int or not 0 <= value <= U64:
+        raise ValueError(f"{value!r} is not a u64")
+    return value
+
+
 def load(path: Path, bucket: str) -> State:
     try:
-        data = json.loads(path.read_text())
+        data = orjson.loads(path.read_bytes())  # depth-bounded: a hand-edited file cannot recurse dcpctl away
     except FileNotFoundError:
         return State(bucket)
     except OSError as exc:
@@ -78,8 +87,9 @@ def load(path: Path, bucket: str) -> State:
         state = State(bucket)
         for vb, pos in data["vbuckets"].items():
             state.vbuckets[int(vb)] = VbucketPosition(
-                int(pos["vbucket_uuid"]), int(pos["seqno"]), int(pos["snap_start_seqno"]), int(pos["snap_end_seqno"]),
-                [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in pos.get("failover_log", [])])
+                _u64(pos["vbucket_uuid"]), _u64(pos["seqno"]), _u64(pos["snap_start_seqno"]),
+                _u64(pos["snap_end_seqno"]),
+                [FailoverEntry(_u64(e["vbucket_uuid"]), _u64(e["seqno"])) for e in pos.get("failover_log", [])])
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         if isinstance(exc, StateError):
             raise
@@ -87,14 +97,39 @@ def load(path: Path, bucket: str) -> State:
     return state
 
 
+def _directory(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def check_writable(path: Path) -> None:
+    """That the state can be saved where asked, found before connecting: a file is made in its directory
+    (as every save does) and removed."""
+    directory = _directory(path)
+    if not directory.is_dir():
+        raise StateError(f"{path}: no such directory to save it in")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot save the state in {directory}: {exc.strerror}") from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+
+
 def save(path: Path, state: State) -> None:
-    """Write atomically: temporary file, fsync, rename (and fsync the directory)."""
-    directory = path.parent if str(path.parent) else Path(".")
+    """Write atomically: temporary file, fsync, rename (and fsync the directory). A failure (a full or
+    read-only disk) leaves the file as it was and is a :class:`StateError` naming it."""
+    directory = _directory(path)
+    try:
+        _save(path, directory, orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    except OSError as exc:
+        raise StateError(f"{path}: cannot save the state: {exc.strerror or exc}") from None
+
+
+def _save(path: Path, directory: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(state.to_json(), out, indent=1)
-            out.write("\n")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)  # a BufferedWriter: written whole or an OSError
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)

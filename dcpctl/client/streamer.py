@@ -11,8 +11,10 @@ exactly as a captured message is (``ts``, ``connection``, ``direction`` and the 
 A Rollback answer goes through the rollback engine (``--on-rollback``): follow (explain it, roll the
 position back, ask again), fail, or report and leave the vbucket. NotMyVbucket refreshes the map and asks
 the right node. A stream ending with StateChanged, Slow or Disconnected is asked again from its position
-(unless it was to end now). The position (``--state``) is saved atomically every second and at the end,
-after the caller's output is flushed, so a stop and a resume deliver every item exactly once.
+(unless it was to end now). The position (``--state``) is saved atomically every second, every
+``save_items`` items and at the end, after the caller's output is flushed, so a stop and a resume deliver
+every item exactly once; a kill -9 repeats at most the items written since the last save. When the output
+fails, nothing more is saved: the last save counts only what was flushed before it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.constants import STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
+from dcpctl.protocol.registry import Dialect
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -60,6 +63,10 @@ MARKER: Final = 0x56
 STREAM_END: Final = 0x55
 STREAM_REQ: Final = 0x53
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
+# Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
+# writes and fsyncs every vbucket's position (hundreds of kB for 1024): saving more often would cost a stream
+# at full speed more than a few percent of its rate.
+SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
@@ -100,6 +107,7 @@ class StreamOptions:
     count: int | None = None
     on_rollback: str = "follow"  # follow | fail | report
     state_path: Path | None = None
+    save_items: int = SAVE_EVERY_ITEMS  # --state is saved at least every this many items (and every second)
     name: str = ""
     quiet: bool = False  # nobody reads the messages (--summary alone): items are counted from their headers
     # JSON lines are wanted and go here (bytes): plain items are then written from a template in place
@@ -125,6 +133,21 @@ class _Node:
     unacked: int = 0
     last_heard: float = 0.0
     lines: LineReaders | None = None  # the JSON-lines path's compiled readers, made on first use
+    shapes: _SeqnoShapes | None = None  # the quiet path's item shapes, made on first use
+
+
+class _SeqnoShapes(dict[int, bool]):
+    """``opcode << 8 | extras length`` -> whether decoding reads that item shape's by_seqno from the first 8
+    bytes of its extras (a declared item layout, from the decoder's plan); filled as shapes are seen."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__()
+        self.dialect = dialect
+
+    def __missing__(self, shape: int) -> bool:
+        plan = item_plan(self.dialect, shape >> 8, shape & 0xFF)
+        found = self[shape] = plan is not None and plan[0].seqno_at == 0
+        return found
 
 
 class Streamer:
@@ -153,6 +176,7 @@ class Streamer:
         self.started = time.monotonic()
         self._opaque = 0x1000
         self._last_save = time.monotonic()
+        self._save_at = options.save_items  # the item count at which the state is next saved
         self._done = False
         self.interrupted = False  # stop() was called
         self.requested = False  # a stream request was sent: from then on a stop closes streams and saves state
@@ -350,7 +374,7 @@ class Streamer:
                             # the caller asked for the next message: this one is written, its position counts
                             self._commit(out)
                 self._check_deadlines(now, dead_after)
-                if now - self._last_save > SAVE_EVERY:
+                if now - self._last_save > SAVE_EVERY or self.items >= self._save_at:
                     self.save()
         finally:
             selector.close()
@@ -377,13 +401,18 @@ class Streamer:
             self._uncommitted = None
             position, seqno = pending
             position.seqno = seqno
+        if self.items >= self._save_at:  # every item handed out so far is written: a save counts them all
+            self.save()
 
     def _scan(self, node: _Node) -> None:
         """The quiet path: items are counted from their headers, in place; anything else is decoded and
         handled as usual. Positions, acknowledgements and --count are exactly the usual path's."""
         conn = node.conn
         while conn.pending and not self._done:  # read ahead by a call(): already decoded
-            self._handle(node, conn.pending.popleft())
+            self._taken(node, conn.pending.popleft())
+        if node.shapes is None:
+            node.shapes = _SeqnoShapes(conn.options.dialect)
+        shape = node.shapes.__getitem__
         buf, pos = conn.framer.window()
         n = len(buf)
         streams, key, half = self.streams, id(node), self.options.buffer_size // 2
@@ -391,21 +420,24 @@ class Streamer:
         written: dict[int, list[int]] = {}  # per vbucket, the items counted since the last flush
         items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
         while pos + 24 <= n and not self._done:
-            magic, opcode, _keylen, _extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
+            magic, opcode, keylen, extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
             end = pos + 24 + body
             if end > n:
                 break
-            stream = streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS else None
+            # counted in place only when its by_seqno is where decoding reads it: an item of a declared shape
+            # whose extras fit its body; anything else (a cut body) is decoded and handled the usual way
+            stream = (streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS and keylen + extlen <= body
+                      and shape(opcode << 8 | extlen) else None)
             if stream is None:
                 self.items, node.unacked, vbucket = items, unacked, -1
                 self._counted(written)
                 message = decode(buf[pos:end], 0, conn.options)
                 conn.framer.consume(end)
-                self._handle(node, message)
+                self._taken(node, message)
                 # handling may have called the server (a rollback asks for the failover log): what that
                 # read ahead was decoded into ``pending`` and comes before the rest of the buffer
                 while conn.pending and not self._done:
-                    self._handle(node, conn.pending.popleft())
+                    self._taken(node, conn.pending.popleft())
                 buf, pos = conn.framer.window()
                 n, items, unacked = len(buf), self.items, node.unacked
                 continue
@@ -426,6 +458,11 @@ class Streamer:
         self.items, node.unacked = items, unacked
         self._counted(written)
         conn.framer.consume(pos)
+
+    def _taken(self, node: _Node, message: Message) -> None:
+        """The quiet path's usual road: nothing is written, so a handled message is taken at once."""
+        self._handle(node, message)
+        self._commit(message)
 
     def _counted(self, written: dict[int, list[int]]) -> None:
         """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
@@ -471,7 +508,7 @@ class Streamer:
             lead = (orjson.dumps(conn.read_ts),)
             out_lines: list[bytes] = []
             append = out_lines.append
-            items, unacked, run = self.items, node.unacked, [0, 0, 0]
+            items, unacked, run, save_at = self.items, node.unacked, [0, 0, 0], self._save_at
             last_opaque, stream = -1, None
             while True:
                 got = reader(buf, pos, n, lead, base, plain) if reader is not None else None
@@ -500,6 +537,8 @@ class Streamer:
                 if items == stop_at:
                     self._done = True
                     break
+                if items >= save_at:  # written and saved before more: a kill -9 repeats save_items at most
+                    break
             self.items, node.unacked = items, unacked
             if out_lines:
                 write(b"".join(out_lines))
@@ -511,6 +550,9 @@ class Streamer:
             conn.framer.consume(pos)
             if self._done:
                 return
+            if items >= save_at:
+                self.save()
+                continue
             msg = self._one(conn)  # the packet the walk stopped at, the usual way
             if msg is None:
                 return  # nothing whole left: the caller reads the socket again
@@ -582,10 +624,11 @@ class Streamer:
             stats = self.stats.get(vbucket)
             if stats is None:
                 stats = self.stats[vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
-            if stats["first_seqno"] is None:
-                stats["first_seqno"] = seqno
             stats["items"] += 1
-            stats["last_seqno"] = seqno
+            if seqno is not None:  # an item cut short has none: it is counted, its seqno is not made up
+                if stats["first_seqno"] is None:
+                    stats["first_seqno"] = seqno
+                stats["last_seqno"] = seqno
             if self.options.count is not None and self.items >= self.options.count:
                 self._done = True
         return msg
@@ -695,16 +738,20 @@ class Streamer:
         self._done = True
 
     def save(self) -> None:
+        """Flush the caller's output (``before_save``), then save the positions: what they count is written."""
         if self.options.state_path is not None:
             self.before_save()
             state_file.save(self.options.state_path, self.state)
         self._last_save = time.monotonic()
+        self._save_at = self.items + self.options.save_items
 
-    def close(self) -> None:
-        """Save the position, close the open streams (DCP_CLOSE_STREAM, best effort: the server may already be
-        gone) and every connection (after Ctrl-C too)."""
+    def close(self, *, save: bool = True) -> None:
+        """Save the position (unless the output or the state file failed: then the last save stands, which
+        counts only what was written before it), close the open streams (DCP_CLOSE_STREAM, best effort: the
+        server may already be gone) and every connection (after Ctrl-C too)."""
         try:
-            self.save()
+            if save:
+                self.save()
         finally:
             for (key, _), stream in self.streams.items():
                 node = next((n for n in self.nodes.values() if id(n) == key), None)

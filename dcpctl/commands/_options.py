@@ -6,7 +6,7 @@ import contextlib
 import signal
 from collections.abc import Callable, Iterator
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
@@ -48,23 +48,39 @@ Base64Option = Annotated[bool, typer.Option(
     "--base64", help="Binary keys and values as base64 instead of hex in JSON output.")]
 
 
-@contextlib.contextmanager
-def first_ctrl_c_stops(stop: Callable[[], None]) -> Iterator[None]:
-    """The first Ctrl-C calls ``stop`` (the command then ends at its next safe point: every line being
-    written is written whole, state and files are saved); a second one stops at once (a reader that never
-    reads again leaves a write blocked). Only the main thread can own signals; elsewhere Ctrl-C stays as
-    it is."""
+# What asks a command to stop: Ctrl-C; SIGTERM (timeout, systemd, docker stop); SIGHUP (the terminal closed)
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def first(_signum: int, _frame: object) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        stop()  # may raise KeyboardInterrupt itself, when there is nothing to stop gracefully
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def first_signal_stops(stop: Callable[[signal.Signals], None],
+                       signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """The first of ``signals`` calls ``stop`` with it (the command then ends at its next safe point: every
+    line being written is written whole, state and files are saved); a second one, of any of them, stops at
+    once as Ctrl-C does (KeyboardInterrupt: a reader that never reads again leaves a write blocked). Only the
+    main thread can own signals; elsewhere they stay as they are."""
+
+    def first(signum: int, _frame: object) -> None:
+        for sig in signals:
+            signal.signal(sig, _interrupt)
+        stop(signal.Signals(signum))  # may raise KeyboardInterrupt itself, when there is nothing to stop gracefully
 
     try:
-        previous = signal.signal(signal.SIGINT, first)
+        previous = {sig: signal.signal(sig, first) for sig in signals}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def first_ctrl_c_stops(stop: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
+    """:func:`first_signal_stops` for Ctrl-C alone."""
+    return first_signal_stops(lambda _sig: stop(), (signal.SIGINT,))

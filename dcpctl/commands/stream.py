@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
+import re
+import signal
 import string
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, TypeVar
 
 import typer
 
 from dcpctl.client.connection import Connection
-from dcpctl.client.state import StateError
-from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, Streamer, StreamOptions
+from dcpctl.client.state import StateError, check_writable
+from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, SAVE_EVERY_ITEMS, Streamer, StreamOptions
 from dcpctl.commands._live import (
     DEFAULT_PASSWORD_ENV,
     DEFAULT_TIMEOUT,
@@ -34,12 +38,15 @@ from dcpctl.commands._live import (
     password_of,
     tls_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_ctrl_c_stops
+from dcpctl.commands._options import Base64Option, env_of, first_signal_stops
 from dcpctl.commands.decode import parse_ranges
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
+from dcpctl.render.env import Environment
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+
+_T = TypeVar("_T")
 
 
 class OnRollback(StrEnum):
@@ -84,6 +91,9 @@ def stream(
                                                "noops.")] = DEFAULT_NOOP_INTERVAL,
     state: Annotated[Path | None, typer.Option("--state", help="Where each vbucket got to, saved atomically; "
                                                "--from resume continues from it.")] = None,
+    save_items: Annotated[int, typer.Option("--save-items", min=1, metavar="N", help="Save --state at least every "
+                                            "N items (and every second): at most what a kill -9 repeats.")]
+    = SAVE_EVERY_ITEMS,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N mutations, deletions "
                                               "and expirations.")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
@@ -108,8 +118,11 @@ def stream(
         raise CommandError(f"--until: forever, now or a seqno, not {until!r}", ExitCode.USAGE)
     if template is not None:
         _Template().check(template)
-    if state is not None and not (state.parent if str(state.parent) else Path(".")).is_dir():
-        raise CommandError(f"--state: {state}: no such directory to save it in", ExitCode.INPUT)
+    if state is not None:
+        try:
+            check_writable(state)  # before connecting: a read-only or missing directory fails at once
+        except StateError as exc:
+            raise CommandError(f"--state: {exc}", ExitCode.INPUT) from None
     if start == "resume" and state is None:
         raise CommandError("--from resume needs --state FILE", ExitCode.USAGE)
     if collections and scope:
@@ -126,37 +139,46 @@ def stream(
         tls_of(tls, cacert, cert, key, no_verify), timeout, parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
-        noop_interval, count, on_rollback.value, state,
+        noop_interval, count, on_rollback.value, state, save_items,
         quiet=summary and fmt is None and template is None and write is None)
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    env = _whole_writes(env)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
         options.lines = binary.write  # plain items go out as lines from a template (the JSON of their record)
     errors = env.error_console()
 
     def notice(message: str) -> None:
-        errors.print(f"dcpctl: {message}", style="yellow", markup=False, highlight=False)
+        with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
+            errors.print(f"dcpctl: {message}", style="yellow", markup=False, highlight=False)
 
-    with contextlib.ExitStack() as stack:
-        tap = None
-        if write is not None:
-            try:
-                writer = PcapWriter(stack.enter_context(write.open("wb")))
-            except OSError as exc:
-                raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
-            tap = _pcap_tap(writer)
+    capture = _Capture(write) if write is not None else None
+
+    def flush() -> None:
+        """Everything written so far reaches its file: before a save, the positions count only that."""
+        env.stdout.flush()
+        if capture is not None:
+            capture.flush()
+
+    try:
+        streamer = Streamer(host, options, notice=notice, tap=capture.tap if capture is not None else None,
+                            before_save=flush, before_wait=env.stdout.flush)
+    except StateError as exc:
+        if capture is not None:
+            capture.close()
+        raise CommandError(str(exc), ExitCode.INPUT) from None
+    stopped_by: list[signal.Signals] = []
+
+    def stop(sig: signal.Signals) -> None:
+        if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
+            raise KeyboardInterrupt
+        stopped_by.append(sig)
+        streamer.stop()
+
+    saving = True  # nothing written was lost: the positions may be saved at the end
+    failing = False
+    with client_errors(), first_signal_stops(stop):
         try:
-            streamer = Streamer(host, options, notice=notice, tap=tap, before_save=env.stdout.flush,
-                                before_wait=env.stdout.flush)
-        except StateError as exc:
-            raise CommandError(str(exc), ExitCode.INPUT) from None
-
-        def stop() -> None:
-            if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
-                raise KeyboardInterrupt
-            streamer.stop()
-
-        with client_errors(), first_ctrl_c_stops(stop):
             try:
                 messages = streamer.messages()
                 if summary and fmt is None and template is None:
@@ -169,13 +191,105 @@ def stream(
             except KeyboardInterrupt:
                 notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
                        else "interrupted while connecting")
+            if stopped_by:
+                what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
+                notice(f"{what}: closing the streams and saving the state")
+            flush()
+        except BaseException as exc:
+            failing = True
+            # the output failed (or the state file): the last save, which counted only what had been flushed
+            # before it, stands; the connector's failures are ClientErrors, the state file's StateErrors
+            saving = not isinstance(exc, (OSError, _OutputError, StateError))
+            if isinstance(exc, StateError):
+                raise CommandError(str(exc), ExitCode.INPUT) from None
+            if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):  # the reader gone: quiet
+                raise _OutputError(f"standard output: {exc.strerror or exc}") from None
+            raise
+        finally:
+            try:
+                streamer.close(save=saving)
+            except StateError as exc:
+                if not failing:
+                    raise CommandError(str(exc), ExitCode.INPUT) from None
+                notice(str(exc))  # the first failure is the error; this one is said too
             finally:
-                if streamer.interrupted:
-                    notice("interrupted: closing the streams and saving the state")
-                env.stdout.flush()
-                streamer.close()
-        if summary:
-            _print_summary(streamer, env)
+                if capture is not None:
+                    capture.close(quiet=failing)
+    if summary:
+        _print_summary(streamer, env)
+
+
+def _whole_writes(env: Environment) -> Environment:
+    """Standard output of stream's own, when it is a file descriptor: a BufferedWriter, which writes every
+    byte or raises. Python's own is a raw file under -u (PYTHONUNBUFFERED), whose write() may take part of a
+    batch (a disk filling up) and say so only in its return value, which text output and the lines path
+    would not look at; and after a failure, what Python's own still holds would be tried again, and fail
+    again, as the interpreter exits. This one is flushed whenever the stream waits and before each save."""
+    text = env.stdout
+    try:
+        fd = text.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO (tests): nothing is cut short there
+        return env
+    text.flush()
+    buffered = io.BufferedWriter(io.FileIO(fd, "wb", closefd=False))
+    return dataclasses.replace(env, stdout=io.TextIOWrapper(
+        buffered, encoding=text.encoding, errors=text.errors, line_buffering=bool(text.line_buffering),
+        write_through=True))
+
+
+class _OutputError(CommandError):
+    """An output (standard output, the --write file) could not be written: one line naming it, exit 3."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitCode.INPUT)
+
+
+class _Capture:
+    """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
+    error naming the file; after it, nothing more is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failed = False
+        self.conversations: dict[int, TcpConversation] = {}
+        try:
+            self.file = path.open("wb")
+        except OSError as exc:
+            raise CommandError(f"{path}: {exc.strerror}", ExitCode.INPUT) from None
+        self.writer = self._guarded(lambda: PcapWriter(self.file))
+
+    def _guarded(self, write: Callable[[], _T]) -> _T:
+        try:
+            return write()
+        except OSError as exc:
+            self.failed = True
+            raise _OutputError(f"{self.path}: {exc.strerror or exc}") from None
+
+    def tap(self, conn: Connection, from_client: bool, data: bytes) -> None:
+        if self.failed:
+            return
+        conversation = self.conversations.get(id(conn))
+        if conversation is None:
+            local = conn.sock.getsockname()
+            conversation = TcpConversation(self.writer, (local[0], local[1]), (conn.host, conn.port),
+                                           ts=time.time())
+            self.conversations[id(conn)] = conversation
+            self._guarded(conversation.handshake)
+        # SASL values the client sent are masked: with PLAIN, one of them is the password
+        self._guarded(lambda: conversation.send(from_client, redacted(data) if from_client else data,
+                                                ts=time.time()))
+
+    def flush(self) -> None:
+        if not self.failed:
+            self._guarded(self.file.flush)
+
+    def close(self, *, quiet: bool = False) -> None:
+        """Flush and close; ``quiet``: another error is already being reported (the file is closed anyway)."""
+        try:
+            self._guarded(self.file.close)
+        except _OutputError:
+            if not quiet:
+                raise
 
 
 def _hex_list(text: str, option: str) -> list[int]:
@@ -191,32 +305,48 @@ class _Absent:
     def __getitem__(self, _key: object) -> _Absent:
         return self
 
-    def __getattr__(self, _name: str) -> _Absent:
-        return self
-
 
 _ABSENT = _Absent()
+# A template's field: a record field's name, then indexes into it ({key[0]}, {failover_log[0][seqno]}). Never
+# an attribute: str.format's {x.__class__...} walks from any value to the process's globals and environment
+# (the password); indexes go into the record's JSON values only, none of them named with a leading _.
+_FIELD: Final = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
+_INDEX: Final = re.compile(r"\[([^\]]+)\]")
+
+
+def _field(name: str) -> tuple[str, list[int | str]]:
+    found = _FIELD.fullmatch(name)
+    indexes: list[int | str] = [int(i) if i.isdigit() else i for i in _INDEX.findall(found.group(2))] if found else []
+    if found is None or found.group(1)[0].isdigit() or any(str(i).startswith("_") for i in indexes):
+        raise ValueError(f"{{{name}}}: name a field, and index it if need be, as in {{by_seqno}} or {{key[0]}}")
+    return found.group(1), indexes
 
 
 class _Template(string.Formatter):
-    """-f: str.format over the record's field names; a field the message lacks prints as nothing (a snapshot
-    marker has no by_seqno, even for '{by_seqno:d}')."""
+    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD); a
+    field the message lacks prints as nothing (a snapshot marker has no by_seqno, even for '{by_seqno:d}')."""
 
-    def get_value(self, key: int | str, args: Any, kwargs: Any) -> Any:
-        return kwargs.get(key, _ABSENT) if isinstance(key, str) else super().get_value(key, args, kwargs)
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
+        first, indexes = _field(field_name)
+        value = kwargs.get(first, _ABSENT)
+        for index in indexes:
+            value = value[index]
+        return value, first
 
     def format_field(self, value: Any, format_spec: str) -> str:
         return "" if value is _ABSENT else super().format_field(value, format_spec)
 
     def check(self, template: str) -> None:
-        """A template whose braces do not parse, or that names fields by position, is refused at once."""
+        """A template whose braces do not parse, that names fields by position or reaches for attributes
+        (in its format specs too) is refused at once."""
         try:
-            names = [name for _, name, _, _ in self.parse(template) if name is not None]
+            for _, name, spec, _ in self.parse(template):
+                if name is not None:
+                    _field(name)
+                if spec:
+                    self.check(spec)
         except ValueError as exc:
             raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
-        for name in names:
-            if name == "" or name[0].isdigit():
-                raise CommandError(f"-f: bad template: {{{name}}}: name a field, as in {{by_seqno}}", ExitCode.USAGE)
 
 
 def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
@@ -238,19 +368,3 @@ def _print_summary(streamer: Streamer, env: Any) -> None:
         seqnos = "" if row["first_seqno"] is None else f"{row['first_seqno']}-{row['last_seqno']}"
         table.add_row(str(row["vbucket"]), str(row["items"]), seqnos, f"{row['rate']:,.1f}")
     env.error_console().print(table)
-
-
-def _pcap_tap(writer: PcapWriter) -> Any:
-    conversations: dict[int, TcpConversation] = {}
-
-    def tap(conn: Connection, from_client: bool, data: bytes) -> None:
-        conversation = conversations.get(id(conn))
-        if conversation is None:
-            local = conn.sock.getsockname()
-            conversation = TcpConversation(writer, (local[0], local[1]), (conn.host, conn.port), ts=time.time())
-            conversation.handshake()
-            conversations[id(conn)] = conversation
-        # SASL values the client sent are masked: with PLAIN, one of them is the password
-        conversation.send(from_client, redacted(data) if from_client else data, ts=time.time())
-
-    return tap
