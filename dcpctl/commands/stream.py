@@ -18,11 +18,13 @@ from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, Stream
 from dcpctl.commands._live import (
     DEFAULT_PASSWORD_ENV,
     DEFAULT_TIMEOUT,
+    MAX_BUFFER_SIZE,
     BucketOption,
     CaOption,
     CertOption,
     HostArgument,
     KeyOption,
+    MaxScramOption,
     MechanismOption,
     NoVerifyOption,
     PasswordEnvOption,
@@ -32,10 +34,12 @@ from dcpctl.commands._live import (
     UserOption,
     client_errors,
     password_of,
+    seqno_or,
     tls_of,
+    window_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_ctrl_c_stops
-from dcpctl.commands.decode import parse_ranges
+from dcpctl.commands._options import Base64Option, env_of, first_ctrl_c_stops, parse_ranges
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
 from dcpctl.render.output import Format, emit
@@ -77,8 +81,8 @@ def stream(
     xattrs: Annotated[bool, typer.Option("--xattrs", help="Include extended attributes.")] = False,
     control: Annotated[list[str] | None, typer.Option("--control", help="Extra DCP_CONTROL key=value "
                                                       "(repeatable).")] = None,
-    buffer_size: Annotated[int, typer.Option("--buffer-size", min=0, help="connection_buffer_size: the "
-                                             "flow-control window in bytes (acknowledged at half).")]
+    buffer_size: Annotated[int, typer.Option("--buffer-size", min=0, max=MAX_BUFFER_SIZE, help="connection_buffer_"
+                                             "size: the flow-control window in bytes (acknowledged at half).")]
     = DEFAULT_BUFFER,
     noop_interval: Annotated[int, typer.Option("--noop-interval", min=1, help="Seconds between the server's "
                                                "noops.")] = DEFAULT_NOOP_INTERVAL,
@@ -87,6 +91,7 @@ def stream(
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N mutations, deletions "
                                               "and expirations.")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     on_rollback: Annotated[OnRollback, typer.Option("--on-rollback", help="follow: explain, roll back, retry; "
                                                     "fail: exit 9; report: explain and leave the vbucket.")]
     = OnRollback.FOLLOW,
@@ -102,10 +107,8 @@ def stream(
 ) -> None:
     """Stream DCP from a cluster: every vbucket from its active node, printed as decode prints captures."""
     env = env_of(ctx)
-    if start not in ("beginning", "now", "resume") and not start.isdigit():
-        raise CommandError(f"--from: beginning, now, resume or a seqno, not {start!r}", ExitCode.USAGE)
-    if until not in ("forever", "now") and not until.isdigit():
-        raise CommandError(f"--until: forever, now or a seqno, not {until!r}", ExitCode.USAGE)
+    seqno_or(start, "--from", ("beginning", "now", "resume"))
+    seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
         _Template().check(template)
     if state is not None and not (state.parent if str(state.parent) else Path(".")).is_dir():
@@ -121,13 +124,16 @@ def stream(
         if not sep or not name:
             raise CommandError(f"--control: key=value, not {item!r}", ExitCode.USAGE)
         controls[name] = value
+    if "connection_buffer_size" in controls:  # the window acknowledgements are counted against
+        buffer_size = window_of(controls["connection_buffer_size"], "--control connection_buffer_size")
     options = StreamOptions(
         bucket, user, password_of(env, password_env, password_file, user), sasl_mech,
         tls_of(tls, cacert, cert, key, no_verify), timeout, parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
         noop_interval, count, on_rollback.value, state,
-        quiet=summary and fmt is None and template is None and write is None)
+        quiet=summary and fmt is None and template is None and write is None,
+        max_scram_iterations=max_scram_iterations)
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
@@ -246,8 +252,8 @@ def _pcap_tap(writer: PcapWriter) -> Any:
     def tap(conn: Connection, from_client: bool, data: bytes) -> None:
         conversation = conversations.get(id(conn))
         if conversation is None:
-            local = conn.sock.getsockname()
-            conversation = TcpConversation(writer, (local[0], local[1]), (conn.host, conn.port), ts=time.time())
+            # by address: a host name (localhost) is what the client resolved, not what a packet carries
+            conversation = TcpConversation(writer, conn.local, conn.peer, ts=time.time())
             conversation.handshake()
             conversations[id(conn)] = conversation
         # SASL values the client sent are masked: with PLAIN, one of them is the password
