@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hostilekit import Script, flood, hostile, scram_challenge  # noqa: E402 - after the path it is found on
+from hostilekit import Script, flood, hostile, scram_challenge
 
-from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS  # noqa: E402 - as above
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 
 
 def flooding(request: object, sock: object) -> bytes | None:
