@@ -150,7 +150,13 @@ def stream(
                 writer = PcapWriter(stack.enter_context(write.open("wb")))
             except OSError as exc:
                 raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
-            tap = _pcap_tap(writer)
+            tap, conversations = _pcap_tap(writer)
+
+            def forget_if_empty(failed: type[BaseException] | None, *_: object) -> None:
+                if failed is not None and not conversations:  # no connection to record: no capture to leave
+                    write.unlink(missing_ok=True)
+
+            stack.push(forget_if_empty)
         try:
             streamer = Streamer(host, options, notice=notice, tap=tap, before_save=env.stdout.flush,
                                 before_wait=env.stdout.flush)
@@ -246,7 +252,8 @@ def _print_summary(streamer: Streamer, env: Any) -> None:
     env.error_console().print(table)
 
 
-def _pcap_tap(writer: PcapWriter) -> Any:
+def _pcap_tap(writer: PcapWriter) -> tuple[Any, dict[int, TcpConversation]]:
+    """The tap that records each connection, and the conversations recorded so far."""
     conversations: dict[int, TcpConversation] = {}
 
     def tap(conn: Connection, from_client: bool, data: bytes) -> None:
@@ -259,4 +266,4 @@ def _pcap_tap(writer: PcapWriter) -> Any:
         # SASL values the client sent are masked: with PLAIN, one of them is the password
         conversation.send(from_client, redacted(data) if from_client else data, ts=time.time())
 
-    return tap
+    return tap, conversations

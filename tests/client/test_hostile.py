@@ -187,6 +187,14 @@ def test_write_with_a_host_name_records_addresses(tmp_path: Path) -> None:
     assert {r["connection"] for r in live} <= {r["connection"] for r in captured}
 
 
+def test_write_leaves_no_empty_capture_when_nothing_was_reached(tmp_path: Path) -> None:
+    capture = tmp_path / "more.pcap"
+    code, _, err = run("stream", f"127.0.0.1:{free_port()}", "--write", str(capture), "--timeout", "5")
+    assert code == ExitCode.CONNECTION, err
+    one_line(err)
+    assert not capture.exists()
+
+
 def _ipv6() -> bool:
     try:
         import socket  # noqa: PLC0415 - only to ask whether this machine has ::1
