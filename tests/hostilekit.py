@@ -71,6 +71,34 @@ def cluster_config(value: bytes) -> Script:
     return script
 
 
+def rollback_then_flood(request: Message, sock: socket.socket) -> bytes | None:
+    """One vbucket; its stream request is answered Rollback, and the failover log the client then asks for,
+    to explain it, with a flood."""
+    name = request.opcode_name
+    if name == "GET_ALL_VB_SEQNOS":
+        return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+    if name == "DCP_STREAM_REQ":
+        return response(request, "Rollback", rollback_seqno=0)
+    if name == "GET_FAILOVER_LOG":
+        flood(request, sock)
+        return b""
+    return None
+
+
+def noops_never_reading(request: Message, sock: socket.socket) -> bytes | None:
+    """One vbucket, whose stream opens; then noops as fast as the client takes them, and nothing the client
+    sends (the answers to the noops) is read any more."""
+    name = request.opcode_name
+    if name == "GET_ALL_VB_SEQNOS":
+        return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+    if name == "DCP_STREAM_REQ":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the client's answers back up sooner
+        sock.sendall(response(request, failover_log=[{"vbucket_uuid": 1, "seqno": 0}]))
+        flood(request, sock)
+        return b""
+    return None
+
+
 class HostileServer:
     """Listens on 127.0.0.1 (an ephemeral port); every connection is served by ``script``, falling back to
     :func:`usual` where it returns None (b"" leaves the request unanswered)."""
@@ -80,6 +108,7 @@ class HostileServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.threads: list[threading.Thread] = []
+        self.sockets: list[socket.socket] = []
         self.accepting = threading.Thread(target=self._accept, daemon=True)
         self.accepting.start()
 
@@ -87,6 +116,7 @@ class HostileServer:
         with contextlib.suppress(OSError):
             while True:
                 sock, _ = self.listener.accept()
+                self.sockets.append(sock)
                 thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
                 thread.start()
                 self.threads.append(thread)
@@ -106,6 +136,9 @@ class HostileServer:
 
     def close(self) -> None:
         self.listener.close()
+        for sock in self.sockets:  # wakes a thread blocked sending to a client that no longer reads
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         for thread in self.threads:
             thread.join(timeout=10)
 

@@ -80,6 +80,11 @@ class AuthError(ClientError):
     code = ExitCode.AUTH
 
 
+class FloodError(ClientError):
+    """The server sent more unasked than flow control allows while a request waited: the connection is given
+    up (exit 8), never retried."""
+
+
 class StatusError(ClientError):
     """The server answered a request with an error status."""
 
@@ -205,6 +210,9 @@ class Connection:
         if self.tap is not None:
             self.tap(self, True, data)  # noqa: FBT003 - the tap's (connection, from client, bytes)
         try:
+            # receive() may have left the socket non-blocking (a wait of 0): a full send buffer then fails at
+            # once with EAGAIN, where a server slow to read deserves --timeout
+            self.sock.settimeout(self.timeout)
             self.sock.sendall(data)
         except TimeoutError:
             raise ClientTimeoutError(f"{self.label}: the server stopped reading for {self.timeout:g} s") from None
@@ -298,7 +306,7 @@ class Connection:
                 if held > self.queue_limit:
                     kept.clear()  # freed now: the connection is given up
                     self.pending.clear()
-                    raise ClientError(f"{self.label}: the server sent {held} bytes of other messages while dcpctl "
+                    raise FloodError(f"{self.label}: the server sent {held} bytes of other messages while dcpctl "
                                       f"waited for the answer to {name}, more than flow control allows "
                                       f"({self.queue_limit}): a flood, not a data node")
         finally:

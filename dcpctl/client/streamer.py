@@ -39,6 +39,7 @@ from dcpctl.client.connection import (
     ClientError,
     ClientTimeoutError,
     Connection,
+    FloodError,
     StatusError,
     TlsOptions,
     join_host,
@@ -634,6 +635,8 @@ class Streamer:
         try:
             log = self._failover_log(node.conn, vb)
             high = self._high_seqnos(node.conn).get(vb)
+        except FloodError:
+            raise  # the connection is given up: nothing to explain the rollback with, or to retry on
         except ClientError:
             log, high = [], None
         if high is not None and vb in self.ends and self.options.until == "now":

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from hostilekit import cluster_config, flood, hostile, scram_challenge
+from hostilekit import cluster_config, flood, hostile, noops_never_reading, rollback_then_flood, scram_challenge
 from servekit import free_port, serving
 
 from dcpctl.cli import main
-from dcpctl.client.connection import BOOTSTRAP_QUEUE_LIMIT
+from dcpctl.client.connection import BOOTSTRAP_QUEUE_LIMIT, queue_limit
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
@@ -57,6 +57,30 @@ def test_a_flood_while_waiting_for_sasl_is_refused_in_bounded_memory() -> None:
     assert elapsed < 15  # refused, not timed out
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mb < 200 + BOOTSTRAP_QUEUE_LIMIT / 2**20, peak_mb
+
+
+def test_a_flood_while_a_stream_waits_for_an_answer_is_bounded_by_the_window() -> None:
+    """After DCP_OPEN the bound is the flow-control window's: a flood while the client asks for the failover
+    log (to explain a rollback) ends the stream (exit 8), and is not taken for a server without the log."""
+    window = 100_000
+    with hostile(rollback_then_flood) as server:
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--timeout",
+                               "20", "--buffer-size", str(window)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "DCPCTL_PASSWORD": "x"}, check=False)
+    assert done.returncode == ExitCode.PROTOCOL, done.stderr
+    assert done.stderr.count("dcpctl: error: ") == 1
+    assert "Traceback" not in done.stderr
+    assert f"waited for the answer to GET_FAILOVER_LOG vbucket 0, more than flow control allows " \
+        f"({queue_limit(window)})" in done.stderr
+
+
+def test_a_server_that_stops_reading_gets_the_timeout_not_a_broken_connection() -> None:
+    """The client answers every noop; a server that no longer reads fills the client's send buffer. The
+    socket was left non-blocking by the last read: the answer failed at once with EAGAIN (exit 5)."""
+    with hostile(noops_never_reading) as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "1")
+    assert code == ExitCode.TIMEOUT, err
+    assert "the server stopped reading for 1 s" in err
 
 
 @pytest.mark.parametrize(("iterations", "salt", "expect"), [
