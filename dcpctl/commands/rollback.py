@@ -16,6 +16,7 @@ from dcpctl.client.streamer import vbucket_map
 from dcpctl.commands._live import (
     DEFAULT_PASSWORD_ENV,
     DEFAULT_TIMEOUT,
+    MAX_SEQNO,
     BucketOption,
     CaOption,
     CertOption,
@@ -67,6 +68,8 @@ def _int(value: str, option: str) -> int:
         raise CommandError(f"{option}: not a number: {value!r}", ExitCode.USAGE) from None
     if number < 0:
         raise CommandError(f"{option}: must not be negative", ExitCode.USAGE)
+    if number > MAX_SEQNO:  # uuids and seqnos are 64 bits on the wire
+        raise CommandError(f"{option}: at most {MAX_SEQNO}, not {value}", ExitCode.USAGE)
     return number
 
 
