@@ -54,8 +54,6 @@ def test_every_command_is_listed_in_dcpctl_1() -> None:
 def test_every_dataset_column_of_analyze_is_documented() -> None:
     from dcpctl.pipeline.schema import column_types  # noqa: PLC0415 - pure: no Spark needed
 
-    page = _page("analyze")
-    readme = (MAN.parent / "README.md").read_text()
+    page = _page("analyze")  # the README points to the man page for the dataset's columns
     for name, _ in column_types(records=True):
         assert re.search(rf"\b{name}\b", page), f"column {name} is not in dcpctl-analyze(1)"
-        assert f"`{name}`" in readme, f"column {name} is not in the README"

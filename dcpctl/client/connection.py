@@ -23,14 +23,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramClient, canonical, plain_message
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, SaslError, ScramClient, canonical, plain_message
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Frame, Framer
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.safetext import shown
 
 DEFAULT_TIMEOUT: Final = 10.0  # seconds for connecting and for each request
 RECV_SIZE: Final = 1 << 20
+DEFAULT_WINDOW: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
+# What a server may send unasked while a request waits for its answer: stream data, at most the flow-control
+# window unacknowledged (acknowledgements wait for the answer) plus the packet that crosses it, and a noop
+# now and then. Each message held costs its bytes and its decoded objects; the window is counted in the
+# smallest stream messages a server sends (a stream end), as a bound on their number.
+SMALLEST_STREAM_MESSAGE: Final = 28  # DCP_STREAM_END: header and a 4-byte status
+MESSAGE_OVERHEAD: Final = 512  # a decoded Message's own objects, beyond its bytes: room to spare
+
+
+# Before a stream is asked for, a data node sends nothing unasked (noops only once DCP_CONTROL enables them):
+# a little room for a server's own notifications, and far below what a flood would take.
+BOOTSTRAP_QUEUE_LIMIT: Final = 1024 * 1024
+
+
+def queue_limit(window: int, max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> int:
+    """Bytes (each message counted as its length plus MESSAGE_OVERHEAD) a connection holds at most while it
+    waits for an answer, for a flow-control window of ``window`` bytes (0, no flow control: the default's)."""
+    window = window or DEFAULT_WINDOW
+    return (window // SMALLEST_STREAM_MESSAGE + 2) * (SMALLEST_STREAM_MESSAGE + MESSAGE_OVERHEAD) + \
+        max_body_length + HEADER_LENGTH
 # HELLO features a DCP client asks for (reference 4.1 and 4.10: dcpdrain's set plus Collections).
 DCP_FEATURES: Final = ("TcpNoDelay", "MutationSeqno", "Xerror", "SelectBucket", "JSON", "Snappy", "Xattr",
                        "Collections", "AltRequestSupport")
@@ -59,6 +80,11 @@ class AuthError(ClientError):
     code = ExitCode.AUTH
 
 
+class FloodError(ClientError):
+    """The server sent more unasked than flow control allows while a request waited: the connection is given
+    up (exit 8), never retried."""
+
+
 class StatusError(ClientError):
     """The server answered a request with an error status."""
 
@@ -84,22 +110,59 @@ class TlsOptions:
         return context
 
 
+MAX_PORT: Final = 65535
+
+
+class AddressError(ValueError):
+    """A HOST[:PORT] that names no address; ``str()`` says what is wrong with it."""
+
+
+def _port(text: str, address: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_PORT:
+        raise AddressError(f"{address!r}: the port must be a number from 1 to {MAX_PORT}")
+    return int(text)
+
+
 def split_host(address: str, default_port: int) -> tuple[str, int]:
-    """``host``, ``host:port``, ``[v6]:port`` -> (host, port)."""
+    """``host``, ``host:port``, ``v6``, ``[v6]`` and ``[v6]:port`` -> (host, port); :class:`AddressError` when
+    the port is not one or the host is empty."""
     if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default_port
-    host, sep, port = address.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
-        return host, int(port)
-    return address, default_port
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise AddressError(f"{address!r}: an IPv6 address is written [ADDRESS]:PORT")
+        port = _port(rest[1:], address) if rest else default_port
+    elif address.count(":") == 1:
+        host, _, text = address.partition(":")
+        port = _port(text, address)
+    else:  # no colon, or a bare IPv6 address (its last group is not a port)
+        host, port = address, default_port
+    if not host:
+        raise AddressError(f"{address!r}: no host name or address")
+    return host, port
+
+
+def server_address(entry: str) -> tuple[str, int]:
+    """A cluster map's ``serverList`` entry, always ``HOST:PORT``: ``[v6]:port``, or a bare IPv6 address
+    followed by its port, which some servers write without brackets."""
+    if entry.startswith("["):
+        return split_host(entry, 0)
+    host, sep, text = entry.rpartition(":")
+    if not sep or not host:
+        raise AddressError(f"{entry!r}: not HOST:PORT")
+    return host, _port(text, entry)
+
+
+def join_host(host: str, port: int) -> str:
+    """(host, port) -> ``host:port``, an IPv6 address in brackets (``[::1]:11210``), as split_host reads it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Connection:
     def __init__(self, host: str, port: int, *, tls: TlsOptions | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 tap: Callable[[Connection, bool, bytes], None] | None = None) -> None:
+                 tap: Callable[[Connection, bool, bytes], None] | None = None,
+                 max_scram_iterations: int = MAX_SCRAM_ITERATIONS) -> None:
         self.host, self.port, self.timeout, self.tap = host, port, timeout, tap
-        self.label = f"{host}:{port}"
+        self.label = join_host(host, port)
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except TimeoutError:
@@ -122,11 +185,16 @@ class Connection:
                 sock.close()
                 raise ConnectError(f"{self.label}: TLS handshake failed ({exc})") from None
         self.sock = sock
-        local = sock.getsockname()
-        self.connection = f"{local[0]}:{local[1]} > {host}:{port}"
+        local, peer = sock.getsockname(), sock.getpeername()
+        self.local: tuple[str, int] = (str(local[0]), int(local[1]))
+        self.peer: tuple[str, int] = (str(peer[0]), int(peer[1]))  # the address connected to: a name resolved
+        # as a capture labels the same connection (sources/tcp.py): by address, so --write's capture agrees
+        self.connection = f"{join_host(*self.local)} > {join_host(*self.peer)}"
         self.framer = Framer(DEFAULT_MAX_BODY_LENGTH)
         self.options = DecodeOptions(collections=False)
         self.pending: deque[Message] = deque()
+        self.queue_limit = BOOTSTRAP_QUEUE_LIMIT  # the streamer raises it to queue_limit(its window) after DCP_OPEN
+        self.max_scram_iterations = max_scram_iterations
         self.opaque = 0
         self.features: list[str] = []
         self.closed = False
@@ -142,6 +210,9 @@ class Connection:
         if self.tap is not None:
             self.tap(self, True, data)  # noqa: FBT003 - the tap's (connection, from client, bytes)
         try:
+            # receive() may have left the socket non-blocking (a wait of 0): a full send buffer then fails at
+            # once with EAGAIN, where a server slow to read deserves --timeout
+            self.sock.settimeout(self.timeout)
             self.sock.sendall(data)
         except TimeoutError:
             raise ClientTimeoutError(f"{self.label}: the server stopped reading for {self.timeout:g} s") from None
@@ -208,12 +279,15 @@ class Connection:
                 self._frames()
         return self.pending.popleft()
 
-    def call(self, record: dict[str, Any], what: str | None = None, timeout: float | None = None) -> Message:
-        """Send a request and return its response; other messages stay queued for :meth:`next`."""
+    def call(self, record: dict[str, Any], what: str | None = None, timeout: float | None = None, *,
+             keep: bool = True) -> Message:
+        """Send a request and return its response; other messages stay queued for :meth:`next` (at most
+        ``queue_limit``), or with ``keep=False`` are dropped (a caller that wants none of them)."""
         name = what or str(record.get("opcode"))
         opaque = self.send(record)
         deadline = time.monotonic() + (timeout or self.timeout)
         kept: list[Message] = []
+        held = 0  # what kept costs, as queue_limit counts it
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -225,7 +299,16 @@ class Connection:
                     continue
                 if msg.is_response and msg.opaque == opaque:
                     return msg
+                if not keep:
+                    continue
                 kept.append(msg)
+                held += len(msg.raw) + MESSAGE_OVERHEAD
+                if held > self.queue_limit:
+                    kept.clear()  # freed now: the connection is given up
+                    self.pending.clear()
+                    raise FloodError(f"{self.label}: the server sent {held} bytes of other messages while dcpctl "
+                                      f"waited for the answer to {name}, more than flow control allows "
+                                      f"({self.queue_limit}): a flood, not a data node")
         finally:
             self.pending.extendleft(reversed(kept))
 
@@ -246,8 +329,8 @@ class Connection:
                             f"{listed['status']}): not a Couchbase data node, or a memcached without SASL")
         if listed.get("status") != "Success":
             raise StatusError("SASL_LIST_MECHS", str(listed.get("status")), ExitCode.AUTH)
-        offered = listed.get("value", "")
-        offered_names = {canonical(m): m for m in str(offered).split()}
+        offered = shown(str(listed.get("value", "")))
+        offered_names = {canonical(m): m for m in offered.split()}
         if mechanism is not None:
             wanted = canonical(mechanism)
             if wanted not in (*MECHANISMS, PLAIN):
@@ -266,7 +349,7 @@ class Connection:
                                "value_encoding": "hex"}, "SASL_AUTH")
             self._auth_status(reply, user)
             return name
-        scram = ScramClient(choice, user, password)
+        scram = ScramClient(choice, user, password, max_iterations=self.max_scram_iterations)
         reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": scram.first().decode()}, "SASL_AUTH")
         if reply.record().get("status") != "AuthContinue":
             self._auth_status(reply, user)

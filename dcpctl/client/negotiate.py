@@ -66,7 +66,8 @@ def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, clien
         rounds.append(LiveRound(request, status, int(seqno) if isinstance(seqno, int) else None, predicted.status,
                                 predicted.rollback_seqno, predicted.rule, predicted.reason))
         if status == "Success":
-            conn.call({"opcode": "DCP_CLOSE_STREAM", "vbucket": vbucket}, "DCP_CLOSE_STREAM")
+            # the items the open stream sent meanwhile are not wanted: this command looks, it does not consume
+            conn.call({"opcode": "DCP_CLOSE_STREAM", "vbucket": vbucket}, "DCP_CLOSE_STREAM", keep=False)
             break
         if status != "Rollback" or seqno is None:
             break

@@ -35,22 +35,31 @@ import orjson
 from dcpctl.client import state as state_file
 from dcpctl.client.connection import (
     DCP_FEATURES,
+    DEFAULT_WINDOW,
+    MAX_PORT,
+    AddressError,
     ClientError,
     ClientTimeoutError,
     Connection,
+    FloodError,
     StatusError,
     TlsOptions,
+    join_host,
+    queue_limit,
+    server_address,
     split_host,
 )
 from dcpctl.client.state import State, VbucketPosition
 from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry, StreamRequest, VbucketState, needs_rollback
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol.constants import STREAM_END_STATUSES
+from dcpctl.protocol.constants import MAX_VBUCKETS, STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.registry import Dialect
+from dcpctl.safetext import shown
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -68,7 +77,7 @@ SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # at full speed more than a few percent of its rate.
 SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
-DEFAULT_BUFFER: Final = 10 * 1024 * 1024  # connection_buffer_size: dcpdrain's order of magnitude
+DEFAULT_BUFFER: Final = DEFAULT_WINDOW  # connection_buffer_size
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
 # Stream ends (reference 3.7) after which the vbucket is asked again from where it got to; FilterEmpty (7)
@@ -93,7 +102,7 @@ class StreamOptions:
     mechanism: str | None = None
     tls: TlsOptions | None = None
     timeout: float = 10.0
-    vbuckets: set[int] | None = None
+    vbuckets: frozenset[int] | None = None
     start: str = "beginning"  # beginning | now | resume | a seqno
     until: str = "forever"  # forever | now | a seqno
     collections: list[int] | None = None
@@ -112,6 +121,7 @@ class StreamOptions:
     quiet: bool = False  # nobody reads the messages (--summary alone): items are counted from their headers
     # JSON lines are wanted and go here (bytes): plain items are then written from a template in place
     lines: Callable[[bytes], object] | None = None
+    max_scram_iterations: int = MAX_SCRAM_ITERATIONS  # a server asking for more is refused (sasl.py)
 
 
 @dataclass
@@ -191,7 +201,8 @@ class Streamer:
 
     # --- topology --------------------------------------------------------------------------------
     def _connect(self, host: str, port: int) -> Connection:
-        conn = Connection(host, port, tls=self.options.tls, timeout=self.options.timeout, tap=self._tapped)
+        conn = Connection(host, port, tls=self.options.tls, timeout=self.options.timeout, tap=self._tapped,
+                          max_scram_iterations=self.options.max_scram_iterations)
         try:
             conn.bootstrap(self.options.user, self.options.password, self.options.bucket, self.options.mechanism,
                            DCP_FEATURES)
@@ -302,6 +313,8 @@ class Streamer:
         controls.update(options.controls)
         for key, value in controls.items():
             node.conn.check({"opcode": "DCP_CONTROL", "key": key, "value": value}, f"DCP_CONTROL {key}={value}")
+        # stream data may now come while a call waits (a rollback asks for the failover log): its window
+        node.conn.queue_limit = queue_limit(options.buffer_size, node.conn.framer.max_body_length)
 
     def _request(self, node: _Node, vb: int) -> None:
         position = self.state.vbuckets[vb]
@@ -665,6 +678,8 @@ class Streamer:
         try:
             log = self._failover_log(node.conn, vb)
             high = self._high_seqnos(node.conn).get(vb)
+        except FloodError:
+            raise  # the connection is given up: nothing to explain the rollback with, or to retry on
         except ClientError:
             log, high = [], None
         if high is not None and vb in self.ends and self.options.until == "now":
@@ -767,15 +782,53 @@ class Streamer:
                 for vb, stats in sorted(self.stats.items())]
 
 
+class ConfigError(ClientError):
+    """The server's cluster map is not one (exit 8: the server's fault, whatever the command line)."""
+
+
+def _config_of(raw: bytes, host: str, label: str) -> dict[str, Any]:
+    """GET_CLUSTER_CONFIG's value parsed and its types checked: a dict whose ``vBucketServerMap`` holds a
+    ``serverList`` of strings and a ``vBucketMap`` of lists of integers, and whose ``nodesExt`` (if any) is a
+    list. ``$HOST`` stands for the node that answered (as an address: an IPv6 one in brackets)."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{label}: the server's cluster config (GET_CLUSTER_CONFIG) {why}")
+
+    try:
+        config = orjson.loads(raw.replace(b"$HOST", join_host(host, 0).rsplit(":", 1)[0].encode()))
+    except orjson.JSONDecodeError as exc:
+        raise bad(f"is not JSON ({shown(str(exc))})") from None
+    if not isinstance(config, dict):
+        raise bad("is not a JSON object")
+    server_map = config.get("vBucketServerMap", {})
+    if not isinstance(server_map, dict):
+        raise bad("has a vBucketServerMap that is not an object")
+    servers, vbmap = server_map.get("serverList", []), server_map.get("vBucketMap", [])
+    if not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
+        raise bad("has a serverList that is not a list of HOST:PORT strings")
+    if not isinstance(vbmap, list) or not all(
+            isinstance(row, list) and all(type(i) is int for i in row) for row in vbmap):
+        raise bad("has a vBucketMap that is not a list of lists of server indexes")
+    if len(vbmap) > MAX_VBUCKETS:
+        raise bad(f"maps {len(vbmap)} vbuckets (at most {MAX_VBUCKETS})")
+    if not isinstance(config.get("nodesExt", []), list):
+        raise bad("has a nodesExt that is not a list")
+    try:
+        for entry in servers:
+            server_address(entry)
+    except AddressError as exc:
+        raise bad(f"lists a server {shown(str(exc))}") from None
+    return config
+
+
 def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[int, dict[int, tuple[str, int]]]:
     """(number of vbuckets, vbucket -> address of its active node) from GET_CLUSTER_CONFIG, or, from a node
-    without one, every vbucket GET_ALL_VB_SEQNOS lists on that node."""
+    without one, every vbucket GET_ALL_VB_SEQNOS lists on that node. A map that is not one is a
+    :class:`ConfigError`."""
     reply = seed.call({"opcode": "GET_CLUSTER_CONFIG"}, "GET_CLUSTER_CONFIG")
     if reply.record().get("status") == "Success":
-        config = json.loads(reply.value.decode(errors="replace").replace("$HOST", host))
-        server_map = config.get("vBucketServerMap", {})
+        config = _config_of(reply.value, host, seed.label)
         servers = kv_servers(config, host, port, tls=tls)
-        vbmap = server_map.get("vBucketMap", [])
+        vbmap = config.get("vBucketServerMap", {}).get("vBucketMap", [])
         owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
         if vbmap:
             return len(vbmap), owner
@@ -790,22 +843,32 @@ def kv_servers(config: dict[str, Any], host: str, port: int, *, tls: bool) -> li
     ``nodesExt`` entry is the node whose hostname (absent: the node that answered, ``host``) and ``kv`` port
     are the server's; its list also holds nodes without the data service, in an order of its own. A
     server no entry matches takes the ``kvSSL`` of the entry at its index (older configs list the nodes
-    alike), else keeps its port."""
-    servers = [split_host(s, port) for s in config.get("vBucketServerMap", {}).get("serverList", [])]
+    alike), else keeps its port. Entries of the wrong types are passed over (see :func:`_config_of`)."""
+    servers = [server_address(s) for s in config.get("vBucketServerMap", {}).get("serverList", [])]
     if not tls:
         return servers
     nodes = [n for n in config.get("nodesExt", []) if isinstance(n, dict)]
+
+    def services_of(node: dict[str, Any]) -> dict[str, Any]:
+        services = node.get("services", {})
+        return services if isinstance(services, dict) else {}
+
     tls_port: dict[tuple[str, int], int] = {}
     for node in nodes:
-        services = node.get("services", {})
-        if isinstance(services.get("kv"), int) and isinstance(services.get("kvSSL"), int):
-            tls_port[(str(node.get("hostname") or host), services["kv"])] = services["kvSSL"]
+        services = services_of(node)
+        name = node.get("hostname") or host
+        if isinstance(name, str) and _is_port(services.get("kv")) and _is_port(services.get("kvSSL")):
+            tls_port[(name.removeprefix("[").removesuffix("]"), services["kv"])] = services["kvSSL"]
     found = []
     for i, (server_host, server_port) in enumerate(servers):
-        by_index = nodes[i].get("services", {}).get("kvSSL") if i < len(nodes) else None
-        secure = tls_port.get((server_host, server_port)) or (by_index if isinstance(by_index, int) else None)
+        by_index = services_of(nodes[i]).get("kvSSL") if i < len(nodes) else None
+        secure = tls_port.get((server_host, server_port)) or (by_index if _is_port(by_index) else None)
         found.append((server_host, secure or server_port))
     return found
+
+
+def _is_port(value: object) -> bool:
+    return type(value) is int and 0 < value <= MAX_PORT
 
 
 def _tls_pending(conn: Connection) -> bool:

@@ -6,18 +6,58 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
-from dcpctl.client.connection import DEFAULT_TIMEOUT, ClientError, TlsOptions
+from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, TlsOptions, split_host
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment
 
 DEFAULT_PASSWORD_ENV = "DCPCTL_PASSWORD"  # noqa: S105 - the name of a variable, not a password
+MAX_SEQNO: Final = 2**64 - 1  # seqnos are unsigned 64-bit on the wire
 
-HostArgument = Annotated[str, typer.Argument(help="A data node: HOST or HOST:PORT (default port 11210, 11207 with "
-                                             "--tls).", metavar="HOST[:PORT]")]
+
+def _checked_host(value: str) -> str:
+    """HOST[:PORT] is checked before connecting: a bad port is a usage error, not a failed connection."""
+    try:
+        split_host(value, 0)
+    except AddressError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _checked_mechanism(value: str | None) -> str | None:
+    if value is not None and canonical(value) not in (*MECHANISMS, PLAIN):
+        raise typer.BadParameter(f"{value!r}: dcpctl authenticates with {', '.join((*MECHANISMS, PLAIN))}")
+    return value
+
+
+def seqno_or(value: str, option: str, words: tuple[str, ...]) -> str:
+    """``--from``/``--until``: one of ``words`` or a seqno (ASCII digits, at most 2^64 - 1); a usage error
+    otherwise."""
+    if value in words or (value.isascii() and value.isdigit() and int(value) <= MAX_SEQNO):
+        return value
+    raise CommandError(f"{option}: {', '.join(words)} or a seqno from 0 to {MAX_SEQNO}, not {value!r}",
+                       ExitCode.USAGE)
+
+
+# connection_buffer_size: kv_engine reads it as 32 bits, and DCP_BUFFER_ACKNOWLEDGEMENT's bytes_to_ack is 32 bits
+MAX_BUFFER_SIZE: Final = 2**32 - 1
+
+
+def window_of(value: str, option: str) -> int:
+    """A flow-control window in bytes (``--control connection_buffer_size``): a usage error unless 0 to
+    MAX_BUFFER_SIZE in ASCII digits."""
+    if value.isascii() and value.isdigit() and int(value) <= MAX_BUFFER_SIZE:
+        return int(value)
+    raise CommandError(f"{option}: a number of bytes from 0 to {MAX_BUFFER_SIZE}, not {value!r}", ExitCode.USAGE)
+
+
+HostArgument = Annotated[str, typer.Argument(help="A data node: HOST, HOST:PORT or [IPv6]:PORT (default port "
+                                             "11210, 11207 with --tls).", metavar="HOST[:PORT]",
+                                             callback=_checked_host)]
 BucketOption = Annotated[str, typer.Option("--bucket", "-b", help="The bucket.")]
 UserOption = Annotated[str, typer.Option("--user", "-u", help="The user to authenticate as.")]
 PasswordEnvOption = Annotated[str, typer.Option("--password-env", help="Environment variable holding the "
@@ -25,7 +65,12 @@ PasswordEnvOption = Annotated[str, typer.Option("--password-env", help="Environm
 PasswordFileOption = Annotated[Path | None, typer.Option("--password-file", help="File whose first line is the "
                                                          "password.")]
 MechanismOption = Annotated[str | None, typer.Option("--sasl-mech", help="SASL mechanism (default: the strongest "
-                                                     "offered: SCRAM-SHA512, SCRAM-SHA256, SCRAM-SHA1, PLAIN).")]
+                                                     "offered: SCRAM-SHA512, SCRAM-SHA256, SCRAM-SHA1, PLAIN).",
+                                                     callback=_checked_mechanism)]
+MaxScramOption = Annotated[int, typer.Option(
+    "--max-scram-iterations", min=1, metavar="N",
+    help=f"Refuse a server that asks for more SCRAM iterations (default {MAX_SCRAM_ITERATIONS}; Couchbase asks "
+         "15000): a hostile server could otherwise hold the client in PBKDF2 for minutes.")]
 TlsOption = Annotated[bool, typer.Option("--tls", help="Connect with TLS (default port 11207).")]
 CaOption = Annotated[Path | None, typer.Option("--cacert", help="CA certificate (PEM) to trust; implies --tls.")]
 CertOption = Annotated[Path | None, typer.Option("--cert", help="Client certificate (PEM); implies --tls.")]
@@ -40,9 +85,12 @@ def password_of(env: Environment, variable: str, path: Path | None, user: str) -
     """The password from a file, the environment, or a prompt on a terminal; never from the command line."""
     if path is not None:
         try:
-            return path.read_text().splitlines()[0] if path.read_text() else ""
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"--password-file: {path}: {exc.strerror}", ExitCode.INPUT) from None
+        except UnicodeDecodeError:  # SASL sends the password as UTF-8: other bytes cannot be it
+            raise CommandError(f"--password-file: {path}: not UTF-8 text", ExitCode.INPUT) from None
+        return text.splitlines()[0] if text else ""
     if variable in os.environ:
         return os.environ[variable]
     if env.stderr_isatty and env.stdin_isatty():

@@ -10,6 +10,8 @@ from typing import Annotated, Final
 
 import typer
 
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.constants import MAX_VBUCKETS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.registry import DIALECTS, Dialect
 from dcpctl.render.env import Environment
@@ -24,6 +26,26 @@ def env_of(ctx: typer.Context) -> Environment:
     obj = ctx.find_root().obj
     assert isinstance(obj, Environment)
     return obj
+
+
+def parse_ranges(values: list[str], option: str = "--vbuckets") -> frozenset[int]:
+    """``0-15,32,40-41`` (repeatable) -> the vbuckets named. Each range is checked against 0 to
+    MAX_VBUCKETS - 1 before it is expanded, so the set holds at most MAX_VBUCKETS numbers whatever is asked."""
+    out: set[int] = set()
+    for value in values:
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            try:
+                first, last = int(low, 0), int(high or low, 0)
+            except ValueError:
+                first = last = -1
+            if first < 0 or not part.isascii():  # int() also reads other scripts' digits: ASCII only
+                raise CommandError(f"{option}: not a number or range: {part!r}", ExitCode.USAGE)
+            if last >= MAX_VBUCKETS or first > last:
+                raise CommandError(f"{option}: {part.strip()!r}: vbuckets are 0 to {MAX_VBUCKETS - 1} (a range is "
+                                   "LOW-HIGH)", ExitCode.USAGE)
+            out.update(range(first, last + 1))
+    return frozenset(out)
 
 
 def dialect_of(name: DialectName) -> Dialect:

@@ -23,6 +23,7 @@ from dcpctl.commands._options import (
     StrictOption,
     dialect_of,
     env_of,
+    parse_ranges,
 )
 from dcpctl.dcp.filterexpr import FilterError, compile_filter
 from dcpctl.dcp.summary import Summary
@@ -38,20 +39,6 @@ from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
 
 Item = Message | Skipped | Diagnostic
-
-
-def parse_ranges(values: list[str]) -> set[int]:
-    """``0-15,32,40-41`` (repeatable) -> the set of numbers."""
-    out: set[int] = set()
-    for value in values:
-        for part in value.split(","):
-            low, _, high = part.strip().partition("-")
-            try:
-                first, last = int(low, 0), int(high or low, 0)
-            except ValueError:
-                raise CommandError(f"not a number or range: {part!r}", ExitCode.USAGE) from None
-            out.update(range(first, last + 1))
-    return out
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -105,7 +92,7 @@ def decode(
         predicate = compile_filter(filter_expr) if filter_expr else None
     except FilterError as exc:
         raise CommandError(f"--filter: {exc}", ExitCode.USAGE) from None
-    vbuckets = parse_ranges(vbucket) if vbucket else None
+    vbuckets = parse_ranges(vbucket, "--vbucket") if vbucket else None
     opcodes = [o.upper() for o in opcode] if opcode else None
     key_match = _key_matcher(key)
     stream_ids = set(stream_id) if stream_id else None

@@ -16,11 +16,13 @@ from dcpctl.client.streamer import vbucket_map
 from dcpctl.commands._live import (
     DEFAULT_PASSWORD_ENV,
     DEFAULT_TIMEOUT,
+    MAX_SEQNO,
     BucketOption,
     CaOption,
     CertOption,
     HostArgument,
     KeyOption,
+    MaxScramOption,
     MechanismOption,
     NoVerifyOption,
     PasswordEnvOption,
@@ -42,6 +44,7 @@ from dcpctl.dcp.rollback import (
     negotiate,
     parse_failover_log,
 )
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import RollbackStory
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions
@@ -65,6 +68,8 @@ def _int(value: str, option: str) -> int:
         raise CommandError(f"{option}: not a number: {value!r}", ExitCode.USAGE) from None
     if number < 0:
         raise CommandError(f"{option}: must not be negative", ExitCode.USAGE)
+    if number > MAX_SEQNO:  # uuids and seqnos are 64 bits on the wire
+        raise CommandError(f"{option}: at most {MAX_SEQNO}, not {value}", ExitCode.USAGE)
     return number
 
 
@@ -209,6 +214,7 @@ def negotiate_command(
     key: KeyOption = None,
     no_verify: NoVerifyOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
 ) -> None:
@@ -222,7 +228,8 @@ def negotiate_command(
     tls_options = tls_of(tls, cacert, cert, key, no_verify)
     seed_host, seed_port = split_host(host, 11207 if tls_options else 11210)
     with client_errors():
-        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout)
+        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout,
+                          max_scram_iterations=max_scram_iterations)
         try:
             seed.bootstrap(user, password, bucket, sasl_mech)
             _, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
@@ -230,7 +237,8 @@ def negotiate_command(
             seed.close()
         if vbucket not in owner:
             raise CommandError(f"vbucket {vbucket} is not in the cluster map", ExitCode.USAGE)
-        conn = Connection(*owner[vbucket], tls=tls_options, timeout=timeout)
+        conn = Connection(*owner[vbucket], tls=tls_options, timeout=timeout,
+                          max_scram_iterations=max_scram_iterations)
         try:
             conn.bootstrap(user, password, bucket, sasl_mech)
             server = server_view(conn, vbucket)
@@ -241,7 +249,7 @@ def negotiate_command(
         finally:
             conn.close()
     final = rounds[-1]
-    report = {"vbucket": vbucket, "node": f"{conn.host}:{conn.port}",
+    report = {"vbucket": vbucket, "node": conn.label,
               "server": {"failover_log": [e.to_json() for e in server.failover_log], "high_seqno": server.high_seqno},
               "rounds": [r.to_json() for r in rounds],
               "result": {"status": final.status, **final.request.to_json()}}

@@ -22,11 +22,13 @@ from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, SAVE_E
 from dcpctl.commands._live import (
     DEFAULT_PASSWORD_ENV,
     DEFAULT_TIMEOUT,
+    MAX_BUFFER_SIZE,
     BucketOption,
     CaOption,
     CertOption,
     HostArgument,
     KeyOption,
+    MaxScramOption,
     MechanismOption,
     NoVerifyOption,
     PasswordEnvOption,
@@ -36,10 +38,12 @@ from dcpctl.commands._live import (
     UserOption,
     client_errors,
     password_of,
+    seqno_or,
     tls_of,
+    window_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_signal_stops
-from dcpctl.commands.decode import parse_ranges
+from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
 from dcpctl.render.env import Environment
@@ -84,8 +88,8 @@ def stream(
     xattrs: Annotated[bool, typer.Option("--xattrs", help="Include extended attributes.")] = False,
     control: Annotated[list[str] | None, typer.Option("--control", help="Extra DCP_CONTROL key=value "
                                                       "(repeatable).")] = None,
-    buffer_size: Annotated[int, typer.Option("--buffer-size", min=0, help="connection_buffer_size: the "
-                                             "flow-control window in bytes (acknowledged at half).")]
+    buffer_size: Annotated[int, typer.Option("--buffer-size", min=0, max=MAX_BUFFER_SIZE, help="connection_buffer_"
+                                             "size: the flow-control window in bytes (acknowledged at half).")]
     = DEFAULT_BUFFER,
     noop_interval: Annotated[int, typer.Option("--noop-interval", min=1, help="Seconds between the server's "
                                                "noops.")] = DEFAULT_NOOP_INTERVAL,
@@ -97,6 +101,7 @@ def stream(
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N mutations, deletions "
                                               "and expirations.")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     on_rollback: Annotated[OnRollback, typer.Option("--on-rollback", help="follow: explain, roll back, retry; "
                                                     "fail: exit 9; report: explain and leave the vbucket.")]
     = OnRollback.FOLLOW,
@@ -112,10 +117,8 @@ def stream(
 ) -> None:
     """Stream DCP from a cluster: every vbucket from its active node, printed as decode prints captures."""
     env = env_of(ctx)
-    if start not in ("beginning", "now", "resume") and not start.isdigit():
-        raise CommandError(f"--from: beginning, now, resume or a seqno, not {start!r}", ExitCode.USAGE)
-    if until not in ("forever", "now") and not until.isdigit():
-        raise CommandError(f"--until: forever, now or a seqno, not {until!r}", ExitCode.USAGE)
+    seqno_or(start, "--from", ("beginning", "now", "resume"))
+    seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
         _Template().check(template)
     if state is not None:
@@ -134,13 +137,16 @@ def stream(
         if not sep or not name:
             raise CommandError(f"--control: key=value, not {item!r}", ExitCode.USAGE)
         controls[name] = value
+    if "connection_buffer_size" in controls:  # the window acknowledgements are counted against
+        buffer_size = window_of(controls["connection_buffer_size"], "--control connection_buffer_size")
     options = StreamOptions(
         bucket, user, password_of(env, password_env, password_file, user), sasl_mech,
         tls_of(tls, cacert, cert, key, no_verify), timeout, parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
         noop_interval, count, on_rollback.value, state, save_items,
-        quiet=summary and fmt is None and template is None and write is None)
+        quiet=summary and fmt is None and template is None and write is None,
+        max_scram_iterations=max_scram_iterations)
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
     env = _whole_writes(env)
     binary = getattr(env.stdout, "buffer", None)
@@ -270,9 +276,8 @@ class _Capture:
             return
         conversation = self.conversations.get(id(conn))
         if conversation is None:
-            local = conn.sock.getsockname()
-            conversation = TcpConversation(self.writer, (local[0], local[1]), (conn.host, conn.port),
-                                           ts=time.time())
+            # by address: a host name (localhost) is what the client resolved, not what a packet carries
+            conversation = TcpConversation(self.writer, conn.local, conn.peer, ts=time.time())
             self.conversations[id(conn)] = conversation
             self._guarded(conversation.handshake)
         # SASL values the client sent are masked: with PLAIN, one of them is the password
@@ -284,12 +289,16 @@ class _Capture:
             self._guarded(self.file.flush)
 
     def close(self, *, quiet: bool = False) -> None:
-        """Flush and close; ``quiet``: another error is already being reported (the file is closed anyway)."""
+        """Flush and close; ``quiet``: another error is already being reported (the file is closed anyway),
+        and a capture that recorded no connection is removed rather than left as a bare header."""
         try:
             self._guarded(self.file.close)
         except _OutputError:
             if not quiet:
                 raise
+        finally:
+            if quiet and not self.conversations:
+                self.path.unlink(missing_ok=True)
 
 
 def _hex_list(text: str, option: str) -> list[int]:

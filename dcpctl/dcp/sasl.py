@@ -17,16 +17,31 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
+from dcpctl.safetext import shown
+
 # mechanism -> hashlib name; memcached's spellings first (the order the server offers them in)
 MECHANISMS: Final = {"SCRAM-SHA512": "sha512", "SCRAM-SHA256": "sha256", "SCRAM-SHA1": "sha1"}
 PLAIN: Final = "PLAIN"
 # Iterations the emulated server asks for: kv_engine's default is 15000; the tests and benchmarks run many
 # handshakes, and the count only changes the cost of a guess, so a development server uses fewer.
 DEFAULT_ITERATIONS: Final = 4096
+# Most iterations a client runs for a server (--max-scram-iterations): PBKDF2 runs before any answer can come,
+# so a server naming 2000000000 would hold the client for many minutes. Couchbase asks 15000 by default;
+# OWASP's highest recommendation (PBKDF2-HMAC-SHA1) is 1.3 million; two million is above every real setting
+# and about a second of SHA-512, well inside the default --timeout.
+MAX_SCRAM_ITERATIONS: Final = 2_000_000
 
 
 class SaslError(Exception):
-    """Authentication failed or the peer broke the protocol (the message never holds a secret)."""
+    """Authentication failed or the peer broke the protocol (the message never holds a secret; text from the
+    peer in it is escaped for a terminal)."""
+
+
+def _b64(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error
+        raise SaslError(f"malformed SCRAM {what}: not base64") from None
 
 
 def canonical(mechanism: str) -> str:
@@ -71,6 +86,7 @@ class ScramClient:
     user: str
     password: str
     nonce: str = ""
+    max_iterations: int = MAX_SCRAM_ITERATIONS
 
     def __post_init__(self) -> None:
         self.mechanism = canonical(self.mechanism)
@@ -88,11 +104,17 @@ class ScramClient:
         text = server_first.decode(errors="replace")
         attrs = _attributes(text)
         if "e" in attrs:
-            raise SaslError(f"server error: {attrs['e']}")
+            raise SaslError(f"server error: {shown(attrs['e'])}")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
-        if not nonce.startswith(self.nonce) or salt is None or not iterations.isdigit():
+        if not nonce.startswith(self.nonce) or salt is None or not (iterations.isascii() and iterations.isdigit()):
             raise SaslError("malformed SCRAM server-first message")
-        salted = _salted(self.digest, self.password, base64.b64decode(salt), int(iterations))
+        count = int(iterations)
+        if count < 1:  # RFC 5802: a positive count
+            raise SaslError("malformed SCRAM server-first message: iteration count 0")
+        if count > self.max_iterations:
+            raise SaslError(f"the server asks for {count} SCRAM iterations, more than {self.max_iterations} "
+                            "(--max-scram-iterations): refused rather than spend minutes on it")
+        salted = _salted(self.digest, self.password, _b64(salt, "server-first message (salt)"), count)
         client_key = _hmac(self.digest, salted, b"Client Key")
         stored = hashlib.new(self.digest, client_key).digest()
         without_proof = f"c=biws,r={nonce}"
@@ -104,8 +126,9 @@ class ScramClient:
     def verify(self, server_final: bytes) -> None:
         attrs = _attributes(server_final.decode(errors="replace"))
         if "e" in attrs:
-            raise SaslError(f"server error: {attrs['e']}")
-        if "v" not in attrs or not hmac.compare_digest(base64.b64decode(attrs["v"]), self._server_signature):
+            raise SaslError(f"server error: {shown(attrs['e'])}")
+        if "v" not in attrs or not hmac.compare_digest(_b64(attrs["v"], "server-final message"),
+                                                       self._server_signature):
             raise SaslError("the server's SCRAM signature does not match: not the server we asked")
 
 

@@ -383,3 +383,7 @@ UPR_OPCODE_ROWS: Final[list[Row]] = [
 UPR_OPCODES = Vocabulary(UPR_OPCODE_ROWS)
 
 DCP_OPCODE_RANGE: Final = range(0x50, 0x68)
+
+# vbuckets in a Couchbase bucket: 1024 (64 on macOS, 128 for some Magma buckets), never more; the header's
+# vbucket field is 16 bits, but no server maps more, so a --vbucket(s) range and a cluster map stop here.
+MAX_VBUCKETS: Final = 1024

@@ -1,0 +1,248 @@
+"""The live commands against a hostile server (a socket server in the test), bad addresses and options: one
+line, the documented exit code, bounded memory and time; IPv6 against ``dcpctl serve --host ::1``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hostilekit import cluster_config, flood, hostile, noops_never_reading, rollback_then_flood, scram_challenge
+from servekit import free_port, serving
+
+from dcpctl.cli import main
+from dcpctl.client.connection import BOOTSTRAP_QUEUE_LIMIT, queue_limit
+from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    return main(list(args), env), out.getvalue(), err.getvalue()
+
+
+def one_line(err: str) -> None:
+    assert err.count("\n") == 1, err
+    assert err.startswith("dcpctl: error: "), err
+    assert "Traceback" not in err
+
+
+def test_a_flood_while_waiting_for_sasl_is_refused_in_bounded_memory() -> None:
+    """The server floods noops instead of answering SASL_LIST_MECHS: the client holds at most its bootstrap
+    queue, then gives up (exit 8) long before --timeout; its peak memory stays far from the flood's size."""
+    with hostile(lambda request, sock: flood(request, sock) if request.opcode_name == "SASL_LIST_MECHS"
+                 else None) as server:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--timeout",
+                               "20"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "DCPCTL_PASSWORD": "x"}, check=False)
+        elapsed = time.monotonic() - started
+    assert done.returncode == ExitCode.PROTOCOL, done.stderr
+    one_line(done.stderr)
+    assert "waited for the answer to SASL_LIST_MECHS" in done.stderr
+    assert elapsed < 15  # refused, not timed out
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert peak_mb < 200 + BOOTSTRAP_QUEUE_LIMIT / 2**20, peak_mb
+
+
+def test_a_flood_while_a_stream_waits_for_an_answer_is_bounded_by_the_window() -> None:
+    """After DCP_OPEN the bound is the flow-control window's: a flood while the client asks for the failover
+    log (to explain a rollback) ends the stream (exit 8), and is not taken for a server without the log."""
+    window = 100_000
+    with hostile(rollback_then_flood) as server:
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--timeout",
+                               "20", "--buffer-size", str(window)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "DCPCTL_PASSWORD": "x"}, check=False)
+    assert done.returncode == ExitCode.PROTOCOL, done.stderr
+    assert done.stderr.count("dcpctl: error: ") == 1
+    assert "Traceback" not in done.stderr
+    assert f"waited for the answer to GET_FAILOVER_LOG vbucket 0, more than flow control allows " \
+        f"({queue_limit(window)})" in done.stderr
+
+
+def test_a_server_that_stops_reading_gets_the_timeout_not_a_broken_connection() -> None:
+    """The client answers every noop; a server that no longer reads fills the client's send buffer. The
+    socket was left non-blocking by the last read: the answer failed at once with EAGAIN (exit 5)."""
+    with hostile(noops_never_reading) as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "1")
+    assert code == ExitCode.TIMEOUT, err
+    assert "the server stopped reading for 1 s" in err
+
+
+@pytest.mark.parametrize(("iterations", "salt", "expect"), [
+    ("2000000000", "c2FsdA==", f"more than {MAX_SCRAM_ITERATIONS}"),
+    (str(2**64), "c2FsdA==", f"more than {MAX_SCRAM_ITERATIONS}"),
+    ("0", "c2FsdA==", "iteration count 0"),
+    ("4096", "not*base64", "not base64"),
+])
+def test_a_scram_challenge_no_client_should_run_is_an_auth_error(iterations: str, salt: str, expect: str) -> None:
+    with hostile(scram_challenge(iterations, salt)) as server:
+        started = time.monotonic()
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--timeout", "5")
+    assert code == ExitCode.AUTH, err
+    one_line(err)
+    assert expect in err
+    assert time.monotonic() - started < 5
+
+
+def test_max_scram_iterations_can_be_lowered() -> None:
+    with hostile(scram_challenge("4096")) as server:
+        code, _, err = run("failover", f"127.0.0.1:{server.port}", "--timeout", "5", "--max-scram-iterations",
+                           "1000")
+    assert code == ExitCode.AUTH, err
+    assert "4096 SCRAM iterations, more than 1000" in err
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+@pytest.mark.parametrize(("config", "expect"), [
+    (b"{not json", "is not JSON"),
+    (b"[1, 2]", "is not a JSON object"),
+    (DEEP, "is not JSON"),
+    (b'{"vBucketServerMap": [1]}', "vBucketServerMap that is not an object"),
+    (b'{"vBucketServerMap": {"serverList": [1], "vBucketMap": [[0]]}}', "serverList"),
+    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": {"0": 0}}}', "vBucketMap"),
+    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [["0"]]}}', "vBucketMap"),
+    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [[1e999]]}}', "is not JSON"),
+    (b'{"vBucketServerMap": {"serverList": ["h:99999"], "vBucketMap": [[0]]}}', "lists a server"),
+    (b'{"vBucketServerMap": {"serverList": ["h"], "vBucketMap": [[0]]}}', "lists a server"),
+    (b'{"nodesExt": {}, "vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [[0]]}}', "nodesExt"),
+    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [' + b",".join([b"[0]"] * 1025) + b"]}}",
+     "maps 1025 vbuckets"),
+], ids=lambda value: value[:24] if isinstance(value, bytes) else value)
+@pytest.mark.parametrize("command", ["stream", "failover"])
+def test_a_cluster_config_that_is_not_one_blames_the_server(command: str, config: bytes, expect: str) -> None:
+    with hostile(cluster_config(config)) as server:
+        code, _, err = run(command, f"127.0.0.1:{server.port}", "--timeout", "5")
+    assert code == ExitCode.PROTOCOL, err
+    one_line(err)
+    assert "the server's cluster config" in err
+    assert expect in err
+
+
+def test_a_tls_cluster_config_of_wrong_types_inside_nodes_ext_is_passed_over() -> None:
+    from dcpctl.client.streamer import kv_servers  # noqa: PLC0415 - the one function this test is about
+
+    config = {"vBucketServerMap": {"serverList": ["a:1", "[::1]:2"]},
+              "nodesExt": [{"services": []}, {"hostname": 5, "services": {"kv": "2", "kvSSL": 2**70}}, 3]}
+    assert kv_servers(config, "seed", 1, tls=True) == [("a", 1), ("::1", 2)]
+
+
+@pytest.mark.parametrize(("args", "code", "expect"), [
+    (["stream", "127.0.0.1:abc"], ExitCode.USAGE, "port must be a number"),
+    (["stream", "127.0.0.1:99999"], ExitCode.USAGE, "port must be a number"),
+    (["stream", ":11210"], ExitCode.USAGE, "no host name"),
+    (["stream", "[::1"], ExitCode.USAGE, "[ADDRESS]:PORT"),
+    (["failover", "127.0.0.1:0"], ExitCode.USAGE, "port must be a number"),
+    (["rollback", "negotiate", "127.0.0.1:99999", "--vbucket", "0"], ExitCode.USAGE, "port must be a number"),
+    (["rollback", "negotiate", "127.0.0.1", "--vbucket", "0", "--uuid", "1", "--seqno", str(2**64)], ExitCode.USAGE,
+     "--seqno: at most"),
+    (["rollback", "negotiate", "127.0.0.1", "--vbucket", "0", "--uuid", str(2**70), "--seqno", "1"], ExitCode.USAGE,
+     "--uuid: at most"),
+    (["stream", "127.0.0.1", "--sasl-mech", "FOO"], ExitCode.USAGE, "dcpctl authenticates with"),
+    (["failover", "127.0.0.1", "--sasl-mech", "FOO"], ExitCode.USAGE, "dcpctl authenticates with"),
+    (["stream", "127.0.0.1", "--from", str(2**70)], ExitCode.USAGE, "--from"),
+    (["stream", "127.0.0.1", "--until", str(2**64)], ExitCode.USAGE, "--until"),
+    (["stream", "127.0.0.1", "--from", "\N{SUPERSCRIPT TWO}"], ExitCode.USAGE, "--from"),
+    (["stream", "127.0.0.1", "--control", "connection_buffer_size=abc"], ExitCode.USAGE, "connection_buffer_size"),
+    (["stream", "127.0.0.1", "--control", f"connection_buffer_size={2**32}"], ExitCode.USAGE, "0 to 4294967295"),
+    (["stream", "127.0.0.1", "--buffer-size", str(2**32)], ExitCode.USAGE, "--buffer-size"),
+    (["stream", "127.0.0.1", "--vbuckets", "0-999999999"], ExitCode.USAGE, "vbuckets are 0 to 1023"),
+    (["stream", "127.0.0.1", "--vbuckets", "5-3"], ExitCode.USAGE, "vbuckets are 0 to 1023"),
+    (["stream", "127.0.0.1", "--vbuckets", "\N{SUPERSCRIPT TWO}"], ExitCode.USAGE, "not a number"),
+    (["failover", "127.0.0.1", "--vbuckets", "1024"], ExitCode.USAGE, "vbuckets are 0 to 1023"),
+    (["decode", "-", "--vbucket", "0-4294967295"], ExitCode.USAGE, "vbuckets are 0 to 1023"),
+])
+def test_bad_addresses_and_options_are_usage_errors_before_connecting(args: list[str], code: ExitCode,
+                                                                       expect: str) -> None:
+    started = time.monotonic()
+    got, _, err = run(*args, "--timeout", "5") if args[0] != "decode" else run(*args)
+    assert got == code, err
+    assert "Traceback" not in err, err
+    assert expect in err, err
+    assert time.monotonic() - started < 2  # nothing was waited for
+
+
+def test_a_password_file_that_is_not_utf8_is_an_input_error(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"\xff\xfe\n")
+    for command in (["stream"], ["failover"], ["rollback", "negotiate"]):
+        extra = ["--vbucket", "0", "--uuid", "1", "--seqno", "0"] if command[0] == "rollback" else []
+        code, _, err = run(*command, f"127.0.0.1:{free_port()}", "--password-file", str(secret), *extra)
+        assert code == ExitCode.INPUT, err
+        one_line(err)
+        assert "not UTF-8" in err
+
+
+def test_compare_with_deep_or_wrong_json_is_one_line(tmp_path: Path) -> None:
+    for body in (DEEP, b'{"vbucket": 1}', b"[1e999]", b'[{"vbucket": [1]}]', b"\xff"):
+        earlier = tmp_path / "earlier.json"
+        earlier.write_bytes(body)
+        code, _, err = run("failover", f"127.0.0.1:{free_port()}", "--compare", str(earlier))
+        assert code == ExitCode.INPUT, (body[:20], err)
+        one_line(err)
+        assert "--compare" in err
+
+
+def test_write_with_a_host_name_records_addresses(tmp_path: Path) -> None:
+    """The README's ``stream localhost --write more.pcap``: the capture names the address connected to."""
+    capture = tmp_path / "more.pcap"
+    with serving("--vbuckets", "2", "--items", "10") as server:
+        code, out, err = run("stream", f"localhost:{server.port}", "--until", "now", "-F", "jsonl", "--write",
+                             str(capture), "--timeout", "5")
+    assert code == ExitCode.OK, err
+    live = [json.loads(line) for line in out.splitlines()]
+    code, out, err = run("decode", str(capture), "-F", "jsonl", "--port", str(server.port))
+    assert code == ExitCode.OK, err
+    captured = [json.loads(line) for line in out.splitlines() if '"server>client"' in line]
+    assert [r["by_seqno"] for r in live if "by_seqno" in r] == \
+        [r["by_seqno"] for r in captured if "by_seqno" in r and r["opcode"].startswith("DCP_")]
+    assert {r["connection"] for r in live} <= {r["connection"] for r in captured}
+
+
+def test_write_leaves_no_empty_capture_when_nothing_was_reached(tmp_path: Path) -> None:
+    capture = tmp_path / "more.pcap"
+    code, _, err = run("stream", f"127.0.0.1:{free_port()}", "--write", str(capture), "--timeout", "5")
+    assert code == ExitCode.CONNECTION, err
+    one_line(err)
+    assert not capture.exists()
+
+
+def _ipv6() -> bool:
+    try:
+        import socket  # noqa: PLC0415 - only to ask whether this machine has ::1
+
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback on this machine")
+def test_ipv6_stream_and_failover_follow_the_cluster_map() -> None:
+    with serving("--host", "::1", "--vbuckets", "4", "--items", "20", "--nodes", "2") as server:
+        code, out, err = run("stream", f"[::1]:{server.port}", "--until", "now", "-F", "jsonl", "--timeout", "5")
+        assert code == ExitCode.OK, err
+        records = [json.loads(line) for line in out.splitlines()]
+        assert sum(1 for r in records if r["opcode"] in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")) == 20
+        assert all(r["connection"].endswith(tuple(f"> [::1]:{p}" for p in server.ports)) for r in records)
+        code, out, err = run("failover", f"[::1]:{server.port}", "-F", "json", "--timeout", "5")
+        assert code == ExitCode.OK, err
+        rows = json.loads(out)
+        assert len(rows) == 4
+        assert {r["node"] for r in rows} == {f"[::1]:{p}" for p in server.ports}
