@@ -18,6 +18,7 @@ inside the snapshot marker sent before it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -435,7 +436,7 @@ class ProducerConnection:
         if status == "Success":
             self.controls[key] = value
             if key == "connection_buffer_size":
-                self.buffer_size = int(value)
+                self.buffer_size = _u32(value) or 0
             elif key == "enable_noop":
                 self.noop_enabled = value == "true"
                 self.last_noop = self.now
@@ -736,13 +737,14 @@ def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None
 
 
 _BOOL: Final = ("true", "false")
+U32_MAX: Final = (1 << 32) - 1
 
 
 def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
     """DCP_CONTROL's answer for a key and value (reference 7.2); unknown keys are Einval."""
     flags = conn.dcp_flags or 0
     checks: dict[str, Any] = {
-        "connection_buffer_size": lambda: value.isdigit() and int(value) < 1 << 32,
+        "connection_buffer_size": lambda: _u32(value) is not None,
         "enable_noop": lambda: True,
         "set_noop_interval": lambda: _float(value) is not None and _float(value) >= MIN_NOOP_INTERVAL,  # type: ignore[operator]
         "set_priority": lambda: value in ("high", "medium", "low"),
@@ -777,10 +779,21 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
 
 
 def _float(value: str) -> float | None:
+    """A finite number, as the server's safe_strtof reads one (an overflow is not a number)."""
     try:
-        return float(value)
+        number = float(value) if value.isascii() else math.nan
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
+
+
+def _u32(value: str) -> int | None:
+    """ASCII decimal digits that fit a u32, as the server's safe_strtoul reads them (no ``²``, no 5,000
+    digits: int() would refuse both with an exception)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(U32_MAX)):
+        return None
+    number = int(value)
+    return number if number <= U32_MAX else None
 
 
 _HANDLERS: Final = {
