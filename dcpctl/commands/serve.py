@@ -15,6 +15,7 @@ import typer
 from dcpctl.commands._options import env_of
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import scenario
+from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
 
@@ -53,6 +54,15 @@ def serve(
                                                      "the REST API returns it).")] = None,
     scenario_file: Annotated[Path | None, typer.Option("--scenario", help="Events to play: failovers, "
                                                        "purges, disconnects, delays, moves (TOML).")] = None,
+    max_send_queue_size: Annotated[int, typer.Option("--max-send-queue-size", min=1, help="Bytes of answers "
+                                                     "queued for a client before its further requests wait (and "
+                                                     "its socket is not read) until it reads them (kv_engine's "
+                                                     "max_send_queue_size).")] = MAX_SEND_QUEUE_SIZE,
+    max_unauthenticated_packet_size: Annotated[int, typer.Option("--max-unauthenticated-packet-size", min=24,
+                                                                 help="Longest packet accepted before "
+                                                                 "authentication; a longer one disconnects "
+                                                                 "(kv_engine's MaxUnauthenticatedFrameSize).")]
+    = MAX_UNAUTHENTICATED_PACKET_SIZE,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
@@ -88,7 +98,8 @@ def serve(
             errors.print(f"dcpctl serve: {line}", markup=False, highlight=False)
 
     emulator = Emulator(store, {user: password},
-                        ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events), log)
+                        ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
+                                     max_send_queue_size, max_unauthenticated_packet_size), log)
     try:
         asyncio.run(_serve(emulator, env.stdout, tls is not None))
     except OSError as exc:

@@ -4,11 +4,14 @@ Theory of operation. :meth:`ProducerConnection.receive` frames the client's byte
 request the way kv_engine does (reference sections 3, 4, 7, 8, 9): what is allowed before
 authentication, SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL with the server's value
 rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine deciding rollbacks.
-Answers queue in order. :meth:`produce` returns queued answers first, then stream data: for each open
+Answers queue in order, and requests are executed only while the queued answers are below the send-queue
+limit (a client that pipelines without reading waits, as on the server); before authentication a packet
+above 16 KiB closes the connection. :meth:`produce` returns queued answers first, then stream data: for each open
 stream a snapshot marker and the items it covers, round robin across streams, never past the flow-control
 window (one message may overshoot it, as on the server), then STREAM_END when a stream reaches its end.
 :meth:`tick` sends noops on the server's schedule and closes an idle connection. ``closed`` says why
-the connection must be dropped (a protocol violation without XERROR, a scenario, idleness).
+the connection must be dropped (a protocol violation without XERROR, a packet too long before
+authentication, a scenario, idleness).
 
 Invariants: the connection never raises on client input; every reply is encoded by the protocol's
 encoder or the store's fast path that the tests hold to it; a stream's items go out in seqno order, each
@@ -29,7 +32,7 @@ from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DCP
 
@@ -57,6 +60,14 @@ IDLE_TIMEOUT: Final = 360.0
 MIN_NOOP_INTERVAL: Final = 0.1  # connection_manager_interval
 # Bytes of stream data one stream may contribute to one produce() call before the next stream's turn.
 FAIR_SHARE: Final = 256 * 1024
+# Bytes of answers queued before the connection stops executing requests until they are taken
+# (--max-send-queue-size): kv_engine's max_send_queue_size, 1 MiB, after which it runs no new command for the
+# client until the socket drains, so a client that pipelines and never reads holds no more than that.
+MAX_SEND_QUEUE_SIZE: Final = 1 << 20
+# Largest packet (header and body) accepted before authentication (--max-unauthenticated-packet-size):
+# kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
+# server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
+MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
 MARKER_DISK_CHECKPOINT: Final = 0x06
 MARKER_MEMORY: Final = 0x01
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
@@ -125,9 +136,13 @@ class ProducerConnection:
     framer: Framer = field(default_factory=Framer)
     closed: str | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"items": 0, "bytes": 0})
+    max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
+    max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
 
     def __post_init__(self) -> None:
         self.out: list[bytes] = []
+        self.queued = 0  # bytes in ``out``
+        self.framer.max_body_length = max(0, self.max_unauthenticated_packet_size - HEADER_LENGTH)
         self.features: list[int] = []
         self.user: str | None = None
         self.sasl: ScramServer | None = None
@@ -168,26 +183,48 @@ class ProducerConnection:
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
+        """Take the client's bytes and execute the whole requests among them while the send queue has room
+        (``max_send_queue_size``); the rest wait in the framer, and each :meth:`produce` executes more. A
+        caller that cannot hand the answers on (the peer does not read) stops reading until it can: then
+        what one connection holds is bounded by the queue, the framer's one read and the transport."""
         self.now = now
         self.last_received = now
         self.framer.feed(data)
-        for event in self.framer.events():
-            if self.closed:
+        self._execute()
+
+    def _execute(self) -> None:
+        """Requests in the framer, one at a time, until it holds no whole packet or the send queue is full."""
+        while self.closed is None and self.queued < self.max_send_queue_size:
+            # one event per generator: the framer's body limit changes when authentication succeeds
+            event = next(self.framer.events(), None)
+            if event is None:
                 return
             if not isinstance(event, Frame):
-                self.close("the client sent bytes that are not a packet")
+                if event.reason == "body_too_long" and self.user is None:
+                    self.close(f"a packet longer than {self.max_unauthenticated_packet_size} bytes before "
+                               "authentication: the server disconnects (MaxUnauthenticatedFrameSize)")
+                else:
+                    self.close("the client sent bytes that are not a packet")
                 return
             msg = decode(event.data, event.offset, DecodeOptions(collections=self.collections, show_secrets=True))
             self._handle(msg)
+
+    def _queue(self, data: bytes) -> None:
+        self.out.append(data)
+        self.queued += len(data)
+
+    def _authenticated(self, user: str) -> None:
+        self.user = user
+        self.framer.max_body_length = DEFAULT_MAX_BODY_LENGTH
 
     def close(self, reason: str) -> None:
         if self.closed is None:
             self.closed = reason
 
     def _reply(self, msg: Message, status: str = "Success", **fields: Any) -> None:
-        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode_name, "status": status,
+        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode, "status": status,
                                   "opaque": msg.opaque, **fields}
-        self.out.append(encode(record, DCP, fix_lengths=True))
+        self._queue(encode(record, DCP, fix_lengths=True))
 
     def _error(self, msg: Message, status: str, context: str = "") -> None:
         """An error status; without XERROR, the statuses an old client cannot understand disconnect."""
@@ -237,7 +274,7 @@ class ProducerConnection:
                 self._reply(msg, "AuthError")
                 return
             if users.get(user) == password:
-                self.user = user
+                self._authenticated(user)
                 self._reply(msg)
             else:
                 self._reply(msg, "AuthError")
@@ -264,7 +301,7 @@ class ProducerConnection:
         except SaslError:
             self._reply(msg, "AuthError")
             return
-        self.user = sasl.user
+        self._authenticated(sasl.user)
         self._reply(msg, value=signature.decode())
 
     def _select_bucket(self, msg: Message) -> None:
@@ -565,8 +602,8 @@ class ProducerConnection:
         if self.noop_enabled and self.dcp_flags is not None:
             if not self.noop_outstanding and now - self.last_noop >= self.noop_interval:
                 self.noop_opaque += 1
-                self.out.append(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
-                                       DCP, fix_lengths=True))
+                self._queue(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
+                                   DCP, fix_lengths=True))
                 self.noop_outstanding = True
                 self.last_noop = now
             if now - self.last_received > IDLE_TIMEOUT:
@@ -574,10 +611,13 @@ class ProducerConnection:
 
     def produce(self, max_bytes: int, max_items: int | None = None) -> bytes:
         """Queued answers, then stream data up to ``max_bytes``, the flow-control window and ``max_items``
-        items (0: answers only; a scenario's item trigger stops the stream exactly there)."""
+        items (0: answers only; a scenario's item trigger stops the stream exactly there). Requests left in
+        the framer by a full send queue are executed first, up to the queue's size again."""
+        self._execute()
         parts = self.out
         self.out = []
-        size = sum(len(p) for p in parts)
+        size = self.queued
+        self.queued = 0
         streams = list(self.streams.values())
         if not streams or max_items == 0:
             return b"".join(parts)
