@@ -87,6 +87,7 @@ def serve(
             raise CommandError(f"--tls-cert/--tls-key: {exc}", ExitCode.INPUT) from None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []
+        scenario.check(events, vbuckets, nodes, str(scenario_file))
     except scenario.ScenarioError as exc:
         raise CommandError(str(exc), ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
