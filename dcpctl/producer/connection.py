@@ -203,6 +203,9 @@ class ProducerConnection:
                 if event.reason == "body_too_long" and self.user is None:
                     self.close(f"a packet longer than {self.max_unauthenticated_packet_size} bytes before "
                                "authentication: the server disconnects (MaxUnauthenticatedFrameSize)")
+                elif event.reason == "body_too_long":
+                    self.close(f"a packet longer than {HEADER_LENGTH + self.framer.max_body_length} bytes: the "
+                               "server disconnects (max_packet_size)")
                 else:
                     self.close("the client sent bytes that are not a packet")
                 return
@@ -215,7 +218,7 @@ class ProducerConnection:
 
     def _authenticated(self, user: str) -> None:
         self.user = user
-        self.framer.max_body_length = DEFAULT_MAX_BODY_LENGTH
+        self.framer.max_body_length = max(DEFAULT_MAX_BODY_LENGTH, self.framer.max_body_length)
 
     def close(self, reason: str) -> None:
         if self.closed is None:

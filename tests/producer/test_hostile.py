@@ -131,6 +131,16 @@ def test_the_limit_before_authentication_is_kv_engines_and_is_lifted_by_sasl() -
     authenticated.receive(packet(opcode="DCP_CONTROL", key="k", value="x" * (1 << 20)), 0)
     assert authenticated.closed is None
     assert [a["status"] for a in answers(authenticated)] == ["Einval"]
+    header = packet(opcode="DCP_CONTROL", key="k")[:24]
+    authenticated.receive(header[:8] + (1 << 30).to_bytes(4, "big") + header[12:], 0)
+    assert authenticated.closed is not None
+    assert "max_packet_size" in authenticated.closed
+
+
+def test_a_larger_limit_before_authentication_is_not_lowered_by_sasl() -> None:
+    conn = connection(max_unauthenticated_packet_size=30 << 20)
+    conn.receive(b"".join(BOOTSTRAP), 0)
+    assert conn.framer.max_body_length == (30 << 20) - 24
 
 
 def test_sasl_in_the_same_read_as_a_long_packet_lifts_the_limit_for_it() -> None:
