@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import ssl
+import string
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 
 from dcpctl.commands._options import env_of
@@ -18,6 +19,7 @@ from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
+from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
             "Not a database: items are generated from --seed, nothing is stored.")
@@ -130,17 +132,26 @@ async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
 def _manifest(path: Path) -> Manifest:
     """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings)."""
     try:
-        data = json.loads(path.read_text())
-        manifest = Manifest(int(str(data.get("uid", "0")), 16), {}, {})
+        data = orjson.loads(path.read_bytes())  # bounded nesting
+        manifest = Manifest(_uid(data.get("uid", "0"), 64), {}, {})
         for scope in data["scopes"]:
-            scope_id = int(str(scope["uid"]), 16)
+            scope_id = _uid(scope["uid"])
             manifest.scopes[scope_id] = str(scope["name"])
             for collection in scope.get("collections", []):
-                manifest.collections[int(str(collection["uid"]), 16)] = (scope_id, str(collection["name"]))
+                manifest.collections[_uid(collection["uid"])] = (scope_id, str(collection["name"]))
     except OSError as exc:
         raise CommandError(f"--collections: {path}: {exc.strerror}", ExitCode.INPUT) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CommandError(f"--collections: {path}: not a collections manifest ({exc})", ExitCode.INPUT) from None
+        raise CommandError(f"--collections: {path}: not a collections manifest ({shown(str(exc))})",
+                           ExitCode.INPUT) from None
     if not manifest.collections:
         raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)
     return manifest
+
+
+def _uid(value: Any, bits: int = 32) -> int:
+    """A manifest uid: hex digits (as the REST API writes them) of a u32 id, or the u64 manifest uid."""
+    text = str(value)
+    if not text or len(text) > bits // 4 or any(c not in string.hexdigits for c in text):
+        raise ValueError(f"uid {text[:40]} is not a hex u{bits}")
+    return int(text, 16)

@@ -357,3 +357,23 @@ def test_a_scenario_naming_a_missing_vbucket_or_node_is_refused(tmp_path: Path, 
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[" * 5000 + "]" * 5000, "depth limit exceeded"),
+    ('{"uid":"1","scopes":[{"uid":"0","name":"_default","collections":[{"uid":"' + "f" * 50 + '","name":"c"}]}]}',
+     "is not a hex u32"),
+    ('{"uid":"1","scopes":[{"uid":"0","name":"_default","collections":[{"uid":"-8","name":"c"}]}]}',
+     "uid -8 is not a hex u32"),
+    ('{"uid":"1","scopes":[{"uid":"0","name":"_default","collections":[{"uid":"\\u001b[2J","name":"c"}]}]}',
+     "uid \\x1b[2J is not"),
+])
+def test_a_hostile_collections_manifest_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "manifest.json"
+    path.write_text(text)
+    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--collections", str(path)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
+    assert "\x1b" not in result.stderr
