@@ -63,6 +63,8 @@ def load(path: Path) -> list[Event]:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: not TOML: {exc}") from None
+    except RecursionError:  # tomllib has no depth limit of its own: Python's recursion limit is the bound
+        raise ScenarioError(f"{path}: not a scenario: arrays or tables nested too deeply") from None
     return parse(data, str(path))
 
 
@@ -71,6 +73,8 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
     if unknown:
         raise ScenarioError(f"{where}: unknown top-level key {sorted(unknown)[0]!r} (events are [[event]] tables)")
     events = []
+    if not isinstance(data.get("event", []), list):
+        raise ScenarioError(f"{where}: event must be an array of tables ([[event]])")
     for number, raw in enumerate(data.get("event", []), 1):
         if not isinstance(raw, dict):
             raise ScenarioError(f"{where}: event {number} is not a table")

@@ -348,6 +348,10 @@ def test_the_limits_are_options(tmp_path: Path) -> None:
     ('[[event]]\naction = "purge"\nvbucket = inf\nseqno = 1\n', "vbucket must be an integer >= 0"),
     ('[[event]]\naction = "purge"\nvbucket = 1.5\nseqno = 1\n', "vbucket must be an integer >= 0"),
     ('[[event]]\naction = "delay"\nseconds = nan\n', "seconds must be a number >= 0"),
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("event = " + "{a=" * 3000 + "1" + "}" * 3000 + "\n", "nested too deeply"),
+    ("event = 5\n", "event must be an array of tables"),
+    ('event = {action="disconnect"}\n', "event must be an array of tables"),
 ])
 def test_a_scenario_naming_a_missing_vbucket_or_node_is_refused(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "scenario.toml"
