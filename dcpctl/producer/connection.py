@@ -93,9 +93,10 @@ class Cluster:
 
     def config(self, host: str) -> dict[str, Any]:
         """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``."""
-        servers = [f"{host if h in _ANY_ADDRESS else h}:{p}" for h, p in self.nodes]
+        named = [(host if h in _ANY_ADDRESS else h, p) for h, p in self.nodes]
+        servers = [_host_port(h, p) for h, p in named]
         nodes_ext = []
-        for i, (h, p) in enumerate(self.nodes):
+        for i, (h, p) in enumerate(named):
             services: dict[str, int] = {"kv": p}
             if self.tls_ports:
                 services["kvSSL"] = self.tls_ports[i]
@@ -105,6 +106,11 @@ class Cluster:
                 "nodesExt": nodes_ext,
                 "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 0, "serverList": servers,
                                      "vBucketMap": [[owner] for owner in self.owner]}}
+
+
+def _host_port(host: str, port: int) -> str:
+    """A serverList entry: an IPv6 address in brackets, as ns_server joins them (nodesExt keeps it bare)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass

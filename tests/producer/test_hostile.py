@@ -381,3 +381,11 @@ def test_a_hostile_collections_manifest_is_one_line(tmp_path: Path, text: str, m
     assert result.stderr.count("\n") == 1
     assert message in result.stderr
     assert "\x1b" not in result.stderr
+
+
+def test_an_ipv6_node_is_bracketed_in_the_server_list() -> None:
+    # issue 17, item 23: "::1:11210" cannot be split back into a host and a port
+    cluster = Cluster(Bucket("default", 2, 0, 10, 1), [("::1", 11210), ("::", 11211)], [0, 1], {})
+    config = cluster.config("fe80::2")
+    assert config["vBucketServerMap"]["serverList"] == ["[::1]:11210", "[fe80::2]:11211"]
+    assert [n["hostname"] for n in config["nodesExt"]] == ["::1", "fe80::2"]
