@@ -6,9 +6,10 @@ authentication, SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL
 rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine deciding rollbacks.
 Answers queue in order, and requests are executed only while the queued answers are below the send-queue
 limit (a client that pipelines without reading waits, as on the server); before authentication a packet
-above 16 KiB closes the connection. :meth:`produce` returns queued answers first, then stream data: for each open
-stream a snapshot marker and the items it covers, round robin across streams, never past the flow-control
-window (one message may overshoot it, as on the server), then STREAM_END when a stream reaches its end.
+above the unauthenticated limit closes the connection. :meth:`produce` returns queued answers first, then
+stream data: for each open stream a snapshot marker and the items it covers, round robin across streams,
+never past the flow-control window (one message may overshoot it, as on the server), then STREAM_END when
+a stream reaches its end.
 :meth:`tick` sends noops on the server's schedule and closes an idle connection. ``closed`` says why
 the connection must be dropped (a protocol violation without XERROR, a packet too long before
 authentication, a scenario, idleness).
