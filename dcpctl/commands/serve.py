@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import ssl
+import string
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 
 from dcpctl.commands._options import env_of
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import scenario
+from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
+from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
             "Not a database: items are generated from --seed, nothing is stored.")
@@ -53,6 +56,15 @@ def serve(
                                                      "the REST API returns it).")] = None,
     scenario_file: Annotated[Path | None, typer.Option("--scenario", help="Events to play: failovers, "
                                                        "purges, disconnects, delays, moves (TOML).")] = None,
+    max_send_queue_size: Annotated[int, typer.Option("--max-send-queue-size", min=1, help="Bytes of answers "
+                                                     "queued for a client before its further requests wait (and "
+                                                     "its socket is not read) until it reads them (kv_engine's "
+                                                     "max_send_queue_size).")] = MAX_SEND_QUEUE_SIZE,
+    max_unauthenticated_packet_size: Annotated[int, typer.Option("--max-unauthenticated-packet-size", min=24,
+                                                                 help="Longest packet accepted before "
+                                                                 "authentication; a longer one disconnects "
+                                                                 "(kv_engine's MaxUnauthenticatedFrameSize).")]
+    = MAX_UNAUTHENTICATED_PACKET_SIZE,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
@@ -77,6 +89,7 @@ def serve(
             raise CommandError(f"--tls-cert/--tls-key: {exc}", ExitCode.INPUT) from None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []
+        scenario.check(events, vbuckets, nodes, str(scenario_file))
     except scenario.ScenarioError as exc:
         raise CommandError(str(exc), ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
@@ -88,7 +101,8 @@ def serve(
             errors.print(f"dcpctl serve: {line}", markup=False, highlight=False)
 
     emulator = Emulator(store, {user: password},
-                        ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events), log)
+                        ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
+                                     max_send_queue_size, max_unauthenticated_packet_size), log)
     try:
         asyncio.run(_serve(emulator, env.stdout, tls is not None))
     except OSError as exc:
@@ -118,17 +132,26 @@ async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
 def _manifest(path: Path) -> Manifest:
     """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings)."""
     try:
-        data = json.loads(path.read_text())
-        manifest = Manifest(int(str(data.get("uid", "0")), 16), {}, {})
+        data = orjson.loads(path.read_bytes())  # bounded nesting
+        manifest = Manifest(_uid(data.get("uid", "0"), 64), {}, {})
         for scope in data["scopes"]:
-            scope_id = int(str(scope["uid"]), 16)
+            scope_id = _uid(scope["uid"])
             manifest.scopes[scope_id] = str(scope["name"])
             for collection in scope.get("collections", []):
-                manifest.collections[int(str(collection["uid"]), 16)] = (scope_id, str(collection["name"]))
+                manifest.collections[_uid(collection["uid"])] = (scope_id, str(collection["name"]))
     except OSError as exc:
         raise CommandError(f"--collections: {path}: {exc.strerror}", ExitCode.INPUT) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CommandError(f"--collections: {path}: not a collections manifest ({exc})", ExitCode.INPUT) from None
+        raise CommandError(f"--collections: {path}: not a collections manifest ({shown(str(exc))})",
+                           ExitCode.INPUT) from None
     if not manifest.collections:
         raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)
     return manifest
+
+
+def _uid(value: Any, bits: int = 32) -> int:
+    """A manifest uid: hex digits (as the REST API writes them) of a u32 id, or the u64 manifest uid."""
+    text = str(value)
+    if not text or len(text) > bits // 4 or any(c not in string.hexdigits for c in text):
+        raise ValueError(f"uid {text[:40]} is not a hex u{bits}")
+    return int(text, 16)

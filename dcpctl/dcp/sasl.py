@@ -171,7 +171,10 @@ class ScramServer:
         if not sep or attrs.get("r") != self._nonce:
             raise SaslError("malformed SCRAM client-final message")
         auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
-        client_key_guess = base64.b64decode(proof_part)
+        try:
+            client_key_guess = base64.b64decode(proof_part, validate=True)
+        except ValueError:  # binascii.Error: the client's proof is not base64
+            raise SaslError("malformed SCRAM client-final message: the proof is not base64") from None
         stored = hashlib.new(self.digest, _hmac(self.digest, self._salted, b"Client Key")).digest()
         signature = _hmac(self.digest, stored, auth)
         if len(client_key_guess) != len(signature):

@@ -4,11 +4,15 @@ Theory of operation. :meth:`ProducerConnection.receive` frames the client's byte
 request the way kv_engine does (reference sections 3, 4, 7, 8, 9): what is allowed before
 authentication, SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL with the server's value
 rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine deciding rollbacks.
-Answers queue in order. :meth:`produce` returns queued answers first, then stream data: for each open
-stream a snapshot marker and the items it covers, round robin across streams, never past the flow-control
-window (one message may overshoot it, as on the server), then STREAM_END when a stream reaches its end.
+Answers queue in order, and requests are executed only while the queued answers are below the send-queue
+limit (a client that pipelines without reading waits, as on the server); before authentication a packet
+above the unauthenticated limit closes the connection. :meth:`produce` returns queued answers first, then
+stream data: for each open stream a snapshot marker and the items it covers, round robin across streams,
+never past the flow-control window (one message may overshoot it, as on the server), then STREAM_END when
+a stream reaches its end.
 :meth:`tick` sends noops on the server's schedule and closes an idle connection. ``closed`` says why
-the connection must be dropped (a protocol violation without XERROR, a scenario, idleness).
+the connection must be dropped (a protocol violation without XERROR, a packet too long before
+authentication, a scenario, idleness).
 
 Invariants: the connection never raises on client input; every reply is encoded by the protocol's
 encoder or the store's fast path that the tests hold to it; a stream's items go out in seqno order, each
@@ -18,6 +22,7 @@ inside the snapshot marker sent before it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,7 +33,7 @@ from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DCP
 
@@ -56,6 +61,14 @@ IDLE_TIMEOUT: Final = 360.0
 MIN_NOOP_INTERVAL: Final = 0.1  # connection_manager_interval
 # Bytes of stream data one stream may contribute to one produce() call before the next stream's turn.
 FAIR_SHARE: Final = 256 * 1024
+# Bytes of answers queued before the connection stops executing requests until they are taken
+# (--max-send-queue-size): kv_engine's max_send_queue_size, 1 MiB, after which it runs no new command for the
+# client until the socket drains, so a client that pipelines and never reads holds no more than that.
+MAX_SEND_QUEUE_SIZE: Final = 1 << 20
+# Largest packet (header and body) accepted before authentication (--max-unauthenticated-packet-size):
+# kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
+# server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
+MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
 MARKER_DISK_CHECKPOINT: Final = 0x06
 MARKER_MEMORY: Final = 0x01
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
@@ -81,9 +94,10 @@ class Cluster:
 
     def config(self, host: str) -> dict[str, Any]:
         """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``."""
-        servers = [f"{host if h in _ANY_ADDRESS else h}:{p}" for h, p in self.nodes]
+        named = [(host if h in _ANY_ADDRESS else h, p) for h, p in self.nodes]
+        servers = [_host_port(h, p) for h, p in named]
         nodes_ext = []
-        for i, (h, p) in enumerate(self.nodes):
+        for i, (h, p) in enumerate(named):
             services: dict[str, int] = {"kv": p}
             if self.tls_ports:
                 services["kvSSL"] = self.tls_ports[i]
@@ -93,6 +107,11 @@ class Cluster:
                 "nodesExt": nodes_ext,
                 "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 0, "serverList": servers,
                                      "vBucketMap": [[owner] for owner in self.owner]}}
+
+
+def _host_port(host: str, port: int) -> str:
+    """A serverList entry: an IPv6 address in brackets, as ns_server joins them (nodesExt keeps it bare)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass
@@ -124,9 +143,13 @@ class ProducerConnection:
     framer: Framer = field(default_factory=Framer)
     closed: str | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"items": 0, "bytes": 0})
+    max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
+    max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
 
     def __post_init__(self) -> None:
         self.out: list[bytes] = []
+        self.queued = 0  # bytes in ``out``
+        self.framer.max_body_length = max(0, self.max_unauthenticated_packet_size - HEADER_LENGTH)
         self.features: list[int] = []
         self.user: str | None = None
         self.sasl: ScramServer | None = None
@@ -167,26 +190,51 @@ class ProducerConnection:
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
+        """Take the client's bytes and execute the whole requests among them while the send queue has room
+        (``max_send_queue_size``); the rest wait in the framer, and each :meth:`produce` executes more. A
+        caller that cannot hand the answers on (the peer does not read) stops reading until it can: then
+        what one connection holds is bounded by the queue, the framer's one read and the transport."""
         self.now = now
         self.last_received = now
         self.framer.feed(data)
-        for event in self.framer.events():
-            if self.closed:
+        self._execute()
+
+    def _execute(self) -> None:
+        """Requests in the framer, one at a time, until it holds no whole packet or the send queue is full."""
+        while self.closed is None and self.queued < self.max_send_queue_size:
+            # one event per generator: the framer's body limit changes when authentication succeeds
+            event = next(self.framer.events(), None)
+            if event is None:
                 return
             if not isinstance(event, Frame):
-                self.close("the client sent bytes that are not a packet")
+                if event.reason == "body_too_long" and self.user is None:
+                    self.close(f"a packet longer than {self.max_unauthenticated_packet_size} bytes before "
+                               "authentication: the server disconnects (MaxUnauthenticatedFrameSize)")
+                elif event.reason == "body_too_long":
+                    self.close(f"a packet longer than {HEADER_LENGTH + self.framer.max_body_length} bytes: the "
+                               "server disconnects (max_packet_size)")
+                else:
+                    self.close("the client sent bytes that are not a packet")
                 return
             msg = decode(event.data, event.offset, DecodeOptions(collections=self.collections, show_secrets=True))
             self._handle(msg)
+
+    def _queue(self, data: bytes) -> None:
+        self.out.append(data)
+        self.queued += len(data)
+
+    def _authenticated(self, user: str) -> None:
+        self.user = user
+        self.framer.max_body_length = max(DEFAULT_MAX_BODY_LENGTH, self.framer.max_body_length)
 
     def close(self, reason: str) -> None:
         if self.closed is None:
             self.closed = reason
 
     def _reply(self, msg: Message, status: str = "Success", **fields: Any) -> None:
-        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode_name, "status": status,
+        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode, "status": status,
                                   "opaque": msg.opaque, **fields}
-        self.out.append(encode(record, DCP, fix_lengths=True))
+        self._queue(encode(record, DCP, fix_lengths=True))
 
     def _error(self, msg: Message, status: str, context: str = "") -> None:
         """An error status; without XERROR, the statuses an old client cannot understand disconnect."""
@@ -236,7 +284,7 @@ class ProducerConnection:
                 self._reply(msg, "AuthError")
                 return
             if users.get(user) == password:
-                self.user = user
+                self._authenticated(user)
                 self._reply(msg)
             else:
                 self._reply(msg, "AuthError")
@@ -263,7 +311,7 @@ class ProducerConnection:
         except SaslError:
             self._reply(msg, "AuthError")
             return
-        self.user = sasl.user
+        self._authenticated(sasl.user)
         self._reply(msg, value=signature.decode())
 
     def _select_bucket(self, msg: Message) -> None:
@@ -435,7 +483,7 @@ class ProducerConnection:
         if status == "Success":
             self.controls[key] = value
             if key == "connection_buffer_size":
-                self.buffer_size = int(value)
+                self.buffer_size = _u32(value) or 0
             elif key == "enable_noop":
                 self.noop_enabled = value == "true"
                 self.last_noop = self.now
@@ -564,8 +612,8 @@ class ProducerConnection:
         if self.noop_enabled and self.dcp_flags is not None:
             if not self.noop_outstanding and now - self.last_noop >= self.noop_interval:
                 self.noop_opaque += 1
-                self.out.append(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
-                                       DCP, fix_lengths=True))
+                self._queue(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
+                                   DCP, fix_lengths=True))
                 self.noop_outstanding = True
                 self.last_noop = now
             if now - self.last_received > IDLE_TIMEOUT:
@@ -573,10 +621,13 @@ class ProducerConnection:
 
     def produce(self, max_bytes: int, max_items: int | None = None) -> bytes:
         """Queued answers, then stream data up to ``max_bytes``, the flow-control window and ``max_items``
-        items (0: answers only; a scenario's item trigger stops the stream exactly there)."""
+        items (0: answers only; a scenario's item trigger stops the stream exactly there). Requests left in
+        the framer by a full send queue are executed first, up to the queue's size again."""
+        self._execute()
         parts = self.out
         self.out = []
-        size = sum(len(p) for p in parts)
+        size = self.queued
+        self.queued = 0
         streams = list(self.streams.values())
         if not streams or max_items == 0:
             return b"".join(parts)
@@ -736,13 +787,14 @@ def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None
 
 
 _BOOL: Final = ("true", "false")
+U32_MAX: Final = (1 << 32) - 1
 
 
 def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
     """DCP_CONTROL's answer for a key and value (reference 7.2); unknown keys are Einval."""
     flags = conn.dcp_flags or 0
     checks: dict[str, Any] = {
-        "connection_buffer_size": lambda: value.isdigit() and int(value) < 1 << 32,
+        "connection_buffer_size": lambda: _u32(value) is not None,
         "enable_noop": lambda: True,
         "set_noop_interval": lambda: _float(value) is not None and _float(value) >= MIN_NOOP_INTERVAL,  # type: ignore[operator]
         "set_priority": lambda: value in ("high", "medium", "low"),
@@ -777,10 +829,21 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
 
 
 def _float(value: str) -> float | None:
+    """A finite number, as the server's safe_strtof reads one (an overflow is not a number)."""
     try:
-        return float(value)
+        number = float(value) if value.isascii() else math.nan
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
+
+
+def _u32(value: str) -> int | None:
+    """ASCII decimal digits that fit a u32, as the server's safe_strtoul reads them (no ``²``, no 5,000
+    digits: int() would refuse both with an exception)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(U32_MAX)):
+        return None
+    number = int(value)
+    return number if number <= U32_MAX else None
 
 
 _HANDLERS: Final = {

@@ -21,6 +21,7 @@ holds. Triggers: ``after_items`` (items the server has sent, all connections tog
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "hist
                   "hang": ()}
 OPTIONAL: Final = {"failover": ("seqno",), "mutate": ("vbucket",), "hang": ("seconds",)}
 TRIGGERS: Final = ("after_items", "after_seconds")
+_SECONDS: Final = frozenset({"after_seconds", "seconds"})  # the keys that may be fractional
 
 
 class ScenarioError(ValueError):
@@ -61,6 +63,8 @@ def load(path: Path) -> list[Event]:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: not TOML: {exc}") from None
+    except RecursionError:  # tomllib has no depth limit of its own: Python's recursion limit is the bound
+        raise ScenarioError(f"{path}: not a scenario: arrays or tables nested too deeply") from None
     return parse(data, str(path))
 
 
@@ -69,6 +73,8 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
     if unknown:
         raise ScenarioError(f"{where}: unknown top-level key {sorted(unknown)[0]!r} (events are [[event]] tables)")
     events = []
+    if not isinstance(data.get("event", []), list):
+        raise ScenarioError(f"{where}: event must be an array of tables ([[event]])")
     for number, raw in enumerate(data.get("event", []), 1):
         if not isinstance(raw, dict):
             raise ScenarioError(f"{where}: event {number} is not a table")
@@ -83,13 +89,28 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
         if missing:
             raise ScenarioError(f"{where}: event {number} ({action}): {missing[0]} is required")
         for key, value in raw.items():
-            if key != "action" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
-                raise ScenarioError(f"{where}: event {number} ({action}): {key} must be a number >= 0")
+            if key == "action":
+                continue
+            wanted = float if key in _SECONDS else int
+            if isinstance(value, bool) or not isinstance(value, wanted | int) or not 0 <= value < math.inf:
+                kind = "a number" if wanted is float else "an integer"
+                raise ScenarioError(f"{where}: event {number} ({action}): {key} must be {kind} >= 0")
         events.append(Event(action, _int(raw, "after_items"), _num(raw, "after_seconds"), _int(raw, "vbucket"),
                             _int(raw, "seqno"), _int(raw, "node"),
                             _seconds(raw, action),
                             _int(raw, "count") or 0))
     return events
+
+
+def check(events: list[Event], vbuckets: int, nodes: int, where: str = "scenario") -> None:
+    """Refuse events naming a vbucket the bucket does not have or a node the cluster does not have."""
+    for number, event in enumerate(events, 1):
+        if event.vbucket is not None and event.vbucket >= vbuckets:
+            raise ScenarioError(f"{where}: event {number} ({event.action}): vbucket {event.vbucket} does not exist "
+                                f"(the bucket has {vbuckets}, --vbuckets)")
+        if event.node is not None and event.node >= nodes:
+            raise ScenarioError(f"{where}: event {number} ({event.action}): node {event.node} does not exist "
+                                f"(the cluster has {nodes}, --nodes)")
 
 
 def _seconds(raw: dict[str, Any], action: str) -> float:

@@ -4,9 +4,12 @@ Theory of operation. One listener per emulated node (``--nodes``; consecutive po
 per node when a certificate is given. Each accepted connection gets a sans-IO
 :class:`ProducerConnection`; bytes received go in, and :meth:`_Client.pump` writes what it produces until
 the transport's buffer is full (asyncio pauses the protocol) or nothing is left; a paused connection
-resumes when the kernel has taken the bytes. A ticker (every ``TICK`` seconds) moves the clock: new items
-at ``--mutation-rate``, due scenario events, noops and idle checks, then pumps every connection so
-streams waiting for new items get them. Item-triggered events stop the streams exactly at their count.
+resumes when the kernel has taken the bytes. While it is paused the socket is not read either: a client
+that sends requests and never reads the answers then holds one send queue, one read and the transport's
+buffer, and the kernel's window stops it (kv_engine stops reading such a client the same way). A
+ticker (every ``TICK`` seconds) moves the clock: new items at ``--mutation-rate``, due scenario events,
+noops and idle checks, then pumps every connection so streams waiting for new items get them.
+Item-triggered events stop the streams exactly at their count.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from dcpctl.producer.connection import Cluster, Node, ProducerConnection
+from dcpctl.producer.connection import (
+    MAX_SEND_QUEUE_SIZE,
+    MAX_UNAUTHENTICATED_PACKET_SIZE,
+    Cluster,
+    Node,
+    ProducerConnection,
+)
 from dcpctl.producer.scenario import Event
 from dcpctl.producer.store import Bucket
 
@@ -39,6 +48,8 @@ class ServeOptions:
     tls: ssl.SSLContext | None = None
     mutation_rate: float = 0.0
     events: list[Event] = field(default_factory=list)
+    max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
+    max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
 
 
 class Emulator:
@@ -187,7 +198,10 @@ class _Client(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         sockname = transport.get_extra_info("sockname")
         host = sockname[0] if sockname else "127.0.0.1"
-        self.conn = ProducerConnection(Node(self.node, self.emulator.cluster), host, self.emulator.loop.time())
+        options = self.emulator.options
+        self.conn = ProducerConnection(Node(self.node, self.emulator.cluster), host, self.emulator.loop.time(),
+                                       max_send_queue_size=options.max_send_queue_size,
+                                       max_unauthenticated_packet_size=options.max_unauthenticated_packet_size)
         self.emulator.clients.add(self)
         peer = transport.get_extra_info("peername")
         self.emulator.log(f"connection from {peer[0]}:{peer[1]} to node {self.node}" if peer else "connection")
@@ -202,10 +216,13 @@ class _Client(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
+        self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
         self.pump()
+        if not self.paused and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def pump(self) -> None:
         emulator = self.emulator

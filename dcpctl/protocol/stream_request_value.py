@@ -7,9 +7,10 @@ says unknown keys are never an error), ``sid`` is a u16 from 1 to 65535 (the doc
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Final
+
+import orjson
 
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 
@@ -27,9 +28,9 @@ def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
         return diagnostic(name, message, offset, n)
 
     try:
-        obj = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
-        return None, [d("stream_request_json_invalid", "stream-request value is not valid JSON")]
+        obj = orjson.loads(value)  # bounded nesting; refuses 1e999 and lone surrogates
+    except ValueError as exc:
+        return None, [d("stream_request_json_invalid", f"stream-request value is not valid JSON: {exc}")]
     if not isinstance(obj, dict):
         return obj, [d("stream_request_json_invalid", "stream-request value is not a JSON object")]
     diags: list[Diagnostic] = []
