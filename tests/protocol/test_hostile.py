@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capturekit import session_packets, session_records, write_capture
 
 from dcpctl.cli import main
 from dcpctl.dcp.session import stream_request_of
@@ -17,7 +18,6 @@ from dcpctl.protocol import stream_request_value
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.render.env import Environment
-from tests.capturekit import session_packets, session_records, write_capture
 
 DEEP = b"[" * 5000 + b"]" * 5000
 DEEP_VALUE = b'{"sid":' + DEEP + b"}"
