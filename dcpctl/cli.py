@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         if callable(show):
             show(file=environment.stderr)
         else:
-            environment.stderr.write(f"dcpctl: error: {exc}\n")
+            environment.stderr.write(f"dcpctl: error: {shown(str(exc))}\n")
         return int(ExitCode.USAGE)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 

@@ -12,7 +12,7 @@ import typer
 
 from dcpctl.client.connection import DEFAULT_TIMEOUT, ClientError, TlsOptions
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.render.env import Environment
+from dcpctl.render.env import Environment, OutputError
 
 DEFAULT_PASSWORD_ENV = "DCPCTL_PASSWORD"  # noqa: S105 - the name of a variable, not a password
 
@@ -68,8 +68,8 @@ def client_errors() -> Iterator[None]:
         yield
     except ClientError as exc:
         raise CommandError(str(exc), exc.code) from None
-    except BrokenPipeError:
-        raise  # the reader went away (| head): the root handles it quietly
+    except (BrokenPipeError, OutputError):
+        raise  # standard output, not the connection: the root says so once (or, for | head, stays quiet)
     except OSError as exc:
         raise CommandError(f"{exc.strerror or exc}", ExitCode.CONNECTION) from None
 

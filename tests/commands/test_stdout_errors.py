@@ -3,11 +3,13 @@ failure is the descriptor's); a reader that goes away (| head) stays quiet, exit
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from servekit import serving
 
 from dcpctl.exitcode import ExitCode
 
@@ -31,7 +33,7 @@ COMMANDS = [
 def _dcpctl(args: list[str], redirect: str) -> subprocess.CompletedProcess[str]:
     command = " ".join([sys.executable, "-m", "dcpctl", *args])
     return subprocess.run(["bash", "-c", f"{command} {redirect}"], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=ROOT)
+                          check=False, cwd=ROOT, env={**os.environ, "DCPCTL_PASSWORD": "password"})
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:3]))
@@ -54,3 +56,12 @@ def test_a_reader_going_away_is_quiet_and_exit_0(fmt: str, tmp_path: Path) -> No
     big.write_bytes(SAMPLE.read_bytes() * 200)
     done = _dcpctl(["hexdump", "-F", fmt, str(big)], "| head -n 1 >/dev/null; exit ${PIPESTATUS[0]}")
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_stream_to_a_full_disk_is_one_line_and_exit_3() -> None:
+    """Not a connection error (exit 5): the stream's own OSError handling leaves standard output's alone."""
+    with serving("--vbuckets", "2", "--items", "50") as server:
+        done = _dcpctl(["stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--until", "now", "--timeout", "5"],
+                       ">/dev/full")
+    assert done.stderr.splitlines()[-1] == "dcpctl: error: cannot write standard output: No space left on device"
+    assert done.returncode == ExitCode.INPUT
