@@ -99,7 +99,9 @@ def render(msg: Message, max_field_bytes: int) -> Text:
     text.append(f"{title} {'response' if msg.is_response else 'request'}", style="bold")
     text.append(f"  @{msg.offset}, {len(raw)} bytes\n", style="dim")
     shown_from = 0
-    for first, last in _hidden(fields, max_field_bytes):
+    for first, last in sorted(_hidden(fields, max_field_bytes)):
+        if first < shown_from:  # fields that overlap (a packet at odds with its lengths): shown, not hidden
+            continue
         _rows(text, raw, fields, shown_from, first)
         text.append(f"  ....  ({last - first} bytes not shown: --max-field-bytes {max_field_bytes})\n",
                     style="dim")

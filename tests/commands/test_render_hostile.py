@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import re
 import struct
+from pathlib import Path
 
 import pytest
+from capturekit import session_packets, write_capture
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
@@ -94,3 +96,14 @@ def test_a_big_declared_value_is_not_walked() -> None:
     assert code == ExitCode.OK
     assert "fields not listed" in out
     assert len(out.splitlines()) < 200
+
+
+@pytest.mark.parametrize("fmt", ["hexdump", "pretty", "jsonl"])
+def test_decode_masks_sasl_in_a_capture(fmt: str, tmp_path: Path) -> None:
+    capture = tmp_path / "sasl.pcap"
+    capture.write_bytes(write_capture([(True, _sasl("\x00admin\x00hunter2")), *session_packets()]))
+    code, out, _ = _run(["decode", "-F", fmt, str(capture)], b"")
+    assert code == ExitCode.OK
+    assert "SASL_AUTH" in out
+    assert "hunter2" not in out
+    assert b"hunter2".hex()[:8] not in out.replace(" ", "")
