@@ -21,7 +21,8 @@ from dcpctl.commands.rollback import rollback_app
 from dcpctl.commands.serve import serve
 from dcpctl.commands.stream import stream
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.render.env import Environment
+from dcpctl.render.env import Environment, OutputError, checked_stdout, discard_stdout
+from dcpctl.safetext import shown
 
 app = typer.Typer(
     name="dcpctl",
@@ -66,9 +67,15 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:
             result = command.invoke(ctx)
+        environment.stdout.flush()  # what is still buffered fails here, where it can be said, not at exit
     except CommandError as exc:
-        environment.stderr.write(f"dcpctl: error: {exc}\n")
+        # the one place errors are written: wire, file and server text in them is escaped here (safetext)
+        environment.stderr.write(f"dcpctl: error: {shown(str(exc))}\n")
         return int(exc.code)
+    except OutputError as exc:
+        discard_stdout()
+        environment.stderr.write(f"dcpctl: error: cannot write standard output: {exc.strerror}\n")
+        return int(ExitCode.INPUT)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -85,7 +92,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         if callable(show):
             show(file=environment.stderr)
         else:
-            environment.stderr.write(f"dcpctl: error: {exc}\n")
+            environment.stderr.write(f"dcpctl: error: {shown(str(exc))}\n")
         return int(ExitCode.USAGE)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
@@ -101,4 +108,5 @@ def quiet_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
 
 def run() -> None:
     sys.unraisablehook = quiet_interrupts
+    checked_stdout()
     sys.exit(main())

@@ -13,7 +13,7 @@ import typer
 from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, TlsOptions, split_host
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.render.env import Environment
+from dcpctl.render.env import Environment, OutputError
 
 DEFAULT_PASSWORD_ENV = "DCPCTL_PASSWORD"  # noqa: S105 - the name of a variable, not a password
 MAX_SEQNO: Final = 2**64 - 1  # seqnos are unsigned 64-bit on the wire
@@ -116,8 +116,8 @@ def client_errors() -> Iterator[None]:
         yield
     except ClientError as exc:
         raise CommandError(str(exc), exc.code) from None
-    except BrokenPipeError:
-        raise  # the reader went away (| head): the root handles it quietly
+    except (BrokenPipeError, OutputError):
+        raise  # standard output, not the connection: the root says so once (or, for | head, stays quiet)
     except OSError as exc:
         raise CommandError(f"{exc.strerror or exc}", ExitCode.CONNECTION) from None
 

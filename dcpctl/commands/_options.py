@@ -15,6 +15,7 @@ from dcpctl.protocol.constants import MAX_VBUCKETS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.registry import DIALECTS, Dialect
 from dcpctl.render.env import Environment
+from dcpctl.render.output import MAX_FIELD_BYTES
 
 
 class DialectName(StrEnum):
@@ -66,6 +67,10 @@ MaxBodyOption = Annotated[int, typer.Option(
          f"(default {DEFAULT_MAX_BODY_LENGTH}: a 20 MiB document plus xattrs and headers).")]
 StrictOption = Annotated[bool, typer.Option(
     "--strict", help="Exit 4 when any message has an error diagnostic or bytes were skipped.")]
+MaxFieldBytesOption = Annotated[int, typer.Option(
+    "--max-field-bytes", min=32, metavar="BYTES",
+    help=f"pretty and hexdump show a longer field as its head, tail and size (default {MAX_FIELD_BYTES}; "
+         "JSON output is always whole).")]
 Base64Option = Annotated[bool, typer.Option(
     "--base64", help="Binary keys and values as base64 instead of hex in JSON output.")]
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Annotated, Any
 
+import orjson
 import typer
 
 from dcpctl.commands._options import DialectName, DialectOption, dialect_of, env_of
@@ -14,21 +16,54 @@ from dcpctl.protocol.encode import EncodeError, encode
 from dcpctl.sources.files import open_input
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return number
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+# The stdlib decoder splits a stream of objects written over several lines (jq's output); numbers it
+# would read as infinity and NaN/Infinity are refused as orjson refuses them.
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_refuse_constant)
+
+
+def _parsed(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at ``text[pos:]`` and where it ends. One whole line (JSON lines, the usual input) is
+    read by orjson (nesting bounded, 1e999 and lone surrogates refused); a value over several lines by the
+    stdlib decoder, whose nesting ends in a RecursionError, said here as an error."""
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    try:
+        return orjson.loads(text[pos:end]), end
+    except ValueError:
+        pass
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     stripped = text.lstrip()
     if not stripped:
         return
     if stripped[0] == "[":
         try:
-            data = json.loads(text)
+            data = orjson.loads(text)
         except ValueError as exc:
             raise CommandError(f"input is not valid JSON: {exc}") from None
+        if not isinstance(data, list):
+            raise CommandError("input is not a JSON array of records")
         for index, item in enumerate(data, 1):
             if not isinstance(item, dict):
                 raise CommandError(f"record {index} is not a JSON object")
             yield index, item
         return
-    decoder = json.JSONDecoder()
     pos, index = 0, 0
     while True:
         while pos < len(text) and text[pos].isspace():
@@ -36,7 +71,7 @@ def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         if pos >= len(text):
             return
         try:
-            item, pos = decoder.raw_decode(text, pos)
+            item, pos = _parsed(text, pos)
         except ValueError as exc:
             raise CommandError(f"record {index + 1} is not valid JSON: {exc}") from None
         index += 1

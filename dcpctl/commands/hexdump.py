@@ -12,6 +12,7 @@ from dcpctl.commands._options import (
     DialectName,
     DialectOption,
     MaxBodyOption,
+    MaxFieldBytesOption,
     ShowSecretsOption,
     StrictOption,
     dialect_of,
@@ -20,7 +21,7 @@ from dcpctl.commands._options import (
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
-from dcpctl.render.output import Format, emit
+from dcpctl.render.output import MAX_FIELD_BYTES, Format, emit
 from dcpctl.sources.files import open_input
 from dcpctl.sources.packets import read_items
 
@@ -35,6 +36,7 @@ def hexdump(
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
     strict: StrictOption = False,
     base64: Base64Option = False,
+    max_field_bytes: MaxFieldBytesOption = MAX_FIELD_BYTES,
 ) -> None:
     """Annotate packets field by field, in the protocol documents' style.
 
@@ -44,6 +46,7 @@ def hexdump(
     env = env_of(ctx)
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     with open_input(file, env.stdin) as stream:
-        stats = emit(read_items(stream, options, max_body_length), fmt, env, base64=base64)
+        stats = emit(read_items(stream, options, max_body_length), fmt, env, base64=base64,
+                     max_field_bytes=max_field_bytes)
     if strict and not stats.clean:
         raise typer.Exit(ExitCode.DIAGNOSTICS)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import io
 import re
 import signal
 import string
@@ -46,8 +44,9 @@ from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, p
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import Message, redacted
-from dcpctl.render.env import Environment
+from dcpctl.render.env import OutputError
 from dcpctl.render.output import Format, emit
+from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
 _T = TypeVar("_T")
@@ -148,7 +147,6 @@ def stream(
         quiet=summary and fmt is None and template is None and write is None,
         max_scram_iterations=max_scram_iterations)
     output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
-    env = _whole_writes(env)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
         options.lines = binary.write  # plain items go out as lines from a template (the JSON of their record)
@@ -156,7 +154,7 @@ def stream(
 
     def notice(message: str) -> None:
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
-            errors.print(f"dcpctl: {message}", style="yellow", markup=False, highlight=False)
+            errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
     capture = _Capture(write) if write is not None else None
 
@@ -208,8 +206,9 @@ def stream(
             saving = not isinstance(exc, (OSError, _OutputError, StateError))
             if isinstance(exc, StateError):
                 raise CommandError(str(exc), ExitCode.INPUT) from None
-            if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):  # the reader gone: quiet
-                raise _OutputError(f"standard output: {exc.strerror or exc}") from None
+            if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError, OutputError)):
+                # standard output's own failures are said once, at the top (the reader gone is quiet)
+                raise OutputError(exc.errno, exc.strerror or str(exc)) from None
             raise
         finally:
             try:
@@ -223,24 +222,6 @@ def stream(
                     capture.close(quiet=failing)
     if summary:
         _print_summary(streamer, env)
-
-
-def _whole_writes(env: Environment) -> Environment:
-    """Standard output of stream's own, when it is a file descriptor: a BufferedWriter, which writes every
-    byte or raises. Python's own is a raw file under -u (PYTHONUNBUFFERED), whose write() may take part of a
-    batch (a disk filling up) and say so only in its return value, which text output and the lines path
-    would not look at; and after a failure, what Python's own still holds would be tried again, and fail
-    again, as the interpreter exits. This one is flushed whenever the stream waits and before each save."""
-    text = env.stdout
-    try:
-        fd = text.fileno()
-    except (AttributeError, OSError, ValueError):  # a StringIO (tests): nothing is cut short there
-        return env
-    text.flush()
-    buffered = io.BufferedWriter(io.FileIO(fd, "wb", closefd=False))
-    return dataclasses.replace(env, stdout=io.TextIOWrapper(
-        buffered, encoding=text.encoding, errors=text.errors, line_buffering=bool(text.line_buffering),
-        write_through=True))
 
 
 class _OutputError(CommandError):

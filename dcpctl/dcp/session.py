@@ -16,9 +16,10 @@ bounded by the number of open streams and outstanding requests, each capped by a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import orjson
 
 from dcpctl.dcp.rollback import (
     END_FOREVER,
@@ -163,15 +164,28 @@ class RollbackStory:
                 "verdict": self.verdict()}
 
 
+def _json_integer(value: str, name: str) -> int | None:
+    """``name`` of a stream-request JSON value as an integer (a u64: an integer or a string of digits),
+    None when the value is not JSON, not an object, or the key is missing or anything else. orjson bounds
+    the nesting and refuses 1e999, so a hostile value is None, never an exception."""
+    try:
+        obj = orjson.loads(value)
+    except ValueError:
+        return None
+    found = obj.get(name) if isinstance(obj, dict) else None
+    if isinstance(found, str) and found.isascii() and found.isdigit() and len(found) <= 20:
+        found = int(found)
+    if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= 0xFFFFFFFFFFFFFFFF:
+        return found
+    return None
+
+
 def stream_request_of(record: dict[str, Any]) -> StreamRequest:
     """A DCP_STREAM_REQ record as the rollback engine's request (purge_seqno from its JSON value)."""
     purge = None
     value = record.get("value")
     if isinstance(value, str) and "purge_seqno" in value:
-        try:
-            purge = int(json.loads(value)["purge_seqno"])
-        except (ValueError, TypeError, KeyError):
-            purge = None
+        purge = _json_integer(value, "purge_seqno")
     return StreamRequest(int(record.get("start_seqno", 0)), int(record.get("vbucket_uuid", 0)),
                          int(record.get("snap_start_seqno", record.get("start_seqno", 0))),
                          int(record.get("snap_end_seqno", record.get("start_seqno", 0))),
@@ -330,10 +344,7 @@ class ConnectionTracker:
         stream_id = None
         value = request.get("value")
         if isinstance(value, str) and '"sid"' in value:
-            try:
-                stream_id = int(json.loads(value).get("sid"))
-            except (ValueError, TypeError, AttributeError):
-                stream_id = None
+            stream_id = _json_integer(value, "sid")
         if len(self.streams_by_opaque) >= MAX_STREAMS:
             self.streams_by_opaque.pop(next(iter(self.streams_by_opaque)))
         stream = StreamState(vbucket, stream_id, int(request.get("opaque", 0)), asked.start_seqno,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+from construct import ConstructError
 
 from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.constants import (
@@ -17,7 +19,9 @@ from dcpctl.protocol.constants import (
     DATATYPE_XATTR,
     MAGIC_CLASS,
     MAGICS,
+    OPCODES,
     RESPONSE_MAGICS,
+    SERVER_OPCODES,
     STATUSES,
     Vocabulary,
 )
@@ -25,9 +29,37 @@ from dcpctl.protocol.message import HEADER, select_variant, value_grammar
 from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant
 from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
 
+# A frame info's id and length are a nibble each, 15 escaping to one more byte holding value - 15.
+MAX_FRAME_ID: Final = 15 + 255
+MAX_FRAME_DATA: Final = 15 + 255
+
 
 class EncodeError(ValueError):
     """The record cannot be turned into bytes (a missing or mistyped field); one line, names the field."""
+
+
+SHOWN_CHARS: Final = 40  # of a bad field's value quoted in an error: enough to recognise it, one line
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
+def _text(value: str, name: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError(f"{name} is not valid Unicode (a lone surrogate)") from None
+
+
+def _hex(value: Any, name: str) -> bytes:
+    if not isinstance(value, str):
+        raise EncodeError(f"{name} must be a hex string, got {_brief(value)}")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise EncodeError(f"{name} is not hex") from None
 
 
 def _bytes(rec: Mapping[str, Any], name: str) -> bytes:
@@ -41,40 +73,65 @@ def _bytes(rec: Mapping[str, Any], name: str) -> bytes:
             return bytes.fromhex(value)
         except ValueError:
             raise EncodeError(f"{name} is marked hex but is not hex") from None
-    return value.encode("utf-8")
+    return _text(value, name)
 
 
-def _code(vocab: Vocabulary, value: Any, what: str) -> int:
-    if isinstance(value, int):
-        return value
-    try:
-        return vocab.code(str(value))
-    except KeyError:
-        raise EncodeError(f"unknown {what} {value!r}") from None
+def _code(vocab: Vocabulary, value: Any, what: str, bits: int) -> int:
+    if isinstance(value, bool):
+        raise EncodeError(f"unknown {what} {_brief(value)}")
+    if not isinstance(value, int):
+        if not isinstance(value, str):
+            raise EncodeError(f"unknown {what} {_brief(value)}")
+        try:
+            value = vocab.code(value)
+        except KeyError:
+            raise EncodeError(f"unknown {what} {_brief(value)}") from None
+    return _in_range(value, what, bits)
 
 
-def _int(rec: Mapping[str, Any], name: str, default: int = 0) -> int:
+def _in_range(value: int, name: str, bits: int) -> int:
+    if not 0 <= value < 1 << bits:
+        raise EncodeError(f"{name} {_brief(value)} does not fit {bits} bits")
+    return value
+
+
+def _int(rec: Mapping[str, Any], name: str, default: int = 0, bits: int = 64) -> int:
     value = rec.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise EncodeError(f"{name} must be an integer, got {value!r}")
-    return value
+        raise EncodeError(f"{name} must be an integer, got {_brief(value)}")
+    if value == default:  # a default outside the range (-1: absent) is the caller's sentinel
+        return value
+    return _in_range(value, name, bits)
 
 
 def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = False) -> bytes:
-    """Wire bytes for one record; raises :class:`EncodeError` with a one-line reason."""
+    """Wire bytes for one record; raises :class:`EncodeError` with a one-line reason, and nothing else."""
+    if not isinstance(rec, Mapping):
+        raise EncodeError("a record is a JSON object")
+    try:
+        return _encode(rec, dialect, fix_lengths)
+    except EncodeError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error, ConstructError) as exc:
+        # a field of a type or size the declarations do not expect, met below the checks above
+        first = str(exc).strip().splitlines()
+        raise EncodeError(f"the record does not encode: {first[0] if first else type(exc).__name__}") from None
+
+
+def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> bytes:
     if "opcode" not in rec or "magic" not in rec:
         raise EncodeError("a record needs at least magic and opcode")
-    magic = _code(MAGICS, rec["magic"], "magic")
+    magic = _code(MAGICS, rec["magic"], "magic", 8)
     magic_class = MAGIC_CLASS.get(magic)
     spec = _find_spec(dialect, magic_class, rec["opcode"])
-    opcode = spec.opcode if spec else _opcode_number(rec["opcode"])
+    opcode = spec.opcode if spec else _opcode_number(rec["opcode"], magic_class)
     response = magic in RESPONSE_MAGICS
     has_status = response and (spec is None or spec.has_status)
     type_field = spec.type_field if spec else "datatype"
-    type_byte = _int(rec, type_field)
-    word = _code(STATUSES, rec.get("status", 0), "status") if has_status else _int(rec, "vbucket")
+    type_byte = _int(rec, type_field, bits=8)
+    word = _code(STATUSES, rec.get("status", 0), "status", 16) if has_status else _int(rec, "vbucket", bits=16)
 
     framing = _framing(rec, response)
     variant = _variant(spec, rec, magic, word, type_byte)
@@ -87,12 +144,13 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
     key = _key(rec, variant)
     value = _value(rec, variant, type_byte if type_field == "datatype" else 0, extras)
 
-    keylen = len(key) if fix_lengths or "key_length" not in rec else _int(rec, "key_length")
-    extlen = len(extras) if fix_lengths or "extras_length" not in rec else _int(rec, "extras_length")
+    keylen = len(key) if fix_lengths or "key_length" not in rec else _int(rec, "key_length", bits=16)
+    extlen = len(extras) if fix_lengths or "extras_length" not in rec else _int(rec, "extras_length", bits=8)
     felen = len(framing) if fix_lengths or "framing_extras_length" not in rec else _int(
-        rec, "framing_extras_length")
+        rec, "framing_extras_length", bits=8)
     body = framing + extras + key + value
-    total = len(body) if fix_lengths or "total_body_length" not in rec else _int(rec, "total_body_length")
+    total = len(body) if fix_lengths or "total_body_length" not in rec else _int(rec, "total_body_length",
+                                                                                  bits=32)
     if magic in ALT_MAGICS:
         if felen > 0xFF or keylen > 0xFF:
             raise EncodeError("alternative encoding allows at most 255 bytes of framing extras and key")
@@ -104,21 +162,18 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
     if key_word > 0xFFFF or extlen > 0xFF or total > 0xFFFFFFFF:
         raise EncodeError("a length does not fit its header field")
     header = HEADER.pack(magic, opcode, key_word, extlen, type_byte, word, total,
-                         _int(rec, "opaque"), _int(rec, "cas"))
+                         _int(rec, "opaque", bits=32), _int(rec, "cas", bits=64))
     return header + body
 
 
-def _opcode_number(name: Any) -> int:
-    if isinstance(name, int):
-        return name
-    try:
-        return int(str(name), 0)
-    except ValueError:
-        raise EncodeError(f"unknown opcode {name!r}") from None
+def _opcode_number(name: Any, magic_class: int | None) -> int:
+    """An opcode outside the registry: a number, or a name from the kv_engine tables (as decode names it)."""
+    vocab = SERVER_OPCODES if magic_class in (0x82, 0x83) else OPCODES
+    return _code(vocab, name, "opcode", 8)
 
 
 def _find_spec(dialect: Dialect, magic_class: int | None, opcode: Any) -> MessageSpec | None:
-    if magic_class is None:
+    if magic_class is None or isinstance(opcode, bool) or not isinstance(opcode, int | str):
         return None
     for (cls, _), spec in dialect.table.items():
         if cls == magic_class and opcode in (spec.name, spec.opcode):
@@ -135,7 +190,7 @@ def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int, word:
         for name in _grammar_fields(v))) else 0
     if "extras_length" in rec:
         byte0 = _int(rec, "marker_version", -1)
-        chosen = select_variant(spec, magic, _int(rec, "extras_length"), word, type_byte, byte0, has_value)
+        chosen = select_variant(spec, magic, _int(rec, "extras_length", bits=8), word, type_byte, byte0, has_value)
         if chosen is None or chosen.layout is None or all(n in rec for n in chosen.layout.names):
             return chosen
         # the header's extras length disagrees with the fields given (a document's erratum decoded as
@@ -165,14 +220,22 @@ def _grammar_fields(variant: Variant) -> list[str]:
 
 def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
     if "framing_extras" in rec:
-        return bytes.fromhex(rec["framing_extras"])
+        return _hex(rec["framing_extras"], "framing_extras")
     out = b""
-    for info in rec.get("frame_infos", []):
+    infos = rec.get("frame_infos", [])
+    if not isinstance(infos, list) or not all(isinstance(info, dict) for info in infos):
+        raise EncodeError("frame_infos must be a list of objects")
+    for info in infos:
+        frame_id = info.get("id")
+        if isinstance(frame_id, bool) or not isinstance(frame_id, int) or not 0 <= frame_id <= MAX_FRAME_ID:
+            raise EncodeError(f"a frame info needs an id from 0 to {MAX_FRAME_ID}, got {_brief(frame_id)}")
         if "data" in info:
-            data = bytes.fromhex(info["data"])
+            data = _hex(info["data"], "frame info data")
+            if len(data) > MAX_FRAME_DATA:
+                raise EncodeError(f"frame info {frame_id} data of {len(data)} bytes: at most {MAX_FRAME_DATA}")
         else:
             grammars = frameinfo.RESPONSE_FRAME_GRAMMARS if response else frameinfo.REQUEST_FRAME_GRAMMARS
-            options = grammars.get(int(info["id"]), {})
+            options = grammars.get(frame_id, {})
             for grammar in options.values():
                 names = [n for n, _ in walk.field_names(grammar)]
                 if all(n in info for n in names):
@@ -180,21 +243,23 @@ def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
                     break
             else:
                 raise EncodeError(f"frame info {info.get('id')} needs its data")
-        out += frameinfo.encode_element(int(info["id"]), data)
+        out += frameinfo.encode_element(frame_id, data)
     if not out and "stream_id" in rec and not response:
-        out = frameinfo.encode_element(frameinfo.DCP_STREAM_ID, struct.pack(">H", _int(rec, "stream_id")))
+        out = frameinfo.encode_element(frameinfo.DCP_STREAM_ID, struct.pack(">H", _int(rec, "stream_id", bits=16)))
     return out
 
 
 def _extras(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
     if "extras" in rec:
-        return bytes.fromhex(rec["extras"])
+        return _hex(rec["extras"], "extras")
     if variant is None or variant.layout is None:
         return b""
     layout = variant.layout
     missing = [n for n in layout.names if n not in rec]
     if missing:
         raise EncodeError(f"{variant.name} needs {', '.join(missing)}")
+    for name in layout.names:
+        _int(rec, name)
     try:
         return layout.pack(rec)
     except struct.error as exc:
@@ -204,7 +269,7 @@ def _extras(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
 def _key(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
     key = _bytes(rec, "key")
     if variant is not None and variant.key is KeyKind.DOCUMENT and "collection_id" in rec:
-        key = leb128_encode(_int(rec, "collection_id")) + key
+        key = leb128_encode(_int(rec, "collection_id", bits=32)) + key
     return key
 
 
@@ -223,21 +288,32 @@ def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
         try:
             built = bytes(grammar.build(walk.from_json(grammar, rec)))
         except Exception as exc:  # noqa: BLE001 - construct build errors name the field
-            raise EncodeError(f"{variant.name} value: {exc}") from None
-        return built + bytes.fromhex(rec.get("value_trailing", ""))
+            first = str(exc).strip().splitlines()
+            raise EncodeError(f"{variant.name} value: {first[0] if first else type(exc).__name__}") from None
+        return built + _hex(rec.get("value_trailing", ""), "value_trailing")
     if kind is ValueKind.SECRET and rec.get("value_redacted"):
         raise EncodeError("the SASL value was redacted; decode with --show-secrets to re-encode it")
     if kind is ValueKind.DOCUMENT:
         if "value_compressed" in rec:
-            return bytes.fromhex(rec["value_compressed"])
+            return _hex(rec["value_compressed"], "value_compressed")
         body = _bytes(rec, "value")
         if "xattrs" in rec and datatype & DATATYPE_XATTR:
-            pairs = [Xattr(str(p["key"]), str(p["value"])) for p in rec["xattrs"]]
-            body = build_xattrs(pairs) + body
-        if datatype & DATATYPE_SNAPPY:
+            body = _xattrs(rec["xattrs"]) + body
+        if datatype & DATATYPE_SNAPPY and body:
+            # an empty value stays empty: decode shows a snappy-flagged empty value without value_compressed,
+            # and compressing it would add the one byte of an empty block
             body = snappy_compress(body)
         return body
     return _bytes(rec, "value")
+
+
+def _xattrs(pairs: Any) -> bytes:
+    if not isinstance(pairs, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("key"), str) and isinstance(p.get("value"), str) for p in pairs):
+        raise EncodeError("xattrs must be a list of {key, value} strings")
+    for pair in pairs:
+        _text(pair["key"] + pair["value"], "an xattr")
+    return build_xattrs([Xattr(p["key"], p["value"]) for p in pairs])
 
 
 def _grammar_length_hint(rec: Mapping[str, Any], variant: Variant) -> int:

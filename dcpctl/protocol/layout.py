@@ -40,6 +40,9 @@ HEADER_LABELS: Final = {
 }
 
 
+XATTRS_NAMED: Final = 8  # xattr pairs written out in the span's value; a renderer shows a line of it at most
+
+
 @dataclass(frozen=True, slots=True)
 class FieldSpan:
     section: str  # header, framing, extras, key, value, unclaimed
@@ -49,6 +52,7 @@ class FieldSpan:
     length: int
     value: object  # decoded value
     meaning: str = ""
+    secret: bool = False  # its bytes are a SASL client message: shown masked unless --show-secrets
 
 
 def _header_grammar(msg: Message) -> object:
@@ -82,8 +86,9 @@ def _meaning(msg: Message, name: str, value: object) -> str:
     return ""
 
 
-def spans(msg: Message) -> list[FieldSpan]:
-    """Every field of ``msg`` with its byte range, in wire order."""
+def spans(msg: Message, walk_limit: int | None = None) -> list[FieldSpan]:
+    """Every field of ``msg`` with its byte range, in wire order. A value of declared fields longer than
+    ``walk_limit`` bytes is one span: its fields are not listed (a hostile one has millions)."""
     out: list[FieldSpan] = []
     raw = msg.raw
     if len(raw) >= grammar.HEADER_LENGTH:
@@ -122,7 +127,7 @@ def spans(msg: Message) -> list[FieldSpan]:
         out.append(FieldSpan("key", "key", "key", start, msg.value_offset - start, text))
     value = msg.value
     if value:
-        out.extend(_value_spans(msg))
+        out.extend(_value_spans(msg, walk_limit))
     claimed = msg.value_offset if value else max(msg.key_offset, msg.value_offset)
     end = max(claimed, msg.body_end if value else claimed)
     if end < len(raw):
@@ -131,11 +136,14 @@ def spans(msg: Message) -> list[FieldSpan]:
     return out
 
 
-def _value_spans(msg: Message) -> list[FieldSpan]:
+def _value_spans(msg: Message, walk_limit: int | None) -> list[FieldSpan]:
     variant = msg.variant
     value = msg.value
     start = msg.value_offset
     kind = variant.value if variant else ValueKind.RAW
+    if kind is ValueKind.GRAMMAR and variant is not None and walk_limit is not None and len(value) > walk_limit:
+        return [FieldSpan("value", "value", f"value ({variant.name} fields not listed)", start, len(value),
+                          f"{len(value)} bytes")]
     if kind is ValueKind.GRAMMAR and variant is not None:
         found = value_grammar(variant, msg.extras, len(value))
         if found is not None:
@@ -152,13 +160,15 @@ def _value_spans(msg: Message) -> list[FieldSpan]:
                                          start + len(value) - end, value[end - start:].hex()))
                 return out
     if kind is ValueKind.SECRET and not msg.options.show_secrets:
-        return [FieldSpan("value", "value", "value (redacted)", start, len(value), "<redacted>")]
+        return [FieldSpan("value", "value", "value (redacted)", start, len(value), "<redacted>", secret=True)]
     datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
     if kind is ValueKind.DOCUMENT and datatype & DATATYPE_XATTR and not datatype & DATATYPE_SNAPPY:
         parsed = parse_xattrs(value)
         if not isinstance(parsed, str):
             pairs, body = parsed
-            shown = ", ".join(f"{p.key}={p.value}" for p in pairs)
+            shown = ", ".join(f"{p.key}={p.value}" for p in pairs[:XATTRS_NAMED])
+            if len(pairs) > XATTRS_NAMED:
+                shown += f", … ({len(pairs)} pairs)"
             return [FieldSpan("value", "xattrs", "xattrs", start, body, shown),
                     FieldSpan("value", "value", "value", start + body, len(value) - body,
                               value[body:].decode("utf-8", "backslashreplace"))]

@@ -625,10 +625,11 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
     rec["total_body_length"] = total
     rec.update(zip(plan.names, msg._extras_values, strict=True))  # type: ignore[arg-type]
     raw = msg.raw
-    if msg.key_length:
-        key_offset = msg.key_offset
+    key_offset = msg.key_offset
+    present = msg.value_offset - key_offset  # the key bytes there are (fewer than key_length if cut short)
+    if present:
         if msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
-            if raw[key_offset] >= 0x80 or msg.key_length == 1:  # a multi-byte LEB128 id, or no key after it
+            if raw[key_offset] >= 0x80 or present == 1:  # a multi-byte LEB128 id, or no key after it
                 _key(msg, rec, _KEY_DOCUMENT)
                 key_offset = -1
             else:  # a one-byte collection id (below 128: the common case)

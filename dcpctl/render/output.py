@@ -5,13 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import Message
 from dcpctl.render import hexdump, jsonl, pretty
 from dcpctl.render.env import Environment
+from dcpctl.safetext import shown
+
+# pretty and hexdump show a longer field (key, value, xattr, a value's declared fields) as its head, its
+# tail and its size: 1 KiB is 64 hexdump rows, and holds whole what a server sends in normal operation (a
+# failover log of 25 entries, HELLO's features, a key of 250 bytes), while a 20 MiB value costs a screen.
+# JSON output always carries every byte.
+MAX_FIELD_BYTES: Final = 1024
 
 
 class Format(StrEnum):
@@ -36,7 +43,7 @@ class Stats:
 def notice_text(item: Skipped | Diagnostic) -> str:
     """One line for what is not a message: a connection-level diagnostic, or bytes skipped."""
     if isinstance(item, Diagnostic):
-        return f"{item.name}: {item.message}"
+        return f"{item.name}: {shown(item.message)}"
     what = "a packet cut short at the end of the input" if item.reason == "truncated" else (
         "a header whose body length exceeds --max-body-length"
         if item.reason == "body_too_long" else "bytes that do not start a plausible header")
@@ -45,12 +52,12 @@ def notice_text(item: Skipped | Diagnostic) -> str:
 
 def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
-         | None = None, live: bool = False) -> Stats:
+         | None = None, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
 
     ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
     Items may be bytes only in JSONL: JSON lines already written out (a source's fast path for plain items),
-    passed through as they are.
+    passed through as they are. ``max_field_bytes``: pretty's and hexdump's bound (:data:`MAX_FIELD_BYTES`).
     """
     stats = Stats()
     errors = env.error_console()
@@ -102,7 +109,7 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
     elif fmt is Format.HEXDUMP:
         console = env.console()
         for msg in messages():
-            console.print(hexdump.render(msg))
+            console.print(hexdump.render(msg, max_field_bytes))
             count_errors(msg)
     else:
         console = env.console()
@@ -110,6 +117,6 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
             record = msg.record()
             if record_hook is not None:
                 record = record_hook(msg, record)
-            console.print(pretty.render(msg, record))
+            console.print(pretty.render(msg, record, max_field_bytes))
             count_errors(msg)
     return stats

@@ -1,4 +1,9 @@
-"""The human renderer (rich): one headline per message, its fields, key, value and diagnostics."""
+"""The human renderer (rich): one headline per message, its fields, key, value and diagnostics.
+
+Every string from the wire (keys, values, xattrs, names a server gave, diagnostics) is escaped
+(``safetext``): on a terminal an ESC could retitle the window or clear the screen, a newline forge a line.
+A string longer than the bound (``--max-field-bytes``) shows its head, its tail and its length.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,9 @@ from rich.text import Text
 
 from dcpctl.protocol.constants import DATATYPES, flag_names
 from dcpctl.protocol.message import Message
+from dcpctl.safetext import shown
 
-# Values longer than this are cut on screen (JSON output always carries them whole).
-MAX_SHOWN_VALUE: Final = 400
+XATTRS_SHOWN: Final = 32  # xattr lines per message; a document rarely has more, a hostile one has millions
 SEVERITY_STYLE: Final = {"error": "bold red", "warning": "yellow", "note": "cyan"}
 _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", "cas", "datatype",
                     "key_length", "extras_length", "framing_extras_length", "total_body_length",
@@ -31,25 +36,33 @@ def _meaning(msg: Message, name: str, value: Any) -> str:
     return vocab.name(value)
 
 
-def _shown(value: Any) -> str:
+def _cut(text: str, bound: int) -> str:
+    """``text`` escaped, its middle left out when it is longer than ``bound`` characters."""
+    if len(text) <= bound:
+        return shown(text)
+    half = max(bound // 2, 1)
+    return f"{shown(text[:half])}… ({len(text)} chars) …{shown(text[-half:])}"
+
+
+def _shown(value: Any, bound: int) -> str:
     if isinstance(value, list | dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
+        return _cut(json.dumps(value, separators=(",", ":")), bound)
+    return _cut(str(value), bound)
 
 
-def render(msg: Message, record: dict[str, Any]) -> Text:
+def render(msg: Message, record: dict[str, Any], max_field_bytes: int) -> Text:
     text = Text()
     if "ts" in record:
         text.append(f"{record['ts']:.6f} ", style="dim")
     if "connection" in record:
         text.append(f"{record['connection']} {record.get('direction', '')} ", style="dim")
     text.append(f"@{record['offset']} ", style="dim")
-    text.append(record["opcode"], style="bold magenta" if msg.is_response else "bold green")
+    text.append(shown(record["opcode"]), style="bold magenta" if msg.is_response else "bold green")
     if "request_type_name" in record:
-        text.append(f" ({record['request_type_name']})", style="magenta")
+        text.append(f" ({shown(record['request_type_name'])})", style="magenta")
     if "status" in record:
         style = "green" if record["status"] == "Success" else "bold red"
-        text.append(" status ").append(record["status"], style=style)
+        text.append(" status ").append(shown(record["status"]), style=style)
     else:
         text.append(f" vb {record['vbucket']}")
     text.append(f" opaque 0x{record['opaque']:08x}", style="dim")
@@ -64,28 +77,30 @@ def render(msg: Message, record: dict[str, Any]) -> Text:
         text.append("\n   ")
         for name, value in fields:
             meaning = _meaning(msg, name, value)
-            text.append(f" {name}=", style="dim").append(_shown(value))
+            text.append(f" {shown(name)}=", style="dim").append(_shown(value, max_field_bytes))
             if meaning:
-                text.append(f" ({meaning})", style="dim")
+                text.append(f" ({shown(meaning)})", style="dim")
     if "key" in record:
         text.append("\n    key ", style="dim")
         if "collection_id" in record:
             text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")
-        text.append(repr(record["key"]) if record.get("key_encoding") != "hex" else f"hex:{record['key']}",
-                    style="bold")
-    for pair in record.get("xattrs", []):
-        text.append("\n    xattr ", style="dim").append(pair["key"], style="cyan").append(" ")
-        text.append(pair["value"])
+        key = _cut(record["key"], max_field_bytes)
+        text.append(f"'{key}'" if record.get("key_encoding") != "hex" else f"hex:{key}", style="bold")
+    xattrs = record.get("xattrs", [])
+    for pair in xattrs[:XATTRS_SHOWN]:
+        text.append("\n    xattr ", style="dim").append(_cut(pair["key"], max_field_bytes), style="cyan")
+        text.append(" ").append(_cut(pair["value"], max_field_bytes))
+    if len(xattrs) > XATTRS_SHOWN:
+        text.append(f"\n    … {len(xattrs) - XATTRS_SHOWN} more xattrs", style="dim")
     if record.get("value"):
         value = record["value"]
         label = "value" + (" (hex)" if record.get("value_encoding") == "hex" else "")
         if "value_compressed" in record:
             label += f" (snappy {len(record['value_compressed']) // 2} bytes)"
-        shown = value if len(value) <= MAX_SHOWN_VALUE else value[:MAX_SHOWN_VALUE] + f"… ({len(value)} chars)"
-        text.append(f"\n    {label} ", style="dim").append(shown)
+        text.append(f"\n    {label} ", style="dim").append(_cut(value, max_field_bytes))
     for diag in record["diagnostics"]:
         style = SEVERITY_STYLE.get(diag["severity"], "")
         where = f" @{diag['offset']}" if "offset" in diag else ""
         text.append(f"\n    {diag['severity']} {diag['name']}{where}: ", style=style)
-        text.append(diag["message"])
+        text.append(shown(diag["message"]))
     return text

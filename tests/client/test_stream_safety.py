@@ -112,7 +112,7 @@ def test_a_disk_filling_up_under_standard_output_loses_nothing(
                                   env={**ENV, "PYTHONUNBUFFERED": unbuffered}, preexec_fn=file_limit(200_000),
                                   timeout=120, check=False)
         assert done.returncode == ExitCode.INPUT, done.stderr
-        assert done.stderr.decode() == "dcpctl: error: standard output: File too large\n"
+        assert done.stderr.decode() == "dcpctl: error: cannot write standard output: File too large\n"
         positions = saved(state)
         assert positions, "saved at least once every 200 items"
         written = set(parse(out.read_bytes()))
