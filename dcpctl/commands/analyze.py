@@ -38,7 +38,7 @@ def analyze(
     ctx: typer.Context,
     files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (an earlier dcpctl "
-                                      "dataset there is replaced; other files are never deleted).")]
+                                      "dataset there is replaced; a directory holding anything else is refused).")]
     = Path("dcpctl-analysis"),
     master: Annotated[str | None, typer.Option("--master", help="Spark master: local[*] (default), local[2], "
                                                "spark://host:7077, yarn. Under spark-submit, its own.")] = None,
@@ -75,7 +75,7 @@ def analyze(
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
         except OSError as exc:
             raise CommandError(f"{path}: {(exc.strerror or str(exc)).lower()}", ExitCode.INPUT) from None
-    refusal = job.replace_refusal(out.resolve())  # where the results go: checked before Spark starts
+    refusal = job.replace_refusal(out, paths)  # where the results go: checked before Spark starts
     if refusal is not None:
         raise CommandError(refusal, ExitCode.INPUT)
     for option, directory in (("--out", out), ("--plots", plot_dir)):

@@ -34,6 +34,7 @@ import dataclasses
 import gc
 import heapq
 import os
+import re
 import shutil
 import struct
 import zlib
@@ -44,12 +45,13 @@ from typing import Any, Final
 
 import orjson
 
-from dcpctl.pipeline import jvmcache, rollup, schema
+from dcpctl.pipeline import jvmcache, plots, rollup, schema
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
+from dcpctl.safetext import shown
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
@@ -574,19 +576,86 @@ def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
 # files whose names start with a dot). A directory without it is never deleted: --out . or --out ~ by
 # mistake must not cost the user their files.
 DATASET_MARKER: Final = ".dcpctl-dataset"
+MARKER_TEXT: Final = "a dataset dcpctl analyze wrote; the next run into this directory replaces it\n"
+# What a run writes besides the marker (see _decode_partition): each task's Parquet file, and that file under
+# its temporary name while it is written. Replacing a dataset deletes these names and nothing else.
+_WRITTEN: Final = re.compile(r"part-\d{5,}\.parquet|\.part-\d{5,}\.attempt-\d+\.parquet")
 
 
-def replace_refusal(out: Path) -> str | None:
-    """Why ``out`` must not be replaced by a dataset (None: it may): it is a file, or a directory that
-    holds files and is not a dataset dcpctl wrote."""
+def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
+    """Why ``out`` (as the user named it) must not receive a dataset (None: it may). It may when it does
+    not exist, is empty, or is a dataset dcpctl wrote: the marker and the Parquet files of a run, all
+    plain files, and nothing else. Refused: a symbolic link (what dcpctl would delete is elsewhere than
+    the user named), a file, a directory holding anything else (but a directory of the plots a run wrote,
+    ``--plots`` inside ``--out``), or one holding one of ``inputs``."""
+    if out.is_symlink():
+        return (f"--out {shown(str(out))}: is a symbolic link; give the directory itself (dcpctl does not replace "
+                "a dataset through a link)")
     if not out.exists():
         return None
     if not out.is_dir():
-        return f"--out {out}: exists and is not a directory"
-    if (out / DATASET_MARKER).exists() or not any(out.iterdir()):
+        return f"--out {shown(str(out))}: exists and is not a directory"
+    inside = out.resolve()
+    for path in inputs:
+        if inside in Path(path).resolve().parents:
+            return (f"--out {shown(str(out))}: holds the input {shown(path)}; give another directory for the "
+                    "dataset (dcpctl replaces what it wrote there)")
+    with os.scandir(out) as listing:
+        entries = list(listing)
+    if not entries:
         return None
-    return (f"--out {out}: the directory holds files and is not a dataset dcpctl wrote (no {DATASET_MARKER}); "
-            "give a new or empty directory (dcpctl replaces only its own datasets)")
+    marker = next((e for e in entries if e.name == DATASET_MARKER and e.is_file(follow_symlinks=False)), None)
+    if marker is None:
+        return (f"--out {shown(str(out))}: the directory holds files and is not a dataset dcpctl wrote (no "
+                f"{DATASET_MARKER}); give a new or empty directory (dcpctl replaces only its own datasets)")
+    others = sorted(e.name for e in entries if not (_written(e) or _plots_only(e)))
+    if others:
+        more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+        return (f"--out {shown(str(out))}: a dataset dcpctl wrote, but it also holds {shown(others[0])}{more}, "
+                "which dcpctl did not write; move them, or give a new or empty directory")
+    return None
+
+
+def _written(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a plain file of a name a run writes (the marker, a task's Parquet file)."""
+    return entry.is_file(follow_symlinks=False) and (entry.name == DATASET_MARKER
+                                                     or _WRITTEN.fullmatch(entry.name) is not None)
+
+
+def _plots_only(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a directory of nothing but the plots a run wrote (``--plots`` inside ``--out``)."""
+    if not entry.is_dir(follow_symlinks=False):
+        return False
+    with os.scandir(entry.path) as listing:
+        return all(e.name in plots.NAMES and e.is_file(follow_symlinks=False) for e in listing)
+
+
+def replace(out: Path, inputs: Iterable[str] = ()) -> Path:
+    """Make ``out`` ready for a new dataset: refused as :func:`replace_refusal` says (FileExistsError),
+    else created, or emptied of the files an earlier run wrote (one by one: never a tree, never through
+    a link) with its marker kept. Returns the directory's absolute path, which the tasks write into."""
+    refusal = replace_refusal(out, inputs)
+    if refusal is not None:
+        raise FileExistsError(refusal)
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with os.scandir(out) as listing:
+        entries = list(listing)
+    for entry in entries:
+        if _WRITTEN.fullmatch(entry.name):
+            os.unlink(entry.path)
+        elif entry.name != DATASET_MARKER:  # a directory of plots (replace_refusal allowed nothing else)
+            found = [os.path.join(entry.path, name) for name in plots.NAMES]
+            found = [path for path in found if os.path.lexists(path)]
+            for path in found:
+                os.unlink(path)
+            if found:  # a directory that was empty is left: it is not known to be the plots'
+                os.rmdir(entry.path)
+    # O_NOFOLLOW: a link put there since the check is not written through
+    descriptor = os.open(out / DATASET_MARKER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "w") as marker:
+        marker.write(MARKER_TEXT)
+    return out
 
 
 @dataclass
@@ -607,14 +676,7 @@ def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOp
     flow-control stall the analyses list; ``planned``: :func:`partitions_for` already done (while Spark
     started, say)."""
     planned = planned if planned is not None else partitions_for(paths, chunk_bytes)
-    out = out.resolve()
-    refusal = replace_refusal(out)
-    if refusal is not None:
-        raise FileExistsError(refusal)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / DATASET_MARKER).write_text("a dataset dcpctl analyze wrote; the next run into this directory replaces it\n")
+    out = replace(out, paths)
     context = session.sparkContext
     placement = Placement.of(planned.weights, SLOTS_PER_CORE * context.defaultParallelism)
     spec = (options.dialect.name, options.collections, options.show_secrets)

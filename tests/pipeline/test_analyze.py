@@ -291,6 +291,83 @@ def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) ->
     assert (tmp_path / "ds" / job.DATASET_MARKER).exists()
 
 
+def test_out_never_deletes_an_input_another_file_or_through_a_link(spark_module: None, tmp_path: Path) -> None:
+    """Issue 17: a dataset directory that also held the input capture and other files lost them all
+    (rmtree), and a link to a dataset had its target emptied. Now such an --out is refused in one line,
+    exit 3, before Spark starts, and nothing is deleted; a dataset alone is replaced file by file."""
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    from dcpctl.pipeline import job, plots  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    def analyze(*args: str) -> tuple[int, str]:
+        err = io.StringIO()
+        env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        return main(["analyze", "-F", "json", "--master", "local[1]", *args], env), err.getvalue()
+
+    def contents(directory: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file() and not p.is_symlink()}
+
+    dataset = tmp_path / "X"
+    code, err = analyze(str(SAMPLE), "--out", str(dataset), "--plots", str(dataset / "plots"))  # as the README
+    assert code == ExitCode.OK, err
+    shutil.copy(SAMPLE, dataset / "in.pcap")
+    (dataset / "notes.txt").write_text("precious")
+    before = contents(dataset)
+    assert {job.DATASET_MARKER, "in.pcap", "notes.txt"} < before.keys()
+    assert any(name.endswith(".parquet") for name in before)
+    for args, says in ((["--out", str(dataset), str(dataset / "in.pcap")], "holds the input"),
+                       (["--out", str(dataset), str(SAMPLE)], "which dcpctl did not write")):
+        code, err = analyze(*args)
+        assert code == ExitCode.INPUT, err
+        assert says in err, err
+        assert err.startswith("dcpctl: error: --out"), err
+        assert err.count("\n") == 1, err
+        assert contents(dataset) == before
+    with pytest.raises(FileExistsError):  # the job itself checks too
+        job.run(None, [str(dataset / "in.pcap")], frozenset({11210}), DecodeOptions(), dataset, 600)
+    assert contents(dataset) == before
+
+    # a dataset alone, reached through a link: refused, its files stay
+    (dataset / "in.pcap").unlink()
+    (dataset / "notes.txt").unlink()
+    alone = contents(dataset)
+    link = tmp_path / "link"
+    link.symlink_to(dataset, target_is_directory=True)
+    code, err = analyze("--out", str(link), str(SAMPLE))
+    assert code == ExitCode.INPUT, err
+    assert "symbolic link" in err, err
+    assert err.count("\n") == 1, err
+    assert contents(dataset) == alone
+
+    # links inside a dataset are not followed (nor deleted): a part file or the marker pointing out
+    outside = tmp_path / "outside.txt"
+    outside.write_text("elsewhere")
+    for name in ("part-00099.parquet", job.DATASET_MARKER):
+        spare = tmp_path / "spare"
+        shutil.copytree(dataset, spare)
+        (spare / name).unlink(missing_ok=True)
+        (spare / name).symlink_to(outside)
+        code, err = analyze("--out", str(spare), str(SAMPLE))
+        assert code == ExitCode.INPUT, err
+        assert err.count("\n") == 1, err
+        assert outside.read_text() == "elsewhere"
+        assert (spare / name).is_symlink()
+        shutil.rmtree(spare)
+
+    # a dataset alone (its plots too) is replaced: only the files a run writes are deleted, a killed task's
+    # leftovers with them, and a directory the user made stays
+    (dataset / ".part-00007.attempt-1.parquet").write_bytes(b"a killed task's file")
+    (dataset / "empty").mkdir()
+    code, err = analyze(str(SAMPLE), "--out", str(dataset), "--plots", str(dataset / "plots"))
+    assert code == ExitCode.OK, err
+    assert not (dataset / ".part-00007.attempt-1.parquet").exists()
+    assert (dataset / "empty").is_dir()
+    assert sorted(p.name for p in (dataset / "plots").iterdir()) == sorted(plots.NAMES)
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in dataset.glob("part-*.parquet")) == len(decoded(SAMPLE))
+
+
 def test_without_java_a_clear_message(spark_module: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
