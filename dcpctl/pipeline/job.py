@@ -36,7 +36,9 @@ import heapq
 import os
 import re
 import shutil
+import socket
 import struct
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import jvmcache, plots, rollup, schema
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
@@ -104,6 +107,116 @@ class SparkUnavailableError(Exception):
     """pyspark or a Java runtime is missing; the message says how to get it."""
 
 
+# The masters Spark's launcher accepts (it says: "yarn or start with spark, k8s, or local"); another makes the
+# JVM exit with a stack trace, so analyze refuses it first.
+_MASTER: Final = re.compile(r"yarn|local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]"
+                            r"|(spark|k8s)://\S+")
+# Seconds a spark:// master has to accept a TCP connection, checked before Spark starts: a master on a
+# reachable network answers in well under a second, where Spark's own client retries for 60 s (three
+# 20-second attempts, fixed in Spark) and then fails with pages of stack traces. --master-timeout.
+MASTER_TIMEOUT: Final = 10.0
+# Python exceptions of a failed task that mean a capture could not be read (exit 3), not a bug (exit 1)
+_INPUT_ERRORS: Final = frozenset({"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError",
+                                  "OSError", "EOFError"})
+
+
+class MasterError(CommandError):
+    """A --master that is no master (exit 2), or one that refused (5) or did not answer (6)."""
+
+
+def master_endpoints(master: str) -> list[tuple[str, int]]:
+    """The host and port of each master of ``master`` (spark://HOST:PORT[,HOST:PORT...]; none for the other
+    kinds); MasterError when ``master`` is not one Spark accepts."""
+    if not _MASTER.fullmatch(master):
+        raise MasterError(f"--master {shown(master)}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
+                          "yarn or k8s://URL)", ExitCode.USAGE)
+    if not master.startswith("spark://"):
+        return []
+    endpoints = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MasterError(f"--master {shown(master)}: {shown(part)} is not HOST:PORT", ExitCode.USAGE)
+        endpoints.append((host, int(port)))
+    return endpoints
+
+
+def reach_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
+    """Nothing if ``master`` is a kind Spark accepts and, for spark://, one of its masters accepts a TCP
+    connection within ``timeout`` seconds; else MasterError saying why, in one line."""
+    failures = []
+    for host, port in master_endpoints(master):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except TimeoutError:
+            failures.append((f"{host}:{port}: no answer in {timeout:g} s (--master-timeout)", True))
+        except OSError as exc:
+            failures.append((f"{host}:{port}: {(exc.strerror or str(exc)).lower()}", False))
+    if failures:
+        raise MasterError(f"--master {shown(master)}: cannot reach the master: "
+                          + "; ".join(shown(text) for text, _ in failures),
+                          ExitCode.TIMEOUT if all(timed_out for _, timed_out in failures) else ExitCode.CONNECTION)
+
+
+@contextlib.contextmanager
+def master_deadline(master: str | None, timeout: float = MASTER_TIMEOUT) -> Iterator[list[bool]]:
+    """While Spark starts with a spark:// ``master``: once its JVM is up, the master has ``timeout`` seconds
+    to take the application, else the JVM is killed (so the start fails at once) and the list yielded
+    holds True. A master that accepts connections but is no Spark master (or a stuck one) would otherwise
+    cost Spark's client its 60 s of retries."""
+    expired: list[bool] = []
+    if master is None or not master.startswith("spark://"):
+        yield expired
+        return
+    from pyspark import SparkContext  # noqa: PLC0415
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while SparkContext._gateway is None:  # the JVM's own start is not the master's time
+            if done.wait(0.1):
+                return
+        if done.wait(timeout):
+            return
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is not None:
+            expired.append(True)
+            with contextlib.suppress(OSError):
+                process.kill()
+
+    watcher = threading.Thread(target=watch, name="dcpctl master deadline", daemon=True)
+    watcher.start()
+    try:
+        yield expired
+    finally:
+        done.set()
+        watcher.join()
+
+
+def spark_errors() -> tuple[type[Exception], ...]:
+    """What PySpark raises when Spark fails: its own errors (a task's among them), py4j's (the JVM's), and
+    the socket's when py4j finds the JVM gone."""
+    from py4j.protocol import Py4JError  # noqa: PLC0415
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
+    return (PySparkException, Py4JError, ConnectionError)
+
+
+def failure(exc: Exception) -> tuple[str, bool]:
+    """One of :func:`spark_errors` as one line, and whether it means an input could not be read (True)
+    rather than a bug. A task's Python exception travels in the JVM's, as its traceback: its last line
+    says what happened."""
+    text = str(exc)
+    if "Traceback (most recent call last):" in text:
+        unindented = [line for line in text.splitlines() if line.strip() and not line[0].isspace()]
+        last = unindented[-1].strip()
+        return f"a Spark task failed: {shown(last)}", last.partition(":")[0] in _INPUT_ERRORS
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return f"Spark failed: {shown(first)}", False
+
+
 def check_runtime() -> None:
     try:
         import pyarrow  # noqa: F401, PLC0415
@@ -111,6 +224,9 @@ def check_runtime() -> None:
     except ImportError:
         raise SparkUnavailableError("analyze needs PySpark with Arrow: pip install 'dcpctl[spark]'") from None
     java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):  # Spark runs JAVA_HOME's
+        raise SparkUnavailableError(f"JAVA_HOME={shown(java_home)} has no bin/java, and Spark runs JAVA_HOME's java: "
+                                    "point it at a Java runtime (17 or newer), or unset it to use the java on PATH")
     if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
         raise SparkUnavailableError("analyze needs a Java runtime (17 or newer) for Spark: on Debian or Ubuntu, "
                                     "apt-get install default-jre-headless; or set JAVA_HOME")

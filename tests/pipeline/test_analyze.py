@@ -368,6 +368,81 @@ def test_out_never_deletes_an_input_another_file_or_through_a_link(spark_module:
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in dataset.glob("part-*.parquet")) == len(decoded(SAMPLE))
 
 
+def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17: --master bogus://x, a spark:// master that refuses and JAVA_HOME=/nonexistent were JVM and
+    Python stack traces (a refusing master after 64 s); now one line each, at once, with its exit code."""
+    import socket  # noqa: PLC0415
+
+    def analyze(*args: str) -> tuple[int, str]:
+        err = io.StringIO()
+        env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        return main(["analyze", str(SAMPLE), "-F", "json", *args], env), err.getvalue()
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    for args, code, says in ((["--master", "bogus://x"], ExitCode.USAGE, "not a Spark master"),
+                             (["--master", "spark://nohostport"], ExitCode.USAGE, "is not HOST:PORT"),
+                             (["--master", f"spark://127.0.0.1:{closed}"], ExitCode.CONNECTION, "connection refused")):
+        started = time.monotonic()
+        got, err = analyze(*args)
+        assert got == code, err
+        assert says in err, err
+        assert err.startswith("dcpctl: error: --master "), err
+        assert err.count("\n") == 1, err
+        assert time.monotonic() - started < 10
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    got, err = analyze("--master", "local[1]")
+    assert got == ExitCode.USAGE, err
+    assert err == ("dcpctl: error: JAVA_HOME=/nonexistent has no bin/java, and Spark runs JAVA_HOME's java: "
+                   "point it at a Java runtime (17 or newer), or unset it to use the java on PATH\n")
+
+
+def test_a_master_that_does_not_answer_is_a_timeout(spark_module: None, tmp_path: Path) -> None:
+    """A spark:// master that accepts connections and says nothing cost Spark's client 60 s of retries and
+    pages of stack traces; now --master-timeout after the JVM is up, one line, exit 6."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel accepts the connections; nobody ever answers
+        master = f"spark://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),
+                               "-F", "json", "--master", master, "--master-timeout", "2"], capture_output=True,
+                              text=True, timeout=120, check=False)
+        took = time.monotonic() - started
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == (f"dcpctl: error: --master {master}: the master did not take the "
+                                            "application in 2 s (--master-timeout)")
+    assert "Traceback" not in done.stderr
+    assert "\tat " not in done.stderr, done.stderr[-2000:]  # no JVM stack trace
+    assert took < 45  # Spark's own client gives up after 60 s
+
+
+def test_a_failed_task_is_one_line(spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 17: a task's exception (deep JSON's RecursionError then) was a 180-line trace: the JVM's log of
+    it and Python's. Now the JVM logs nothing of it and analyze says its last line: exit 3 when it is a
+    capture that cannot be read (here: gone between planning and the task), else 1."""
+    from dcpctl.commands.analyze import _spark_failed  # noqa: PLC0415
+    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    capture = tmp_path / "gone.pcap"
+    shutil.copy(SAMPLE, capture)
+    planned = job.partitions_for([str(capture)], 1 << 20)
+    capture.unlink()
+    capfd.readouterr()
+    with pytest.raises(job.spark_errors()) as raised:
+        job.run(spark, [str(capture)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", planned=planned)
+    error = _spark_failed(raised.value)
+    assert error.code == ExitCode.INPUT
+    assert str(error) == f"a Spark task failed: FileNotFoundError: [Errno 2] No such file or directory: '{capture}'"
+    assert "\tat " not in capfd.readouterr().err  # the JVM printed no stack trace
+
+
 def test_without_java_a_clear_message(spark_module: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
