@@ -34,6 +34,7 @@ from dcpctl.commands._live import (
 from dcpctl.commands._options import env_of
 from dcpctl.commands.decode import parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
+from dcpctl.dcp.rollback import load_json
 from dcpctl.exitcode import CommandError, ExitCode
 
 
@@ -68,7 +69,7 @@ def failover(
     earlier = None
     if compare_with is not None:
         try:
-            earlier = dump_logs(json.loads(compare_with.read_text()))
+            earlier = dump_logs(load_json(compare_with.read_bytes()))
         except OSError as exc:
             raise CommandError(f"--compare: {compare_with}: {exc.strerror}", ExitCode.INPUT) from None
         except (ValueError, TypeError) as exc:
