@@ -694,7 +694,8 @@ def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
 DATASET_MARKER: Final = ".dcpctl-dataset"
 MARKER_TEXT: Final = "a dataset dcpctl analyze wrote; the next run into this directory replaces it\n"
 # What a run writes besides the marker (see _decode_partition): each task's Parquet file, and that file under
-# its temporary name while it is written. Replacing a dataset deletes these names and nothing else.
+# its temporary name while it is written. Replacing a dataset deletes these names, and the plots (plots.NAMES)
+# of a --plots inside --out, and nothing else.
 _WRITTEN: Final = re.compile(r"part-\d{5,}\.parquet|\.part-\d{5,}\.attempt-\d+\.parquet")
 
 
@@ -733,8 +734,9 @@ def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
 
 
 def _written(entry: os.DirEntry[str]) -> bool:
-    """Whether ``entry`` is a plain file of a name a run writes (the marker, a task's Parquet file)."""
-    return entry.is_file(follow_symlinks=False) and (entry.name == DATASET_MARKER
+    """Whether ``entry`` is a plain file of a name a run writes (the marker, a task's Parquet file, a plot
+    when --plots is --out itself)."""
+    return entry.is_file(follow_symlinks=False) and (entry.name in (DATASET_MARKER, *plots.NAMES)
                                                      or _WRITTEN.fullmatch(entry.name) is not None)
 
 
@@ -758,7 +760,7 @@ def replace(out: Path, inputs: Iterable[str] = ()) -> Path:
     with os.scandir(out) as listing:
         entries = list(listing)
     for entry in entries:
-        if _WRITTEN.fullmatch(entry.name):
+        if _WRITTEN.fullmatch(entry.name) or entry.name in plots.NAMES:
             os.unlink(entry.path)
         elif entry.name != DATASET_MARKER:  # a directory of plots (replace_refusal allowed nothing else)
             found = [os.path.join(entry.path, name) for name in plots.NAMES]

@@ -359,10 +359,12 @@ def test_out_never_deletes_an_input_another_file_or_through_a_link(spark_module:
     # a dataset alone (its plots too) is replaced: only the files a run writes are deleted, a killed task's
     # leftovers with them, and a directory the user made stays
     (dataset / ".part-00007.attempt-1.parquet").write_bytes(b"a killed task's file")
+    (dataset / plots.NAMES[1]).write_bytes(b"a plot of a run given --plots as its --out")
     (dataset / "empty").mkdir()
     code, err = analyze(str(SAMPLE), "--out", str(dataset), "--plots", str(dataset / "plots"))
     assert code == ExitCode.OK, err
     assert not (dataset / ".part-00007.attempt-1.parquet").exists()
+    assert not (dataset / plots.NAMES[1]).exists()
     assert (dataset / "empty").is_dir()
     assert sorted(p.name for p in (dataset / "plots").iterdir()) == sorted(plots.NAMES)
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in dataset.glob("part-*.parquet")) == len(decoded(SAMPLE))
