@@ -38,7 +38,7 @@ def analyze(
     ctx: typer.Context,
     files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (an earlier dcpctl "
-                                      "dataset there is replaced; other files are never deleted).")]
+                                      "dataset there is replaced; a directory holding anything else is refused).")]
     = Path("dcpctl-analysis"),
     master: Annotated[str | None, typer.Option("--master", help="Spark master: local[*] (default), local[2], "
                                                "spark://host:7077, yarn. Under spark-submit, its own.")] = None,
@@ -53,6 +53,8 @@ def analyze(
                                             "long.")] = DEFAULT_STALL_MS,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1 << 20, help="Bytes of capture per task.")]
     = DEFAULT_CHUNK,
+    master_timeout: Annotated[float, typer.Option("--master-timeout", min=0.1, help="Seconds a spark:// master "
+                                                  "has to accept a connection.")] = job.MASTER_TIMEOUT,
 ) -> None:
     """Decode captures in parallel on Spark into a Parquet dataset, then report per vbucket seqno ranges,
     gaps, duplicates, rollbacks, stream-request latency, throughput and flow control."""
@@ -62,6 +64,8 @@ def analyze(
         job.check_runtime()
     except job.SparkUnavailableError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
+    if master is not None:  # before Spark starts: Spark's launcher and client fail slowly, in stack traces
+        job.reach_master(master, master_timeout)
     ports = frozenset(port or [11210])
     for path in paths:  # before Spark starts: a bad input is a one-line error at once
         if path == "-":
@@ -75,7 +79,7 @@ def analyze(
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
         except OSError as exc:
             raise CommandError(f"{path}: {(exc.strerror or str(exc)).lower()}", ExitCode.INPUT) from None
-    refusal = job.replace_refusal(out.resolve())  # where the results go: checked before Spark starts
+    refusal = job.replace_refusal(out, paths)  # where the results go: checked before Spark starts
     if refusal is not None:
         raise CommandError(refusal, ExitCode.INPUT)
     for option, directory in (("--out", out), ("--plots", plot_dir)):
@@ -87,7 +91,7 @@ def analyze(
     done = False
     try:
         report = _on_spark(env, archive, paths, master, ports, out, chunk_size, plot_dir, records=records,
-                           stall_ms=stall_ms)
+                           stall_ms=stall_ms, master_timeout=master_timeout)
         if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
             env.stdout.write(json.dumps(report, default=str) + "\n")
         else:
@@ -104,7 +108,7 @@ def analyze(
 
 def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str], master: str | None,
               ports: frozenset[int], out: Path, chunk_size: int, plot_dir: Path | None, *, records: bool,
-              stall_ms: float) -> dict[str, Any]:
+              stall_ms: float, master_timeout: float = job.MASTER_TIMEOUT) -> dict[str, Any]:
     """Start Spark (planning the captures meanwhile), run the job and the analyses: the report."""
     # py4j logs (with a traceback) every call a Ctrl-C interrupts, then raises; the exception is what counts,
     # and dcpctl reports it in one line, so Python's logging goes nowhere while Spark runs
@@ -113,9 +117,16 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
         root.addHandler(logging.NullHandler())
     with ThreadPoolExecutor(1) as pool:  # the captures are planned while the JVM starts
         planning = pool.submit(job.partitions_for, paths, chunk_size)
-        with _ctrl_c_deferred() as interrupted:  # Spark's start-up cannot be interrupted cleanly
-            session = job.spark_session(master or ("local[*]" if not job.under_submit() else None),
-                                        java_options=archive.options)
+        # Spark's start-up cannot be interrupted cleanly; a spark:// master has master_timeout to take the job
+        with _ctrl_c_deferred() as interrupted, job.master_deadline(master, master_timeout) as expired:
+            try:
+                session = job.spark_session(master or ("local[*]" if not job.under_submit() else None),
+                                            java_options=archive.options)
+            except job.spark_errors() as exc:
+                if expired:
+                    raise CommandError(f"--master {master}: the master did not take the application in "
+                                       f"{master_timeout:g} s (--master-timeout)", ExitCode.TIMEOUT) from None
+                raise _spark_failed(exc, starting=True) from None
         if interrupted:
             session.stop()
             raise KeyboardInterrupt
@@ -146,6 +157,8 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
             except OSError as exc:
                 raise CommandError(f"--plots {plot_dir}: {exc.strerror or exc} (the dataset is in {out})",
                                    ExitCode.INPUT) from None
+    except job.spark_errors() as exc:
+        raise _spark_failed(exc) from None
     except KeyboardInterrupt:
         # PySpark's own Ctrl-C handler has cancelled the job; the tasks die with it, and what the JVM would
         # say about that is not news to the user, who asked for it
@@ -155,6 +168,17 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
     finally:
         session.stop()
     return report
+
+
+def _spark_failed(exc: Exception, *, starting: bool = False) -> CommandError:
+    """What PySpark or py4j raised as one line: exit 2 when Spark could not start (no JVM, a master that
+    would not take the job), 3 when a task could not read a capture, else 1 (a task failed on a bug)."""
+    message, input_error = job.failure(exc)
+    if starting:
+        return CommandError(f"Spark did not start: {message}", ExitCode.USAGE)
+    if input_error:
+        return CommandError(message, ExitCode.INPUT)
+    return CommandError(f"{message} (a bug in dcpctl: please report it)", ExitCode.FAILURE)
 
 
 def _not_creatable(directory: Path) -> str | None:

@@ -7,7 +7,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import typer
 from rich.table import Table
 
@@ -35,6 +34,7 @@ from dcpctl.commands._live import (
 )
 from dcpctl.commands._options import env_of, parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
+from dcpctl.dcp.rollback import load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.safetext import shown
@@ -72,7 +72,7 @@ def failover(
     earlier = None
     if compare_with is not None:
         try:
-            earlier = dump_logs(orjson.loads(compare_with.read_bytes()))  # nesting bounded, 1e999 refused
+            earlier = dump_logs(load_json(compare_with.read_bytes()))
         except OSError as exc:
             raise CommandError(f"--compare: {compare_with}: {exc.strerror}", ExitCode.INPUT) from None
         except (ValueError, TypeError) as exc:

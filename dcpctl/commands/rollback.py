@@ -41,6 +41,7 @@ from dcpctl.dcp.rollback import (
     FailoverEntry,
     StreamRequest,
     VbucketState,
+    load_json,
     negotiate,
     parse_failover_log,
 )
@@ -49,6 +50,7 @@ from dcpctl.dcp.session import RollbackStory
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
+from dcpctl.safetext import shown
 from dcpctl.sources.capture import rollback_stories
 from dcpctl.sources.files import open_input
 from dcpctl.sources.pcap import CaptureError, read_segments
@@ -90,13 +92,15 @@ def explain(
     high_seqno: Annotated[str | None, typer.Option(
         "--high-seqno", help="The vbucket's high seqno (default: the larger of start and the newest entry's seqno)."
     )] = None,
-    purge_seqno: Annotated[str, typer.Option("--purge-seqno", help="The server's purge seqno.")] = "0",
+    purge_seqno: Annotated[str | None, typer.Option("--purge-seqno", help="The server's purge seqno (default 0).")]
+    = None,
     client_purge_seqno: Annotated[str | None, typer.Option(
         "--client-purge-seqno", help="The purge_seqno the client sends in the stream-request value.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Set the StrictVbUuid flag.")] = False,
     ignore_purged: Annotated[bool, typer.Option("--ignore-purged-tombstones",
                                                 help="Set the IgnorePurgedTombstones flag.")] = False,
-    vbucket: Annotated[int | None, typer.Option("--vbucket", help="Which vbucket, when the file holds several.")]
+    vbucket: Annotated[int | None, typer.Option("--vbucket", min=0, max=1023, help="Which vbucket, when the file "
+                                                "holds several; with captures, only this vbucket's rollbacks.")]
     = None,
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
@@ -107,17 +111,30 @@ def explain(
     correct client makes until the stream would open."""
     env = env_of(ctx)
     output = fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)
+    one_request = {"--failover-log": failover_log, "--uuid": uuid, "--start": start, "--snap-start": snap_start,
+                   "--snap-end": snap_end, "--high-seqno": high_seqno, "--purge-seqno": purge_seqno,
+                   "--client-purge-seqno": client_purge_seqno, "--strict": strict or None,
+                   "--ignore-purged-tombstones": ignore_purged or None}
     if capture:
-        _explain_captures(env, capture, port or [11210], output)
+        # a capture's requests carry their own uuid, start and snapshot: these would explain a request the
+        # client never sent, so they are a mistake here, not a silent no-op
+        given = [option for option, value in one_request.items() if value is not None]
+        if given:
+            raise CommandError(f"{', '.join(given)}: {'apply' if len(given) > 1 else 'applies'} to one request "
+                               "explained without a capture; a capture's requests carry their own (--vbucket "
+                               "chooses one vbucket's rollbacks)", ExitCode.USAGE)
+        _explain_captures(env, capture, port or [11210], output, vbucket)
         return
+    if port:
+        raise CommandError("--port: applies to captures", ExitCode.USAGE)
     if failover_log is None or uuid is None or start is None:
         raise CommandError("give a capture, or --failover-log, --uuid and --start", ExitCode.USAGE)
     with open_input(failover_log, env.stdin) as stream:
-        text = stream.read().decode("utf-8", "replace")
+        data = stream.read()
     try:
-        log = parse_failover_log(json.loads(text), vbucket)
+        log = parse_failover_log(load_json(data), vbucket)
     except (ValueError, TypeError) as exc:
-        raise CommandError(f"{failover_log}: {exc}", ExitCode.INPUT) from None
+        raise CommandError(f"{shown(failover_log)}: {shown(str(exc))}", ExitCode.INPUT) from None
     if not log:
         raise CommandError(f"{failover_log}: the failover log is empty", ExitCode.INPUT)
     start_seqno = _int(start, "--start")
@@ -128,7 +145,7 @@ def explain(
                             _int(snap_end, "--snap-end") if snap_end else None, flags=flags,
                             purge_seqno=_int(client_purge_seqno, "--client-purge-seqno")
                             if client_purge_seqno else None)
-    vb = VbucketState(tuple(log), high, _int(purge_seqno, "--purge-seqno"))
+    vb = VbucketState(tuple(log), high, _int(purge_seqno, "--purge-seqno") if purge_seqno else 0)
     result = negotiate(request, log, vb)
     first = result.rounds[0].answer
     final = result.result
@@ -155,14 +172,15 @@ def explain(
                       f"{final.request.vbucket_uuid}", style="bold")
 
 
-def _explain_captures(env: Environment, paths: list[str], ports: list[int], output: ExplainFormat) -> None:
+def _explain_captures(env: Environment, paths: list[str], ports: list[int], output: ExplainFormat,
+                      vbucket: int | None = None) -> None:
     stories: list[tuple[str, str, RollbackStory]] = []
     for path in paths:
         try:
             found = rollback_stories(read_segments(path, frozenset(ports)), DecodeOptions(), frozenset(ports))
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
-        stories.extend((path, label, story) for label, story in found)
+        stories.extend((path, label, story) for label, story in found if vbucket in (None, story.vbucket))
     if output is ExplainFormat.JSON:
         env.stdout.write(json.dumps([{"file": path, "connection": label, **story.to_json()}
                                      for path, label, story in stories], indent=2) + "\n")

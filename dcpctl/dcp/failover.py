@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dcpctl.dcp.rollback import FailoverEntry, parse_failover_log
+from dcpctl.dcp.rollback import FailoverEntry, number, parse_failover_log
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,8 @@ def dump_logs(dump: Any) -> dict[int, Dumped]:
         if not isinstance(item, dict) or "vbucket" not in item:
             raise TypeError("each entry needs vbucket and failover_log")
         high = item.get("high_seqno")
-        out[int(item["vbucket"])] = Dumped(parse_failover_log(item.get("failover_log", [])),
-                                           int(high) if high is not None else None)
+        out[number(item["vbucket"], "vbucket")] = Dumped(parse_failover_log(item.get("failover_log", [])),
+                                                          number(high, "high_seqno") if high is not None else None)
     return out
 
 

@@ -16,9 +16,12 @@ raises the start seqno; nothing here does I/O.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
+
+import orjson
 
 END_FOREVER: Final = (1 << 64) - 1
 STRICT_VB_UUID: Final = 0x20
@@ -226,15 +229,22 @@ def negotiate(req: StreamRequest, client_log: list[FailoverEntry], vb: VbucketSt
     return out
 
 
+def load_json(data: bytes) -> Any:
+    """A failover log file's JSON, parsed with orjson: nesting bounded (1024 levels), 1e999 and lone
+    surrogates refused; any error is a ValueError with orjson's one-line message."""
+    return orjson.loads(data)
+
+
 def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEntry]:
     """A failover log from dcpctl's JSON (failover dumps, decoded responses) or plain lists."""
     if isinstance(obj, dict) and "failover_log" in obj:
         obj = obj["failover_log"]
     elif isinstance(obj, list) and obj and isinstance(obj[0], dict) and "failover_log" in obj[0]:
-        chosen = [o for o in obj if vbucket is None or o.get("vbucket") == vbucket]
+        chosen = [o for o in obj if isinstance(o, dict) and (vbucket is None or o.get("vbucket") == vbucket)]
         if len(chosen) != 1:
-            raise ValueError("the file holds several vbuckets' failover logs: choose one with --vbucket")
-        obj = chosen[0]["failover_log"]
+            raise ValueError("the file holds several vbuckets' failover logs: choose one with --vbucket"
+                             if len(chosen) > 1 else f"the file holds no failover log of vbucket {vbucket}")
+        obj = chosen[0].get("failover_log")
     if not isinstance(obj, list):
         raise ValueError(  # noqa: TRY004 - bad input file content, reported as a value error
             "a failover log is a list of {vbucket_uuid, seqno} objects or [uuid, seqno] pairs")
@@ -246,18 +256,24 @@ def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEnt
             uuid, seqno = item
         else:
             raise ValueError(f"failover log entry {index} is neither {{vbucket_uuid, seqno}} nor [uuid, seqno]")
-        entries.append(FailoverEntry(_number(uuid, f"entry {index} uuid"), _number(seqno, f"entry {index} seqno")))
+        entries.append(FailoverEntry(number(uuid, f"entry {index} uuid"), number(seqno, f"entry {index} seqno")))
     return entries
 
 
-def _number(value: Any, what: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{what} is not a number")  # noqa: TRY004 - bad input file content
-    if isinstance(value, int) and value >= 0:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            pass
-    raise ValueError(f"{what} is not a non-negative number: {json.dumps(value)}")
+SHOWN_VALUE: Final = 40  # characters of a bad value quoted in an error: enough to recognise it, one line
+
+
+def number(value: Any, what: str) -> int:
+    """A u64 (uuids and seqnos are 64-bit unsigned on the wire), from a JSON integer or a decimal or 0x string."""
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = int(value, 0)
+    if number is not None and 0 <= number <= END_FOREVER:
+        return number
+    shown_value = json.dumps(value)
+    if len(shown_value) > SHOWN_VALUE:
+        shown_value = shown_value[:SHOWN_VALUE] + "..."
+    raise ValueError(f"{what} is not a number from 0 to 2^64-1: {shown_value}")

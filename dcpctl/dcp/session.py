@@ -160,8 +160,15 @@ class RollbackStory:
                 "rule": self.decision.rule if self.decision else None,
                 "reason": self.decision.reason if self.decision else None,
                 "engine_agrees": self.engine_agrees, "retry_correct": self.retry_correct,
-                "expected_retry": self.expected_retry.to_json() if self.expected_retry else None,
-                "verdict": self.verdict()}
+                "expected_retry": self._expected_retry_json(), "verdict": self.verdict()}
+
+    def _expected_retry_json(self) -> dict[str, Any] | None:
+        if self.expected_retry is None:
+            return None
+        expected = self.expected_retry.to_json()
+        if not self.client_log_known:  # the uuid comes from the client's failover log, which the capture did not show
+            expected["vbucket_uuid"] = None
+        return expected
 
 
 def _json_integer(value: str, name: str) -> int | None:

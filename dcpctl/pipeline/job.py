@@ -34,8 +34,11 @@ import dataclasses
 import gc
 import heapq
 import os
+import re
 import shutil
+import socket
 import struct
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,12 +47,14 @@ from typing import Any, Final
 
 import orjson
 
-from dcpctl.pipeline import jvmcache, rollup, schema
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.pipeline import jvmcache, plots, rollup, schema
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
+from dcpctl.safetext import shown
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
@@ -102,6 +107,116 @@ class SparkUnavailableError(Exception):
     """pyspark or a Java runtime is missing; the message says how to get it."""
 
 
+# The masters Spark's launcher accepts (it says: "yarn or start with spark, k8s, or local"); another makes the
+# JVM exit with a stack trace, so analyze refuses it first.
+_MASTER: Final = re.compile(r"yarn|local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]"
+                            r"|(spark|k8s)://\S+")
+# Seconds a spark:// master has to accept a TCP connection, checked before Spark starts: a master on a
+# reachable network answers in well under a second, where Spark's own client retries for 60 s (three
+# 20-second attempts, fixed in Spark) and then fails with pages of stack traces. --master-timeout.
+MASTER_TIMEOUT: Final = 10.0
+# Python exceptions of a failed task that mean a capture could not be read (exit 3), not a bug (exit 1)
+_INPUT_ERRORS: Final = frozenset({"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError",
+                                  "OSError", "EOFError"})
+
+
+class MasterError(CommandError):
+    """A --master that is no master (exit 2), or one that refused (5) or did not answer (6)."""
+
+
+def master_endpoints(master: str) -> list[tuple[str, int]]:
+    """The host and port of each master of ``master`` (spark://HOST:PORT[,HOST:PORT...]; none for the other
+    kinds); MasterError when ``master`` is not one Spark accepts."""
+    if not _MASTER.fullmatch(master):
+        raise MasterError(f"--master {shown(master)}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
+                          "yarn or k8s://URL)", ExitCode.USAGE)
+    if not master.startswith("spark://"):
+        return []
+    endpoints = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MasterError(f"--master {shown(master)}: {shown(part)} is not HOST:PORT", ExitCode.USAGE)
+        endpoints.append((host, int(port)))
+    return endpoints
+
+
+def reach_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
+    """Nothing if ``master`` is a kind Spark accepts and, for spark://, one of its masters accepts a TCP
+    connection within ``timeout`` seconds; else MasterError saying why, in one line."""
+    failures = []
+    for host, port in master_endpoints(master):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except TimeoutError:
+            failures.append((f"{host}:{port}: no answer in {timeout:g} s (--master-timeout)", True))
+        except OSError as exc:
+            failures.append((f"{host}:{port}: {(exc.strerror or str(exc)).lower()}", False))
+    if failures:
+        raise MasterError(f"--master {shown(master)}: cannot reach the master: "
+                          + "; ".join(shown(text) for text, _ in failures),
+                          ExitCode.TIMEOUT if all(timed_out for _, timed_out in failures) else ExitCode.CONNECTION)
+
+
+@contextlib.contextmanager
+def master_deadline(master: str | None, timeout: float = MASTER_TIMEOUT) -> Iterator[list[bool]]:
+    """While Spark starts with a spark:// ``master``: once its JVM is up, the master has ``timeout`` seconds
+    to take the application, else the JVM is killed (so the start fails at once) and the list yielded
+    holds True. A master that accepts connections but is no Spark master (or a stuck one) would otherwise
+    cost Spark's client its 60 s of retries."""
+    expired: list[bool] = []
+    if master is None or not master.startswith("spark://"):
+        yield expired
+        return
+    from pyspark import SparkContext  # noqa: PLC0415
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while SparkContext._gateway is None:  # the JVM's own start is not the master's time
+            if done.wait(0.1):
+                return
+        if done.wait(timeout):
+            return
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is not None:
+            expired.append(True)
+            with contextlib.suppress(OSError):
+                process.kill()
+
+    watcher = threading.Thread(target=watch, name="dcpctl master deadline", daemon=True)
+    watcher.start()
+    try:
+        yield expired
+    finally:
+        done.set()
+        watcher.join()
+
+
+def spark_errors() -> tuple[type[Exception], ...]:
+    """What PySpark raises when Spark fails: its own errors (a task's among them), py4j's (the JVM's), and
+    the socket's when py4j finds the JVM gone."""
+    from py4j.protocol import Py4JError  # noqa: PLC0415
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
+    return (PySparkException, Py4JError, ConnectionError)
+
+
+def failure(exc: Exception) -> tuple[str, bool]:
+    """One of :func:`spark_errors` as one line, and whether it means an input could not be read (True)
+    rather than a bug. A task's Python exception travels in the JVM's, as its traceback: its last line
+    says what happened."""
+    text = str(exc)
+    if "Traceback (most recent call last):" in text:
+        unindented = [line for line in text.splitlines() if line.strip() and not line[0].isspace()]
+        last = unindented[-1].strip()
+        return f"a Spark task failed: {shown(last)}", last.partition(":")[0] in _INPUT_ERRORS
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return f"Spark failed: {shown(first)}", False
+
+
 def check_runtime() -> None:
     try:
         import pyarrow  # noqa: F401, PLC0415
@@ -109,6 +224,9 @@ def check_runtime() -> None:
     except ImportError:
         raise SparkUnavailableError("analyze needs PySpark with Arrow: pip install 'dcpctl[spark]'") from None
     java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):  # Spark runs JAVA_HOME's
+        raise SparkUnavailableError(f"JAVA_HOME={shown(java_home)} has no bin/java, and Spark runs JAVA_HOME's java: "
+                                    "point it at a Java runtime (17 or newer), or unset it to use the java on PATH")
     if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
         raise SparkUnavailableError("analyze needs a Java runtime (17 or newer) for Spark: on Debian or Ubuntu, "
                                     "apt-get install default-jre-headless; or set JAVA_HOME")
@@ -574,19 +692,88 @@ def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
 # files whose names start with a dot). A directory without it is never deleted: --out . or --out ~ by
 # mistake must not cost the user their files.
 DATASET_MARKER: Final = ".dcpctl-dataset"
+MARKER_TEXT: Final = "a dataset dcpctl analyze wrote; the next run into this directory replaces it\n"
+# What a run writes besides the marker (see _decode_partition): each task's Parquet file, and that file under
+# its temporary name while it is written. Replacing a dataset deletes these names, and the plots (plots.NAMES)
+# of a --plots inside --out, and nothing else.
+_WRITTEN: Final = re.compile(r"part-\d{5,}\.parquet|\.part-\d{5,}\.attempt-\d+\.parquet")
 
 
-def replace_refusal(out: Path) -> str | None:
-    """Why ``out`` must not be replaced by a dataset (None: it may): it is a file, or a directory that
-    holds files and is not a dataset dcpctl wrote."""
+def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
+    """Why ``out`` (as the user named it) must not receive a dataset (None: it may). It may when it does
+    not exist, is empty, or is a dataset dcpctl wrote: the marker and the Parquet files of a run, all
+    plain files, and nothing else. Refused: a symbolic link (what dcpctl would delete is elsewhere than
+    the user named), a file, a directory holding anything else (but a directory of the plots a run wrote,
+    ``--plots`` inside ``--out``), or one holding one of ``inputs``."""
+    if out.is_symlink():
+        return (f"--out {shown(str(out))}: is a symbolic link; give the directory itself (dcpctl does not replace "
+                "a dataset through a link)")
     if not out.exists():
         return None
     if not out.is_dir():
-        return f"--out {out}: exists and is not a directory"
-    if (out / DATASET_MARKER).exists() or not any(out.iterdir()):
+        return f"--out {shown(str(out))}: exists and is not a directory"
+    inside = out.resolve()
+    for path in inputs:
+        if inside in Path(path).resolve().parents:
+            return (f"--out {shown(str(out))}: holds the input {shown(path)}; give another directory for the "
+                    "dataset (dcpctl replaces what it wrote there)")
+    with os.scandir(out) as listing:
+        entries = list(listing)
+    if not entries:
         return None
-    return (f"--out {out}: the directory holds files and is not a dataset dcpctl wrote (no {DATASET_MARKER}); "
-            "give a new or empty directory (dcpctl replaces only its own datasets)")
+    marker = next((e for e in entries if e.name == DATASET_MARKER and e.is_file(follow_symlinks=False)), None)
+    if marker is None:
+        return (f"--out {shown(str(out))}: the directory holds files and is not a dataset dcpctl wrote (no "
+                f"{DATASET_MARKER}); give a new or empty directory (dcpctl replaces only its own datasets)")
+    others = sorted(e.name for e in entries if not (_written(e) or _plots_only(e)))
+    if others:
+        more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+        return (f"--out {shown(str(out))}: a dataset dcpctl wrote, but it also holds {shown(others[0])}{more}, "
+                "which dcpctl did not write; move them, or give a new or empty directory")
+    return None
+
+
+def _written(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a plain file of a name a run writes (the marker, a task's Parquet file, a plot
+    when --plots is --out itself)."""
+    return entry.is_file(follow_symlinks=False) and (entry.name in (DATASET_MARKER, *plots.NAMES)
+                                                     or _WRITTEN.fullmatch(entry.name) is not None)
+
+
+def _plots_only(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a directory of nothing but the plots a run wrote (``--plots`` inside ``--out``)."""
+    if not entry.is_dir(follow_symlinks=False):
+        return False
+    with os.scandir(entry.path) as listing:
+        return all(e.name in plots.NAMES and e.is_file(follow_symlinks=False) for e in listing)
+
+
+def replace(out: Path, inputs: Iterable[str] = ()) -> Path:
+    """Make ``out`` ready for a new dataset: refused as :func:`replace_refusal` says (FileExistsError),
+    else created, or emptied of the files an earlier run wrote (one by one: never a tree, never through
+    a link) with its marker kept. Returns the directory's absolute path, which the tasks write into."""
+    refusal = replace_refusal(out, inputs)
+    if refusal is not None:
+        raise FileExistsError(refusal)
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with os.scandir(out) as listing:
+        entries = list(listing)
+    for entry in entries:
+        if _WRITTEN.fullmatch(entry.name) or entry.name in plots.NAMES:
+            os.unlink(entry.path)
+        elif entry.name != DATASET_MARKER:  # a directory of plots (replace_refusal allowed nothing else)
+            found = [os.path.join(entry.path, name) for name in plots.NAMES]
+            found = [path for path in found if os.path.lexists(path)]
+            for path in found:
+                os.unlink(path)
+            if found:  # a directory that was empty is left: it is not known to be the plots'
+                os.rmdir(entry.path)
+    # O_NOFOLLOW: a link put there since the check is not written through
+    descriptor = os.open(out / DATASET_MARKER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "w") as marker:
+        marker.write(MARKER_TEXT)
+    return out
 
 
 @dataclass
@@ -607,14 +794,7 @@ def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOp
     flow-control stall the analyses list; ``planned``: :func:`partitions_for` already done (while Spark
     started, say)."""
     planned = planned if planned is not None else partitions_for(paths, chunk_bytes)
-    out = out.resolve()
-    refusal = replace_refusal(out)
-    if refusal is not None:
-        raise FileExistsError(refusal)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / DATASET_MARKER).write_text("a dataset dcpctl analyze wrote; the next run into this directory replaces it\n")
+    out = replace(out, paths)
     context = session.sparkContext
     placement = Placement.of(planned.weights, SLOTS_PER_CORE * context.defaultParallelism)
     spec = (options.dialect.name, options.collections, options.show_secrets)

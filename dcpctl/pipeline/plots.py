@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+# The files write() makes, in this order; a --plots directory inside a dataset that holds only these is the
+# dataset's own (job.replace deletes them with it).
+NAMES: Final = ("seqno-progress.png", "throughput.png", "unacked-bytes.png")
 
 
 def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[str, Any]],
@@ -38,7 +42,7 @@ def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[
     axes.set(title="seqno progress per vbucket (red: rollbacks)", xlabel="capture time (s)", ylabel="by_seqno")
     if 0 < len(series) <= 16:
         axes.legend(fontsize=7)
-    save(figure, "seqno-progress.png")
+    save(figure, NAMES[0])
 
     figure, axes = pyplot.subplots(figsize=(10, 4))
     per_connection: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -49,7 +53,7 @@ def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[
     axes.set(title="items per second per connection", xlabel="capture time (s)", ylabel="items/s")
     if 0 < len(per_connection) <= 16:
         axes.legend(fontsize=7)
-    save(figure, "throughput.png")
+    save(figure, NAMES[1])
 
     figure, axes = pyplot.subplots(figsize=(10, 4))
     per_connection_unacked: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -64,5 +68,5 @@ def write(directory: Path, progress: list[dict[str, Any]], rollbacks: list[dict[
              ylabel="bytes")
     if 0 < len(per_connection_unacked) <= 16:
         axes.legend(fontsize=7)
-    save(figure, "unacked-bytes.png")
+    save(figure, NAMES[2])
     return written

@@ -50,7 +50,7 @@ def test_explain_pretty_and_no_rollback(tmp_path: Path) -> None:
     assert "stream would open at seqno 25" in out
 
 
-@pytest.mark.parametrize(("log", "message"), [("[{\"uuid\": 1}]", "entry 0"), ("not json", "Expecting"),
+@pytest.mark.parametrize(("log", "message"), [("[{\"uuid\": 1}]", "entry 0"), ("not json", "line 1 column 1"),
                                               ("[]", "empty")])
 def test_bad_failover_log_is_one_line_exit_3(log: str, message: str) -> None:
     code, _, err = run(["rollback", "explain", "--failover-log", "-", "--uuid", "1", "--start", "1"],
@@ -81,3 +81,74 @@ def test_explain_a_capture() -> None:
                       stderr_isatty=False, color=False)
     assert main(["rollback", "explain"], env) == ExitCode.USAGE
     assert errors.getvalue().count("\n") == 1
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.pcap"
+
+
+@pytest.mark.parametrize("log", [
+    b"[" * 5000 + b"]" * 5000,  # RecursionError in json.loads
+    b'{"failover_log":' * 5000 + b"[]" + b"}" * 5000,
+    b"[[1e999, 0]]",  # infinity
+    b'[["\\ud800", 0]]',  # a lone surrogate
+    b"[[\xff\xfe, 0]]",  # not UTF-8
+    b"[[18446744073709551616, 0]]",  # a uuid past 64 bits
+    b'[["0x1' + b"0" * 16 + b'", 0]]',
+    b'[["' + b"9" * 5000 + b'", 0]]',  # past int()'s digits
+    b"[[-1, 0]]",
+    b'[{"vbucket": 1, "failover_log": [[1, 0]]}, 7]',  # a dump with something else in it
+    b'[{"vbucket": 1, "failover_log": [[1, 0]]}, {"vbucket": 2}]',
+])
+def test_hostile_failover_logs_are_one_line_exit_3(log: bytes) -> None:
+    """Issue 17: deep JSON in a --failover-log file was a RecursionError traceback; any file that is not a
+    failover log is one line, exit 3."""
+    code, _, err = run(["rollback", "explain", "--failover-log", "-", "--uuid", "1", "--start", "1",
+                        "--vbucket", "2"], log)
+    assert code == ExitCode.INPUT, err
+    assert err.startswith("dcpctl: error: -: "), err
+    assert err.count("\n") == 1, err
+    assert len(err) < 200, err
+
+
+def test_a_deep_compare_file_is_one_line_exit_3(tmp_path: Path) -> None:
+    """failover --compare reads its file before connecting, with the same loader."""
+    earlier = tmp_path / "earlier.json"
+    earlier.write_bytes(b"[" * 5000 + b"]" * 5000)
+    code, _, err = run(["failover", "127.0.0.1:1", "--compare", str(earlier)])
+    assert code == ExitCode.INPUT, err
+    assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("option", [["--uuid", "3"], ["--start", "5"], ["--failover-log", "-"], ["--strict"],
+                                    ["--purge-seqno", "0"], ["--high-seqno", "9"], ["--snap-end", "4"]])
+def test_options_of_one_request_are_refused_with_a_capture(option: list[str]) -> None:
+    """Issue 17: rollback explain CAPTURE --uuid 3 ignored --uuid. A capture's stream requests carry their own
+    uuid, start and snapshot, so an option describing one request is a usage error there (exit 2), not a
+    silent no-op; --vbucket, which can mean "only this vbucket's", is applied."""
+    code, out, err = run(["rollback", "explain", str(SAMPLE), *option])
+    assert code == ExitCode.USAGE, err
+    assert err.startswith(f"dcpctl: error: {option[0]}: applies to one request"), err
+    assert err.count("\n") == 1
+    assert out == ""
+
+
+def test_vbucket_chooses_a_captures_rollbacks_and_port_needs_one() -> None:
+    code, out, _ = run(["rollback", "explain", str(SAMPLE), "--vbucket", "12", "-F", "json"])
+    assert code == ExitCode.OK
+    assert [story["vbucket"] for story in json.loads(out)] == [12]
+    code, out, _ = run(["rollback", "explain", str(SAMPLE), "--vbucket", "11", "-F", "json"])
+    assert code == ExitCode.OK
+    assert json.loads(out) == []
+    code, _, err = run(["rollback", "explain", "--failover-log", "-", "--uuid", "1", "--start", "1", "-p", "11210"],
+                       b"[[1, 0]]")
+    assert code == ExitCode.USAGE, err
+
+
+def test_the_expected_retrys_uuid_is_unknown_without_the_clients_failover_log() -> None:
+    """Issue 17: expected_retry.vbucket_uuid was 0 when the capture never showed the client a failover log
+    (the sample's client resumes from a saved one): the uuid is unknown, null."""
+    code, out, _ = run(["rollback", "explain", str(SAMPLE), "-F", "json"])
+    assert code == ExitCode.OK
+    [story] = json.loads(out)
+    assert story["expected_retry"]["start_seqno"] == 200
+    assert story["expected_retry"]["vbucket_uuid"] is None

@@ -107,3 +107,14 @@ def test_negotiation_properties(server_log: tuple[FailoverEntry, ...], client_lo
     if final.answer.status == "Success":
         # the server accepted: the client's uuid is in the server's log and its history agrees up to start
         assert needs_rollback(final.request, vb).rollback is False
+
+
+def test_a_rollback_storys_expected_uuid_is_known_only_from_the_clients_log() -> None:
+    from dcpctl.dcp.session import RollbackStory  # noqa: PLC0415
+
+    server_log = [FailoverEntry(3333, 30), FailoverEntry(2222, 20), FailoverEntry(1111, 0)]
+    for client_log, uuid in (([FailoverEntry(2222, 20), FailoverEntry(1111, 0)], 2222), (None, None)):
+        story = RollbackStory(12, StreamRequest(45, 2222), 30)
+        story.settle(StreamRequest(30, 2222), server_log, client_log)
+        assert story.to_json()["expected_retry"]["vbucket_uuid"] == uuid
+        assert story.to_json()["expected_retry"]["start_seqno"] == 30

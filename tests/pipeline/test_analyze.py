@@ -291,6 +291,160 @@ def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) ->
     assert (tmp_path / "ds" / job.DATASET_MARKER).exists()
 
 
+def test_out_never_deletes_an_input_another_file_or_through_a_link(spark_module: None, tmp_path: Path) -> None:
+    """Issue 17: a dataset directory that also held the input capture and other files lost them all
+    (rmtree), and a link to a dataset had its target emptied. Now such an --out is refused in one line,
+    exit 3, before Spark starts, and nothing is deleted; a dataset alone is replaced file by file."""
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    from dcpctl.pipeline import job, plots  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    def analyze(*args: str) -> tuple[int, str]:
+        err = io.StringIO()
+        env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        return main(["analyze", "-F", "json", "--master", "local[1]", *args], env), err.getvalue()
+
+    def contents(directory: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file() and not p.is_symlink()}
+
+    dataset = tmp_path / "X"
+    code, err = analyze(str(SAMPLE), "--out", str(dataset), "--plots", str(dataset / "plots"))  # as the README
+    assert code == ExitCode.OK, err
+    shutil.copy(SAMPLE, dataset / "in.pcap")
+    (dataset / "notes.txt").write_text("precious")
+    before = contents(dataset)
+    assert {job.DATASET_MARKER, "in.pcap", "notes.txt"} < before.keys()
+    assert any(name.endswith(".parquet") for name in before)
+    for args, says in ((["--out", str(dataset), str(dataset / "in.pcap")], "holds the input"),
+                       (["--out", str(dataset), str(SAMPLE)], "which dcpctl did not write")):
+        code, err = analyze(*args)
+        assert code == ExitCode.INPUT, err
+        assert says in err, err
+        assert err.startswith("dcpctl: error: --out"), err
+        assert err.count("\n") == 1, err
+        assert contents(dataset) == before
+    with pytest.raises(FileExistsError):  # the job itself checks too
+        job.run(None, [str(dataset / "in.pcap")], frozenset({11210}), DecodeOptions(), dataset, 600)
+    assert contents(dataset) == before
+
+    # a dataset alone, reached through a link: refused, its files stay
+    (dataset / "in.pcap").unlink()
+    (dataset / "notes.txt").unlink()
+    alone = contents(dataset)
+    link = tmp_path / "link"
+    link.symlink_to(dataset, target_is_directory=True)
+    code, err = analyze("--out", str(link), str(SAMPLE))
+    assert code == ExitCode.INPUT, err
+    assert "symbolic link" in err, err
+    assert err.count("\n") == 1, err
+    assert contents(dataset) == alone
+
+    # links inside a dataset are not followed (nor deleted): a part file or the marker pointing out
+    outside = tmp_path / "outside.txt"
+    outside.write_text("elsewhere")
+    for name in ("part-00099.parquet", job.DATASET_MARKER):
+        spare = tmp_path / "spare"
+        shutil.copytree(dataset, spare)
+        (spare / name).unlink(missing_ok=True)
+        (spare / name).symlink_to(outside)
+        code, err = analyze("--out", str(spare), str(SAMPLE))
+        assert code == ExitCode.INPUT, err
+        assert err.count("\n") == 1, err
+        assert outside.read_text() == "elsewhere"
+        assert (spare / name).is_symlink()
+        shutil.rmtree(spare)
+
+    # a dataset alone (its plots too) is replaced: only the files a run writes are deleted, a killed task's
+    # leftovers with them, and a directory the user made stays
+    (dataset / ".part-00007.attempt-1.parquet").write_bytes(b"a killed task's file")
+    (dataset / plots.NAMES[1]).write_bytes(b"a plot of a run given --plots as its --out")
+    (dataset / "empty").mkdir()
+    code, err = analyze(str(SAMPLE), "--out", str(dataset), "--plots", str(dataset / "plots"))
+    assert code == ExitCode.OK, err
+    assert not (dataset / ".part-00007.attempt-1.parquet").exists()
+    assert not (dataset / plots.NAMES[1]).exists()
+    assert (dataset / "empty").is_dir()
+    assert sorted(p.name for p in (dataset / "plots").iterdir()) == sorted(plots.NAMES)
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in dataset.glob("part-*.parquet")) == len(decoded(SAMPLE))
+
+
+def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17: --master bogus://x, a spark:// master that refuses and JAVA_HOME=/nonexistent were JVM and
+    Python stack traces (a refusing master after 64 s); now one line each, at once, with its exit code."""
+    import socket  # noqa: PLC0415
+
+    def analyze(*args: str) -> tuple[int, str]:
+        err = io.StringIO()
+        env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        return main(["analyze", str(SAMPLE), "-F", "json", *args], env), err.getvalue()
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    for args, code, says in ((["--master", "bogus://x"], ExitCode.USAGE, "not a Spark master"),
+                             (["--master", "spark://nohostport"], ExitCode.USAGE, "is not HOST:PORT"),
+                             (["--master", f"spark://127.0.0.1:{closed}"], ExitCode.CONNECTION, "connection refused")):
+        started = time.monotonic()
+        got, err = analyze(*args)
+        assert got == code, err
+        assert says in err, err
+        assert err.startswith("dcpctl: error: --master "), err
+        assert err.count("\n") == 1, err
+        assert time.monotonic() - started < 10
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    got, err = analyze("--master", "local[1]")
+    assert got == ExitCode.USAGE, err
+    assert err == ("dcpctl: error: JAVA_HOME=/nonexistent has no bin/java, and Spark runs JAVA_HOME's java: "
+                   "point it at a Java runtime (17 or newer), or unset it to use the java on PATH\n")
+
+
+def test_a_master_that_does_not_answer_is_a_timeout(spark_module: None, tmp_path: Path) -> None:
+    """A spark:// master that accepts connections and says nothing cost Spark's client 60 s of retries and
+    pages of stack traces; now --master-timeout after the JVM is up, one line, exit 6."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel accepts the connections; nobody ever answers
+        master = f"spark://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),
+                               "-F", "json", "--master", master, "--master-timeout", "2"], capture_output=True,
+                              text=True, timeout=120, check=False)
+        took = time.monotonic() - started
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == (f"dcpctl: error: --master {master}: the master did not take the "
+                                            "application in 2 s (--master-timeout)")
+    assert "Traceback" not in done.stderr
+    assert "\tat " not in done.stderr, done.stderr[-2000:]  # no JVM stack trace
+    assert took < 45  # Spark's own client gives up after 60 s
+
+
+def test_a_failed_task_is_one_line(spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 17: a task's exception (deep JSON's RecursionError then) was a 180-line trace: the JVM's log of
+    it and Python's. Now the JVM logs nothing of it and analyze says its last line: exit 3 when it is a
+    capture that cannot be read (here: gone between planning and the task), else 1."""
+    from dcpctl.commands.analyze import _spark_failed  # noqa: PLC0415
+    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    capture = tmp_path / "gone.pcap"
+    shutil.copy(SAMPLE, capture)
+    planned = job.partitions_for([str(capture)], 1 << 20)
+    capture.unlink()
+    capfd.readouterr()
+    with pytest.raises(job.spark_errors()) as raised:
+        job.run(spark, [str(capture)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", planned=planned)
+    error = _spark_failed(raised.value)
+    assert error.code == ExitCode.INPUT
+    assert str(error) == f"a Spark task failed: FileNotFoundError: [Errno 2] No such file or directory: '{capture}'"
+    assert "\tat " not in capfd.readouterr().err  # the JVM printed no stack trace
+
+
 def test_without_java_a_clear_message(spark_module: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from dcpctl.pipeline import job  # noqa: PLC0415
 
