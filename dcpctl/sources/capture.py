@@ -260,15 +260,15 @@ def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: i
              ) -> tuple[float, list[int]]:
     """The capture time of a message's first byte and every frame its bytes came from."""
     ts = 0.0
-    frames: list[int] = []
+    frames: dict[int, None] = {}  # ordered, and each frame once however many spans it gave
     for start, stop, span_ts, span_frames in spans:
         if start >= end:
             break
         if stop > offset:
             if not frames:
                 ts = span_ts
-            frames.extend(f for f in span_frames if f not in frames)
-    return ts, frames
+            frames.update(dict.fromkeys(span_frames))
+    return ts, list(frames)
 
 
 def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,

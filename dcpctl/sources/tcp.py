@@ -19,6 +19,7 @@ tracked (the least recently active is dropped first).
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
@@ -86,12 +87,22 @@ class _Direction:
     next: int | None = None  # sequence number of the next byte to deliver
     isn: int | None = None
     offset: int = 0  # stream offset of ``next``
-    pending: dict[int, tuple[bytes, float, int]] = field(default_factory=dict)  # seq -> (data, ts, frame)
+    # out-of-order segments by the stream offset of their first byte (offsets do not wrap, sequence numbers
+    # do), and a heap of those offsets, so the earliest is found at once (stale entries are skipped)
+    pending: dict[int, tuple[bytes, float, int]] = field(default_factory=dict)  # offset -> (data, ts, frame)
+    heap: list[int] = field(default_factory=list)
     pending_bytes: int = 0
     fin: bool = False
     conflict_reported: bool = False
     # the last delivered bytes (at least RECENT_BYTES of them, at most twice that), to compare retransmissions
     recent: bytearray = field(default_factory=bytearray)
+
+    def earliest(self) -> int | None:
+        """The stream offset of the earliest buffered segment."""
+        heap, pending = self.heap, self.pending
+        while heap and heap[0] not in pending:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
 
 @dataclass
@@ -195,10 +206,13 @@ class Reassembler:
                 out += self._truncated(state, from_client, d, seg, seg.wire_length - len(seg.payload))
             out += self._drain(state, from_client, d)
             return out
-        seq = (d.next + ahead) % _MOD
-        if seq not in d.pending or len(d.pending[seq][0]) < len(payload):
-            d.pending_bytes += len(payload) - len(d.pending.get(seq, (b"",))[0])
-            d.pending[seq] = (payload, seg.ts, seg.frame)
+        at = d.offset + ahead
+        held = d.pending.get(at)
+        if held is None:
+            heapq.heappush(d.heap, at)
+        if held is None or len(held[0]) < len(payload):
+            d.pending_bytes += len(payload) - (len(held[0]) if held is not None else 0)
+            d.pending[at] = (payload, seg.ts, seg.frame)
         while d.pending_bytes > self.max_buffered and d.pending:
             out += self._gap(state, from_client, d, seg, "reassembly_overflow")
         return out
@@ -228,38 +242,31 @@ class Reassembler:
         return event
 
     def _drain(self, state: _Connection, from_client: bool, d: _Direction) -> list[Event]:
+        """Deliver the buffered segments that now start at or before ``next``, earliest first."""
         out: list[Event] = []
-        while d.pending:
-            assert d.next is not None
-            best = None
-            for seq in d.pending:
-                ahead = _diff(seq, d.next)
-                if ahead <= 0 and (best is None or ahead > best[1]):
-                    best = (seq, ahead)
-            if best is None:
-                return out
-            data, ts, frame = d.pending.pop(best[0])
+        while (at := d.earliest()) is not None and at <= d.offset:
+            heapq.heappop(d.heap)
+            data, ts, frame = d.pending.pop(at)
             d.pending_bytes -= len(data)
-            new = data[-best[1]:] if best[1] < 0 else data
-            if best[1] < 0 and -best[1] >= len(data):
-                continue
-            out.append(self._deliver(state, from_client, d, new, ts, (frame,)))
+            new = data[d.offset - at:]
+            if new:
+                out.append(self._deliver(state, from_client, d, new, ts, (frame,)))
         return out
 
     def _gap(self, state: _Connection, from_client: bool, d: _Direction, seg: TcpSegment | None,
              name: str = "gap") -> list[Event]:
         """Declare the hole before the earliest buffered segment and deliver what follows it."""
         assert d.next is not None
-        first = min(d.pending, key=lambda s: _diff(s, d.next))  # type: ignore[arg-type]
-        missing = _diff(first, d.next)
-        ts = d.pending[first][1]
-        frame = d.pending[first][2]
+        first = d.earliest()
+        assert first is not None
+        missing = first - d.offset
+        _, ts, frame = d.pending[first]
         why = ("the out-of-order buffer is full" if name == "reassembly_overflow"
                else "the capture never had them")
         event = StreamEvent(state.conn, from_client, ts, frame, name,
                             f"{missing} bytes missing at stream offset {d.offset} ({why})", d.offset, missing)
-        d.next = first
-        d.offset += missing
+        d.next = (d.next + missing) % _MOD
+        d.offset = first
         return [event, *self._drain(state, from_client, d)]
 
     def _retire(self, key: tuple[tuple[str, int], tuple[str, int]], seg: TcpSegment, name: str | None,
