@@ -15,6 +15,7 @@ from dcpctl.commands._options import (
     DialectName,
     DialectOption,
     MaxBodyOption,
+    MaxConnectionsOption,
     ShowSecretsOption,
     dialect_of,
     env_of,
@@ -27,6 +28,7 @@ from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import CaptureError, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
 def capture(
@@ -45,6 +47,7 @@ def capture(
     collections: CollectionsOption = None,
     show_secrets: ShowSecretsOption = False,
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     base64: Base64Option = False,
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
@@ -78,7 +81,7 @@ def capture(
             tap = writer.write if writer is not None else None
             segments = live_segments(reader, ports, frozenset({11207}), tap, stop=lambda: bool(stopping))
             for item in (decode_segments_to_lines if lines else decode_segments)(
-                    segments, options, ports, max_body_length):
+                    segments, options, ports, max_body_length, max_connections):
                 yield item
                 if isinstance(item, Message):
                     shown += 1

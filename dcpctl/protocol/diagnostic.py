@@ -81,6 +81,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
     "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),
     "tls_port": (NOTE, "traffic on the TLS port cannot be decoded"),
+    "overlap_conflict": (WARNING, "a retransmitted TCP segment differs from the bytes delivered; the first was kept"),
+    "connection_limit": (WARNING, "more connections open at once than --max-connections; the oldest not followed"),
 }
 
 

@@ -37,6 +37,7 @@ from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode
 from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, LineMaker, finish_message, plain_item_lines
 from dcpctl.sources.pcap import CaptureError, read_segments
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
 
@@ -57,7 +58,7 @@ def usable_cores() -> int:
 
 
 def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: frozenset[int],
-             max_body_length: int, lines: bool) -> None:
+             max_body_length: int, lines: bool, max_connections: int) -> None:
     batch: list[Any] = []
     send = pipe.send_bytes
     dumps = marshal.dumps
@@ -72,7 +73,7 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
             batch.append((_FILE, path))
             plain = _Runs() if lines else None
             decoder = CaptureDecoder(options, ports, max_body_length, defer=True,
-                                     items=plain.sink if plain is not None else None)
+                                     items=plain.sink if plain is not None else None, max_connections=max_connections)
             try:
                 for segment in read_segments(path, ports, tap=tap):
                     events = decoder.feed(segment)
@@ -188,7 +189,8 @@ def _plain(item: Any) -> Any:
 def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  on_file: Callable[[str], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None, lines: bool = False) -> Iterator[Item | bytes]:
+                 on_progress: Callable[[int], None] | None = None, lines: bool = False,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
     """The items ``decode_segments`` gives for each file in turn, decoded on two cores. ``lines``: as
     ``decode_segments``'s; the lines of plain items are written in the child, which then does all the work
     of a plain item while this process copies its lines out.
@@ -197,7 +199,8 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines),
+    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines,
+                                                                max_connections),
                             name="dcpctl-decode", daemon=True)
     child.start()
     sender.close()

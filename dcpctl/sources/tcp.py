@@ -13,8 +13,11 @@ delivery resumes after it: the consumer resynchronises there.
 Offsets are positions in the direction's byte stream (0 = the first byte after the SYN, or the first byte
 seen in a capture that starts mid-connection); a gap advances them by its length, so they stay stream
 positions. Invariants: every byte is delivered at most once, in order; the bytes buffered per direction
-never exceed the cap; connections closed both ways are forgotten, and at most ``max_connections`` are
-tracked (the least recently active is dropped first).
+never exceed the cap; connections closed both ways (or reset) are forgotten, and at most ``max_connections``
+are tracked (the least recently active is dropped first, announced as ``connection_limit``); each forgotten
+connection ends with a ``connection_end`` event, after which its consumer may forget it too. Of a forgotten
+connection only its generation number is kept (for the ``#n`` of a reused 4-tuple), for the most recent
+``max_connections`` of them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from dcpctl.sources.pcap import TcpSegment
 # Out-of-order data held per direction: 16 MiB covers a window of several seconds on a 10 Gb/s link;
 # more than that waiting for one missing segment means the segment was not captured.
 DEFAULT_MAX_BUFFERED: Final = 16 * 1024 * 1024
-# Connections tracked at once: a node has at most a few thousand KV connections.
+# Connections tracked at once: a node has at most a few thousand KV connections, a client fewer; a capture
+# with more open at once is a scan or a SYN flood, and each tracked connection costs about a kilobyte.
 DEFAULT_MAX_CONNECTIONS: Final = 65536
 FIN, SYN, RST = 0x01, 0x02, 0x04
 _HALF: Final = 1 << 31
@@ -124,7 +128,8 @@ class Reassembler:
         self.max_buffered = max_buffered_bytes
         self.max_connections = max_connections
         self.connections: OrderedDict[tuple[tuple[str, int], tuple[str, int]], _Connection] = OrderedDict()
-        self.generations: dict[tuple[tuple[str, int], tuple[str, int]], int] = {}
+        # the last generation of 4-tuples no longer tracked, the most recent max_connections of them
+        self.generations: OrderedDict[tuple[tuple[str, int], tuple[str, int]], int] = OrderedDict()
 
     def _sides(self, seg: TcpSegment) -> tuple[tuple[str, int], tuple[str, int], bool]:
         """(client, server, from_client)."""
@@ -150,10 +155,14 @@ class Reassembler:
                                     "the 4-tuple is reused by a new connection (new initial sequence number)")
                 state = None
         if state is None:
+            if not seg.flags & SYN and not seg.payload and not seg.truncated:
+                return out  # a bare ACK, FIN or RST (the last ACK of a closed connection): nothing to follow
             if len(self.connections) >= self.max_connections:
-                self.connections.popitem(last=False)
-            generation = self.generations.get(key, -1) + 1
-            self.generations[key] = generation
+                oldest = next(iter(self.connections))
+                out += self._retire(oldest, seg, "connection_limit",
+                                    f"more than {self.max_connections} connections at once: the least recently "
+                                    "active one is no longer followed")
+            generation = self.generations.pop(key, -1) + 1
             state = _Connection(ConnectionId(client, server, generation), {True: _Direction(), False: _Direction()})
             self.connections[key] = state
             if seg.flags & SYN:
@@ -271,6 +280,8 @@ class Reassembler:
 
     def _retire(self, key: tuple[tuple[str, int], tuple[str, int]], seg: TcpSegment, name: str | None,
                 message: str) -> list[Event]:
+        """Forget a connection: its holes become gaps, its end is announced (``connection_end``, after the
+        reason if any), and only its generation number is kept, to tell a reuse of the 4-tuple apart."""
         state = self.connections.pop(key, None)
         if state is None:
             return []
@@ -280,6 +291,11 @@ class Reassembler:
                 out += self._gap(state, from_client, d, seg)
         if name is not None:
             out.append(StreamEvent(state.conn, None, seg.ts, seg.frame, name, message))
+        out.append(StreamEvent(state.conn, None, seg.ts, seg.frame, "connection_end", ""))
+        generations = self.generations
+        generations[key] = state.conn.generation
+        if len(generations) > self.max_connections:
+            generations.popitem(last=False)
         return out
 
     def flush(self) -> list[Event]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions
-from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
+from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import TcpSegment
 from dcpctl.sources.tcp import Reassembler
 
@@ -101,3 +101,39 @@ def test_garbage_is_skipped_in_linear_time() -> None:
         return lambda: decode_all(segments)
 
     assert_linear(make, 1)
+def test_closed_connections_are_forgotten() -> None:
+    """Connections closed both ways leave nothing behind in the reassembler or the decoder."""
+    decoder = CaptureDecoder(DecodeOptions(), PORTS, max_connections=100)
+    for index in range(2000):
+        client = ("10.1.0.1", 1024 + index)
+        noop = noops(1)
+        for item in [segment(b"", 99, 1, 0x02, client, SERVER), segment(b"", 999, 2, 0x12, SERVER, client),
+                     segment(noop, 1000, 3, 0x18, SERVER, client), segment(b"", 1000 + len(noop), 4, 0x11, SERVER,
+                                                                          client),
+                     segment(b"", 100, 5, 0x11, client, SERVER), segment(b"", 101, 6, 0x10, client, SERVER)]:
+            list(decoder.feed(item))
+    assert len(decoder.connections) == 0
+    assert len(decoder.reassembler.connections) == 0
+    assert len(decoder.reassembler.generations) == 100  # a reuse of the latest 4-tuples is still told apart
+
+
+def test_a_syn_flood_is_followed_up_to_the_limit_and_said_once() -> None:
+    decoder = CaptureDecoder(DecodeOptions(), PORTS, max_connections=100)
+    out = []
+    for index in range(5000):
+        out += decoder.feed(segment(b"", 99, index + 1, 0x02, ("10.2.0.1", 1024 + index), SERVER))
+        assert len(decoder.reassembler.connections) <= 100
+        assert len(decoder.opened) <= 100
+        assert len(decoder.connections) == 0
+    out += decoder.finish()
+    assert [d.name for d in out] == ["connection_limit", "connection_limit"]  # type: ignore[attr-defined]
+    assert "4900 connections in all" in out[-1].message  # type: ignore[attr-defined]
+
+
+def test_a_resent_segment_that_differs_is_reported() -> None:
+    noop = noops(2)
+    changed = noop[:30] + b"\xff" + noop[31:]
+    segments = [*server_stream(noop, 48), segment(changed, 1000, 9)]
+    notices = [d for d in decode_all(segments, lines=False) if getattr(d, "name", None) == "overlap_conflict"]
+    assert len(notices) == 1
+    assert "frame 9" in notices[0].message  # type: ignore[attr-defined]
