@@ -331,9 +331,14 @@ def decode_segments_to_lines(items: Iterable[TcpSegment | CaptureNotice], option
     plain = PlainLines()
     decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink,
                              max_connections=max_connections)
-    for item in items:
-        yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
-    yield from plain.between(cast(Iterator[Item], decoder.finish()))
+    try:
+        for item in items:
+            yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
+        yield from plain.between(cast(Iterator[Item], decoder.finish()))
+    except Exception:
+        if plain.parts:  # the lines decoded before a failure are output before it
+            yield plain.take()
+        raise
 
 
 class PlainLines:
@@ -351,12 +356,12 @@ class PlainLines:
         parts = self.parts
         for event in events:
             if parts:
-                yield self._take()
+                yield self.take()
             yield event
         if parts:
-            yield self._take()
+            yield self.take()
 
-    def _take(self) -> bytes:
+    def take(self) -> bytes:
         out = b"".join(self.parts)
         self.parts.clear()
         return out
