@@ -7,13 +7,18 @@ three). Linear work gives a ratio near 4, the quadratic work these tests were wr
 from __future__ import annotations
 
 import random
+import struct
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+from capturekit import session_packets, write_capture
 
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
-from dcpctl.sources.pcap import TcpSegment
+from dcpctl.sources.pcap import TcpSegment, read_segments
 from dcpctl.sources.tcp import Reassembler
 
 CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 11210)
@@ -137,3 +142,20 @@ def test_a_resent_segment_that_differs_is_reported() -> None:
     notices = [d for d in decode_all(segments, lines=False) if getattr(d, "name", None) == "overlap_conflict"]
     assert len(notices) == 1
     assert "frame 9" in notices[0].message  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("snaplen", [1, 13, 64, 1500])
+def test_a_file_header_snaplen_below_its_records_does_not_cut_them(tmp_path: Path, snaplen: int) -> None:
+    """libpcap cuts every frame to the file header's snap length: below 14 nothing decoded, exit 0 (tshark
+    reads the whole records, and so does decode now)."""
+    data = write_capture(session_packets())
+    whole, short = tmp_path / "whole.pcap", tmp_path / "short.pcap"
+    whole.write_bytes(data)
+    short.write_bytes(data[:16] + struct.pack("<I", snaplen) + data[20:])
+    progress: list[int] = []
+    items = list(decode_segments(read_segments(str(short), PORTS, tap=lambda _t, d, _w: progress.append(len(d))),
+                                 DecodeOptions(), PORTS))
+    assert [getattr(i, "raw", i) for i in items] == \
+        [getattr(i, "raw", i) for i in decode_segments(read_segments(str(whole), PORTS), DecodeOptions(), PORTS)]
+    assert len(items) == len(session_packets())
+    assert sum(progress) == len(data) - 24 - 16 * len(progress)
