@@ -16,6 +16,7 @@ from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.registry import DIALECTS, Dialect
 from dcpctl.render.env import Environment
 from dcpctl.render.output import MAX_FIELD_BYTES
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
 class DialectName(StrEnum):
@@ -65,6 +66,10 @@ MaxBodyOption = Annotated[int, typer.Option(
     "--max-body-length", min=0, metavar="BYTES",
     help=f"Largest total body accepted as a packet; larger lengths are treated as corrupt "
          f"(default {DEFAULT_MAX_BODY_LENGTH}: a 20 MiB document plus xattrs and headers).")]
+MaxConnectionsOption = Annotated[int, typer.Option(
+    "--max-connections", min=1, metavar="N",
+    help=f"TCP connections followed at once; beyond it the least recently active is dropped, with a "
+         f"connection_limit diagnostic (default {DEFAULT_MAX_CONNECTIONS}: far above a node's KV connections).")]
 StrictOption = Annotated[bool, typer.Option(
     "--strict", help="Exit 4 when any message has an error diagnostic or bytes were skipped.")]
 MaxFieldBytesOption = Annotated[int, typer.Option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, BinaryIO, cast
 
 import typer
 
@@ -15,18 +15,22 @@ from dcpctl.commands._options import (
     DialectName,
     DialectOption,
     MaxBodyOption,
+    MaxConnectionsOption,
     ShowSecretsOption,
     dialect_of,
     env_of,
     first_ctrl_c_stops,
 )
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.output import Format, emit
+from dcpctl.safetext import shown
 from dcpctl.sources.capture import Item, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import CaptureError, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
 def capture(
@@ -45,6 +49,7 @@ def capture(
     collections: CollectionsOption = None,
     show_secrets: ShowSecretsOption = False,
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     base64: Base64Option = False,
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
@@ -56,13 +61,15 @@ def capture(
         raise CommandError(f"{exc} (capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN)",
                            ExitCode.INPUT) from None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
+    stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
-        writer = None
+        writer, saved = None, None
         if write is not None:
             try:
-                writer = PcapWriter(stack.enter_context(write.open("wb")), linktype)
+                saved = stack.enter_context(_Saved(write))
+                writer = PcapWriter(cast(BinaryIO, saved), linktype)
             except OSError as exc:
-                raise CommandError(f"{write}: {exc.strerror}", ExitCode.INPUT) from None
+                raise CommandError(f"{shown(str(write))}: {exc.strerror}", ExitCode.INPUT) from None
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "
@@ -71,21 +78,77 @@ def capture(
         # every message printed as its JSON line: plain items as lines from templates, as decode does
         lines = output is Format.JSONL and count is None and not base64
 
-        stopping: list[bool] = []  # the first Ctrl-C: end after the packet in hand, decoding what was read
+        def save(ts: float, data: bytes, wire: int) -> None:
+            assert writer is not None
+            assert saved is not None
+            if saved.error is None:
+                try:
+                    writer.write(ts, data, wire)
+                except OSError:
+                    stopping.append(True)  # what was read is still decoded and printed
 
         def items() -> Iterator[Item | bytes]:
-            shown = 0
-            tap = writer.write if writer is not None else None
-            segments = live_segments(reader, ports, frozenset({11207}), tap, stop=lambda: bool(stopping))
+            printed = 0
+            segments = live_segments(reader, ports, frozenset({11207}), save if writer is not None else None,
+                                     stop=lambda: bool(stopping))
             for item in (decode_segments_to_lines if lines else decode_segments)(
-                    segments, options, ports, max_body_length):
+                    segments, options, ports, max_body_length, max_connections):
                 yield item
                 if isinstance(item, Message):
-                    shown += 1
-                    if count is not None and shown >= count:
-                        return
+                    printed += 1
+                    if count is not None and printed >= count:
+                        break
+            yield from _drops(reader)
 
         # Ctrl-C is how a live capture normally ends: the first one stops reading, and what was read is
         # decoded and written whole; a second one (output blocked, say) stops at once
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True)
+        if saved is not None and saved.error is not None:
+            raise CommandError(f"{shown(str(write))}: {saved.error.strerror or saved.error}: the capture stopped; "
+                               f"the file holds the {saved.records} frames saved before, whole", ExitCode.INPUT)
+
+
+class _Saved:
+    """The -w file, unbuffered: each record the pcap writer writes goes out whole, or the writing fails.
+    Then the file is cut back to its last whole record (a reader never sees half a frame), the error is
+    kept for the command to report, and nothing more is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("wb", buffering=0)
+        self.whole = 0  # bytes of whole records (and the file header) written
+        self.records = -1  # the file header is the first write
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        try:
+            while view:
+                written = self.file.write(view)  # a full disk or a file size limit may take part of it
+                view = view[written or 0:]
+        except OSError as exc:
+            self.error = exc
+            with contextlib.suppress(OSError):
+                self.file.truncate(self.whole)
+            raise
+        self.whole += len(data)
+        self.records += 1
+        return len(data)
+
+    def __enter__(self) -> _Saved:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):  # an unbuffered file has nothing left to write: closing cannot lose data
+            self.file.close()
+
+
+def _drops(reader: Any) -> Iterator[Diagnostic]:
+    """libpcap's count of packets the kernel dropped (its buffer was full), as a diagnostic if any."""
+    try:
+        _received, dropped, interface_dropped = reader.stats()
+    except Exception:  # noqa: BLE001 - no statistics on this platform or interface: nothing to say
+        return
+    if dropped or interface_dropped:
+        yield diagnostic("capture_dropped", f"{dropped} packets dropped by the kernel (its capture buffer was "
+                         f"full) and {interface_dropped} by the interface: the capture has holes there")

@@ -19,6 +19,7 @@ from dcpctl.commands._options import (
     DialectName,
     DialectOption,
     MaxBodyOption,
+    MaxConnectionsOption,
     ShowSecretsOption,
     StrictOption,
     dialect_of,
@@ -37,6 +38,7 @@ from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 Item = Message | Skipped | Diagnostic
 
@@ -74,6 +76,7 @@ def decode(
     collections: CollectionsOption = None,
     show_secrets: ShowSecretsOption = False,
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     strict: StrictOption = False,
     base64: Base64Option = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=2, help="Processes: 2 reads and "
@@ -130,13 +133,14 @@ def decode(
                     progress.start_file(path)
 
             yield from decode_files(paths, options, ports, max_body_length, on_file=on_file,
-                                    on_progress=progress.advance if progress is not None else None, lines=lines)
+                                    on_progress=progress.advance if progress is not None else None, lines=lines,
+                                    max_connections=max_connections)
             return
         for path in paths:
             current[0] = path
             tap = progress.tap(path) if progress is not None else None
             yield from (decode_segments_to_lines if lines else decode_segments)(
-                read_segments(path, ports, tap=tap), options, ports, max_body_length)
+                read_segments(path, ports, tap=tap), options, ports, max_body_length, max_connections)
 
     def items() -> Iterator[Item | bytes]:
         shown = 0

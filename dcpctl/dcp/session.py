@@ -51,6 +51,8 @@ NOOP: Final = 0x5C
 STREAM_REQ: Final = 0x53
 ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59, 0x60, 0x5F})  # carry a by_seqno inside the snapshot
 PUSHED_OPCODES: Final = frozenset(range(0x55, 0x68)) - {0x5D, 0x5E, 0x61}
+# Pushed only on a stream the consumer opened: items, snapshot markers, stream ends, seqno advances.
+STREAM_OPCODES: Final = ITEM_OPCODES | {0x55, 0x56, 0x64}
 # Producer messages the consumer answers (noop, takeover state change, acknowledged marker): only these
 # are remembered to match a response; mutations and the like are never answered.
 ANSWERED_PUSHES: Final = frozenset({NOOP, 0x5B, 0x56, 0x66})
@@ -235,6 +237,8 @@ class ConnectionTracker:
         self.failover_logs: dict[int, list[FailoverEntry]] = {}  # vbucket -> the last log the server sent
         self._options = self._make_options()
         self._warned_unknown = False
+        self.from_start = known_from_start  # every stream request of this connection was seen
+        self.strays: set[int] = set()  # opaques an item came on without a stream (reported once each)
 
     def _make_options(self) -> DecodeOptions:
         return DecodeOptions(self.base.dialect, self.collections if self.base.collections is None
@@ -283,6 +287,8 @@ class ConnectionTracker:
             return False, None
         stream = self.streams_by_opaque.get(opaque)
         if stream is None:
+            if self.from_start and opaque not in self.strays:
+                return False, None  # no_stream, said once per opaque
             self.unacked = unacked
             return True, None
         snapshot, last = stream.snapshot, stream.last_seqno
@@ -390,6 +396,12 @@ class ConnectionTracker:
                          f"negotiated connection_buffer_size {self.buffer_size}")
         stream = self.streams_by_opaque.get(msg.header[7])
         if stream is None:
+            if self.from_start and opcode in STREAM_OPCODES and msg.header[7] not in self.strays \
+                    and len(self.strays) < MAX_STREAMS:
+                self.strays.add(msg.header[7])
+                note.add("no_stream", f"vbucket {msg.header[5]}: {msg.opcode_name} on opaque {msg.header[7]}, "
+                         "for which no stream is open on this connection (never requested, refused or ended; "
+                         "further ones on this opaque are not reported)")
             return
         note.fields["stream_vbucket"] = stream.vbucket
         if opcode in ITEM_OPCODES or opcode == 0x64:

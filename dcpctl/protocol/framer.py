@@ -13,9 +13,11 @@ Skipped, or the ``pending`` count still buffered.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final, TypeVar
 
 from dcpctl.protocol.constants import ALT_MAGICS, MAGIC_CLASS
@@ -159,32 +161,43 @@ class Framer:
             buf = self._buf
 
     def _resync(self) -> Iterator[Skipped]:
-        """Skip to the next plausible header (or keep the last 23 bytes, which may start one)."""
+        """Skip to the next plausible header (or keep the last 23 bytes, which may start one).
+
+        Candidates are found by a regular expression (magic, opcode, the body length's top byte), so a
+        run of garbage is scanned in C; only the candidates are checked in full."""
         buf = self._buf
         start = self._pos
-        pos = start
         end = len(buf) - HEADER_LENGTH
+        search = _candidates(self.max_body_length, self.known_opcodes).search
+        pos = start
         while pos <= end:
-            if buf[pos] in _RESYNC_MAGICS:
-                total = self._plausible(pos)
-                if total is not None and total - HEADER_LENGTH <= self.max_body_length:
-                    break
+            found = search(buf, pos, end + HEADER_LENGTH)
+            if found is None or found.start() > end:  # none, or too near the end to judge yet
+                pos = end + 1
+                break
+            pos = found.start()
+            total = self._plausible(pos)
+            if total is not None and total - HEADER_LENGTH <= self.max_body_length:
+                break
             pos += 1
         if pos > start:
             self._pos = pos
             yield Skipped(self._base + start, pos - start, "garbage")
 
     def window(self) -> tuple[bytes, int]:
-        """Every buffered byte and the index of the first unconsumed one, for a caller that walks the
-        headers itself (a counting fast path); it then says how far it got with :meth:`consume`."""
-        self._need = 0
+        """The buffered bytes and the index of the first unconsumed one, for a caller that walks the
+        headers itself (a counting fast path); it then says how far it got with :meth:`consume`. Chunks
+        fed since are joined only once the next decision has the bytes it needs (as :meth:`events`
+        joins), so a big packet arriving in small segments is not copied once per segment: until it is
+        whole, the window may not hold every byte fed."""
         self._join()
-        self._need = HEADER_LENGTH
         return self._buf, self._pos
 
     def consume(self, pos: int) -> None:
         """Mark the bytes of :meth:`window`'s buffer before ``pos`` as handled (whole packets only)."""
-        self._pos = pos
+        if pos != self._pos:
+            self._pos = pos
+            self._need = HEADER_LENGTH
 
     def remainder(self) -> tuple[int, bytes]:
         """End of input: stream offset and bytes of what is left (a truncated packet or garbage)."""
@@ -194,3 +207,15 @@ class Framer:
         data = self._buf[self._pos:]
         self._pos = len(self._buf)
         return start, data
+
+
+@lru_cache(maxsize=16)
+def _candidates(max_body_length: int, known_opcodes: frozenset[int] | None) -> re.Pattern[bytes]:
+    """Where a plausible header may start while resynchronising: a known magic, a known opcode, and a body
+    length whose most significant byte allows a body of at most ``max_body_length``."""
+    def one_of(values: frozenset[int] | range) -> bytes:
+        return b"[" + b"".join(re.escape(bytes([v])) for v in sorted(values)) + b"]"
+
+    opcodes = one_of(known_opcodes) if known_opcodes is not None else b"."
+    top = one_of(range(min(255, max_body_length >> 24) + 1))
+    return re.compile(one_of(_RESYNC_MAGICS) + opcodes + b".{6}" + top, re.DOTALL)

@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 import orjson
 
-from dcpctl.dcp.session import ConnectionTracker, RollbackStory
+from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
@@ -32,11 +32,14 @@ from dcpctl.protocol.message import (
     plain_value,
 )
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
-from dcpctl.sources.tcp import ConnectionId, Reassembler, StreamData, StreamEvent
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 
 # Byte ranges remembered per direction to name the frames a message came from; older ones are dropped
 # once the framer has consumed them, so this only bounds pathological captures.
 MAX_SPANS: Final = 65536
+# Rollback negotiations kept from connections that ended, for ``rollback explain``: 64 connections' worth of
+# MAX_STORIES; a capture with more is a flood, not a rebalance.
+MAX_ENDED_STORIES: Final = 64 * MAX_STORIES
 
 
 @dataclass
@@ -93,29 +96,35 @@ class CaptureDecoder:
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False,
-                 items: ItemSinks | None = None) -> None:
+                 items: ItemSinks | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``).
         ``items``: each connection's sink (asked for once per connection, with its label) for plain items
         (a producer's pushed mutation, deletion or expiration about which
         :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
         so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
         :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
-        other message comes out as usual."""
+        other message comes out as usual. ``max_connections``: connections followed at once (the
+        reassembler's limit); a connection's state is kept from its first data to its end."""
         self.options = options
         self.defer = defer
         self.items = items
         self.max_body_length = max_body_length
-        self.reassembler = Reassembler(server_ports)
-        self.connections: dict[ConnectionId, _Connection] = {}
+        self.reassembler = Reassembler(server_ports, max_connections=max_connections)
+        self.connections: dict[ConnectionId, _Connection] = {}  # those with data so far; forgotten as they end
+        self.opened: set[ConnectionId] = set()  # connections whose SYN was seen, before their first data
+        self.stories: list[tuple[str, RollbackStory]] = []  # of connections that ended (``rollback explain``)
+        self.dropped = 0  # connections no longer followed because of max_connections
         self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
         self.last_tracker: ConnectionTracker | None = None  # the tracker that observed the last message
 
     def _framer(self, synced: bool, offset: int = 0) -> Framer:
         return Framer(self.max_body_length, self.known_opcodes, synced, offset)
 
-    def _connection(self, conn: ConnectionId, from_start: bool) -> _Connection:
+    def _connection(self, conn: ConnectionId) -> _Connection:
         found = self.connections.get(conn)
         if found is None:
+            from_start = conn in self.opened
+            self.opened.discard(conn)
             label = conn.label()
             found = _Connection(ConnectionTracker(self.options, from_start),
                                 {True: _Direction(self._framer(from_start)),
@@ -135,28 +144,60 @@ class CaptureDecoder:
         for event in self.reassembler.flush():
             yield from self._event(event)
         for conn, state in self.connections.items():
-            for from_client, direction in state.directions.items():
-                offset, tail = direction.framer.remainder()
-                out = self._message(conn, state, from_client, direction, tail, offset) if tail else None
-                if out is not None:
-                    yield out
+            yield from self._tails(conn, state)
+        if self.dropped > 1:
+            yield diagnostic("connection_limit", f"{self.dropped} connections in all were no longer followed "
+                             "(more than --max-connections open at once)")
+
+    def _tails(self, conn: ConnectionId, state: _Connection) -> Iterator[Item | Deferred]:
+        """What is left in a connection's framers: a packet cut short, or garbage."""
+        for from_client, direction in state.directions.items():
+            offset, tail = direction.framer.remainder()
+            out = self._message(conn, state, from_client, direction, tail, offset) if tail else None
+            if out is not None:
+                yield out
+
+    def _end(self, event: StreamEvent) -> Iterator[Item | Deferred]:
+        """The reassembler forgot a connection (closed, reset, reused, or over the limit): so does this."""
+        self.opened.discard(event.conn)
+        state = self.connections.pop(event.conn, None)
+        if state is None:
+            return
+        yield from self._tails(event.conn, state)
+        stories = state.tracker.pending_stories()
+        if stories and len(self.stories) < MAX_ENDED_STORIES:
+            self.stories += [(state.label, story) for story in stories[:MAX_ENDED_STORIES - len(self.stories)]]
 
     def _event(self, event: StreamData | StreamEvent) -> Iterator[Item | Deferred]:
         if isinstance(event, StreamEvent):
-            state = self._connection(event.conn, event.name == "connection_open")
-            if event.name in ("gap", "reassembly_overflow", "snaplen_truncated") and event.from_client is not None:
-                direction = state.directions[event.from_client]
-                offset, tail = direction.framer.remainder()
-                out = self._message(event.conn, state, event.from_client, direction, tail, offset) if tail else None
-                if out is not None:
-                    yield out
-                resume = event.offset + event.length if event.offset is not None else 0
-                direction.framer = self._framer(synced=False, offset=resume)  # offsets stay the stream's
-                direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
-                yield diagnostic("capture_gap", f"{event.conn.label()} "
-                                 f"{'client>server' if event.from_client else 'server>client'}: {event.message}")
+            name = event.name
+            if name == "connection_open":
+                self.opened.add(event.conn)
+            elif name == "connection_end":
+                yield from self._end(event)
+            elif name == "connection_limit":
+                self.dropped += 1
+                if self.dropped == 1:
+                    yield diagnostic("connection_limit", f"{event.conn.label()}: {event.message} (raise "
+                                     "--max-connections to follow more; further ones are counted at the end)")
+            elif name == "overlap_conflict":
+                yield diagnostic("overlap_conflict", f"{event.conn.label()} "
+                                 f"{_CLIENT if event.from_client else _SERVER}: frame {event.frame}: {event.message}")
+            if name not in ("gap", "reassembly_overflow", "snaplen_truncated") or event.from_client is None:
+                return
+            state = self._connection(event.conn)
+            direction = state.directions[event.from_client]
+            offset, tail = direction.framer.remainder()
+            out = self._message(event.conn, state, event.from_client, direction, tail, offset) if tail else None
+            if out is not None:
+                yield out
+            resume = event.offset + event.length if event.offset is not None else 0
+            direction.framer = self._framer(synced=False, offset=resume)  # offsets stay the stream's
+            direction.gap = f"{event.length} bytes missing from the capture ({event.message})"
+            yield diagnostic("capture_gap", f"{event.conn.label()} "
+                             f"{'client>server' if event.from_client else 'server>client'}: {event.message}")
             return
-        state = self._connection(event.conn, from_start=False)
+        state = self._connection(event.conn)
         direction = state.directions[event.from_client]
         if len(direction.spans) >= MAX_SPANS:
             direction.spans.popleft()
@@ -260,36 +301,44 @@ def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: i
              ) -> tuple[float, list[int]]:
     """The capture time of a message's first byte and every frame its bytes came from."""
     ts = 0.0
-    frames: list[int] = []
+    frames: dict[int, None] = {}  # ordered, and each frame once however many spans it gave
     for start, stop, span_ts, span_frames in spans:
         if start >= end:
             break
         if stop > offset:
             if not frames:
                 ts = span_ts
-            frames.extend(f for f in span_frames if f not in frames)
-    return ts, frames
+            frames.update(dict.fromkeys(span_frames))
+    return ts, list(frames)
 
 
 def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
-                    server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> Iterator[Item]:
+                    server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
+                    max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item]:
     """Every message and notice of a capture, in order."""
-    decoder = CaptureDecoder(options, server_ports, max_body_length)  # not deferred: only Items come out
+    # not deferred: only Items come out
+    decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
     for item in items:
         yield from cast(Iterator[Item], decoder.feed(item))
     yield from cast(Iterator[Item], decoder.finish())
 
 
 def decode_segments_to_lines(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
-                             server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH
-                             ) -> Iterator[Item | bytes]:
+                             server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
+                             max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
     """:func:`decode_segments`, with plain items as their JSON lines (:class:`PlainLines`: bytes, many lines
     at a time, in their place in the order) for a consumer that prints every message as its JSON line."""
     plain = PlainLines()
-    decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink)
-    for item in items:
-        yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
-    yield from plain.between(cast(Iterator[Item], decoder.finish()))
+    decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink,
+                             max_connections=max_connections)
+    try:
+        for item in items:
+            yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
+        yield from plain.between(cast(Iterator[Item], decoder.finish()))
+    except Exception:
+        if plain.parts:  # the lines decoded before a failure are output before it
+            yield plain.take()
+        raise
 
 
 class PlainLines:
@@ -307,12 +356,12 @@ class PlainLines:
         parts = self.parts
         for event in events:
             if parts:
-                yield self._take()
+                yield self.take()
             yield event
         if parts:
-            yield self._take()
+            yield self.take()
 
-    def _take(self) -> bytes:
+    def take(self) -> bytes:
         out = b"".join(self.parts)
         self.parts.clear()
         return out
@@ -368,5 +417,5 @@ def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: Decod
             pass
     for _ in decoder.finish():
         pass
-    return [(state.label, story) for state in decoder.connections.values()
-            for story in state.tracker.pending_stories()]
+    return [*decoder.stories, *((state.label, story) for state in decoder.connections.values()
+                                for story in state.tracker.pending_stories())]

@@ -17,7 +17,10 @@ with the compiled readers of ``plain_item_at`` (``itemreader``) and writes the l
 
 The child never writes to standard output. Errors reading a file travel as items and are raised here as
 the serial path raises them. When this side stops early (``--count``, a closed pipe, Ctrl-C), the child is
-terminated and reaped; a child that dies without its end marker is reported, never silently truncated.
+terminated and reaped; a child that dies without its end marker is reported with its exit status or
+signal, never silently truncated. A bug in decoding (an exception in the child) ends the child after it
+sends what it decoded before it and the exception in one line, raised here as :class:`ChildError` after
+those items: the serial path's output, and its cause.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import marshal
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -37,16 +41,17 @@ from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode
 from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, LineMaker, finish_message, plain_item_lines
 from dcpctl.sources.pcap import CaptureError, read_segments
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
 
 # item tags (first element of every non-message tuple; messages are the untagged 10-tuples)
-_SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _RUN = range(7)
+_SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _RUN, _CRASH = range(8)
 RUNS_BATCH: Final = 1 << 20  # bytes of item runs per pipe message (``lines``)
 
 
 class ChildError(Exception):
-    """The decoding process ended without finishing (killed, out of memory)."""
+    """The decoding process ended without finishing (killed, out of memory, or a bug)."""
 
 
 def usable_cores() -> int:
@@ -57,7 +62,7 @@ def usable_cores() -> int:
 
 
 def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: frozenset[int],
-             max_body_length: int, lines: bool) -> None:
+             max_body_length: int, lines: bool, max_connections: int) -> None:
     batch: list[Any] = []
     send = pipe.send_bytes
     dumps = marshal.dumps
@@ -72,7 +77,7 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
             batch.append((_FILE, path))
             plain = _Runs() if lines else None
             decoder = CaptureDecoder(options, ports, max_body_length, defer=True,
-                                     items=plain.sink if plain is not None else None)
+                                     items=plain.sink if plain is not None else None, max_connections=max_connections)
             try:
                 for segment in read_segments(path, ports, tap=tap):
                     events = decoder.feed(segment)
@@ -90,13 +95,33 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
                 batch.append((_ERROR, path, str(exc), isinstance(exc, FileNotFoundError)))
                 send(dumps(batch))
                 return
+            except Exception as exc:  # noqa: BLE001 - any bug: reported whole to the other side, never lost
+                # a bug in decoding: what was decoded before it goes out first, as --jobs 1 prints it
+                if plain is not None:
+                    batch.extend(plain.between(()))
+                batch.append((_CRASH, _cause(exc)))
+                with contextlib.suppress(OSError):
+                    send(dumps(batch))
+                return
         batch.append((_PROGRESS, read))
         batch.append((_DONE,))
         send(dumps(batch))
-    except (KeyboardInterrupt, BrokenPipeError, OSError):
+    except (KeyboardInterrupt, OSError):
         pass  # the reading side went away or the user interrupted: it reports, not us
     finally:
         pipe.close()
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception in one line: its type, message and where it was raised (for the bug report)."""
+    where = ""
+    trace = exc.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    if trace is not None:
+        code = trace.tb_frame.f_code
+        where = f" (in {code.co_name}, {os.path.basename(code.co_filename)}:{trace.tb_lineno})"
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 class _Runs:
@@ -176,6 +201,17 @@ def _lines(run: tuple[Any, ...], options: DecodeOptions, readers: ItemReaders,
     return b"".join(out)
 
 
+def _status(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "still running, but its pipe closed"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
 def _plain(item: Any) -> Any:
     if isinstance(item, tuple):
         return item
@@ -188,7 +224,8 @@ def _plain(item: Any) -> Any:
 def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  on_file: Callable[[str], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None, lines: bool = False) -> Iterator[Item | bytes]:
+                 on_progress: Callable[[int], None] | None = None, lines: bool = False,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
     """The items ``decode_segments`` gives for each file in turn, decoded on two cores. ``lines``: as
     ``decode_segments``'s; the lines of plain items are written in the child, which then does all the work
     of a plain item while this process copies its lines out.
@@ -197,7 +234,8 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines),
+    child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines,
+                                                                max_connections),
                             name="dcpctl-decode", daemon=True)
     child.start()
     sender.close()
@@ -223,8 +261,10 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
         while True:
             try:
                 batch = loads(receiver.recv_bytes())
-            except EOFError:
-                raise ChildError(f"the decoding process ended unexpectedly (exit {child.exitcode})") from None
+            except (EOFError, OSError):  # OSError: the pipe ended inside a message
+                child.join(5)  # the pipe closes as the process ends: its exit status follows at once
+                raise ChildError(f"the decoding process ended unexpectedly ({_status(child.exitcode)}); "
+                                 "the output above is complete up to that point") from None
             for item in batch:
                 if len(item) == 10:
                     raw, offset, collections, ts, label, from_client, frames, fields, diags, built = item
@@ -249,6 +289,9 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                         on_progress(item[1])
                 elif tag == _ERROR:
                     raise (FileNotFoundError if item[3] else CaptureError)(item[2])
+                elif tag == _CRASH:
+                    raise ChildError(f"the decoding process failed: {item[1]}; the output above is complete up "
+                                     "to that point (a bug: please report it)")
                 else:
                     return
     finally:

@@ -249,7 +249,16 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
                   tls_ports: frozenset[int] = frozenset({11207}),
                   tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
-    """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies)."""
+    """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies).
+
+    A classic pcap file whose header gives a snap length below :data:`FULL_SNAPLEN` is read by
+    ``pcapchunks`` instead: libpcap cuts every frame to the header's snap length, even a record that holds
+    more (a header below 14 bytes left nothing to decode, where tshark reads the whole records)."""
+    from dcpctl.sources import pcapchunks  # noqa: PLC0415 - it builds on this module
+
+    if path != "-" and pcapchunks.short_snaplen(path):
+        yield from pcapchunks.read_records(path, ports, tls_ports, tap)
+        return
     try:
         reader = pcapy.open_offline(path)
     except pcapy.PcapError as exc:

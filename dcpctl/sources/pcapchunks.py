@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -37,6 +37,9 @@ MAX_RECORD: Final = 256 * 1024  # a record longer than this is a damaged header,
 PLAN_BLOCK: Final = 4 * 1024 * 1024  # bytes the planner reads at a time (it only looks at record headers)
 _MAGICS: Final = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
                   b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+# A file header's snap length below this (tcpdump's smallest default) may be smaller than the records it
+# holds: such a file is read here, not by libpcap, which would cut every frame to it.
+FULL_SNAPLEN: Final = 65535
 PCAPNG_MAGIC: Final = b"\x0a\x0d\x0d\x0a"
 # One frame in this many, on average, is parsed to weigh connections (weights are sampled bytes x this); the
 # gaps between samples are random (seeded: the same plan every time), as a fixed stride can keep landing on
@@ -121,7 +124,33 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
         return chunks, notices
 
 
-def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207})
+def short_snaplen(path: str) -> bool:
+    """Whether ``path`` is a classic pcap file whose header's snap length is below FULL_SNAPLEN (0 means
+    none, to libpcap too)."""
+    try:
+        with Path(path).open("rb") as stream:
+            head = stream.read(24)
+    except OSError:
+        return False  # the reader says why
+    if len(head) < 24 or head[:4] not in _MAGICS:
+        return False
+    snaplen: int = struct.unpack(_MAGICS[head[:4]][0] + "I", head[16:20])[0]
+    return 0 < snaplen < FULL_SNAPLEN
+
+
+def read_records(path: str, ports: frozenset[int], tls_ports: frozenset[int],
+                 tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+    """A classic pcap file's segments, each record read whole whatever the snap length its header gives
+    (libpcap cuts every frame to it; tshark does not), a chunk at a time; then the damage found, if any."""
+    chunks, notices = plan(path)
+    for chunk in chunks:
+        for item in segments(chunk, ports, tls_ports, tap):
+            yield item if isinstance(item, CaptureNotice) else item[0]
+    yield from notices
+
+
+def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207}),
+             tap: Callable[[float, bytes, int], None] | None = None
              ) -> Iterator[tuple[TcpSegment, int] | CaptureNotice]:
     """The TCP segments of one chunk's frames (frame numbers as in the whole file), each with the file offset
     of its payload (-1 in a pcapng file, read by libpcap), and the notices the whole-file reader gives."""
@@ -140,6 +169,8 @@ def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = fr
         start = pos + 16
         pos = start + captured
         ts = seconds + fraction * chunk.resolution
+        if tap is not None:
+            tap(ts, data[start:pos], wire)
         kept = keep(parse_frame(chunk.linktype, data[start:pos], wire, frame, ts), frame, ts)
         frame += 1
         if isinstance(kept, TcpSegment):

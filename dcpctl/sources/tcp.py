@@ -13,12 +13,16 @@ delivery resumes after it: the consumer resynchronises there.
 Offsets are positions in the direction's byte stream (0 = the first byte after the SYN, or the first byte
 seen in a capture that starts mid-connection); a gap advances them by its length, so they stay stream
 positions. Invariants: every byte is delivered at most once, in order; the bytes buffered per direction
-never exceed the cap; connections closed both ways are forgotten, and at most ``max_connections`` are
-tracked (the least recently active is dropped first).
+never exceed the cap; connections closed both ways (or reset) are forgotten, and at most ``max_connections``
+are tracked (the least recently active is dropped first, announced as ``connection_limit``); each forgotten
+connection ends with a ``connection_end`` event, after which its consumer may forget it too. Of a forgotten
+connection only its generation number is kept (for the ``#n`` of a reused 4-tuple), for the most recent
+``max_connections`` of them.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
@@ -28,7 +32,8 @@ from dcpctl.sources.pcap import TcpSegment
 # Out-of-order data held per direction: 16 MiB covers a window of several seconds on a 10 Gb/s link;
 # more than that waiting for one missing segment means the segment was not captured.
 DEFAULT_MAX_BUFFERED: Final = 16 * 1024 * 1024
-# Connections tracked at once: a node has at most a few thousand KV connections.
+# Connections tracked at once: a node has at most a few thousand KV connections, a client fewer; a capture
+# with more open at once is a scan or a SYN flood, and each tracked connection costs about a kilobyte.
 DEFAULT_MAX_CONNECTIONS: Final = 65536
 FIN, SYN, RST = 0x01, 0x02, 0x04
 _HALF: Final = 1 << 31
@@ -86,12 +91,22 @@ class _Direction:
     next: int | None = None  # sequence number of the next byte to deliver
     isn: int | None = None
     offset: int = 0  # stream offset of ``next``
-    pending: dict[int, tuple[bytes, float, int]] = field(default_factory=dict)  # seq -> (data, ts, frame)
+    # out-of-order segments by the stream offset of their first byte (offsets do not wrap, sequence numbers
+    # do), and a heap of those offsets, so the earliest is found at once (stale entries are skipped)
+    pending: dict[int, tuple[bytes, float, int]] = field(default_factory=dict)  # offset -> (data, ts, frame)
+    heap: list[int] = field(default_factory=list)
     pending_bytes: int = 0
     fin: bool = False
     conflict_reported: bool = False
     # the last delivered bytes (at least RECENT_BYTES of them, at most twice that), to compare retransmissions
     recent: bytearray = field(default_factory=bytearray)
+
+    def earliest(self) -> int | None:
+        """The stream offset of the earliest buffered segment."""
+        heap, pending = self.heap, self.pending
+        while heap and heap[0] not in pending:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
 
 @dataclass
@@ -113,7 +128,8 @@ class Reassembler:
         self.max_buffered = max_buffered_bytes
         self.max_connections = max_connections
         self.connections: OrderedDict[tuple[tuple[str, int], tuple[str, int]], _Connection] = OrderedDict()
-        self.generations: dict[tuple[tuple[str, int], tuple[str, int]], int] = {}
+        # the last generation of 4-tuples no longer tracked, the most recent max_connections of them
+        self.generations: OrderedDict[tuple[tuple[str, int], tuple[str, int]], int] = OrderedDict()
 
     def _sides(self, seg: TcpSegment) -> tuple[tuple[str, int], tuple[str, int], bool]:
         """(client, server, from_client)."""
@@ -139,10 +155,14 @@ class Reassembler:
                                     "the 4-tuple is reused by a new connection (new initial sequence number)")
                 state = None
         if state is None:
+            if not seg.flags & SYN and not seg.payload and not seg.truncated:
+                return out  # a bare ACK, FIN or RST (the last ACK of a closed connection): nothing to follow
             if len(self.connections) >= self.max_connections:
-                self.connections.popitem(last=False)
-            generation = self.generations.get(key, -1) + 1
-            self.generations[key] = generation
+                oldest = next(iter(self.connections))
+                out += self._retire(oldest, seg, "connection_limit",
+                                    f"more than {self.max_connections} connections at once: the least recently "
+                                    "active one is no longer followed")
+            generation = self.generations.pop(key, -1) + 1
             state = _Connection(ConnectionId(client, server, generation), {True: _Direction(), False: _Direction()})
             self.connections[key] = state
             if seg.flags & SYN:
@@ -195,10 +215,13 @@ class Reassembler:
                 out += self._truncated(state, from_client, d, seg, seg.wire_length - len(seg.payload))
             out += self._drain(state, from_client, d)
             return out
-        seq = (d.next + ahead) % _MOD
-        if seq not in d.pending or len(d.pending[seq][0]) < len(payload):
-            d.pending_bytes += len(payload) - len(d.pending.get(seq, (b"",))[0])
-            d.pending[seq] = (payload, seg.ts, seg.frame)
+        at = d.offset + ahead
+        held = d.pending.get(at)
+        if held is None:
+            heapq.heappush(d.heap, at)
+        if held is None or len(held[0]) < len(payload):
+            d.pending_bytes += len(payload) - (len(held[0]) if held is not None else 0)
+            d.pending[at] = (payload, seg.ts, seg.frame)
         while d.pending_bytes > self.max_buffered and d.pending:
             out += self._gap(state, from_client, d, seg, "reassembly_overflow")
         return out
@@ -228,42 +251,37 @@ class Reassembler:
         return event
 
     def _drain(self, state: _Connection, from_client: bool, d: _Direction) -> list[Event]:
+        """Deliver the buffered segments that now start at or before ``next``, earliest first."""
         out: list[Event] = []
-        while d.pending:
-            assert d.next is not None
-            best = None
-            for seq in d.pending:
-                ahead = _diff(seq, d.next)
-                if ahead <= 0 and (best is None or ahead > best[1]):
-                    best = (seq, ahead)
-            if best is None:
-                return out
-            data, ts, frame = d.pending.pop(best[0])
+        while (at := d.earliest()) is not None and at <= d.offset:
+            heapq.heappop(d.heap)
+            data, ts, frame = d.pending.pop(at)
             d.pending_bytes -= len(data)
-            new = data[-best[1]:] if best[1] < 0 else data
-            if best[1] < 0 and -best[1] >= len(data):
-                continue
-            out.append(self._deliver(state, from_client, d, new, ts, (frame,)))
+            new = data[d.offset - at:]
+            if new:
+                out.append(self._deliver(state, from_client, d, new, ts, (frame,)))
         return out
 
     def _gap(self, state: _Connection, from_client: bool, d: _Direction, seg: TcpSegment | None,
              name: str = "gap") -> list[Event]:
         """Declare the hole before the earliest buffered segment and deliver what follows it."""
         assert d.next is not None
-        first = min(d.pending, key=lambda s: _diff(s, d.next))  # type: ignore[arg-type]
-        missing = _diff(first, d.next)
-        ts = d.pending[first][1]
-        frame = d.pending[first][2]
+        first = d.earliest()
+        assert first is not None
+        missing = first - d.offset
+        _, ts, frame = d.pending[first]
         why = ("the out-of-order buffer is full" if name == "reassembly_overflow"
                else "the capture never had them")
         event = StreamEvent(state.conn, from_client, ts, frame, name,
                             f"{missing} bytes missing at stream offset {d.offset} ({why})", d.offset, missing)
-        d.next = first
-        d.offset += missing
+        d.next = (d.next + missing) % _MOD
+        d.offset = first
         return [event, *self._drain(state, from_client, d)]
 
     def _retire(self, key: tuple[tuple[str, int], tuple[str, int]], seg: TcpSegment, name: str | None,
                 message: str) -> list[Event]:
+        """Forget a connection: its holes become gaps, its end is announced (``connection_end``, after the
+        reason if any), and only its generation number is kept, to tell a reuse of the 4-tuple apart."""
         state = self.connections.pop(key, None)
         if state is None:
             return []
@@ -273,6 +291,11 @@ class Reassembler:
                 out += self._gap(state, from_client, d, seg)
         if name is not None:
             out.append(StreamEvent(state.conn, None, seg.ts, seg.frame, name, message))
+        out.append(StreamEvent(state.conn, None, seg.ts, seg.frame, "connection_end", ""))
+        generations = self.generations
+        generations[key] = state.conn.generation
+        if len(generations) > self.max_connections:
+            generations.popitem(last=False)
         return out
 
     def flush(self) -> list[Event]:

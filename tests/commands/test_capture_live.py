@@ -104,3 +104,80 @@ def test_missing_interface_is_one_line_exit_3() -> None:
                           capture_output=True, timeout=60, check=False)
     assert proc.returncode == ExitCode.INPUT
     assert proc.stderr.decode().count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_a_full_disk_under_w_stops_the_capture_keeping_what_was_saved(tmp_path: Path) -> None:
+    """The -w file stops taking frames part way: one line naming it, exit 3, the messages read so far printed,
+    and the file cut back to its last whole frame, readable (it was a traceback, the file cut anywhere)."""
+    out = tmp_path / "live.pcap"
+    with serving("--vbuckets", "4", "--items", "400") as server:
+        # a file size limit stands for a nearly full disk: writes past it fail (EFBIG; Python ignores SIGXFSZ)
+        proc = subprocess.Popen(
+            ["prlimit", "--fsize=20000", sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p",
+             str(server.port), "-F", "jsonl", "-w", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+        subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--until", "now",
+                        "--summary"], capture_output=True, timeout=120, check=False,
+                       env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        stdout, stderr = proc.communicate(timeout=60)  # it stops by itself
+    assert proc.returncode == ExitCode.INPUT, stderr
+    assert stderr.decode().count("\n") == 1
+    assert stderr.decode().startswith(f"dcpctl: error: {out}: File too large: the capture stopped; the file holds")
+    assert 0 < out.stat().st_size <= 20_000
+    printed = stdout.decode().splitlines()
+    assert printed
+    assert all(json.loads(line) for line in printed)
+    decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", "-p", str(server.port),
+                              str(out)], capture_output=True, timeout=120, check=False)
+    assert decoded.returncode == ExitCode.OK, decoded.stderr
+    assert b"truncated_file" not in decoded.stderr  # no half record at the end
+    saved = decoded.stdout.decode().splitlines()
+    assert saved
+    assert [json.loads(line)["opcode"] for line in saved] == [json.loads(line)["opcode"] for line in printed][
+        :len(saved)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+@pytest.mark.parametrize("target", ["/dev/full", "/proc/version"])
+def test_a_w_file_that_takes_nothing_is_one_line_exit_3(target: str) -> None:
+    """A full device, a file that cannot be written: one line naming it before capturing, exit 3."""
+    proc = subprocess.run([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", "9", "-w", target],
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == ExitCode.INPUT
+    assert proc.stderr.decode().startswith(f"dcpctl: error: {target}: ")
+    assert proc.stderr.decode().count("\n") == 1
+
+
+def _sink(listener: socket.socket) -> None:
+    conn, _ = listener.accept()
+    with conn:
+        while conn.recv(1 << 20):
+            pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_packets_the_kernel_dropped_are_counted() -> None:
+    """The capture cannot keep up (its output is not read): libpcap's drop count is reported at the end as
+    capture_dropped (capture_gap alone said bytes were missing, not that the kernel threw packets away)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(port), "-F", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+    server = threading.Thread(target=_sink, args=(listener,))
+    server.start()
+    noops = bytes.fromhex("805c0000000000000000000000000001" + "00" * 8) * 4096
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        for _ in range(3000):  # 300 MB while the capture is stuck writing lines nobody reads
+            client.sendall(noops)
+    server.join()
+    listener.close()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == ExitCode.OK, stderr
+    assert b"capture_dropped" in stderr.splitlines()[-1], stderr[-500:]

@@ -90,3 +90,19 @@ def test_flow_control_overrun_is_reported() -> None:
     found = [n for _, note in replay(data, tracker) for n in names(note)]
     assert tracker.buffer_size == 100
     assert "flow_control_exceeded" in found
+
+
+def test_an_item_for_a_vbucket_never_requested_is_reported_once() -> None:
+    """Seen from its start, a connection whose producer pushes on an opaque no stream request opened: said
+    once per opaque (it was silent); a capture that began later cannot know, and says nothing."""
+    data = bytearray(SAMPLE.read_bytes())
+    first = data.index(bytes.fromhex("8057"))
+    for start in (first, data.index(bytes.fromhex("8057"), first + 1)):
+        data[start + 12:start + 16] = (0xBEEF).to_bytes(4, "big")  # the mutations' opaque: no stream's
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    found = [(m.opcode_name, n) for m, note in replay(bytes(data), tracker) for n in names(note)]
+    assert found.count(("DCP_MUTATION", "no_stream")) == 1
+    assert tracker.plain_item(0xBEEF, 1, 100) == (True, None)  # said once: the fast path takes the rest
+    assert ConnectionTracker(DecodeOptions(), known_from_start=True).plain_item(0xBEEF, 1, 100) == (False, None)
+    late = ConnectionTracker(DecodeOptions(), known_from_start=False)
+    assert "no_stream" not in [n for _, note in replay(bytes(data[first:]), late) for n in names(note)]

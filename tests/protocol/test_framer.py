@@ -105,3 +105,53 @@ def test_truncated_tail_is_left_for_the_caller() -> None:
     assert len(frames) == 1
     assert skipped == 0
     assert rest == mutation(5)[:30]
+
+
+class ByteByByte(Framer):
+    """The framer with its resynchronisation done one position at a time: what the regular expression
+    that finds candidates must agree with."""
+
+    def _resync(self):  # type: ignore[no-untyped-def]
+        buf, start = self._buf, self._pos
+        pos, end = start, len(buf) - 24
+        while pos <= end:
+            total = self._plausible(pos)
+            if total is not None and total - 24 <= self.max_body_length:
+                break
+            pos += 1
+        if pos > start:
+            self._pos = pos
+            yield Skipped(self._base + start, pos - start, "garbage")
+
+
+NOISE = st.lists(st.one_of(st.binary(max_size=30), st.sampled_from([NOOP, mutation(5), bytes([0x80, 0x57]) + bytes(6)
+                                                                     + b"\x01\xff\xff\xff", b"\x80" * 40])),
+                 max_size=30).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=NOISE, cuts=st.lists(st.integers(0, 2000), max_size=10), limit=st.sampled_from([1 << 10, 1 << 20, 1 << 25,
+                                                                                          1 << 31]),
+       known=st.sampled_from([None, frozenset({0x5C, 0x57})]))
+def test_resynchronising_finds_what_a_byte_by_byte_scan_finds(data: bytes, cuts: list[int], limit: int,
+                                                               known: frozenset[int] | None) -> None:
+    def events(framer: Framer) -> list[object]:
+        out: list[object] = []
+        for chunk in split(data, cuts):
+            framer.feed(chunk)
+            out += framer.events()
+        return [*out, framer.remainder()]
+
+    assert events(Framer(limit, known, synced=False)) == events(ByteByByte(limit, known, synced=False))
+
+
+def test_window_does_not_copy_a_big_packet_once_per_segment() -> None:
+    packet = mutation(1, value=b"v" * (1 << 20))
+    framer = Framer()
+    joined = 0
+    for start in range(0, len(packet), 536):
+        framer.feed(packet[start:start + 536])
+        buf, _pos = framer.window()
+        joined += len(buf)
+        assert list(framer.events()) == ([] if start + 536 < len(packet) else [Frame(packet, 0)])
+    assert joined < 4 * len(packet)

@@ -349,7 +349,7 @@ def test_where_wireshark_is_wrong_dcpctl_is_right(tmp_path: Path) -> None:
     # A v2.2 snapshot marker (version byte 2, purge seqno): Wireshark declares the packet malformed.
     marker = next(f for f, r in mine.items() if r.get("marker_version") == 2)
     assert mine[marker]["purge_seqno"] == 120
-    assert mine[marker]["diagnostics"] == []
+    assert [d["name"] for d in mine[marker]["diagnostics"]] == ["no_stream"]  # crafted: no stream request
     assert "Malformed" in theirs[marker]["_ws.expert.message"]
     # xattrs inside a snappy value: Wireshark parses them out of the still-compressed bytes.
     snappy = next(f for f, r in mine.items() if r.get("key") == "snappy_doc")

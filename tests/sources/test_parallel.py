@@ -7,6 +7,10 @@ import json
 import multiprocessing
 import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
 from dcpctl.sources import parallel
-from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
+from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -191,3 +195,56 @@ def test_stopping_early_reaps_the_child(tmp_path: Path) -> None:
     assert isinstance(next(items), Message)
     items.close()  # what --count and a closed pipe do
     assert multiprocessing.active_children() == []
+
+
+def test_a_bug_in_the_child_keeps_the_output_before_it_and_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """An exception while decoding (a bug): --jobs 2 prints what --jobs 1 prints before it, then the cause
+    in one line, exit 1 (the child used to die silently, its last batch lost, as 'exit None')."""
+    variety = tmp_path / "variety.pcap"
+    variety.write_bytes(write_capture(item_variety() * 5))
+    original = CaptureDecoder._message
+    seen = [0]
+
+    def failing(self: CaptureDecoder, *args: Any) -> Any:
+        seen[0] += 1
+        if seen[0] > 40:
+            raise IndexError("an injected bug")
+        return original(self, *args)
+
+    monkeypatch.setattr(CaptureDecoder, "_message", failing)
+    for fmt in ("jsonl", "pretty"):
+        out, err = io.StringIO(), io.StringIO()
+        env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                          color=False, width=200)
+        seen[0] = 0
+        with pytest.raises(IndexError):
+            main(["decode", str(variety), "-F", fmt, "-j", "1"], env)
+        seen[0] = 0
+        code, split, error = run(str(variety), "-F", fmt, "-j", "2")
+        assert code == ExitCode.FAILURE
+        assert split == out.getvalue()
+        assert split.count("\n") > 40
+        assert error.count("\n") == 1
+        assert "IndexError: an injected bug (in failing, test_parallel.py:" in error
+
+
+def test_a_killed_child_is_named_and_the_lines_before_it_are_whole(tmp_path: Path) -> None:
+    big = tmp_path / "big.pcap"
+    big.write_bytes(write_capture(session_packets() * 2000))
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", "-j", "2", str(big)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 30
+    while not children.read_text().split() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # both block by now: this side on a full pipe nobody reads, the child on this side
+    os.kill(int(children.read_text().split()[0]), signal.SIGKILL)
+    rest, err = proc.communicate(timeout=60)
+    lines = rest.decode().splitlines()
+    assert proc.returncode == ExitCode.FAILURE
+    assert [line for line in lines if not (line.startswith("{") and line.endswith("}"))] == []  # whole lines
+    assert lines
+    assert len(lines) < 2000 * len(session_packets())
+    assert err.decode().endswith("dcpctl: error: the decoding process ended unexpectedly (killed by SIGKILL); "
+                                 "the output above is complete up to that point\n")
