@@ -28,7 +28,6 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.safetext import shown
 
 DEFAULT_TIMEOUT: Final = 10.0  # seconds for connecting and for each request
 RECV_SIZE: Final = 1 << 20
@@ -329,7 +328,7 @@ class Connection:
                             f"{listed['status']}): not a Couchbase data node, or a memcached without SASL")
         if listed.get("status") != "Success":
             raise StatusError("SASL_LIST_MECHS", str(listed.get("status")), ExitCode.AUTH)
-        offered = shown(str(listed.get("value", "")))
+        offered = str(listed.get("value", ""))
         offered_names = {canonical(m): m for m in offered.split()}
         if mechanism is not None:
             wanted = canonical(mechanism)

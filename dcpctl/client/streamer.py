@@ -59,7 +59,6 @@ from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.registry import Dialect
-from dcpctl.safetext import shown
 
 OPEN_PRODUCER: Final = 0x01
 OPEN_INCLUDE_XATTRS: Final = 0x04
@@ -796,7 +795,7 @@ def _config_of(raw: bytes, host: str, label: str) -> dict[str, Any]:
     try:
         config = orjson.loads(raw.replace(b"$HOST", join_host(host, 0).rsplit(":", 1)[0].encode()))
     except orjson.JSONDecodeError as exc:
-        raise bad(f"is not JSON ({shown(str(exc))})") from None
+        raise bad(f"is not JSON ({exc!s})") from None
     if not isinstance(config, dict):
         raise bad("is not a JSON object")
     server_map = config.get("vBucketServerMap", {})
@@ -816,7 +815,7 @@ def _config_of(raw: bytes, host: str, label: str) -> dict[str, Any]:
         for entry in servers:
             server_address(entry)
     except AddressError as exc:
-        raise bad(f"lists a server {shown(str(exc))}") from None
+        raise bad(f"lists a server {exc!s}") from None
     return config
 
 

@@ -23,6 +23,7 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
+from dcpctl.safetext import shown
 from dcpctl.sources.pcap import CaptureError
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 
@@ -145,7 +146,7 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
             raise CommandError(f"--out {out}: {exc.strerror or exc}", ExitCode.INPUT) from None
         errors = env.error_console()
         for notice in result.notices:
-            errors.print(f"dcpctl: {notice}", style="yellow", markup=False)
+            errors.print(f"dcpctl: {shown(notice)}", style="yellow", markup=False)
         report: dict[str, Any] = {"dataset": str(out)}
         report.update(analyses.report(job.read(session, result, records=records), result.partials,
                                       plots=plot_dir is not None))
@@ -241,7 +242,8 @@ def _tables(console: Any, report: dict[str, Any]) -> None:
             continue
         table = Table(*columns, title=title)
         for row in rows[:TABLE_ROWS]:
-            table.add_row(*[escape(str(row.get(c, ""))) for c in columns])  # "[rule]" is text, not markup
+            # keys come from the wire (safetext), and "[rule]" is text, not markup
+            table.add_row(*[escape(shown(str(row.get(c, "")))) for c in columns])
         console.print(table)
         if len(rows) > TABLE_ROWS:
             console.print(f"... {len(rows) - TABLE_ROWS} more (--format json has them all)")

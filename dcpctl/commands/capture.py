@@ -26,7 +26,6 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.output import Format, emit
-from dcpctl.safetext import shown
 from dcpctl.sources.capture import Item, decode_segments, decode_segments_to_lines
 from dcpctl.sources.pcap import CaptureError, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
@@ -69,7 +68,7 @@ def capture(
                 saved = stack.enter_context(_Saved(write))
                 writer = PcapWriter(cast(BinaryIO, saved), linktype)
             except OSError as exc:
-                raise CommandError(f"{shown(str(write))}: {exc.strerror}", ExitCode.INPUT) from None
+                raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "
@@ -105,7 +104,7 @@ def capture(
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True)
         if saved is not None and saved.error is not None:
-            raise CommandError(f"{shown(str(write))}: {saved.error.strerror or saved.error}: the capture stopped; "
+            raise CommandError(f"{write!s}: {saved.error.strerror or saved.error}: the capture stopped; "
                                f"the file holds the {saved.records} frames saved before, whole", ExitCode.INPUT)
 
 

@@ -37,7 +37,6 @@ from dcpctl.dcp.failover import compare, dump_logs
 from dcpctl.dcp.rollback import load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.safetext import shown
 
 
 class FailoverFormat(StrEnum):
@@ -76,7 +75,7 @@ def failover(
         except OSError as exc:
             raise CommandError(f"--compare: {compare_with}: {exc.strerror}", ExitCode.INPUT) from None
         except (ValueError, TypeError) as exc:
-            raise CommandError(f"--compare: {compare_with}: {shown(str(exc))}", ExitCode.INPUT) from None
+            raise CommandError(f"--compare: {compare_with}: {exc!s}", ExitCode.INPUT) from None
     chosen = parse_ranges(vbuckets) if vbuckets else None  # a bad range is a usage error before connecting
     password = password_of(env, password_env, password_file, user)
     tls_options = tls_of(tls, cacert, cert, key, no_verify)

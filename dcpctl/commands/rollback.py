@@ -50,7 +50,6 @@ from dcpctl.dcp.session import RollbackStory
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
-from dcpctl.safetext import shown
 from dcpctl.sources.capture import rollback_stories
 from dcpctl.sources.files import open_input
 from dcpctl.sources.pcap import CaptureError, read_segments
@@ -134,7 +133,7 @@ def explain(
     try:
         log = parse_failover_log(load_json(data), vbucket)
     except (ValueError, TypeError) as exc:
-        raise CommandError(f"{shown(failover_log)}: {shown(str(exc))}", ExitCode.INPUT) from None
+        raise CommandError(f"{failover_log}: {exc!s}", ExitCode.INPUT) from None
     if not log:
         raise CommandError(f"{failover_log}: the failover log is empty", ExitCode.INPUT)
     start_seqno = _int(start, "--start")

@@ -19,7 +19,6 @@ from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
-from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
             "Not a database: items are generated from --seed, nothing is stored.")
@@ -142,7 +141,7 @@ def _manifest(path: Path) -> Manifest:
     except OSError as exc:
         raise CommandError(f"--collections: {path}: {exc.strerror}", ExitCode.INPUT) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CommandError(f"--collections: {path}: not a collections manifest ({shown(str(exc))})",
+        raise CommandError(f"--collections: {path}: not a collections manifest ({exc!s})",
                            ExitCode.INPUT) from None
     if not manifest.collections:
         raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)

@@ -15,8 +15,6 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from dcpctl.safetext import shown
-
 MAX_EXPRESSION_LENGTH: Final = 4096  # a filter is typed by a person; longer input is a mistake
 # Levels of nesting (each operator, call, list or field.sub is one): a filter a person types nests a few;
 # the evaluator recurses once a level, so a deeper one (1,000 `not`s) would exhaust Python's stack.
@@ -55,9 +53,9 @@ def compile_filter(text: str) -> Predicate:
             tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         where = f" at column {exc.offset}" if exc.offset else ""
-        raise FilterError(f"filter syntax error{where}: {shown(str(exc.msg))}") from None
+        raise FilterError(f"filter syntax error{where}: {exc.msg!s}") from None
     except ValueError as exc:  # a NUL character, on some Python versions
-        raise FilterError(f"filter syntax error: {shown(str(exc))}") from None
+        raise FilterError(f"filter syntax error: {exc!s}") from None
     except (RecursionError, MemoryError):  # the parser's own limits on nesting (4096 characters cannot fill memory)
         raise FilterError(f"filter nested more than {MAX_NESTING} levels deep") from None
     patterns = _check(tree.body)
@@ -114,9 +112,9 @@ def _checked_call(node: ast.Call) -> dict[ast.Call, re.Pattern[str]]:
             warnings.simplefilter("ignore")
             return {node: re.compile(regex.value)}
     except re.error as exc:
-        raise FilterError(f"matches(): bad regex at position {exc.pos}: {shown(exc.msg)}") from None
+        raise FilterError(f"matches(): bad regex at position {exc.pos}: {exc.msg}") from None
     except (OverflowError, RecursionError) as exc:  # a repeat count past re's, groups nested past Python's stack
-        raise FilterError(f"matches(): regex too big or too deep ({shown(str(exc))})") from None
+        raise FilterError(f"matches(): regex too big or too deep ({exc!s})") from None
 
 
 def _field(node: ast.AST, record: Mapping[str, Any]) -> Any:

@@ -17,8 +17,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
-from dcpctl.safetext import shown
-
 # mechanism -> hashlib name; memcached's spellings first (the order the server offers them in)
 MECHANISMS: Final = {"SCRAM-SHA512": "sha512", "SCRAM-SHA256": "sha256", "SCRAM-SHA1": "sha1"}
 PLAIN: Final = "PLAIN"
@@ -34,7 +32,7 @@ MAX_SCRAM_ITERATIONS: Final = 2_000_000
 
 class SaslError(Exception):
     """Authentication failed or the peer broke the protocol (the message never holds a secret; text from the
-    peer in it is escaped for a terminal)."""
+    peer in it is escaped where errors are written, in cli.py)."""
 
 
 def _b64(text: str, what: str) -> bytes:
@@ -104,7 +102,7 @@ class ScramClient:
         text = server_first.decode(errors="replace")
         attrs = _attributes(text)
         if "e" in attrs:
-            raise SaslError(f"server error: {shown(attrs['e'])}")
+            raise SaslError(f"server error: {attrs['e']}")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self.nonce) or salt is None or not (iterations.isascii() and iterations.isdigit()):
             raise SaslError("malformed SCRAM server-first message")
@@ -126,7 +124,7 @@ class ScramClient:
     def verify(self, server_final: bytes) -> None:
         attrs = _attributes(server_final.decode(errors="replace"))
         if "e" in attrs:
-            raise SaslError(f"server error: {shown(attrs['e'])}")
+            raise SaslError(f"server error: {attrs['e']}")
         if "v" not in attrs or not hmac.compare_digest(_b64(attrs["v"], "server-final message"),
                                                        self._server_signature):
             raise SaslError("the server's SCRAM signature does not match: not the server we asked")

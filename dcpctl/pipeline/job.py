@@ -54,7 +54,6 @@ from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
-from dcpctl.safetext import shown
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
@@ -128,7 +127,7 @@ def master_endpoints(master: str) -> list[tuple[str, int]]:
     """The host and port of each master of ``master`` (spark://HOST:PORT[,HOST:PORT...]; none for the other
     kinds); MasterError when ``master`` is not one Spark accepts."""
     if not _MASTER.fullmatch(master):
-        raise MasterError(f"--master {shown(master)}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
+        raise MasterError(f"--master {master}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
                           "yarn or k8s://URL)", ExitCode.USAGE)
     if not master.startswith("spark://"):
         return []
@@ -137,7 +136,7 @@ def master_endpoints(master: str) -> list[tuple[str, int]]:
         host, _, port = part.rpartition(":")
         host = host.removeprefix("[").removesuffix("]")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise MasterError(f"--master {shown(master)}: {shown(part)} is not HOST:PORT", ExitCode.USAGE)
+            raise MasterError(f"--master {master}: {part} is not HOST:PORT", ExitCode.USAGE)
         endpoints.append((host, int(port)))
     return endpoints
 
@@ -155,8 +154,8 @@ def reach_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
         except OSError as exc:
             failures.append((f"{host}:{port}: {(exc.strerror or str(exc)).lower()}", False))
     if failures:
-        raise MasterError(f"--master {shown(master)}: cannot reach the master: "
-                          + "; ".join(shown(text) for text, _ in failures),
+        raise MasterError(f"--master {master}: cannot reach the master: "
+                          + "; ".join(text for text, _ in failures),
                           ExitCode.TIMEOUT if all(timed_out for _, timed_out in failures) else ExitCode.CONNECTION)
 
 
@@ -212,9 +211,9 @@ def failure(exc: Exception) -> tuple[str, bool]:
     if "Traceback (most recent call last):" in text:
         unindented = [line for line in text.splitlines() if line.strip() and not line[0].isspace()]
         last = unindented[-1].strip()
-        return f"a Spark task failed: {shown(last)}", last.partition(":")[0] in _INPUT_ERRORS
+        return f"a Spark task failed: {last}", last.partition(":")[0] in _INPUT_ERRORS
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return f"Spark failed: {shown(first)}", False
+    return f"Spark failed: {first}", False
 
 
 def check_runtime() -> None:
@@ -225,7 +224,7 @@ def check_runtime() -> None:
         raise SparkUnavailableError("analyze needs PySpark with Arrow: pip install 'dcpctl[spark]'") from None
     java_home = os.environ.get("JAVA_HOME")
     if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):  # Spark runs JAVA_HOME's
-        raise SparkUnavailableError(f"JAVA_HOME={shown(java_home)} has no bin/java, and Spark runs JAVA_HOME's java: "
+        raise SparkUnavailableError(f"JAVA_HOME={java_home} has no bin/java, and Spark runs JAVA_HOME's java: "
                                     "point it at a Java runtime (17 or newer), or unset it to use the java on PATH")
     if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
         raise SparkUnavailableError("analyze needs a Java runtime (17 or newer) for Spark: on Debian or Ubuntu, "
@@ -706,16 +705,16 @@ def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
     the user named), a file, a directory holding anything else (but a directory of the plots a run wrote,
     ``--plots`` inside ``--out``), or one holding one of ``inputs``."""
     if out.is_symlink():
-        return (f"--out {shown(str(out))}: is a symbolic link; give the directory itself (dcpctl does not replace "
+        return (f"--out {out!s}: is a symbolic link; give the directory itself (dcpctl does not replace "
                 "a dataset through a link)")
     if not out.exists():
         return None
     if not out.is_dir():
-        return f"--out {shown(str(out))}: exists and is not a directory"
+        return f"--out {out!s}: exists and is not a directory"
     inside = out.resolve()
     for path in inputs:
         if inside in Path(path).resolve().parents:
-            return (f"--out {shown(str(out))}: holds the input {shown(path)}; give another directory for the "
+            return (f"--out {out!s}: holds the input {path}; give another directory for the "
                     "dataset (dcpctl replaces what it wrote there)")
     with os.scandir(out) as listing:
         entries = list(listing)
@@ -723,12 +722,12 @@ def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
         return None
     marker = next((e for e in entries if e.name == DATASET_MARKER and e.is_file(follow_symlinks=False)), None)
     if marker is None:
-        return (f"--out {shown(str(out))}: the directory holds files and is not a dataset dcpctl wrote (no "
+        return (f"--out {out!s}: the directory holds files and is not a dataset dcpctl wrote (no "
                 f"{DATASET_MARKER}); give a new or empty directory (dcpctl replaces only its own datasets)")
     others = sorted(e.name for e in entries if not (_written(e) or _plots_only(e)))
     if others:
         more = f" and {len(others) - 1} more" if len(others) > 1 else ""
-        return (f"--out {shown(str(out))}: a dataset dcpctl wrote, but it also holds {shown(others[0])}{more}, "
+        return (f"--out {out!s}: a dataset dcpctl wrote, but it also holds {others[0]}{more}, "
                 "which dcpctl did not write; move them, or give a new or empty directory")
     return None
 
