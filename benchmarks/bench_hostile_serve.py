@@ -26,10 +26,11 @@ import threading
 import time
 from pathlib import Path
 
+from bench_serve import request
+
 from dcpctl.dcp.sasl import plain_message
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import Frame, Framer
-from dcpctl.protocol.message import decode
+from dcpctl.protocol.framer import Framer
 
 BIG_BODY = 22 * 1024 * 1024
 BOOTSTRAP_DEADLINE = 10.0
@@ -53,20 +54,6 @@ def memory(pid: int) -> tuple[int, int]:
     """(current RSS, peak RSS) in bytes."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
-
-
-def request(sock: socket.socket, framer: Framer, **record: object) -> dict[str, object]:
-    record.setdefault("magic", "ClientRequest")
-    record.setdefault("opaque", 1)
-    sock.sendall(encode(record, fix_lengths=True))
-    while True:
-        for event in framer.events():
-            assert isinstance(event, Frame)
-            return decode(event.data).record()
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed")
-        framer.feed(data)
 
 
 def bootstrap(port: int) -> float:

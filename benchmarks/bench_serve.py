@@ -34,7 +34,10 @@ def request(sock: socket.socket, framer: Framer, **record: object) -> dict[str, 
         for event in framer.events():
             assert isinstance(event, Frame)
             return decode(event.data).record()
-        framer.feed(sock.recv(65536))
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        framer.feed(data)
 
 
 def drain(port: int, vbuckets: int) -> tuple[int, float]:
