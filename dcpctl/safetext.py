@@ -37,3 +37,13 @@ def shown(text: str) -> str:
 def shown_bytes(data: bytes) -> str:
     """Bytes as text for a person: UTF-8 where they decode, ``\\xNN`` for the bytes that do not."""
     return shown(data.decode("utf-8", errors="surrogateescape"))
+
+
+QUOTED_CHARS: Final = 48  # of a bad value quoted in an error or diagnostic: enough to recognise it, one line
+
+
+def brief(value: object) -> str:
+    """A bad value as an error or diagnostic quotes it: its repr, cut to :data:`QUOTED_CHARS` with its full
+    length said, so a hostile megabyte-long value still makes a one-line message."""
+    text = repr(value)
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}… ({len(text)} chars)"

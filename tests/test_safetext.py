@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dcpctl.safetext import shown, shown_bytes
+from dcpctl.safetext import brief, shown, shown_bytes
 
 
 def test_terminal_controls_are_escaped() -> None:
@@ -32,3 +32,10 @@ def test_nothing_shown_holds_a_control_character(text: str) -> None:
     assert all(ch.isprintable() for ch in out)
     assert "\n" not in out
     assert not any(0x2028 <= ord(ch) <= 0x202E or 0x2066 <= ord(ch) <= 0x2069 for ch in out)
+
+
+def test_a_long_bad_value_is_quoted_briefly_with_its_length() -> None:
+    quoted = brief("x" * 10_000)
+    assert len(quoted) < 80
+    assert quoted.endswith("(10002 chars)")
+    assert brief(5) == "5"

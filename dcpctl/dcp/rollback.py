@@ -17,11 +17,12 @@ raises the start seqno; nothing here does I/O.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import orjson
+
+from dcpctl.safetext import brief
 
 END_FOREVER: Final = (1 << 64) - 1
 STRICT_VB_UUID: Final = 0x20
@@ -260,9 +261,6 @@ def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEnt
     return entries
 
 
-SHOWN_VALUE: Final = 40  # characters of a bad value quoted in an error: enough to recognise it, one line
-
-
 def number(value: Any, what: str) -> int:
     """A u64 (uuids and seqnos are 64-bit unsigned on the wire), from a JSON integer or a decimal or 0x string."""
     number: int | None = None
@@ -273,7 +271,4 @@ def number(value: Any, what: str) -> int:
             number = int(value, 0)
     if number is not None and 0 <= number <= END_FOREVER:
         return number
-    shown_value = json.dumps(value)
-    if len(shown_value) > SHOWN_VALUE:
-        shown_value = shown_value[:SHOWN_VALUE] + "..."
-    raise ValueError(f"{what} is not a number from 0 to 2^64-1: {shown_value}")
+    raise ValueError(f"{what} is not a number from 0 to 2^64-1: {brief(value)}")

@@ -28,6 +28,7 @@ from dcpctl.protocol.constants import (
 from dcpctl.protocol.message import HEADER, select_variant, value_grammar
 from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant
 from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
+from dcpctl.safetext import brief
 
 # A frame info's id and length are a nibble each, 15 escaping to one more byte holding value - 15.
 MAX_FRAME_ID: Final = 15 + 255
@@ -38,12 +39,6 @@ class EncodeError(ValueError):
     """The record cannot be turned into bytes (a missing or mistyped field); one line, names the field."""
 
 
-SHOWN_CHARS: Final = 40  # of a bad field's value quoted in an error: enough to recognise it, one line
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
 def _text(value: str, name: str) -> bytes:
@@ -55,7 +50,7 @@ def _text(value: str, name: str) -> bytes:
 
 def _hex(value: Any, name: str) -> bytes:
     if not isinstance(value, str):
-        raise EncodeError(f"{name} must be a hex string, got {_brief(value)}")
+        raise EncodeError(f"{name} must be a hex string, got {brief(value)}")
     try:
         return bytes.fromhex(value)
     except ValueError:
@@ -78,20 +73,20 @@ def _bytes(rec: Mapping[str, Any], name: str) -> bytes:
 
 def _code(vocab: Vocabulary, value: Any, what: str, bits: int) -> int:
     if isinstance(value, bool):
-        raise EncodeError(f"unknown {what} {_brief(value)}")
+        raise EncodeError(f"unknown {what} {brief(value)}")
     if not isinstance(value, int):
         if not isinstance(value, str):
-            raise EncodeError(f"unknown {what} {_brief(value)}")
+            raise EncodeError(f"unknown {what} {brief(value)}")
         try:
             value = vocab.code(value)
         except KeyError:
-            raise EncodeError(f"unknown {what} {_brief(value)}") from None
+            raise EncodeError(f"unknown {what} {brief(value)}") from None
     return _in_range(value, what, bits)
 
 
 def _in_range(value: int, name: str, bits: int) -> int:
     if not 0 <= value < 1 << bits:
-        raise EncodeError(f"{name} {_brief(value)} does not fit {bits} bits")
+        raise EncodeError(f"{name} {brief(value)} does not fit {bits} bits")
     return value
 
 
@@ -100,7 +95,7 @@ def _int(rec: Mapping[str, Any], name: str, default: int = 0, bits: int = 64) ->
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise EncodeError(f"{name} must be an integer, got {_brief(value)}")
+        raise EncodeError(f"{name} must be an integer, got {brief(value)}")
     if value == default:  # a default outside the range (-1: absent) is the caller's sentinel
         return value
     return _in_range(value, name, bits)
@@ -228,7 +223,7 @@ def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
     for info in infos:
         frame_id = info.get("id")
         if isinstance(frame_id, bool) or not isinstance(frame_id, int) or not 0 <= frame_id <= MAX_FRAME_ID:
-            raise EncodeError(f"a frame info needs an id from 0 to {MAX_FRAME_ID}, got {_brief(frame_id)}")
+            raise EncodeError(f"a frame info needs an id from 0 to {MAX_FRAME_ID}, got {brief(frame_id)}")
         if "data" in info:
             data = _hex(info["data"], "frame info data")
             if len(data) > MAX_FRAME_DATA:

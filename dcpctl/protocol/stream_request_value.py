@@ -13,6 +13,7 @@ from typing import Any, Final
 import orjson
 
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
+from dcpctl.safetext import brief
 
 KNOWN_KEYS: Final = ("uid", "sid", "collections", "scope", "purge_seqno", "cts")
 MAX_STREAM_ID: Final = 0xFFFF
@@ -23,12 +24,6 @@ _DECIMAL = re.compile(r"[0-9]{1,20}")
 MAX_UNKNOWN_KEY_DIAGNOSTICS: Final = 8
 
 
-SHOWN_CHARS: Final = 64  # of a bad key or value quoted in a diagnostic: enough to recognise it
-
-
-def _brief(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + f"… ({len(text)} chars)"
 
 
 def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
@@ -50,18 +45,18 @@ def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
                        "no sid, uid, scope, collections, purge_seqno or cts key: the server answers Einval "
                        "(the value document says unknown keys are not an error)"))
     unknown = [key for key in obj if key not in KNOWN_KEYS]
-    diags.extend(d("stream_request_json_unknown_key", f"key {_brief(key)} is ignored by the server")
+    diags.extend(d("stream_request_json_unknown_key", f"key {brief(key)} is ignored by the server")
                  for key in unknown[:MAX_UNKNOWN_KEY_DIAGNOSTICS])
     if len(unknown) > MAX_UNKNOWN_KEY_DIAGNOSTICS:
         diags.append(d("stream_request_json_unknown_key", f"and {len(unknown) - MAX_UNKNOWN_KEY_DIAGNOSTICS} "
                        "more keys the server ignores"))
     if "uid" in obj and not (isinstance(obj["uid"], str) and _HEX.fullmatch(obj["uid"])):
-        diags.append(d("stream_request_bad_uid", f"uid {_brief(obj['uid'])} is not a hex string without 0x"))
+        diags.append(d("stream_request_bad_uid", f"uid {brief(obj['uid'])} is not a hex string without 0x"))
     if "sid" in obj:
         sid = obj["sid"]
         if not isinstance(sid, int) or isinstance(sid, bool) or not 1 <= sid <= MAX_STREAM_ID:
             diags.append(d("stream_request_sid_invalid",
-                           f"sid {_brief(sid)} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
+                           f"sid {brief(sid)} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
                            "says 1 to 65536, but the stream id is a u16 and 0 is DcpStreamIdInvalid)"))
     if "collections" in obj and "scope" in obj:
         diags.append(d("stream_request_collections_and_scope",
