@@ -43,7 +43,9 @@ from dcpctl.commands._live import (
 from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import Message, redacted
+from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
 from dcpctl.render.output import Format, emit
 from dcpctl.safetext import shown
@@ -302,6 +304,7 @@ _ABSENT = _Absent()
 # (the password); indexes go into the record's JSON values only, none of them named with a leading _.
 _FIELD: Final = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
 _INDEX: Final = re.compile(r"\[([^\]]+)\]")
+_FIELD_ROOTS: Final = field_roots()
 
 
 def _field(name: str) -> tuple[str, list[int | str]]:
@@ -310,6 +313,13 @@ def _field(name: str) -> tuple[str, list[int | str]]:
     if found is None or found.group(1)[0].isdigit() or any(str(i).startswith("_") for i in indexes):
         raise ValueError(f"{{{name}}}: name a field, and index it if need be, as in {{by_seqno}} or {{key[0]}}")
     return found.group(1), indexes
+
+
+def _known_field(name: str) -> None:
+    """A placeholder must name a field dcpctl emits: a misspelling would print nothing on every line."""
+    first, _ = _field(name)
+    if first not in _FIELD_ROOTS:
+        raise ValueError(f"{{{name}}}: unknown field {first!r}{did_you_mean(first, _FIELD_ROOTS)}")
 
 
 class _Template(string.Formatter):
@@ -332,7 +342,7 @@ class _Template(string.Formatter):
         try:
             for _, name, spec, _ in self.parse(template):
                 if name is not None:
-                    _field(name)
+                    _known_field(name)
                 if spec:
                     self.check(spec)
         except ValueError as exc:

@@ -3,7 +3,9 @@ names where there are some (real runs of ``python -m dcpctl``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +41,51 @@ def usage_error(*args: str) -> str:
 ])
 def test_usage_error_is_one_line(args: list[str], says: str) -> None:
     assert says in usage_error(*args)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--opcode", "DCP_MUTATON"], "--opcode: unknown opcode 'DCP_MUTATON' (did you mean DCP_MUTATION?)"),
+    (["--opcode", "DCP_MUTATION", "--opcode", "dcp_deleton"], "(did you mean DCP_DELETION?)"),
+    (["--opcode", "DCP_ZZ*"], "--opcode: matches no opcode 'DCP_ZZ*'"),
+    (["--opcode", "0x100"], "--opcode: '0x100': opcode numbers are 0 to 0xff"),
+    (["--filter", "by_seqnoo > 1"], "--filter: unknown field 'by_seqnoo' (column 1) (did you mean by_seqno?)"),
+    (["--filter", "exists(rolback_seqno)"], "(did you mean rollback_seqno?)"),
+])
+def test_a_misspelt_name_is_an_error_naming_the_closest(args: list[str], says: str) -> None:
+    """Issue 18: these selected nothing and exited 0, as if the capture had no such messages."""
+    assert says in usage_error("decode", "-F", "jsonl", *args, PCAP)
+
+
+def decoded(*args: str) -> list[str]:
+    """The opcodes decode prints with ``args``."""
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", *args, PCAP],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+                          check=True)
+    return [json.loads(line)["opcode"] for line in done.stdout.splitlines()]
+
+
+def test_opcodes_by_name_in_any_case_glob_or_number() -> None:
+    assert decoded("--opcode", "DCP_MUTATION") == ["DCP_MUTATION", "DCP_MUTATION"]
+    assert decoded("--opcode", "dcp_mutation") == decoded("--opcode", "0x57") == decoded("--opcode", "87") \
+        == ["DCP_MUTATION", "DCP_MUTATION"]
+    assert set(decoded("--opcode", "DCP_*")) >= {"DCP_MUTATION", "DCP_STREAM_REQ"}
+
+
+def test_filters_name_the_context_fields_and_exists_works() -> None:
+    assert decoded("--filter", "exists(by_seqno)")
+    assert decoded("--filter", "exists(latency_ms) and latency_ms >= 0 and exists(connection)")
+    assert decoded("--filter", "exists(stream_vbucket) and frames != [] and value.x == null or true")
+    assert decoded("--filter", "exists(rollback_seqno) and by_seqno > 0") == []  # real fields, none in both
+
+
+def test_a_template_naming_no_field_fails_before_connecting() -> None:
+    with socket.socket() as unused:  # a port nobody listens on: the error must come before any connection
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DCPCTL_PASSWORD": "password"}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{port}", "--timeout", "2",
+                           "-f", "{opcode} {by_seqnoo}"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "dcpctl: error: -f: bad template: {by_seqnoo}: unknown field 'by_seqnoo' " \
+                          "(did you mean by_seqno?)\n"
