@@ -59,21 +59,24 @@ def expand(paths: list[str]) -> list[str]:
 
 def decode(
     ctx: typer.Context,
-    files: Annotated[list[str], typer.Argument(help="Capture files (pcap or pcapng), globs, or - for stdin.")],
+    files: Annotated[list[str], typer.Argument(help="Capture files (pcap or pcapng), globs, or - for stdin.",
+                                               metavar="FILE")],
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
-                                                   "(repeatable; default 11210).")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
     vbucket: Annotated[list[str] | None, typer.Option("--vbucket", help="Only these vbuckets: 0-15,32 "
-                                                      "(repeatable).")] = None,
+                                                      "(repeatable).", metavar="RANGES")] = None,
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
-                                                     "name or glob (DCP_*) (repeatable).")] = None,
+                                                     "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.")] = None,
-    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.")] = None,
+    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.",
+                                                        metavar="N")] = None,
     filter_expr: Annotated[str | None, typer.Option(
         "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
         "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).")] = None,
-    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
+                                              metavar="N")] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print a table per connection and vbucket "
                                           "(messages only with --format).")] = False,
     dialect: DialectOption = DialectName.DCP,
@@ -86,7 +89,7 @@ def decode(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=2, help="Processes: 2 reads and "
                                              "reassembles in one while the other builds the output; 1 "
                                              "decodes in this process alone (default: 2 when two cores are "
-                                             "available).")] = None,
+                                             "available).", metavar="1|2")] = None,
 ) -> None:
     """Decode DCP traffic from captures: TCP reassembly, negotiated state, stream checks, filters.
 

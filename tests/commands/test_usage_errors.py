@@ -89,3 +89,15 @@ def test_a_template_naming_no_field_fails_before_connecting() -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr == "dcpctl: error: -f: bad template: {by_seqnoo}: unknown field 'by_seqnoo' " \
                           "(did you mean by_seqno?)\n"
+
+
+@pytest.mark.parametrize("command", ["decode", "capture", "stream", "failover", "serve", "analyze",
+                                     "rollback explain", "rollback negotiate"])
+def test_option_values_are_named_not_typed_in_help(command: str) -> None:
+    """Issue 18: -h showed <list[int]> and <int range> where the man pages say PORT and N."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *command.split(), "-h"], capture_output=True,
+                          text=True, env=env, timeout=60, check=True)
+    options = [line for line in done.stdout.splitlines() if line.lstrip("│ ").startswith("-")]
+    assert options
+    assert [line for line in options if any(t in line for t in ("<list[", "<int", "<float"))] == []
