@@ -106,7 +106,7 @@ def usage_message(exc: typer.TyperException) -> str:
     if param is not None and text and not hasattr(exc, "param_type"):  # BadParameter, MissingParameter aside
         opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or getattr(param, "opts", [])
         name = max(opts, key=len) if getattr(param, "param_type_name", "") == "option" and opts \
-            else param.human_readable_name
+            else getattr(param, "metavar", None) or str(getattr(param, "name", "")).upper()
         text = text.removeprefix("Value error, ")  # pydantic's wording for a validator's ValueError
         return f"{name}: {text[:1].lower()}{text[1:]}".removesuffix(".")
     format_message = getattr(exc, "format_message", None)

@@ -38,6 +38,7 @@ def usage_error(*args: str) -> str:
     (["decode", "--format"], "'--format' requires an argument"),
     (["decod"], "no such command 'decod'. Did you mean 'decode'"),
     (["rollback", "bogus"], "no such command 'bogus'"),
+    (["stream", "127.0.0.1:abc"], "HOST[:PORT]: '127.0.0.1:abc': the port must be a number"),  # an argument's
 ])
 def test_usage_error_is_one_line(args: list[str], says: str) -> None:
     assert says in usage_error(*args)
