@@ -88,13 +88,30 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         os.dup2(devnull, sys.stdout.fileno())
         return int(ExitCode.OK)
     except typer.TyperException as exc:  # usage errors: bad option, missing argument, bad value
-        show = getattr(exc, "show", None)
-        if callable(show):
-            show(file=environment.stderr)
-        else:
-            environment.stderr.write(f"dcpctl: error: {shown(str(exc))}\n")
+        environment.stderr.write(f"dcpctl: error: {shown(usage_message(exc))}\n")
         return int(ExitCode.USAGE)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def usage_message(exc: typer.TyperException) -> str:
+    """click's usage error as the one line after ``dcpctl: error:``, naming the option and, for an unknown
+    one, the closest names (click's own pick), instead of its four lines of usage, hint and message."""
+    option = getattr(exc, "option_name", None)
+    close = getattr(exc, "possibilities", None)
+    if isinstance(option, str) and close is not None:  # NoSuchOption
+        message = f"no such option: {option}"
+        return f"{message} (did you mean {' or '.join(close)}?)" if close else message
+    param = getattr(exc, "param", None)
+    text = getattr(exc, "message", "")
+    if param is not None and text and not hasattr(exc, "param_type"):  # BadParameter, MissingParameter aside
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or getattr(param, "opts", [])
+        name = max(opts, key=len) if getattr(param, "param_type_name", "") == "option" and opts \
+            else getattr(param, "metavar", None) or str(getattr(param, "name", "")).upper()
+        text = text.removeprefix("Value error, ")  # pydantic's wording for a validator's ValueError
+        return f"{name}: {text[:1].lower()}{text[1:]}".removesuffix(".")
+    format_message = getattr(exc, "format_message", None)
+    line = format_message() if callable(format_message) else str(exc)
+    return f"{line[:1].lower()}{line[1:]}".removesuffix(".")
 
 
 def quiet_interrupts(unraisable: sys.UnraisableHookArgs) -> None:

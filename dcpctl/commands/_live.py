@@ -78,7 +78,7 @@ KeyOption = Annotated[Path | None, typer.Option("--key", help="Private key of --
 NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Do not verify the server's certificate "
                                               "(only when asked for: never by default).")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for a connection and "
-                                              "for each answer.")]
+                                              "for each answer.", metavar="SECONDS")]
 
 
 def password_of(env: Environment, variable: str, path: Path | None, user: str) -> str:

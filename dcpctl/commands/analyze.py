@@ -37,7 +37,7 @@ class AnalyzeFormat(StrEnum):
 
 def analyze(
     ctx: typer.Context,
-    files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.")],
+    files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.", metavar="FILE")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (an earlier dcpctl "
                                       "dataset there is replaced; a directory holding anything else is refused).")]
     = Path("dcpctl-analysis"),
@@ -47,15 +47,17 @@ def analyze(
                                                       "piped.")] = None,
     plot_dir: Annotated[Path | None, typer.Option("--plots", help="Also write PNG plots here.")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable; "
-                                                   "default 11210).")] = None,
+                                                   "default 11210).", metavar="PORT")] = None,
     records: Annotated[bool, typer.Option("--records", help="Also keep each message's whole JSON record "
                                           "(values included) in the dataset.")] = False,
     stall_ms: Annotated[float, typer.Option("--stall-ms", min=0, help="Report flow-control stalls at least this "
-                                            "long.")] = DEFAULT_STALL_MS,
-    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1 << 20, help="Bytes of capture per task.")]
+                                            "long.", metavar="MS")] = DEFAULT_STALL_MS,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1 << 20, help="Bytes of capture per task.",
+                                            metavar="BYTES")]
     = DEFAULT_CHUNK,
     master_timeout: Annotated[float, typer.Option("--master-timeout", min=0.1, help="Seconds a spark:// master "
-                                                  "has to accept a connection.")] = job.MASTER_TIMEOUT,
+                                                  "has to accept a connection.",
+                                                  metavar="SECONDS")] = job.MASTER_TIMEOUT,
 ) -> None:
     """Decode captures in parallel on Spark into a Parquet dataset, then report per vbucket seqno ranges,
     gaps, duplicates, rollbacks, stream-request latency, throughput and flow control."""

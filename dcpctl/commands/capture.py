@@ -39,11 +39,13 @@ def capture(
     = None,
     bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).")]
     = None,
-    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable).")]
+    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable).",
+                                                   metavar="PORT")]
     = None,
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
-    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
+                                              metavar="N")] = None,
     dialect: DialectOption = DialectName.DCP,
     collections: CollectionsOption = None,
     show_secrets: ShowSecretsOption = False,

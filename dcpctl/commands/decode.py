@@ -30,8 +30,11 @@ from dcpctl.dcp.filterexpr import FilterError, compile_filter
 from dcpctl.dcp.summary import Summary
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic
+from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.nearest import did_you_mean
+from dcpctl.protocol.registry import opcode_names
 from dcpctl.render.env import Environment
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
@@ -41,6 +44,7 @@ from dcpctl.sources.pcap import CaptureError, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 Item = Message | Skipped | Diagnostic
+OPCODE_MAX = 0xFF  # the header's opcode is one byte
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -55,21 +59,24 @@ def expand(paths: list[str]) -> list[str]:
 
 def decode(
     ctx: typer.Context,
-    files: Annotated[list[str], typer.Argument(help="Capture files (pcap or pcapng), globs, or - for stdin.")],
+    files: Annotated[list[str], typer.Argument(help="Capture files (pcap or pcapng), globs, or - for stdin.",
+                                               metavar="FILE")],
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
-                                                   "(repeatable; default 11210).")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
     vbucket: Annotated[list[str] | None, typer.Option("--vbucket", help="Only these vbuckets: 0-15,32 "
-                                                      "(repeatable).")] = None,
+                                                      "(repeatable).", metavar="RANGES")] = None,
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
-                                                     "name or glob (DCP_*) (repeatable).")] = None,
+                                                     "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.")] = None,
-    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.")] = None,
+    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.",
+                                                        metavar="N")] = None,
     filter_expr: Annotated[str | None, typer.Option(
         "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
         "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).")] = None,
-    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")] = None,
+    count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
+                                              metavar="N")] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print a table per connection and vbucket "
                                           "(messages only with --format).")] = False,
     dialect: DialectOption = DialectName.DCP,
@@ -82,7 +89,7 @@ def decode(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=2, help="Processes: 2 reads and "
                                              "reassembles in one while the other builds the output; 1 "
                                              "decodes in this process alone (default: 2 when two cores are "
-                                             "available).")] = None,
+                                             "available).", metavar="1|2")] = None,
 ) -> None:
     """Decode DCP traffic from captures: TCP reassembly, negotiated state, stream checks, filters.
 
@@ -92,11 +99,11 @@ def decode(
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     ports = frozenset(port or [11210])
     try:
-        predicate = compile_filter(filter_expr) if filter_expr else None
+        predicate = compile_filter(filter_expr, field_roots()) if filter_expr else None
     except FilterError as exc:
         raise CommandError(f"--filter: {exc}", ExitCode.USAGE) from None
     vbuckets = parse_ranges(vbucket, "--vbucket") if vbucket else None
-    opcodes = [o.upper() for o in opcode] if opcode else None
+    opcodes = _opcode_patterns(opcode) if opcode else None
     key_match = _key_matcher(key)
     stream_ids = set(stream_id) if stream_id else None
     tally = Summary() if summary else None
@@ -105,7 +112,7 @@ def decode(
         record = msg.record()
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False
-        if opcodes is not None and not any(fnmatch.fnmatchcase(record["opcode"], o) for o in opcodes):
+        if opcodes is not None and not any(fnmatch.fnmatchcase(record["opcode"].upper(), o) for o in opcodes):
             return False
         if key_match is not None and not (isinstance(record.get("key"), str) and key_match(record["key"])):
             return False
@@ -230,6 +237,31 @@ def _only_notices(items: Iterable[Item | bytes]) -> Iterator[Item]:
     for item in items:
         if not isinstance(item, Message | bytes):
             yield item
+
+
+def _opcode_patterns(values: list[str]) -> list[str]:
+    """--opcode values as upper-case globs over the record's opcode, also upper-cased: a name in any case, a
+    glob matching some name, or a number (0x57, 87) standing for its names. A name no dialect has, or a glob
+    matching none, would silently select nothing: it is an error naming the closest names."""
+    known = sorted(opcode_names())
+    folded = [name.upper() for name in known]
+    out: list[str] = []
+    for value in values:
+        text = value.strip()
+        try:
+            code = int(text, 0) if text.isascii() else None  # int() also reads other scripts' digits
+        except ValueError:
+            code = None
+        if code is not None:
+            if not 0 <= code <= OPCODE_MAX:
+                raise CommandError(f"--opcode: {value!r}: opcode numbers are 0 to 0x{OPCODE_MAX:x}", ExitCode.USAGE)
+            out += [name.upper() for name in opcode_names(code)]
+        elif not any(fnmatch.fnmatchcase(name, text.upper()) for name in folded):
+            what = "matches no opcode" if any(c in text for c in "*?[") else "unknown opcode"
+            raise CommandError(f"--opcode: {what} {value!r}{did_you_mean(text, known)}", ExitCode.USAGE)
+        else:
+            out.append(text.upper())
+    return out
 
 
 def _key_matcher(pattern: str | None) -> Callable[[str], object] | None:

@@ -58,7 +58,7 @@ def failover(
     key: KeyOption = None,
     no_verify: NoVerifyOption = False,
     vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets: 0-1023,5 (repeatable; "
-                                                       "default all).")] = None,
+                                                       "default all).", metavar="RANGES")] = None,
     fmt: Annotated[FailoverFormat | None, typer.Option("--format", "-F", help="table on a terminal, json when "
                                                        "piped.")] = None,
     compare_with: Annotated[Path | None, typer.Option("--compare", help="An earlier --format json dump: name "

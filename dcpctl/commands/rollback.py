@@ -78,7 +78,7 @@ def _int(value: str, option: str) -> int:
 def explain(
     ctx: typer.Context,
     capture: Annotated[list[str] | None, typer.Argument(
-        help="Captures (pcap, pcapng): explain every rollback negotiation in them instead.")] = None,
+        help="Captures (pcap, pcapng): explain every rollback negotiation in them instead.", metavar="CAPTURE")] = None,
     failover_log: Annotated[str | None, typer.Option(
         "--failover-log", help="The server's failover log: JSON from dcpctl failover/decode, [{vbucket_uuid, "
         "seqno}] or [[uuid, seqno]], newest first; - for standard input.")] = None,
@@ -99,12 +99,13 @@ def explain(
     ignore_purged: Annotated[bool, typer.Option("--ignore-purged-tombstones",
                                                 help="Set the IgnorePurgedTombstones flag.")] = False,
     vbucket: Annotated[int | None, typer.Option("--vbucket", min=0, max=1023, help="Which vbucket, when the file "
-                                                "holds several; with captures, only this vbucket's rollbacks.")]
+                                                "holds several; with captures, only this vbucket's rollbacks.",
+                                                metavar="N")]
     = None,
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="With captures: server port to decode "
-                                                   "(repeatable; default 11210).")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
 ) -> None:
     """Print the server's answer to a stream request with the rule that decided it, then each retry a
     correct client makes until the stream would open."""
@@ -215,7 +216,7 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
 def negotiate_command(
     ctx: typer.Context,
     host: HostArgument,
-    vbucket: Annotated[int, typer.Option("--vbucket", min=0, max=1023, help="The vbucket.")],
+    vbucket: Annotated[int, typer.Option("--vbucket", min=0, max=1023, help="The vbucket.", metavar="N")],
     uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client has (decimal or 0x hex).")],
     seqno: Annotated[str, typer.Option("--seqno", help="The client's start seqno.")],
     snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: seqno).")] = None,

@@ -29,9 +29,9 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port of the first node (0: any "
-                                      "free port; the chosen ports are printed).")] = 11210,
+                                      "free port; the chosen ports are printed).", metavar="PORT")] = 11210,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="Nodes in the emulated cluster, on "
-                                       "consecutive ports; vbucket v is active on node v mod N.")] = 1,
+                                       "consecutive ports; vbucket v is active on node v mod N.", metavar="N")] = 1,
     bucket: Annotated[str, typer.Option("--bucket", help="The bucket's name.")] = "default",
     user: Annotated[str, typer.Option("--user", "-u", help="The one user SASL accepts.")] = "Administrator",
     password: Annotated[str, typer.Option("--password", help="Its password (development default; see "
@@ -39,18 +39,20 @@ def serve(
     = "password",  # noqa: S107 - the documented development default, like Couchbase's own samples
     password_env: Annotated[str | None, typer.Option("--password-env", help="Read the password from this "
                                                      "environment variable instead.")] = None,
-    vbuckets: Annotated[int, typer.Option("--vbuckets", min=1, max=1024, help="vbuckets in the bucket.")] = 64,
-    items: Annotated[int, typer.Option("--items", min=0, help="Items at start, spread over the vbuckets.")] = 0,
+    vbuckets: Annotated[int, typer.Option("--vbuckets", min=1, max=1024, help="vbuckets in the bucket.",
+                                          metavar="N")] = 64,
+    items: Annotated[int, typer.Option("--items", min=0, help="Items at start, spread over the vbuckets.",
+                                       metavar="N")] = 0,
     value_size: Annotated[int, typer.Option("--value-size", min=0, max=20 * 1024 * 1024,
-                                            help="Bytes of each mutation's JSON value.")] = 100,
+                                            help="Bytes of each mutation's JSON value.", metavar="BYTES")] = 100,
     mutation_rate: Annotated[float, typer.Option("--mutation-rate", min=0, help="New items per second, "
-                                                 "round robin over the vbuckets.")] = 0.0,
-    seed: Annotated[int, typer.Option("--seed", help="Makes uuids, keys and values reproducible.")] = 0,
+                                                 "round robin over the vbuckets.", metavar="N")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="Makes uuids, keys and values reproducible.", metavar="N")] = 0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: also listen with "
                                                   "TLS.")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
     tls_port: Annotated[int, typer.Option("--tls-port", min=0, max=65535, help="TLS port of the first "
-                                          "node (0: any free port).")] = 11207,
+                                          "node (0: any free port).", metavar="PORT")] = 11207,
     collections: Annotated[Path | None, typer.Option("--collections", help="Collections manifest (JSON as "
                                                      "the REST API returns it).")] = None,
     scenario_file: Annotated[Path | None, typer.Option("--scenario", help="Events to play: failovers, "
@@ -58,11 +60,12 @@ def serve(
     max_send_queue_size: Annotated[int, typer.Option("--max-send-queue-size", min=1, help="Bytes of answers "
                                                      "queued for a client before its further requests wait (and "
                                                      "its socket is not read) until it reads them (kv_engine's "
-                                                     "max_send_queue_size).")] = MAX_SEND_QUEUE_SIZE,
+                                                     "max_send_queue_size).", metavar="BYTES")] = MAX_SEND_QUEUE_SIZE,
     max_unauthenticated_packet_size: Annotated[int, typer.Option("--max-unauthenticated-packet-size", min=24,
                                                                  help="Longest packet accepted before "
                                                                  "authentication; a longer one disconnects "
-                                                                 "(kv_engine's MaxUnauthenticatedFrameSize).")]
+                                                                 "(kv_engine's MaxUnauthenticatedFrameSize).",
+                                                                 metavar="BYTES")]
     = MAX_UNAUTHENTICATED_PACKET_SIZE,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,

@@ -43,7 +43,9 @@ from dcpctl.commands._live import (
 from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import Message, redacted
+from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
 from dcpctl.render.output import Format, emit
 from dcpctl.safetext import shown
@@ -72,7 +74,7 @@ def stream(
     key: KeyOption = None,
     no_verify: NoVerifyOption = False,
     vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets to stream: 0-1023,5 "
-                                                       "(repeatable; default all).")] = None,
+                                                       "(repeatable; default all).", metavar="RANGES")] = None,
     start: Annotated[str, typer.Option("--from", help="beginning, now, resume (from --state) or a seqno.")]
     = "beginning",
     until: Annotated[str, typer.Option("--until", help="forever, now (the high seqnos at start; then exit 0) or "
@@ -81,24 +83,25 @@ def stream(
                                                     "comma separated); needs HELLO Collections.")] = None,
     scope: Annotated[str | None, typer.Option("--scope", help="Only this scope id (hex).")] = None,
     stream_id: Annotated[int | None, typer.Option("--stream-id", min=1, max=65535, help="Enable stream ids and "
-                                                  "use this one.")] = None,
+                                                  "use this one.", metavar="N")] = None,
     no_value: Annotated[bool, typer.Option("--no-value", help="Keys and metadata only (DCP_OPEN NoValue).")]
     = False,
     xattrs: Annotated[bool, typer.Option("--xattrs", help="Include extended attributes.")] = False,
     control: Annotated[list[str] | None, typer.Option("--control", help="Extra DCP_CONTROL key=value "
-                                                      "(repeatable).")] = None,
+                                                      "(repeatable).", metavar="KEY=VALUE")] = None,
     buffer_size: Annotated[int, typer.Option("--buffer-size", min=0, max=MAX_BUFFER_SIZE, help="connection_buffer_"
-                                             "size: the flow-control window in bytes (acknowledged at half).")]
+                                             "size: the flow-control window in bytes (acknowledged at half).",
+                                             metavar="BYTES")]
     = DEFAULT_BUFFER,
     noop_interval: Annotated[int, typer.Option("--noop-interval", min=1, help="Seconds between the server's "
-                                               "noops.")] = DEFAULT_NOOP_INTERVAL,
+                                               "noops.", metavar="SECONDS")] = DEFAULT_NOOP_INTERVAL,
     state: Annotated[Path | None, typer.Option("--state", help="Where each vbucket got to, saved atomically; "
                                                "--from resume continues from it.")] = None,
     save_items: Annotated[int, typer.Option("--save-items", min=1, metavar="N", help="Save --state at least every "
                                             "N items (and every second): at most what a kill -9 repeats.")]
     = SAVE_EVERY_ITEMS,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N mutations, deletions "
-                                              "and expirations.")] = None,
+                                              "and expirations.", metavar="N")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     on_rollback: Annotated[OnRollback, typer.Option("--on-rollback", help="follow: explain, roll back, retry; "
@@ -302,6 +305,7 @@ _ABSENT = _Absent()
 # (the password); indexes go into the record's JSON values only, none of them named with a leading _.
 _FIELD: Final = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
 _INDEX: Final = re.compile(r"\[([^\]]+)\]")
+_FIELD_ROOTS: Final = field_roots()
 
 
 def _field(name: str) -> tuple[str, list[int | str]]:
@@ -310,6 +314,13 @@ def _field(name: str) -> tuple[str, list[int | str]]:
     if found is None or found.group(1)[0].isdigit() or any(str(i).startswith("_") for i in indexes):
         raise ValueError(f"{{{name}}}: name a field, and index it if need be, as in {{by_seqno}} or {{key[0]}}")
     return found.group(1), indexes
+
+
+def _known_field(name: str) -> None:
+    """A placeholder must name a field dcpctl emits: a misspelling would print nothing on every line."""
+    first, _ = _field(name)
+    if first not in _FIELD_ROOTS:
+        raise ValueError(f"{{{name}}}: unknown field {first!r}{did_you_mean(first, _FIELD_ROOTS)}")
 
 
 class _Template(string.Formatter):
@@ -332,7 +343,7 @@ class _Template(string.Formatter):
         try:
             for _, name, spec, _ in self.parse(template):
                 if name is not None:
-                    _field(name)
+                    _known_field(name)
                 if spec:
                     self.check(spec)
         except ValueError as exc:

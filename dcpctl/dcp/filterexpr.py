@@ -12,8 +12,10 @@ import ast
 import operator
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
+
+from dcpctl.protocol.nearest import did_you_mean
 
 MAX_EXPRESSION_LENGTH: Final = 4096  # a filter is typed by a person; longer input is a mistake
 # Levels of nesting (each operator, call, list or field.sub is one): a filter a person types nests a few;
@@ -21,6 +23,7 @@ MAX_EXPRESSION_LENGTH: Final = 4096  # a filter is typed by a person; longer inp
 MAX_NESTING: Final = 64
 _FUNCTIONS: Final = {"matches": 2, "exists": 1}  # the functions a filter may call, and their arity
 _MISSING: Final = object()
+_LITERALS: Final = {"true": True, "false": False, "null": None}  # JSON's words, which are not fields
 _COMPARE: Final[dict[type[ast.cmpop], Callable[[Any, Any], bool]]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -42,9 +45,10 @@ class FilterError(ValueError):
 Predicate = Callable[[Mapping[str, Any]], bool]
 
 
-def compile_filter(text: str) -> Predicate:
+def compile_filter(text: str, fields: Collection[str] | None = None) -> Predicate:
     """A predicate over JSON records, or FilterError (and nothing else) for any text that is not a filter.
-    The predicate returns a bool for any record and raises nothing."""
+    The predicate returns a bool for any record and raises nothing. With ``fields``, a name that is not one
+    of them (a misspelling, which would silently match nothing) is a FilterError naming the closest."""
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise FilterError(f"filter longer than {MAX_EXPRESSION_LENGTH} characters")
     try:
@@ -58,7 +62,7 @@ def compile_filter(text: str) -> Predicate:
         raise FilterError(f"filter syntax error: {exc!s}") from None
     except (RecursionError, MemoryError):  # the parser's own limits on nesting (4096 characters cannot fill memory)
         raise FilterError(f"filter nested more than {MAX_NESTING} levels deep") from None
-    patterns = _check(tree.body)
+    patterns = _check(tree.body, fields)
 
     def predicate(record: Mapping[str, Any]) -> bool:
         return bool(_eval(tree.body, record, patterns))
@@ -66,9 +70,9 @@ def compile_filter(text: str) -> Predicate:
     return predicate
 
 
-def _check(root: ast.AST) -> dict[ast.Call, re.Pattern[str]]:
-    """Refuse what is not in the subset (without recursing: the tree may be deep); returns the regexes
-    of the matches() calls, compiled once."""
+def _check(root: ast.AST, fields: Collection[str] | None) -> dict[ast.Call, re.Pattern[str]]:
+    """Refuse what is not in the subset, or a field not in ``fields`` (without recursing: the tree may be
+    deep); returns the regexes of the matches() calls, compiled once."""
     patterns: dict[ast.Call, re.Pattern[str]] = {}
     pending = [(root, 1)]
     while pending:
@@ -81,6 +85,9 @@ def _check(root: ast.AST) -> dict[ast.Call, re.Pattern[str]]:
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")) or (
                 isinstance(node, ast.Name) and node.id.startswith("_")):
             raise FilterError("field names do not start with an underscore")
+        if fields is not None and isinstance(node, ast.Name) and node.id not in _LITERALS and node.id not in fields:
+            raise FilterError(f"unknown field {node.id!r} (column {node.col_offset + 1})"
+                              f"{did_you_mean(node.id, fields)}")
         if isinstance(node, ast.Attribute) and not isinstance(node.value, ast.Name | ast.Attribute):
             raise FilterError(f"field.sub needs a field name before the dot (column {node.col_offset + 1})")
         if isinstance(node, ast.Call):
@@ -119,8 +126,8 @@ def _checked_call(node: ast.Call) -> dict[ast.Call, re.Pattern[str]]:
 
 def _field(node: ast.AST, record: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Name):
-        if node.id in ("true", "false", "null"):
-            return {"true": True, "false": False, "null": None}[node.id]
+        if node.id in _LITERALS:
+            return _LITERALS[node.id]
         return record.get(node.id, _MISSING)
     assert isinstance(node, ast.Attribute)
     base = _field(node.value, record)

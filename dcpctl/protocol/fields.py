@@ -17,6 +17,7 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
     ("ts", "float", "capture or receive time, seconds since the epoch (captures and live streams)"),
     ("connection", "str", "client:port > server:port (captures and live streams)"),
     ("direction", "str", "client>server or server>client (captures and live streams)"),
+    ("frames", "list[int]", "the capture frames the message came from (captures)"),
     ("offset", "int", "byte offset of the packet in its input or connection direction"),
     ("magic", "str", "magic byte as the kv_engine name (ClientRequest, AltClientRequest...)"),
     ("opcode", "str", "kv_engine command name (DCP_MUTATION, HELLO...) or 0x.. when unknown"),
@@ -45,6 +46,11 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
     ("value_trailing", "hex", "value bytes after the declared value layout"),
     ("xattrs", "list[object]", "extended attributes: key and value (JSON text)"),
     ("diagnostics", "list[object]", "named findings: name, severity, message, offset, length"),
+    # added by the session tracker from what it saw earlier on the connection (captures and live streams)
+    ("stream_vbucket", "u16", "the vbucket of the stream a pushed message belongs to (the tracker's)"),
+    ("latency_ms", "float", "a response's time since its request (the tracker's)"),
+    ("request_offset", "int", "a response: the offset of its request in the other direction (the tracker's)"),
+    ("dcp_open_flags", "list[str]", "a DCP_OPEN response: the flags its request asked for, by name"),
 ]
 
 GLOSSARY: Final[dict[str, str]] = {
@@ -154,3 +160,9 @@ def catalogue() -> list[FieldInfo]:
             continue
         out.append(FieldInfo(name, kind, GLOSSARY.get(name, ""), tuple(messages)))
     return out
+
+
+def field_roots() -> frozenset[str]:
+    """The names a record can have at its top level (``failover_log`` for ``failover_log[].seqno``): what a
+    filter or template may name."""
+    return frozenset(f.name.partition("[")[0].partition(".")[0] for f in catalogue())

@@ -450,6 +450,19 @@ UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)
 DIALECTS: Final[dict[str, Dialect]] = {d.name: d for d in (DCP, UPR_DRAFT)}
 
 
+_OPCODE_VOCABULARIES: Final = (OPCODES, SERVER_OPCODES, UPR_OPCODES)
+
+
+def opcode_names(code: int | None = None) -> frozenset[str]:
+    """Every name a record's ``opcode`` can have in any dialect, or those of one opcode number (with the
+    ``0x..`` a record shows for a number no table knows)."""
+    specs = {spec.name for dialect in DIALECTS.values() for spec in dialect.table.values()
+             if code is None or spec.opcode == code}
+    if code is None:
+        return frozenset(specs.union(*(vocabulary.code_of for vocabulary in _OPCODE_VOCABULARIES)))
+    return frozenset(specs.union(vocabulary.name(code) for vocabulary in _OPCODE_VOCABULARIES))
+
+
 def all_variants() -> list[tuple[Dialect, MessageSpec, Variant]]:
     """Every (dialect, spec, variant) row once; UPR rows are listed under the UPR dialect only."""
     rows = [(DCP, spec, variant) for spec in DCP.table.values() for variant in spec.variants]

@@ -1,0 +1,104 @@
+"""Usage errors as a user sees them: one line on standard error, exit 2, naming the option and the closest
+names where there are some (real runs of ``python -m dcpctl``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PCAP = str(ROOT / "samples" / "dcp-session.pcap")
+
+
+def usage_error(*args: str) -> str:
+    """Runs dcpctl; asserts exit 2, nothing on stdout and one ``dcpctl: error:`` line; returns that line."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *args], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("dcpctl: error: "), done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["decode", "--job", "2", PCAP], "no such option: --job (did you mean --jobs?)"),
+    (["decode"], "missing argument"),
+    (["decode", "-F", "bogus", PCAP], "--format: 'bogus' is not one of 'pretty'"),
+    (["decode", "--jobs", "0", PCAP], "--jobs: "),
+    (["decode", "--jobs", "many", PCAP], "--jobs: "),
+    (["decode", "--format"], "'--format' requires an argument"),
+    (["decod"], "no such command 'decod'. Did you mean 'decode'"),
+    (["rollback", "bogus"], "no such command 'bogus'"),
+    (["stream", "127.0.0.1:abc"], "HOST[:PORT]: '127.0.0.1:abc': the port must be a number"),  # an argument's
+])
+def test_usage_error_is_one_line(args: list[str], says: str) -> None:
+    assert says in usage_error(*args)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--opcode", "DCP_MUTATON"], "--opcode: unknown opcode 'DCP_MUTATON' (did you mean DCP_MUTATION?)"),
+    (["--opcode", "DCP_MUTATION", "--opcode", "dcp_deleton"], "(did you mean DCP_DELETION?)"),
+    (["--opcode", "DCP_ZZ*"], "--opcode: matches no opcode 'DCP_ZZ*'"),
+    (["--opcode", "0x100"], "--opcode: '0x100': opcode numbers are 0 to 0xff"),
+    (["--filter", "by_seqnoo > 1"], "--filter: unknown field 'by_seqnoo' (column 1) (did you mean by_seqno?)"),
+    (["--filter", "exists(rolback_seqno)"], "(did you mean rollback_seqno?)"),
+])
+def test_a_misspelt_name_is_an_error_naming_the_closest(args: list[str], says: str) -> None:
+    """Issue 18: these selected nothing and exited 0, as if the capture had no such messages."""
+    assert says in usage_error("decode", "-F", "jsonl", *args, PCAP)
+
+
+def decoded(*args: str) -> list[str]:
+    """The opcodes decode prints with ``args``."""
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", *args, PCAP],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+                          check=True)
+    return [json.loads(line)["opcode"] for line in done.stdout.splitlines()]
+
+
+def test_opcodes_by_name_in_any_case_glob_or_number() -> None:
+    assert decoded("--opcode", "DCP_MUTATION") == ["DCP_MUTATION", "DCP_MUTATION"]
+    assert decoded("--opcode", "dcp_mutation") == decoded("--opcode", "0x57") == decoded("--opcode", "87") \
+        == ["DCP_MUTATION", "DCP_MUTATION"]
+    assert set(decoded("--opcode", "DCP_*")) >= {"DCP_MUTATION", "DCP_STREAM_REQ"}
+
+
+def test_filters_name_the_context_fields_and_exists_works() -> None:
+    assert decoded("--filter", "exists(by_seqno)")
+    assert decoded("--filter", "exists(latency_ms) and latency_ms >= 0 and exists(connection)")
+    assert decoded("--filter", "exists(stream_vbucket) and frames != [] and value.x == null or true")
+    assert decoded("--filter", "exists(rollback_seqno) and by_seqno > 0") == []  # real fields, none in both
+
+
+def test_a_template_naming_no_field_fails_before_connecting() -> None:
+    with socket.socket() as unused:  # a port nobody listens on: the error must come before any connection
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DCPCTL_PASSWORD": "password"}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{port}", "--timeout", "2",
+                           "-f", "{opcode} {by_seqnoo}"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "dcpctl: error: -f: bad template: {by_seqnoo}: unknown field 'by_seqnoo' " \
+                          "(did you mean by_seqno?)\n"
+
+
+@pytest.mark.parametrize("command", ["decode", "capture", "stream", "failover", "serve", "analyze",
+                                     "rollback explain", "rollback negotiate"])
+def test_option_values_are_named_not_typed_in_help(command: str) -> None:
+    """Issue 18: -h showed <list[int]> and <int range> where the man pages say PORT and N."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *command.split(), "-h"], capture_output=True,
+                          text=True, env=env, timeout=60, check=True)
+    options = [line for line in done.stdout.splitlines() if line.lstrip("│ ").startswith("-")]
+    assert options
+    assert [line for line in options if any(t in line for t in ("<list[", "<int", "<float"))] == []
