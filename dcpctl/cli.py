@@ -21,6 +21,7 @@ from dcpctl.commands.rollback import rollback_app
 from dcpctl.commands.serve import serve
 from dcpctl.commands.stream import stream
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.nearest import closest
 from dcpctl.render.env import Environment, OutputError, checked_stdout, discard_stdout
 from dcpctl.safetext import shown
 
@@ -97,10 +98,15 @@ def usage_message(exc: typer.TyperException) -> str:
     """click's usage error as the one line after ``dcpctl: error:``, naming the option and, for an unknown
     one, the closest names (click's own pick), instead of its four lines of usage, hint and message."""
     option = getattr(exc, "option_name", None)
-    close = getattr(exc, "possibilities", None)
-    if isinstance(option, str) and close is not None:  # NoSuchOption
-        message = f"no such option: {option}"
-        return f"{message} (did you mean {' or '.join(close)}?)" if close else message
+    if isinstance(option, str) and hasattr(exc, "possibilities"):  # NoSuchOption
+        # click's own pick has no similarity floor (--bogus got --jobs): the command's options, by closeness
+        command = getattr(getattr(exc, "ctx", None), "command", None)
+        names = [name for param in getattr(command, "params", []) for name in (*param.opts, *param.secondary_opts)
+                 if name.startswith("--")]
+        # compared without the dashes every long option shares, which made --bogus look like --jobs
+        close = closest(option.lstrip("-"), [name[2:] for name in names])
+        hint = f" (did you mean {' or '.join('--' + name for name in close)}?)" if close else ""
+        return f"no such option: {option}{hint}"
     param = getattr(exc, "param", None)
     text = getattr(exc, "message", "")
     if param is not None and text and not hasattr(exc, "param_type"):  # BadParameter, MissingParameter aside

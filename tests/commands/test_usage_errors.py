@@ -31,6 +31,7 @@ def usage_error(*args: str) -> str:
 
 @pytest.mark.parametrize(("args", "says"), [
     (["decode", "--job", "2", PCAP], "no such option: --job (did you mean --jobs?)"),
+    (["decode", "--fitler", "x", PCAP], "no such option: --fitler (did you mean --filter?)"),
     (["decode"], "missing argument"),
     (["decode", "-F", "bogus", PCAP], "--format: 'bogus' is not one of 'pretty'"),
     (["decode", "--jobs", "0", PCAP], "--jobs: "),
@@ -42,6 +43,11 @@ def usage_error(*args: str) -> str:
 ])
 def test_usage_error_is_one_line(args: list[str], says: str) -> None:
     assert says in usage_error(*args)
+
+
+def test_an_option_like_none_gets_no_suggestion() -> None:
+    """click's own pick has no floor: --bogus got 'did you mean --jobs?', a hint that misleads."""
+    assert usage_error("decode", "--bogus", PCAP) == "dcpctl: error: no such option: --bogus"
 
 
 @pytest.mark.parametrize(("args", "says"), [
