@@ -30,6 +30,7 @@ import marshal
 import multiprocessing
 import os
 import signal
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -114,13 +115,8 @@ def _produce(pipe: Connection, paths: list[str], options: DecodeOptions, ports: 
 
 def _cause(exc: BaseException) -> str:
     """An exception in one line: its type, message and where it was raised (for the bug report)."""
-    where = ""
-    trace = exc.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    if trace is not None:
-        code = trace.tb_frame.f_code
-        where = f" (in {code.co_name}, {os.path.basename(code.co_filename)}:{trace.tb_lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (in {frames[-1].name}, {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
 
