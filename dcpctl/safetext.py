@@ -8,6 +8,7 @@ renderer and every error message passes such text through :func:`shown`. It sits
 
 from __future__ import annotations
 
+import reprlib
 from typing import Final
 
 _NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
@@ -42,8 +43,22 @@ def shown_bytes(data: bytes) -> str:
 QUOTED_CHARS: Final = 48  # of a bad value quoted in an error or diagnostic: enough to recognise it, one line
 
 
+def _bounded_repr() -> reprlib.Repr:
+    # depth and size bounded: a value from the wire may nest 1024 levels (orjson's limit), past repr's own
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 3
+    bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 4
+    bounded.maxstring = bounded.maxother = bounded.maxlong = QUOTED_CHARS
+    return bounded
+
+
+_REPR: Final = _bounded_repr()
+
+
 def brief(value: object) -> str:
-    """A bad value as an error or diagnostic quotes it: its repr, cut to :data:`QUOTED_CHARS` with its full
-    length said, so a hostile megabyte-long value still makes a one-line message."""
-    text = repr(value)
-    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}… ({len(text)} chars)"
+    """A bad value as an error or diagnostic quotes it: a repr bounded in depth and size, cut to
+    :data:`QUOTED_CHARS`, with a long text's length said, so a hostile value still makes a one-line message."""
+    text = _REPR.repr(value)
+    if isinstance(value, (str, bytes)) and len(value) > QUOTED_CHARS:
+        return f"{text[:QUOTED_CHARS]}… ({len(value)} chars)"
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}…"

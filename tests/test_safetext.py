@@ -37,5 +37,12 @@ def test_nothing_shown_holds_a_control_character(text: str) -> None:
 def test_a_long_bad_value_is_quoted_briefly_with_its_length() -> None:
     quoted = brief("x" * 10_000)
     assert len(quoted) < 80
-    assert quoted.endswith("(10002 chars)")
+    assert quoted.endswith("(10000 chars)")
     assert brief(5) == "5"
+
+
+def test_a_deeply_nested_value_is_quoted_without_recursing() -> None:
+    deep: object = 1
+    for _ in range(5000):
+        deep = [deep]
+    assert len(brief(deep)) <= 60

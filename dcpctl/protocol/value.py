@@ -29,6 +29,8 @@ def leb128_decode(buf: bytes) -> tuple[int, int] | None:
 
 
 def leb128_encode(value: int) -> bytes:
+    if value < 0:  # its shifts never reach 0: a negative number would loop for ever
+        raise ValueError(f"LEB128 encodes non-negative integers, not {value}")
     out = bytearray()
     while True:
         byte = value & 0x7F
