@@ -1,15 +1,15 @@
 """Protocol vocabularies: magics, opcodes, statuses, flags and their kv_engine names.
 
-Each vocabulary is one table of ``(code, kv_engine name, meaning)`` rows (reference sections 1, 3, 4, 5, 6,
-7); the ``IntEnum`` with UPPER_SNAKE members and the name lookups are derived from it, so a code is written
-down exactly once.
+Each vocabulary is declared once (reference sections 1, 3, 4, 5, 6, 7): as an ``IntEnum``/``IntFlag`` class
+whose UPPER_SNAKE members carry the kv_engine name and meaning, or, for tables nothing names in code, as
+``(code, kv_engine name, meaning)`` rows. The rows and the name lookups of the classes are derived from them.
 """
 
 from __future__ import annotations
 
 import re
 from enum import IntEnum, IntFlag
-from typing import Final, TypeVar
+from typing import Final, Self
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -46,15 +46,43 @@ class Vocabulary:
             raise KeyError(name) from None
 
 
-E = TypeVar("E", bound=IntEnum)
+class _Code(IntEnum):
+    """A protocol code declared with its kv_engine name and meaning: ``NAME = code, "kvName", "meaning"``.
+
+    The class is the table: members are typed for mypy, and the name lookups (:class:`Vocabulary`) and
+    :func:`rows` are derived from it.
+    """
+
+    _value_: int
+    kv_name: str
+    meaning: str
+
+    def __new__(cls, code: int, kv_name: str = "", meaning: str = "") -> Self:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.kv_name = kv_name
+        member.meaning = meaning
+        return member
 
 
-def _enum(cls_name: str, rows: list[Row]) -> type[IntEnum]:
-    return IntEnum(cls_name, [(upper_snake(name), code) for code, name, _ in rows])  # type: ignore[return-value]
+class _Flag(IntFlag):
+    """A flag bit declared as :class:`_Code` is; combinations are ordinary ``IntFlag`` values."""
+
+    _value_: int
+    kv_name: str
+    meaning: str
+
+    def __new__(cls, code: int, kv_name: str = "", meaning: str = "") -> Self:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.kv_name = kv_name
+        member.meaning = meaning
+        return member
 
 
-def _flag(cls_name: str, rows: list[Row]) -> type[IntFlag]:
-    return IntFlag(cls_name, [(upper_snake(name), code) for code, name, _ in rows])  # type: ignore[return-value]
+def rows(table: type[_Code] | type[_Flag]) -> list[Row]:
+    """A declared table as ``(code, kv name, meaning)`` rows, in declaration order."""
+    return [(int(member), member.kv_name, member.meaning) for member in table]
 
 
 def flag_names(vocabulary: Vocabulary, value: int) -> list[str]:
@@ -71,69 +99,75 @@ def flag_names(vocabulary: Vocabulary, value: int) -> list[str]:
 
 
 # --- 1.1 magics -------------------------------------------------------------------------------------
-MAGIC_ROWS: Final[list[Row]] = [
-    (0x80, "ClientRequest", "request (on DCP also every message the producer pushes)"),
-    (0x08, "AltClientRequest", "request with flexible framing extras"),
-    (0x81, "ClientResponse", "response"),
-    (0x18, "AltClientResponse", "response with flexible framing extras"),
-    (0x82, "ServerRequest", "server-initiated request (HELLO Duplex)"),
-    (0x83, "ServerResponse", "client's response to a server-initiated request"),
-]
+class Magic(_Code):
+    CLIENT_REQUEST = 0x80, "ClientRequest", "request (on DCP also every message the producer pushes)"
+    ALT_CLIENT_REQUEST = 0x08, "AltClientRequest", "request with flexible framing extras"
+    CLIENT_RESPONSE = 0x81, "ClientResponse", "response"
+    ALT_CLIENT_RESPONSE = 0x18, "AltClientResponse", "response with flexible framing extras"
+    SERVER_REQUEST = 0x82, "ServerRequest", "server-initiated request (HELLO Duplex)"
+    SERVER_RESPONSE = 0x83, "ServerResponse", "client's response to a server-initiated request"
+
+
+MAGIC_ROWS: Final = rows(Magic)
 MAGICS = Vocabulary(MAGIC_ROWS)
-Magic = _enum("Magic", MAGIC_ROWS)
-ALT_MAGICS: Final = frozenset({0x08, 0x18})
-RESPONSE_MAGICS: Final = frozenset({0x81, 0x18, 0x83})
+ALT_MAGICS: Final = frozenset({Magic.ALT_CLIENT_REQUEST, Magic.ALT_CLIENT_RESPONSE})
+RESPONSE_MAGICS: Final = frozenset({Magic.CLIENT_RESPONSE, Magic.ALT_CLIENT_RESPONSE, Magic.SERVER_RESPONSE})
 # The opcode space a magic addresses: the alternative encodings share their classic twin's table.
-MAGIC_CLASS: Final[dict[int, int]] = {0x80: 0x80, 0x08: 0x80, 0x81: 0x81, 0x18: 0x81, 0x82: 0x82, 0x83: 0x83}
+MAGIC_CLASS: Final[dict[int, int]] = {
+    Magic.CLIENT_REQUEST: Magic.CLIENT_REQUEST, Magic.ALT_CLIENT_REQUEST: Magic.CLIENT_REQUEST,
+    Magic.CLIENT_RESPONSE: Magic.CLIENT_RESPONSE, Magic.ALT_CLIENT_RESPONSE: Magic.CLIENT_RESPONSE,
+    Magic.SERVER_REQUEST: Magic.SERVER_REQUEST, Magic.SERVER_RESPONSE: Magic.SERVER_RESPONSE,
+}
 
 # --- 3 and 4: client opcodes --------------------------------------------------------------------------
-OPCODE_ROWS: Final[list[Row]] = [
-    (0x00, "GET", "get a document"),
-    (0x01, "SET", "store a document"),
-    (0x02, "ADD", "add a document"),
-    (0x03, "REPLACE", "replace a document"),
-    (0x04, "DELETE", "delete a document"),
-    (0x0a, "NOOP", "no operation"),
-    (0x0b, "VERSION", "server version"),
-    (0x10, "STAT", "statistics group"),
-    (0x1f, "HELLO", "negotiate features"),
-    (0x20, "SASL_LIST_MECHS", "list SASL mechanisms"),
-    (0x21, "SASL_AUTH", "start SASL authentication"),
-    (0x22, "SASL_STEP", "continue SASL authentication"),
-    (0x3d, "SET_VBUCKET", "set a vbucket's state"),
-    (0x48, "GET_ALL_VB_SEQNOS", "high seqno of every vbucket"),
-    (0x50, "DCP_OPEN", "open a DCP connection"),
-    (0x51, "DCP_ADD_STREAM", "tell a consumer to add a stream"),
-    (0x52, "DCP_CLOSE_STREAM", "close a stream"),
-    (0x53, "DCP_STREAM_REQ", "request a stream"),
-    (0x54, "DCP_GET_FAILOVER_LOG", "failover log of a vbucket"),
-    (0x55, "DCP_STREAM_END", "a stream ended"),
-    (0x56, "DCP_SNAPSHOT_MARKER", "start of a snapshot"),
-    (0x57, "DCP_MUTATION", "a document was stored"),
-    (0x58, "DCP_DELETION", "a document was deleted"),
-    (0x59, "DCP_EXPIRATION", "a document expired"),
-    (0x5a, "DCP_FLUSH", "obsolete: flush"),
-    (0x5b, "DCP_SET_VBUCKET_STATE", "vbucket state change (takeover)"),
-    (0x5c, "DCP_NOOP", "producer keep-alive"),
-    (0x5d, "DCP_BUFFER_ACKNOWLEDGEMENT", "flow-control acknowledgement"),
-    (0x5e, "DCP_CONTROL", "connection setting"),
-    (0x5f, "DCP_SYSTEM_EVENT", "collection or scope event"),
-    (0x60, "DCP_PREPARE", "durable write prepared"),
-    (0x61, "DCP_SEQNO_ACKNOWLEDGED", "consumer acknowledges a prepare"),
-    (0x62, "DCP_COMMIT", "durable write committed"),
-    (0x63, "DCP_ABORT", "durable write aborted"),
-    (0x64, "DCP_SEQNO_ADVANCED", "the stream advanced past unseen items"),
-    (0x65, "DCP_OSO_SNAPSHOT", "out-of-sequence-order snapshot bracket"),
-    (0x66, "DCP_CACHE_TRANSFER", "hash-table contents"),
-    (0x67, "DCP_CACHE_TRANSFER_END", "end of the cache transfer"),
-    (0x89, "SELECT_BUCKET", "select a bucket"),
-    (0x91, "OBSERVE_SEQNO", "persistence and seqno state of a vbucket"),
-    (0x96, "GET_FAILOVER_LOG", "failover log (plain connection)"),
-    (0xb5, "GET_CLUSTER_CONFIG", "bucket configuration and vbucket map"),
-    (0xfe, "GET_ERROR_MAP", "error map"),
-]
+class Opcode(_Code):
+    GET = 0x00, "GET", "get a document"
+    SET = 0x01, "SET", "store a document"
+    ADD = 0x02, "ADD", "add a document"
+    REPLACE = 0x03, "REPLACE", "replace a document"
+    DELETE = 0x04, "DELETE", "delete a document"
+    NOOP = 0x0a, "NOOP", "no operation"
+    VERSION = 0x0b, "VERSION", "server version"
+    STAT = 0x10, "STAT", "statistics group"
+    HELLO = 0x1f, "HELLO", "negotiate features"
+    SASL_LIST_MECHS = 0x20, "SASL_LIST_MECHS", "list SASL mechanisms"
+    SASL_AUTH = 0x21, "SASL_AUTH", "start SASL authentication"
+    SASL_STEP = 0x22, "SASL_STEP", "continue SASL authentication"
+    SET_VBUCKET = 0x3d, "SET_VBUCKET", "set a vbucket's state"
+    GET_ALL_VB_SEQNOS = 0x48, "GET_ALL_VB_SEQNOS", "high seqno of every vbucket"
+    DCP_OPEN = 0x50, "DCP_OPEN", "open a DCP connection"
+    DCP_ADD_STREAM = 0x51, "DCP_ADD_STREAM", "tell a consumer to add a stream"
+    DCP_CLOSE_STREAM = 0x52, "DCP_CLOSE_STREAM", "close a stream"
+    DCP_STREAM_REQ = 0x53, "DCP_STREAM_REQ", "request a stream"
+    DCP_GET_FAILOVER_LOG = 0x54, "DCP_GET_FAILOVER_LOG", "failover log of a vbucket"
+    DCP_STREAM_END = 0x55, "DCP_STREAM_END", "a stream ended"
+    DCP_SNAPSHOT_MARKER = 0x56, "DCP_SNAPSHOT_MARKER", "start of a snapshot"
+    DCP_MUTATION = 0x57, "DCP_MUTATION", "a document was stored"
+    DCP_DELETION = 0x58, "DCP_DELETION", "a document was deleted"
+    DCP_EXPIRATION = 0x59, "DCP_EXPIRATION", "a document expired"
+    DCP_FLUSH = 0x5a, "DCP_FLUSH", "obsolete: flush"
+    DCP_SET_VBUCKET_STATE = 0x5b, "DCP_SET_VBUCKET_STATE", "vbucket state change (takeover)"
+    DCP_NOOP = 0x5c, "DCP_NOOP", "producer keep-alive"
+    DCP_BUFFER_ACKNOWLEDGEMENT = 0x5d, "DCP_BUFFER_ACKNOWLEDGEMENT", "flow-control acknowledgement"
+    DCP_CONTROL = 0x5e, "DCP_CONTROL", "connection setting"
+    DCP_SYSTEM_EVENT = 0x5f, "DCP_SYSTEM_EVENT", "collection or scope event"
+    DCP_PREPARE = 0x60, "DCP_PREPARE", "durable write prepared"
+    DCP_SEQNO_ACKNOWLEDGED = 0x61, "DCP_SEQNO_ACKNOWLEDGED", "consumer acknowledges a prepare"
+    DCP_COMMIT = 0x62, "DCP_COMMIT", "durable write committed"
+    DCP_ABORT = 0x63, "DCP_ABORT", "durable write aborted"
+    DCP_SEQNO_ADVANCED = 0x64, "DCP_SEQNO_ADVANCED", "the stream advanced past unseen items"
+    DCP_OSO_SNAPSHOT = 0x65, "DCP_OSO_SNAPSHOT", "out-of-sequence-order snapshot bracket"
+    DCP_CACHE_TRANSFER = 0x66, "DCP_CACHE_TRANSFER", "hash-table contents"
+    DCP_CACHE_TRANSFER_END = 0x67, "DCP_CACHE_TRANSFER_END", "end of the cache transfer"
+    SELECT_BUCKET = 0x89, "SELECT_BUCKET", "select a bucket"
+    OBSERVE_SEQNO = 0x91, "OBSERVE_SEQNO", "persistence and seqno state of a vbucket"
+    GET_FAILOVER_LOG = 0x96, "GET_FAILOVER_LOG", "failover log (plain connection)"
+    GET_CLUSTER_CONFIG = 0xb5, "GET_CLUSTER_CONFIG", "bucket configuration and vbucket map"
+    GET_ERROR_MAP = 0xfe, "GET_ERROR_MAP", "error map"
+
+
+OPCODE_ROWS: Final = rows(Opcode)
 OPCODES = Vocabulary(OPCODE_ROWS)
-Opcode = _enum("Opcode", OPCODE_ROWS)
 
 SERVER_OPCODE_ROWS: Final[list[Row]] = [
     (0x01, "ClustermapChangeNotification", "the cluster map changed"),
@@ -144,194 +178,203 @@ SERVER_OPCODE_ROWS: Final[list[Row]] = [
 SERVER_OPCODES = Vocabulary(SERVER_OPCODE_ROWS)
 
 # --- 5 status codes ---------------------------------------------------------------------------------
-STATUS_ROWS: Final[list[Row]] = [
-    (0x00, "Success", "success"),
-    (0x01, "KeyEnoent", "not found"),
-    (0x02, "KeyEexists", "exists (stream already open for this vbucket and stream id)"),
-    (0x03, "E2big", "too big"),
-    (0x04, "Einval", "invalid arguments"),
-    (0x05, "NotStored", "not stored"),
-    (0x06, "DeltaBadval", "bad delta"),
-    (0x07, "NotMyVbucket", "vbucket not on this node or wrong state"),
-    (0x08, "NoBucket", "no bucket selected"),
-    (0x09, "Locked", "locked"),
-    (0x0a, "DcpStreamNotFound", "stream not found (v7 consumer reply)"),
-    (0x0b, "OpaqueNoMatch", "opaque does not match (v7 consumer reply)"),
-    (0x0c, "EWouldThrottle", "would throttle"),
-    (0x0d, "EConfigOnly", "config-only bucket"),
-    (0x0e, "NotLocked", "not locked"),
-    (0x0f, "CasValueInvalid", "invalid CAS"),
-    (0x1f, "AuthStale", "authentication stale: re-authenticate"),
-    (0x20, "AuthError", "authentication failed"),
-    (0x21, "AuthContinue", "authentication continues"),
-    (0x22, "Erange", "seqno range invalid"),
-    (0x23, "Rollback", "roll back before streaming"),
-    (0x24, "Eaccess", "no access"),
-    (0x25, "NotInitialized", "not initialized"),
-    (0x26, "EncryptionKeyNotAvailable", "encryption key not available"),
-    (0x27, "ChecksumMismatch", "checksum mismatch"),
-    (0x28, "ExpiryOverflow", "expiry overflow"),
-    (0x29, "LockExpiryOverflow", "lock expiry overflow"),
-    (0x30, "RateLimitedNetworkIngress", "rate limited"),
-    (0x31, "RateLimitedNetworkEgress", "rate limited"),
-    (0x32, "RateLimitedMaxConnections", "rate limited"),
-    (0x33, "RateLimitedMaxCommands", "rate limited"),
-    (0x35, "BucketSizeLimitExceeded", "bucket limit"),
-    (0x36, "BucketResidentRatioTooLow", "bucket limit"),
-    (0x37, "BucketDataSizeTooBig", "bucket limit"),
-    (0x38, "BucketDiskSpaceTooLow", "bucket limit"),
-    (0x50, "BucketPaused", "bucket paused"),
-    (0x51, "Cancelled", "cancelled"),
-    (0x80, "UnknownFrameInfo", "unknown frame info"),
-    (0x81, "UnknownCommand", "unknown command"),
-    (0x82, "Enomem", "out of memory"),
-    (0x83, "NotSupported", "not supported"),
-    (0x84, "Einternal", "internal error"),
-    (0x85, "Ebusy", "busy"),
-    (0x86, "Etmpfail", "temporary failure"),
-    (0x87, "XattrEinval", "invalid xattr"),
-    (0x88, "UnknownCollection", "unknown collection"),
-    (0x8a, "CannotApplyCollectionsManifest", "cannot apply manifest"),
-    (0x8c, "UnknownScope", "unknown scope"),
-    (0x8d, "DcpStreamIdInvalid", "stream id missing, unexpected or zero"),
-    (0xa0, "DurabilityInvalidLevel", "durability level invalid"),
-    (0xa1, "DurabilityImpossible", "durability impossible"),
-    (0xa2, "SyncWriteInProgress", "sync write in progress"),
-    (0xa3, "SyncWriteAmbiguous", "sync write ambiguous"),
-    (0xa4, "SyncWriteReCommitInProgress", "sync write re-commit in progress"),
-    (0xa5, "RangeScanCancelled", "range scan cancelled"),
-    (0xa6, "RangeScanMore", "range scan: more"),
-    (0xa7, "RangeScanComplete", "range scan complete"),
-    (0xa8, "VbUuidNotEqual", "vbucket uuid differs"),
-]
+class Status(_Code):
+    SUCCESS = 0x00, "Success", "success"
+    KEY_ENOENT = 0x01, "KeyEnoent", "not found"
+    KEY_EEXISTS = 0x02, "KeyEexists", "exists (stream already open for this vbucket and stream id)"
+    E2BIG = 0x03, "E2big", "too big"
+    EINVAL = 0x04, "Einval", "invalid arguments"
+    NOT_STORED = 0x05, "NotStored", "not stored"
+    DELTA_BADVAL = 0x06, "DeltaBadval", "bad delta"
+    NOT_MY_VBUCKET = 0x07, "NotMyVbucket", "vbucket not on this node or wrong state"
+    NO_BUCKET = 0x08, "NoBucket", "no bucket selected"
+    LOCKED = 0x09, "Locked", "locked"
+    DCP_STREAM_NOT_FOUND = 0x0a, "DcpStreamNotFound", "stream not found (v7 consumer reply)"
+    OPAQUE_NO_MATCH = 0x0b, "OpaqueNoMatch", "opaque does not match (v7 consumer reply)"
+    E_WOULD_THROTTLE = 0x0c, "EWouldThrottle", "would throttle"
+    E_CONFIG_ONLY = 0x0d, "EConfigOnly", "config-only bucket"
+    NOT_LOCKED = 0x0e, "NotLocked", "not locked"
+    CAS_VALUE_INVALID = 0x0f, "CasValueInvalid", "invalid CAS"
+    AUTH_STALE = 0x1f, "AuthStale", "authentication stale: re-authenticate"
+    AUTH_ERROR = 0x20, "AuthError", "authentication failed"
+    AUTH_CONTINUE = 0x21, "AuthContinue", "authentication continues"
+    ERANGE = 0x22, "Erange", "seqno range invalid"
+    ROLLBACK = 0x23, "Rollback", "roll back before streaming"
+    EACCESS = 0x24, "Eaccess", "no access"
+    NOT_INITIALIZED = 0x25, "NotInitialized", "not initialized"
+    ENCRYPTION_KEY_NOT_AVAILABLE = 0x26, "EncryptionKeyNotAvailable", "encryption key not available"
+    CHECKSUM_MISMATCH = 0x27, "ChecksumMismatch", "checksum mismatch"
+    EXPIRY_OVERFLOW = 0x28, "ExpiryOverflow", "expiry overflow"
+    LOCK_EXPIRY_OVERFLOW = 0x29, "LockExpiryOverflow", "lock expiry overflow"
+    RATE_LIMITED_NETWORK_INGRESS = 0x30, "RateLimitedNetworkIngress", "rate limited"
+    RATE_LIMITED_NETWORK_EGRESS = 0x31, "RateLimitedNetworkEgress", "rate limited"
+    RATE_LIMITED_MAX_CONNECTIONS = 0x32, "RateLimitedMaxConnections", "rate limited"
+    RATE_LIMITED_MAX_COMMANDS = 0x33, "RateLimitedMaxCommands", "rate limited"
+    BUCKET_SIZE_LIMIT_EXCEEDED = 0x35, "BucketSizeLimitExceeded", "bucket limit"
+    BUCKET_RESIDENT_RATIO_TOO_LOW = 0x36, "BucketResidentRatioTooLow", "bucket limit"
+    BUCKET_DATA_SIZE_TOO_BIG = 0x37, "BucketDataSizeTooBig", "bucket limit"
+    BUCKET_DISK_SPACE_TOO_LOW = 0x38, "BucketDiskSpaceTooLow", "bucket limit"
+    BUCKET_PAUSED = 0x50, "BucketPaused", "bucket paused"
+    CANCELLED = 0x51, "Cancelled", "cancelled"
+    UNKNOWN_FRAME_INFO = 0x80, "UnknownFrameInfo", "unknown frame info"
+    UNKNOWN_COMMAND = 0x81, "UnknownCommand", "unknown command"
+    ENOMEM = 0x82, "Enomem", "out of memory"
+    NOT_SUPPORTED = 0x83, "NotSupported", "not supported"
+    EINTERNAL = 0x84, "Einternal", "internal error"
+    EBUSY = 0x85, "Ebusy", "busy"
+    ETMPFAIL = 0x86, "Etmpfail", "temporary failure"
+    XATTR_EINVAL = 0x87, "XattrEinval", "invalid xattr"
+    UNKNOWN_COLLECTION = 0x88, "UnknownCollection", "unknown collection"
+    CANNOT_APPLY_COLLECTIONS_MANIFEST = 0x8a, "CannotApplyCollectionsManifest", "cannot apply manifest"
+    UNKNOWN_SCOPE = 0x8c, "UnknownScope", "unknown scope"
+    DCP_STREAM_ID_INVALID = 0x8d, "DcpStreamIdInvalid", "stream id missing, unexpected or zero"
+    DURABILITY_INVALID_LEVEL = 0xa0, "DurabilityInvalidLevel", "durability level invalid"
+    DURABILITY_IMPOSSIBLE = 0xa1, "DurabilityImpossible", "durability impossible"
+    SYNC_WRITE_IN_PROGRESS = 0xa2, "SyncWriteInProgress", "sync write in progress"
+    SYNC_WRITE_AMBIGUOUS = 0xa3, "SyncWriteAmbiguous", "sync write ambiguous"
+    SYNC_WRITE_RE_COMMIT_IN_PROGRESS = 0xa4, "SyncWriteReCommitInProgress", "sync write re-commit in progress"
+    RANGE_SCAN_CANCELLED = 0xa5, "RangeScanCancelled", "range scan cancelled"
+    RANGE_SCAN_MORE = 0xa6, "RangeScanMore", "range scan: more"
+    RANGE_SCAN_COMPLETE = 0xa7, "RangeScanComplete", "range scan complete"
+    VB_UUID_NOT_EQUAL = 0xa8, "VbUuidNotEqual", "vbucket uuid differs"
+
+
+STATUS_ROWS: Final = rows(Status)
 STATUSES = Vocabulary(STATUS_ROWS)
-Status = _enum("Status", STATUS_ROWS)
 
 # --- 6.1 datatype -------------------------------------------------------------------------------------
-DATATYPE_ROWS: Final[list[Row]] = [
-    (0x01, "JSON", "value is JSON"),
-    (0x02, "SNAPPY", "value is Snappy-compressed"),
-    (0x04, "XATTR", "value starts with an xattr blob"),
-]
+class Datatype(_Flag):
+    JSON = 0x01, "JSON", "value is JSON"
+    SNAPPY = 0x02, "SNAPPY", "value is Snappy-compressed"
+    XATTR = 0x04, "XATTR", "value starts with an xattr blob"
+
+
+DATATYPE_ROWS: Final = rows(Datatype)
 DATATYPES = Vocabulary(DATATYPE_ROWS)
-Datatype = _flag("Datatype", DATATYPE_ROWS)
-DATATYPE_JSON: Final = 0x01
-DATATYPE_SNAPPY: Final = 0x02
-DATATYPE_XATTR: Final = 0x04
+DATATYPE_JSON: Final = int(Datatype.JSON)  # plain ints: the per-message path masks with them
+DATATYPE_SNAPPY: Final = int(Datatype.SNAPPY)
+DATATYPE_XATTR: Final = int(Datatype.XATTR)
 
 # --- 4.1 HELLO features -------------------------------------------------------------------------------
-HELLO_FEATURE_ROWS: Final[list[Row]] = [
-    (0x01, "Invalid", "retired (was DATATYPE)"),
-    (0x02, "TLS", "never implemented"),
-    (0x03, "TcpNoDelay", "informational"),
-    (0x04, "MutationSeqno", "mutation responses carry vbucket uuid and seqno"),
-    (0x05, "TcpDelay", "unsupported"),
-    (0x06, "Xattr", "xattrs and the XATTR datatype"),
-    (0x07, "Xerror", "extended errors instead of disconnects"),
-    (0x08, "SelectBucket", "informational"),
-    (0x09, "Invalid2", "old collections prototype"),
-    (0x0a, "Snappy", "client accepts snappy values"),
-    (0x0b, "JSON", "JSON datatype bit"),
-    (0x0c, "Duplex", "server may send 0x82 requests"),
-    (0x0d, "ClustermapChangeNotification", "needs Duplex"),
-    (0x0e, "UnorderedExecution", "must not be set on a DCP connection"),
-    (0x0f, "Tracing", "server duration frame info"),
-    (0x10, "AltRequestSupport", "informational"),
-    (0x11, "SyncReplication", "informational"),
-    (0x12, "Collections", "LEB128 keys, stream-request JSON, system events, seqno advanced"),
-    (0x13, "SnappyEverywhere", "snappy in every response"),
-    (0x14, "PreserveTtl", "informational"),
-    (0x15, "VAttr", "needs Xattr"),
-    (0x16, "Invalid3", "old PiTR"),
-    (0x17, "SubdocCreateAsDeleted", ""),
-    (0x18, "SubdocDocumentMacroSupport", "needs Xattr"),
-    (0x19, "SubdocReplaceBodyWithXattr", ""),
-    (0x1a, "ReportUnitUsage", "read/write unit frame infos"),
-    (0x1b, "NonBlockingThrottlingMode", ""),
-    (0x1c, "SubdocReplicaRead", ""),
-    (0x1d, "GetClusterConfigWithKnownVersion", ""),
-    (0x1e, "DedupeNotMyVbucketClustermap", ""),
-    (0x1f, "ClustermapChangeNotificationBrief", "needs Duplex"),
-    (0x20, "SubdocAllowsAccessOnMultipleXattrKeys", ""),
-    (0x21, "SubdocBinaryXattr", ""),
-    (0x22, "RangeScanIncludeXattr", "needs Xattr"),
-    (0x23, "SubdocAllowReplicaReadOnDeletedDocs", ""),
-    (0x24, "GetRandomKeyIncludeXattr", ""),
-    (0x25, "MutateWithMeta", ""),
-    (0x26, "DcpSkipDeletesInInitialBackfill", "server supports DCP_OPEN flag 0x200"),
-]
+class HelloFeature(_Code):
+    INVALID = 0x01, "Invalid", "retired (was DATATYPE)"
+    TLS = 0x02, "TLS", "never implemented"
+    TCP_NO_DELAY = 0x03, "TcpNoDelay", "informational"
+    MUTATION_SEQNO = 0x04, "MutationSeqno", "mutation responses carry vbucket uuid and seqno"
+    TCP_DELAY = 0x05, "TcpDelay", "unsupported"
+    XATTR = 0x06, "Xattr", "xattrs and the XATTR datatype"
+    XERROR = 0x07, "Xerror", "extended errors instead of disconnects"
+    SELECT_BUCKET = 0x08, "SelectBucket", "informational"
+    INVALID2 = 0x09, "Invalid2", "old collections prototype"
+    SNAPPY = 0x0a, "Snappy", "client accepts snappy values"
+    JSON = 0x0b, "JSON", "JSON datatype bit"
+    DUPLEX = 0x0c, "Duplex", "server may send 0x82 requests"
+    CLUSTERMAP_CHANGE_NOTIFICATION = 0x0d, "ClustermapChangeNotification", "needs Duplex"
+    UNORDERED_EXECUTION = 0x0e, "UnorderedExecution", "must not be set on a DCP connection"
+    TRACING = 0x0f, "Tracing", "server duration frame info"
+    ALT_REQUEST_SUPPORT = 0x10, "AltRequestSupport", "informational"
+    SYNC_REPLICATION = 0x11, "SyncReplication", "informational"
+    COLLECTIONS = 0x12, "Collections", "LEB128 keys, stream-request JSON, system events, seqno advanced"
+    SNAPPY_EVERYWHERE = 0x13, "SnappyEverywhere", "snappy in every response"
+    PRESERVE_TTL = 0x14, "PreserveTtl", "informational"
+    V_ATTR = 0x15, "VAttr", "needs Xattr"
+    INVALID3 = 0x16, "Invalid3", "old PiTR"
+    SUBDOC_CREATE_AS_DELETED = 0x17, "SubdocCreateAsDeleted", ""
+    SUBDOC_DOCUMENT_MACRO_SUPPORT = 0x18, "SubdocDocumentMacroSupport", "needs Xattr"
+    SUBDOC_REPLACE_BODY_WITH_XATTR = 0x19, "SubdocReplaceBodyWithXattr", ""
+    REPORT_UNIT_USAGE = 0x1a, "ReportUnitUsage", "read/write unit frame infos"
+    NON_BLOCKING_THROTTLING_MODE = 0x1b, "NonBlockingThrottlingMode", ""
+    SUBDOC_REPLICA_READ = 0x1c, "SubdocReplicaRead", ""
+    GET_CLUSTER_CONFIG_WITH_KNOWN_VERSION = 0x1d, "GetClusterConfigWithKnownVersion", ""
+    DEDUPE_NOT_MY_VBUCKET_CLUSTERMAP = 0x1e, "DedupeNotMyVbucketClustermap", ""
+    CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF = 0x1f, "ClustermapChangeNotificationBrief", "needs Duplex"
+    SUBDOC_ALLOWS_ACCESS_ON_MULTIPLE_XATTR_KEYS = 0x20, "SubdocAllowsAccessOnMultipleXattrKeys", ""
+    SUBDOC_BINARY_XATTR = 0x21, "SubdocBinaryXattr", ""
+    RANGE_SCAN_INCLUDE_XATTR = 0x22, "RangeScanIncludeXattr", "needs Xattr"
+    SUBDOC_ALLOW_REPLICA_READ_ON_DELETED_DOCS = 0x23, "SubdocAllowReplicaReadOnDeletedDocs", ""
+    GET_RANDOM_KEY_INCLUDE_XATTR = 0x24, "GetRandomKeyIncludeXattr", ""
+    MUTATE_WITH_META = 0x25, "MutateWithMeta", ""
+    DCP_SKIP_DELETES_IN_INITIAL_BACKFILL = (0x26, "DcpSkipDeletesInInitialBackfill",
+                                            "server supports DCP_OPEN flag 0x200")
+
+
+HELLO_FEATURE_ROWS: Final = rows(HelloFeature)
 HELLO_FEATURES = Vocabulary(HELLO_FEATURE_ROWS)
-HelloFeature = _enum("HelloFeature", HELLO_FEATURE_ROWS)
 
 # --- 7.1 DCP_OPEN flags -------------------------------------------------------------------------------
-DCP_OPEN_FLAG_ROWS: Final[list[Row]] = [
-    (0x001, "Producer", "open a producer (the server sends data)"),
-    (0x002, "Invalid", "was Notifier; rejected since 7.0"),
-    (0x004, "IncludeXattrs", "send xattrs"),
-    (0x008, "NoValue", "strip values"),
-    (0x010, "Unused", "rejected"),
-    (0x020, "IncludeDeleteTimes", "deletions use v2 extras"),
-    (0x040, "NoValueWithUnderlyingDatatype", "strip values, keep the stored datatype"),
-    (0x080, "PiTR", "unsupported"),
-    (0x100, "IncludeDeletedUserXattrs", "user xattrs in deletions"),
-    (0x200, "SkipDeletesInInitialBackfill", "no tombstones in the initial backfill"),
-]
+class DcpOpenFlag(_Flag):
+    PRODUCER = 0x001, "Producer", "open a producer (the server sends data)"
+    INVALID = 0x002, "Invalid", "was Notifier; rejected since 7.0"
+    INCLUDE_XATTRS = 0x004, "IncludeXattrs", "send xattrs"
+    NO_VALUE = 0x008, "NoValue", "strip values"
+    UNUSED = 0x010, "Unused", "rejected"
+    INCLUDE_DELETE_TIMES = 0x020, "IncludeDeleteTimes", "deletions use v2 extras"
+    NO_VALUE_WITH_UNDERLYING_DATATYPE = 0x040, "NoValueWithUnderlyingDatatype", "strip values, keep the stored datatype"
+    PI_TR = 0x080, "PiTR", "unsupported"
+    INCLUDE_DELETED_USER_XATTRS = 0x100, "IncludeDeletedUserXattrs", "user xattrs in deletions"
+    SKIP_DELETES_IN_INITIAL_BACKFILL = 0x200, "SkipDeletesInInitialBackfill", "no tombstones in the initial backfill"
+
+
+DCP_OPEN_FLAG_ROWS: Final = rows(DcpOpenFlag)
 DCP_OPEN_FLAGS = Vocabulary(DCP_OPEN_FLAG_ROWS)
-DcpOpenFlag = _flag("DcpOpenFlag", DCP_OPEN_FLAG_ROWS)
 
 # --- 3.4.2 stream-request / add-stream flags ----------------------------------------------------------
-STREAM_FLAG_ROWS: Final[list[Row]] = [
-    (0x001, "TakeOver", "vbucket takeover"),
-    (0x002, "DiskOnly", "end at the persisted seqno"),
-    (0x004, "ToLatest", "end at the current high seqno"),
-    (0x008, "NoValue", "obsolete since 5.0, rejected"),
-    (0x010, "ActiveVbOnly", "only from an active vbucket"),
-    (0x020, "StrictVbUuid", "check the uuid even from seqno 0"),
-    (0x040, "FromLatest", "start at the current high seqno"),
-    (0x080, "IgnorePurgedTombstones", "skip the purge-seqno rollback rule"),
-    (0x100, "CacheTransfer", "transfer hash-table contents first"),
-]
+class StreamRequestFlag(_Flag):
+    TAKE_OVER = 0x001, "TakeOver", "vbucket takeover"
+    DISK_ONLY = 0x002, "DiskOnly", "end at the persisted seqno"
+    TO_LATEST = 0x004, "ToLatest", "end at the current high seqno"
+    NO_VALUE = 0x008, "NoValue", "obsolete since 5.0, rejected"
+    ACTIVE_VB_ONLY = 0x010, "ActiveVbOnly", "only from an active vbucket"
+    STRICT_VB_UUID = 0x020, "StrictVbUuid", "check the uuid even from seqno 0"
+    FROM_LATEST = 0x040, "FromLatest", "start at the current high seqno"
+    IGNORE_PURGED_TOMBSTONES = 0x080, "IgnorePurgedTombstones", "skip the purge-seqno rollback rule"
+    CACHE_TRANSFER = 0x100, "CacheTransfer", "transfer hash-table contents first"
+
+
+STREAM_FLAG_ROWS: Final = rows(StreamRequestFlag)
 STREAM_FLAGS = Vocabulary(STREAM_FLAG_ROWS)
-StreamRequestFlag = _flag("StreamRequestFlag", STREAM_FLAG_ROWS)
 
 # --- 3.8 snapshot marker flags ------------------------------------------------------------------------
-SNAPSHOT_FLAG_ROWS: Final[list[Row]] = [
-    (0x01, "Memory", "from in-memory checkpoints"),
-    (0x02, "Disk", "from a disk backfill"),
-    (0x04, "Checkpoint", "checkpoint boundary"),
-    (0x08, "Acknowledge", "receiver must acknowledge"),
-    (0x10, "History", "not deduplicated (change streams)"),
-    (0x20, "MayContainDuplicates", "the same key may appear twice"),
-]
+class SnapshotMarkerFlag(_Flag):
+    MEMORY = 0x01, "Memory", "from in-memory checkpoints"
+    DISK = 0x02, "Disk", "from a disk backfill"
+    CHECKPOINT = 0x04, "Checkpoint", "checkpoint boundary"
+    ACKNOWLEDGE = 0x08, "Acknowledge", "receiver must acknowledge"
+    HISTORY = 0x10, "History", "not deduplicated (change streams)"
+    MAY_CONTAIN_DUPLICATES = 0x20, "MayContainDuplicates", "the same key may appear twice"
+
+
+SNAPSHOT_FLAG_ROWS: Final = rows(SnapshotMarkerFlag)
 SNAPSHOT_FLAGS = Vocabulary(SNAPSHOT_FLAG_ROWS)
-SnapshotMarkerFlag = _flag("SnapshotMarkerFlag", SNAPSHOT_FLAG_ROWS)
 
 # --- 3.7 stream end status ----------------------------------------------------------------------------
-STREAM_END_ROWS: Final[list[Row]] = [
-    (0, "Ok", "reached the end seqno"),
-    (1, "Closed", "closed by the client"),
-    (2, "StateChanged", "vbucket state changed"),
-    (3, "Disconnected", "connection going away"),
-    (4, "Slow", "client too slow: cursor dropped"),
-    (5, "BackfillFail", "disk backfill failed"),
-    (6, "Rollback", "defined but never sent (becomes StateChanged)"),
-    (7, "FilterEmpty", "all filtered collections dropped"),
-    (8, "LostPrivileges", "access revoked"),
-]
+class StreamEndStatus(_Code):
+    OK = 0, "Ok", "reached the end seqno"
+    CLOSED = 1, "Closed", "closed by the client"
+    STATE_CHANGED = 2, "StateChanged", "vbucket state changed"
+    DISCONNECTED = 3, "Disconnected", "connection going away"
+    SLOW = 4, "Slow", "client too slow: cursor dropped"
+    BACKFILL_FAIL = 5, "BackfillFail", "disk backfill failed"
+    ROLLBACK = 6, "Rollback", "defined but never sent (becomes StateChanged)"
+    FILTER_EMPTY = 7, "FilterEmpty", "all filtered collections dropped"
+    LOST_PRIVILEGES = 8, "LostPrivileges", "access revoked"
+
+
+STREAM_END_ROWS: Final = rows(StreamEndStatus)
 STREAM_END_STATUSES = Vocabulary(STREAM_END_ROWS)
-StreamEndStatus = _enum("StreamEndStatus", STREAM_END_ROWS)
 
 # --- 3.16 system events -------------------------------------------------------------------------------
-SYSTEM_EVENT_ROWS: Final[list[Row]] = [
-    (0, "BeginCollection", "collection created (or flushed)"),
-    (1, "EndCollection", "collection dropped"),
-    (2, "Unused", "reserved"),
-    (3, "CreateScope", "scope created"),
-    (4, "DropScope", "scope dropped"),
-    (5, "ModifyCollection", "collection modified"),
-]
+class SystemEventId(_Code):
+    BEGIN_COLLECTION = 0, "BeginCollection", "collection created (or flushed)"
+    END_COLLECTION = 1, "EndCollection", "collection dropped"
+    UNUSED = 2, "Unused", "reserved"
+    CREATE_SCOPE = 3, "CreateScope", "scope created"
+    DROP_SCOPE = 4, "DropScope", "scope dropped"
+    MODIFY_COLLECTION = 5, "ModifyCollection", "collection modified"
+
+
+SYSTEM_EVENT_ROWS: Final = rows(SystemEventId)
 SYSTEM_EVENTS = Vocabulary(SYSTEM_EVENT_ROWS)
-SystemEventId = _enum("SystemEventId", SYSTEM_EVENT_ROWS)
 
 # --- 3.12 vbucket states ------------------------------------------------------------------------------
 VBUCKET_STATE_ROWS: Final[list[Row]] = [
@@ -381,8 +424,6 @@ UPR_OPCODE_ROWS: Final[list[Row]] = [
     (0x05, "UPR_STREAM_CLOSE", "stream ended"),
 ]
 UPR_OPCODES = Vocabulary(UPR_OPCODE_ROWS)
-
-DCP_OPCODE_RANGE: Final = range(0x50, 0x68)
 
 # vbuckets in a Couchbase bucket: 1024 (64 on macOS, 128 for some Magma buckets), never more; the header's
 # vbucket field is 16 bits, but no server maps more, so a --vbucket(s) range and a cluster map stop here.
