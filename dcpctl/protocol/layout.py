@@ -41,6 +41,7 @@ HEADER_LABELS: Final = {
 
 
 XATTRS_NAMED: Final = 8  # xattr pairs written out in the span's value; a renderer shows a line of it at most
+TEXT_HEAD_BYTES: Final = 256  # of a key or value carried as its span's text: a renderer shows a line of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +124,8 @@ def spans(msg: Message, walk_limit: int | None = None) -> list[FieldSpan]:
                 out.append(FieldSpan("key", "collection_id", "collection id (LEB128)", start, prefix[1],
                                      prefix[0]))
                 start += prefix[1]
-        text = raw[start:msg.value_offset].decode("utf-8", "backslashreplace")
-        out.append(FieldSpan("key", "key", "key", start, msg.value_offset - start, text))
+        out.append(FieldSpan("key", "key", "key", start, msg.value_offset - start,
+                             _text_head(raw, start, msg.value_offset)))
     value = msg.value
     if value:
         out.extend(_value_spans(msg, walk_limit))
@@ -171,6 +172,12 @@ def _value_spans(msg: Message, walk_limit: int | None) -> list[FieldSpan]:
                 shown += f", … ({len(pairs)} pairs)"
             return [FieldSpan("value", "xattrs", "xattrs", start, body, shown),
                     FieldSpan("value", "value", "value", start + body, len(value) - body,
-                              value[body:].decode("utf-8", "backslashreplace"))]
+                              _text_head(msg.raw, start + body, msg.body_end))]
     label = "value (snappy)" if kind is ValueKind.DOCUMENT and datatype & DATATYPE_SNAPPY else "value"
-    return [FieldSpan("value", "value", label, start, len(value), value.decode("utf-8", "backslashreplace"))]
+    return [FieldSpan("value", "value", label, start, len(value), _text_head(msg.raw, start, msg.body_end))]
+
+
+def _text_head(raw: bytes, start: int, end: int) -> str:
+    """The first bytes of ``raw[start:end]`` as text: a 20 MiB value is not copied to show a line of it, and
+    bytes that are not UTF-8 stay bytes (surrogateescape) for the renderer to escape once."""
+    return raw[start:min(end, start + TEXT_HEAD_BYTES)].decode("utf-8", "surrogateescape")

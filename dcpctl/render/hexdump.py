@@ -3,9 +3,8 @@
 Each field gets a colour used both in the byte rows and in its annotation line; diagnostics are printed
 under the field whose bytes they concern. A field longer than the bound (``--max-field-bytes``) shows the
 rows of its first and last bytes and a line saying how many were left out, so a 20 MiB packet costs a few
-screens (its memory still grows with a key or value shown as text). A SASL client message's bytes are
-masked unless ``--show-secrets``. Text from the wire (keys, values, xattrs, diagnostics) is escaped
-(``safetext``).
+screens. A SASL client message's bytes are masked unless ``--show-secrets``. Text from the wire (keys,
+values, xattrs, diagnostics) is escaped (``safetext``).
 """
 
 from __future__ import annotations

@@ -53,6 +53,15 @@ def test_wire_text_is_escaped(fmt: str) -> None:
     assert not re.search(r"^@(99|7) ", out, re.MULTILINE)  # no line forged by a newline in a value
 
 
+def test_bytes_that_are_not_utf8_are_escaped_once() -> None:
+    # a key and a value of raw bytes: each byte written as one \xNN, not as a backslash-escape of one
+    code, out, _ = _run(["hexdump", "-"], _mutation(b"k\xab", b"v\xff\xfe"))
+    assert code == ExitCode.OK
+    assert "'k\\xab'" in out
+    assert "'v\\xff\\xfe'" in out
+    assert "\\\\x" not in out
+
+
 def test_an_error_message_is_escaped_once() -> None:
     code, _, err = _run(["hexdump", f"no{TITLE}such"], b"")
     assert code == ExitCode.INPUT
