@@ -112,7 +112,7 @@ def decode(
         record = msg.record()
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False
-        if opcodes is not None and not any(fnmatch.fnmatchcase(record["opcode"].upper(), o) for o in opcodes):
+        if opcodes is not None and not opcodes(record["opcode"]):
             return False
         if key_match is not None and not (isinstance(record.get("key"), str) and key_match(record["key"])):
             return False
@@ -239,10 +239,11 @@ def _only_notices(items: Iterable[Item | bytes]) -> Iterator[Item]:
             yield item
 
 
-def _opcode_patterns(values: list[str]) -> list[str]:
-    """--opcode values as upper-case globs over the record's opcode, also upper-cased: a name in any case, a
-    glob matching some name, or a number (0x57, 87) standing for its names. A name no dialect has, or a glob
-    matching none, would silently select nothing: it is an error naming the closest names."""
+def _opcode_patterns(values: list[str]) -> Callable[[str], bool]:
+    """--opcode values as a test of the record's opcode name: a name in any case, a glob matching some name,
+    or a number (0x57, 87) standing for its names. A name no dialect has, or a glob matching none, would
+    silently select nothing: it is an error naming the closest names. The globs are matched once per
+    distinct name, not once per message."""
     known = sorted(opcode_names())
     folded = [name.upper() for name in known]
     out: list[str] = []
@@ -261,7 +262,15 @@ def _opcode_patterns(values: list[str]) -> list[str]:
             raise CommandError(f"--opcode: {what} {value!r}{did_you_mean(text, known)}", ExitCode.USAGE)
         else:
             out.append(text.upper())
-    return out
+    verdicts: dict[str, bool] = {}
+
+    def matches(name: str) -> bool:
+        verdict = verdicts.get(name)
+        if verdict is None:
+            verdict = verdicts[name] = any(fnmatch.fnmatchcase(name.upper(), glob) for glob in out)
+        return verdict
+
+    return matches
 
 
 def _key_matcher(pattern: str | None) -> Callable[[str], object] | None:
