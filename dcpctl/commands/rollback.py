@@ -47,6 +47,7 @@ from dcpctl.dcp.rollback import (
 )
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import RollbackStory
+from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
@@ -105,7 +106,8 @@ def explain(
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="With captures: server port to decode "
-                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT", min=1,
+                                                   max=65535)] = None,
 ) -> None:
     """Print the server's answer to a stream request with the rule that decided it, then each retry a
     correct client makes until the stream would open."""
@@ -131,12 +133,15 @@ def explain(
         raise CommandError("give a capture, or --failover-log, --uuid and --start", ExitCode.USAGE)
     with open_input(failover_log, env.stdin) as stream:
         data = stream.read()
+    what = "--failover-log: " + ("standard input" if failover_log == "-" else failover_log)
     try:
         log = parse_failover_log(load_json(data), vbucket)
+    except json.JSONDecodeError as exc:  # orjson's, with the position
+        raise CommandError(json_error(what, exc), ExitCode.INPUT) from None
     except (ValueError, TypeError) as exc:
-        raise CommandError(f"{failover_log}: {exc!s}", ExitCode.INPUT) from None
+        raise CommandError(f"{what}: {exc!s}", ExitCode.INPUT) from None
     if not log:
-        raise CommandError(f"{failover_log}: the failover log is empty", ExitCode.INPUT)
+        raise CommandError(f"{what}: the failover log is empty", ExitCode.INPUT)
     start_seqno = _int(start, "--start")
     high = _int(high_seqno, "--high-seqno") if high_seqno else max(start_seqno, log[0].seqno)
     flags = (STRICT_VB_UUID if strict else 0) | (IGNORE_PURGED_TOMBSTONES if ignore_purged else 0)
