@@ -60,8 +60,10 @@ def analyze(
                                                   "has to accept a connection.",
                                                   metavar="SECONDS")] = job.MASTER_TIMEOUT,
 ) -> None:
-    """Decode captures in parallel on Spark into a Parquet dataset, then report per vbucket seqno ranges,
-    gaps, duplicates, rollbacks, stream-request latency, throughput and flow control."""
+    """Decode captures in parallel on Spark into a Parquet dataset, then report on it.
+
+    The report gives per vbucket seqno ranges, gaps, duplicates, rollbacks, stream-request latency,
+    throughput and flow control."""
     env = env_of(ctx)
     paths = expand(files)
     try:

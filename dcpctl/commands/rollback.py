@@ -109,8 +109,9 @@ def explain(
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
                                                    max=65535)] = None,
 ) -> None:
-    """Print the server's answer to a stream request with the rule that decided it, then each retry a
-    correct client makes until the stream would open."""
+    """Explain the server's answer to a stream request, and each retry until the stream would open.
+
+    The answer comes with the rule that decided it; each retry is the one a correct client makes."""
     env = env_of(ctx)
     output = fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)
     one_request = {"--failover-log": failover_log, "--uuid": uuid, "--start": start, "--snap-start": snap_start,
@@ -241,8 +242,10 @@ def negotiate_command(
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
 ) -> None:
-    """Send a stream request to the vbucket's active node and retry each rollback as a correct client does,
-    printing every round with the engine's reading of it; the stream is closed once it opens."""
+    """Send a stream request and retry each rollback as a correct client does, round by round.
+
+    The request goes to the vbucket's active node; every round is printed with the engine's reading of
+    it, and the stream is closed once it opens."""
     env = env_of(ctx)
     start = _int(seqno, "--seqno")
     request = StreamRequest(start, _int(uuid, "--uuid"), _int(snap_start, "--snap-start") if snap_start else None,

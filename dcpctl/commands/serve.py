@@ -72,8 +72,10 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
-    """Emulate Couchbase data nodes that produce DCP: HELLO, SASL (PLAIN, SCRAM), buckets, failover logs,
-    stream requests with the server's checks and rollbacks, flow control, noops, scenarios.
+    """Emulate Couchbase data nodes that produce DCP, to stream from without a cluster.
+
+    The nodes answer HELLO, SASL (PLAIN, SCRAM), bucket selection, failover logs and stream requests with
+    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios.
 
     Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
     """
