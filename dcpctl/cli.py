@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated
 
 import typer
@@ -24,6 +25,11 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.nearest import closest
 from dcpctl.render.env import Environment, OutputError, checked_stdout, discard_stdout
 from dcpctl.safetext import shown
+
+# Help read through a pipe (| less, | grep) or in a file: rich would render it at 80 columns, which cut option
+# names (serve's --max-unauthenticated-packet-size) and squeezed descriptions into 15 columns. 120 is the
+# narrowest width at which every option name stays whole beside its description. COLUMNS, when set, wins.
+HELP_WIDTH = 120
 
 app = typer.Typer(
     name="dcpctl",
@@ -62,8 +68,36 @@ def root(
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
     """Run dcpctl; returns the exit code (the console script exits with it)."""
     environment = env or Environment()
+    with _help_rendered_at(help_width(environment)):
+        return _main(list(argv) if argv is not None else sys.argv[1:], environment)
+
+
+@contextlib.contextmanager
+def _help_rendered_at(width: int | None) -> Iterator[None]:
+    """Help rendered ``width`` columns wide while dcpctl runs. typer imports rich_utils (a sixth of a second)
+    only to print help, and reads TERMINAL_WIDTH then; if it is in already, its MAX_WIDTH is set."""
+    if width is None:
+        yield
+        return
+    saved_env, saved_module = os.environ.get("TERMINAL_WIDTH"), sys.modules.get("typer.rich_utils")
+    saved_width = getattr(saved_module, "MAX_WIDTH", None)
+    os.environ["TERMINAL_WIDTH"] = str(width)
+    if saved_module is not None:
+        setattr(saved_module, "MAX_WIDTH", width)  # noqa: B010 - typed as absent by typer's stubs
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop("TERMINAL_WIDTH", None)
+        else:
+            os.environ["TERMINAL_WIDTH"] = saved_env
+        loaded = sys.modules.get("typer.rich_utils")
+        if loaded is not None:
+            setattr(loaded, "MAX_WIDTH", saved_width)  # noqa: B010 - as above
+
+
+def _main(args: list[str], environment: Environment) -> int:
     command = typer.main.get_command(app)
-    args = list(argv) if argv is not None else sys.argv[1:]
     try:
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:
@@ -92,6 +126,16 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         environment.stderr.write(f"dcpctl: error: {shown(usage_message(exc))}\n")
         return int(ExitCode.USAGE)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def help_width(environment: Environment) -> int | None:
+    """The width to render help at, or None to leave it to rich: the terminal's, or COLUMNS or
+    TERMINAL_WIDTH when set (rich and typer read those); else HELP_WIDTH."""
+    if environment.width is not None:
+        return environment.width
+    if environment.stdout_isatty or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return None
+    return HELP_WIDTH
 
 
 def usage_message(exc: typer.TyperException) -> str:

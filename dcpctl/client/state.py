@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 
 from dcpctl.dcp.rollback import FailoverEntry
+from dcpctl.errortext import file_error, json_error
 
 VERSION: Final = 1
 U64: Final = (1 << 64) - 1  # seqnos and uuids are u64 on the wire: anything else cannot be asked for
@@ -76,9 +77,9 @@ def load(path: Path, bucket: str) -> State:
     except FileNotFoundError:
         return State(bucket)
     except OSError as exc:
-        raise StateError(f"{path}: {exc.strerror}") from None
+        raise StateError(file_error(str(path), exc)) from None
     except ValueError as exc:
-        raise StateError(f"{path}: not a dcpctl state file ({exc})") from None
+        raise StateError(json_error(f"{path} (a dcpctl state file)", exc)) from None
     try:
         if data.get("version") != VERSION:
             raise StateError(f"{path}: state file version {data.get('version')!r}, expected {VERSION}")

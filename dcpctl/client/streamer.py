@@ -53,6 +53,7 @@ from dcpctl.client.state import State, VbucketPosition
 from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry, StreamRequest, VbucketState, needs_rollback
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.constants import MAX_VBUCKETS, STREAM_END_STATUSES
 from dcpctl.protocol.framer import HEADER_LENGTH
@@ -687,8 +688,9 @@ class Streamer:
         if log:
             decision = needs_rollback(request, VbucketState(tuple(log), high if high is not None else
                                                             max(request.start_seqno, request.snap_end, log[0].seqno)))
-            why = f" [{decision.rule}] {decision.reason}" if decision.rollback_seqno == seqno else \
-                " (the server's purge or high seqno decided: the failover log alone does not explain it)"
+            # each a sentence of its own: the notice goes on with "Retrying ..." or "Not following it ..."
+            why = f" [{decision.rule}] {decision.reason}." if decision.rollback_seqno == seqno else \
+                " The server's purge or high seqno decided: the failover log alone does not explain it."
         story = (f"vbucket {vb}: the server asks to roll back from {request.start_seqno} "
                  f"(uuid {request.vbucket_uuid}, snapshot {request.snap_start}-{request.snap_end}) to {seqno}.{why}")
         policy = self.options.on_rollback
@@ -795,7 +797,7 @@ def _config_of(raw: bytes, host: str, label: str) -> dict[str, Any]:
     try:
         config = orjson.loads(raw.replace(b"$HOST", join_host(host, 0).rsplit(":", 1)[0].encode()))
     except orjson.JSONDecodeError as exc:
-        raise bad(f"is not JSON ({exc!s})") from None
+        raise ConfigError(json_error(f"{label}: the server's cluster config (GET_CLUSTER_CONFIG)", exc)) from None
     if not isinstance(config, dict):
         raise bad("is not a JSON object")
     server_map = config.get("vBucketServerMap", {})

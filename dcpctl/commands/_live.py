@@ -12,6 +12,7 @@ import typer
 
 from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, TlsOptions, split_host
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
+from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment, OutputError
 
@@ -87,7 +88,7 @@ def password_of(env: Environment, variable: str, path: Path | None, user: str) -
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise CommandError(f"--password-file: {path}: {exc.strerror}", ExitCode.INPUT) from None
+            raise CommandError(file_error(f"--password-file: {path}", exc), ExitCode.INPUT) from None
         except UnicodeDecodeError:  # SASL sends the password as UTF-8: other bytes cannot be it
             raise CommandError(f"--password-file: {path}: not UTF-8 text", ExitCode.INPUT) from None
         return text.splitlines()[0] if text else ""

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from dcpctl.commands._options import env_of
 from dcpctl.commands.decode import expand
+from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
@@ -47,7 +48,7 @@ def analyze(
                                                       "piped.")] = None,
     plot_dir: Annotated[Path | None, typer.Option("--plots", help="Also write PNG plots here.")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable; "
-                                                   "default 11210).", metavar="PORT")] = None,
+                                                   "default 11210).", metavar="PORT", min=1, max=65535)] = None,
     records: Annotated[bool, typer.Option("--records", help="Also keep each message's whole JSON record "
                                           "(values included) in the dataset.")] = False,
     stall_ms: Annotated[float, typer.Option("--stall-ms", min=0, help="Report flow-control stalls at least this "
@@ -59,8 +60,10 @@ def analyze(
                                                   "has to accept a connection.",
                                                   metavar="SECONDS")] = job.MASTER_TIMEOUT,
 ) -> None:
-    """Decode captures in parallel on Spark into a Parquet dataset, then report per vbucket seqno ranges,
-    gaps, duplicates, rollbacks, stream-request latency, throughput and flow control."""
+    """Decode captures in parallel on Spark into a Parquet dataset, then report on it.
+
+    The report gives per vbucket seqno ranges, gaps, duplicates, rollbacks, stream-request latency,
+    throughput and flow control."""
     env = env_of(ctx)
     paths = expand(files)
     try:
@@ -81,7 +84,7 @@ def analyze(
         except CaptureError as exc:
             raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
         except OSError as exc:
-            raise CommandError(f"{path}: {(exc.strerror or str(exc)).lower()}", ExitCode.INPUT) from None
+            raise CommandError(file_error(str(path), exc), ExitCode.INPUT) from None
     refusal = job.replace_refusal(out, paths)  # where the results go: checked before Spark starts
     if refusal is not None:
         raise CommandError(refusal, ExitCode.INPUT)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, cast
@@ -32,6 +33,16 @@ from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
+def _privilege_hint(reason: str) -> str:
+    """What to do when pcap was refused: only for a refusal (a missing interface needs no root), and said
+    for who runs it (root in a container can lack the capabilities)."""
+    if not any(word in reason.lower() for word in ("permitted", "permission", "privilege")):
+        return ""
+    if os.geteuid() == 0:
+        return " (running as root, but without CAP_NET_RAW and CAP_NET_ADMIN: a container may drop them)"
+    return " (capturing needs root, or CAP_NET_RAW and CAP_NET_ADMIN: sudo, or setcap on the Python binary)"
+
+
 def capture(
     ctx: typer.Context,
     interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on (any, lo, eth0).")],
@@ -40,7 +51,7 @@ def capture(
     bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).")]
     = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable).",
-                                                   metavar="PORT")]
+                                                   metavar="PORT", min=1, max=65535)]
     = None,
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
@@ -59,8 +70,7 @@ def capture(
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:
-        raise CommandError(f"{exc} (capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN)",
-                           ExitCode.INPUT) from None
+        raise CommandError(f"{exc}{_privilege_hint(str(exc))}", ExitCode.INPUT) from None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:

@@ -64,7 +64,8 @@ def decode(
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
-                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT", min=1,
+                                                   max=65535)] = None,
     vbucket: Annotated[list[str] | None, typer.Option("--vbucket", help="Only these vbuckets: 0-15,32 "
                                                       "(repeatable).", metavar="RANGES")] = None,
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "

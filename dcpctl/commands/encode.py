@@ -11,6 +11,7 @@ import orjson
 import typer
 
 from dcpctl.commands._options import DialectName, DialectOption, dialect_of, env_of
+from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.encode import EncodeError, encode
 from dcpctl.sources.files import open_input
@@ -56,7 +57,7 @@ def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             data = orjson.loads(text)
         except ValueError as exc:
-            raise CommandError(f"input is not valid JSON: {exc}") from None
+            raise CommandError(json_error("the input", exc)) from None
         if not isinstance(data, list):
             raise CommandError("input is not a JSON array of records")
         for index, item in enumerate(data, 1):
@@ -73,7 +74,7 @@ def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             item, pos = _parsed(text, pos)
         except ValueError as exc:
-            raise CommandError(f"record {index + 1} is not valid JSON: {exc}") from None
+            raise CommandError(json_error(f"record {index + 1}", exc)) from None
         index += 1
         if not isinstance(item, dict):
             raise CommandError(f"record {index} is not a JSON object")

@@ -36,6 +36,7 @@ from dcpctl.commands._options import env_of, parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
 from dcpctl.dcp.rollback import load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
+from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 
 
@@ -73,7 +74,9 @@ def failover(
         try:
             earlier = dump_logs(load_json(compare_with.read_bytes()))
         except OSError as exc:
-            raise CommandError(f"--compare: {compare_with}: {exc.strerror}", ExitCode.INPUT) from None
+            raise CommandError(file_error(f"--compare: {compare_with}", exc), ExitCode.INPUT) from None
+        except json.JSONDecodeError as exc:  # orjson's, with the position
+            raise CommandError(json_error(f"--compare: {compare_with}", exc), ExitCode.INPUT) from None
         except (ValueError, TypeError) as exc:
             raise CommandError(f"--compare: {compare_with}: {exc!s}", ExitCode.INPUT) from None
     chosen = parse_ranges(vbuckets) if vbuckets else None  # a bad range is a usage error before connecting

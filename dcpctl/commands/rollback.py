@@ -47,6 +47,7 @@ from dcpctl.dcp.rollback import (
 )
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import RollbackStory
+from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
@@ -105,10 +106,12 @@ def explain(
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="With captures: server port to decode "
-                                                   "(repeatable; default 11210).", metavar="PORT")] = None,
+                                                   "(repeatable; default 11210).", metavar="PORT", min=1,
+                                                   max=65535)] = None,
 ) -> None:
-    """Print the server's answer to a stream request with the rule that decided it, then each retry a
-    correct client makes until the stream would open."""
+    """Explain the server's answer to a stream request, and each retry until the stream would open.
+
+    The answer comes with the rule that decided it; each retry is the one a correct client makes."""
     env = env_of(ctx)
     output = fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)
     one_request = {"--failover-log": failover_log, "--uuid": uuid, "--start": start, "--snap-start": snap_start,
@@ -131,12 +134,15 @@ def explain(
         raise CommandError("give a capture, or --failover-log, --uuid and --start", ExitCode.USAGE)
     with open_input(failover_log, env.stdin) as stream:
         data = stream.read()
+    what = "--failover-log: " + ("standard input" if failover_log == "-" else failover_log)
     try:
         log = parse_failover_log(load_json(data), vbucket)
+    except json.JSONDecodeError as exc:  # orjson's, with the position
+        raise CommandError(json_error(what, exc), ExitCode.INPUT) from None
     except (ValueError, TypeError) as exc:
-        raise CommandError(f"{failover_log}: {exc!s}", ExitCode.INPUT) from None
+        raise CommandError(f"{what}: {exc!s}", ExitCode.INPUT) from None
     if not log:
-        raise CommandError(f"{failover_log}: the failover log is empty", ExitCode.INPUT)
+        raise CommandError(f"{what}: the failover log is empty", ExitCode.INPUT)
     start_seqno = _int(start, "--start")
     high = _int(high_seqno, "--high-seqno") if high_seqno else max(start_seqno, log[0].seqno)
     flags = (STRICT_VB_UUID if strict else 0) | (IGNORE_PURGED_TOMBSTONES if ignore_purged else 0)
@@ -236,8 +242,10 @@ def negotiate_command(
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
 ) -> None:
-    """Send a stream request to the vbucket's active node and retry each rollback as a correct client does,
-    printing every round with the engine's reading of it; the stream is closed once it opens."""
+    """Send a stream request and retry each rollback as a correct client does, round by round.
+
+    The request goes to the vbucket's active node; every round is printed with the engine's reading of
+    it, and the stream is closed once it opens."""
     env = env_of(ctx)
     start = _int(seqno, "--seqno")
     request = StreamRequest(start, _int(uuid, "--uuid"), _int(snap_start, "--snap-start") if snap_start else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import ssl
@@ -14,6 +15,7 @@ import orjson
 import typer
 
 from dcpctl.commands._options import env_of
+from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
@@ -70,8 +72,10 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
-    """Emulate Couchbase data nodes that produce DCP: HELLO, SASL (PLAIN, SCRAM), buckets, failover logs,
-    stream requests with the server's checks and rollbacks, flow control, noops, scenarios.
+    """Emulate Couchbase data nodes that produce DCP, to stream from without a cluster.
+
+    The nodes answer HELLO, SASL (PLAIN, SCRAM), bucket selection, failover logs and stream requests with
+    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios.
 
     Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
     """
@@ -84,16 +88,24 @@ def serve(
         raise CommandError("--tls-cert and --tls-key go together", ExitCode.USAGE)
     tls = None
     if tls_cert is not None and tls_key is not None:
+        for option, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+            try:  # each file on its own first: ssl's error names neither
+                path.open("rb").close()
+            except OSError as exc:
+                raise CommandError(file_error(f"{option}: {path}", exc), ExitCode.INPUT) from None
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             tls.load_cert_chain(tls_cert, tls_key)
         except (OSError, ssl.SSLError) as exc:
-            raise CommandError(f"--tls-cert/--tls-key: {exc}", ExitCode.INPUT) from None
+            why = getattr(exc, "reason", None)  # OpenSSL's name for it (KEY_VALUES_MISMATCH), when it has one
+            raise CommandError(f"--tls-cert {tls_cert}, --tls-key {tls_key}: not a PEM certificate and its key"
+                               + (f" ({why.lower().replace('_', ' ')})" if isinstance(why, str) else ""),
+                               ExitCode.INPUT) from None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []
         scenario.check(events, vbuckets, nodes, str(scenario_file))
     except scenario.ScenarioError as exc:
-        raise CommandError(str(exc), ExitCode.INPUT) from None
+        raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
     store = Bucket(bucket, vbuckets, items, value_size, seed, manifest)
     errors = env.error_console()
@@ -142,7 +154,9 @@ def _manifest(path: Path) -> Manifest:
             for collection in scope.get("collections", []):
                 manifest.collections[_uid(collection["uid"])] = (scope_id, str(collection["name"]))
     except OSError as exc:
-        raise CommandError(f"--collections: {path}: {exc.strerror}", ExitCode.INPUT) from None
+        raise CommandError(file_error(f"--collections: {path}", exc), ExitCode.INPUT) from None
+    except json.JSONDecodeError as exc:  # orjson's, with the position
+        raise CommandError(json_error(f"--collections: {path}", exc), ExitCode.INPUT) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CommandError(f"--collections: {path}: not a collections manifest ({exc!s})",
                            ExitCode.INPUT) from None

@@ -42,6 +42,7 @@ from dcpctl.commands._live import (
 )
 from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
+from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import Message, redacted
@@ -245,7 +246,7 @@ class _Capture:
         try:
             self.file = path.open("wb")
         except OSError as exc:
-            raise CommandError(f"{path}: {exc.strerror}", ExitCode.INPUT) from None
+            raise CommandError(file_error(f"--write: {path}", exc), ExitCode.INPUT) from None
         self.writer = self._guarded(lambda: PcapWriter(self.file))
 
     def _guarded(self, write: Callable[[], _T]) -> _T:

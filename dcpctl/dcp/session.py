@@ -173,6 +173,13 @@ class RollbackStory:
         return expected
 
 
+def _items_text(items: int, last_seqno: int | None) -> str:
+    """"3 items, last seqno 12", or "no items" for a stream that ended before any (it has no last seqno)."""
+    if items == 0 or last_seqno is None:
+        return "no items" if items == 0 else f"{items} item{'s' * (items != 1)}"
+    return f"{items} item{'s' * (items != 1)}, last seqno {last_seqno}"
+
+
 def _json_integer(value: str, name: str) -> int | None:
     """``name`` of a stream-request JSON value as an integer (a u64: an integer or a string of digits),
     None when the value is not JSON, not an object, or the key is missing or anything else. orjson bounds
@@ -433,5 +440,5 @@ class ConnectionTracker:
             stream.open = False
             note.add("stream_end", f"vbucket {stream.vbucket} stream ended: "
                      f"{STREAM_END_STATUSES.name(status)} ({STREAM_END_STATUSES.meaning_of.get(status, '?')})"
-                     f" after {stream.items} items, last seqno {stream.last_seqno}")
+                     f" after {_items_text(stream.items, stream.last_seqno)}")
             self.streams_by_opaque.pop(msg.opaque, None)

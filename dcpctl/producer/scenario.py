@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from dcpctl.errortext import file_error
+
 ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
                   "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",),
                   "hang": ()}
@@ -60,7 +62,7 @@ def load(path: Path) -> list[Event]:
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
-        raise ScenarioError(f"{path}: {exc.strerror}") from None
+        raise ScenarioError(file_error(str(path), exc)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: not TOML: {exc}") from None
     except RecursionError:  # tomllib has no depth limit of its own: Python's recursion limit is the bound

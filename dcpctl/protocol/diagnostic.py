@@ -81,6 +81,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
     "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),
     "tls_port": (NOTE, "traffic on the TLS port cannot be decoded"),
+    "protocol_on_other_port": (WARNING, "nothing on the decoded ports, but another port carries what looks like "
+                               "the protocol: decode it with --port"),
     "overlap_conflict": (WARNING, "a retransmitted TCP segment differs from the bytes delivered; the first was kept"),
     "no_stream": (WARNING, "a stream message on an opaque no stream request of the connection opened"),
     "capture_dropped": (ERROR, "libpcap says the kernel or the interface dropped packets during a live capture"),

@@ -99,17 +99,7 @@ class Framer:
 
     def _plausible(self, pos: int) -> int | None:
         """Total packet length if a plausible header starts at ``pos``, else None (needs 24 bytes)."""
-        magic, opcode, keylen, extlen, _dt, _vb, body = _PREFIX.unpack_from(self._buf, pos)
-        if magic not in _RESYNC_MAGICS:
-            return None
-        framing = 0
-        if magic in ALT_MAGICS:
-            framing, keylen = keylen >> 8, keylen & 0xFF
-        if framing + extlen + keylen > body:
-            return None
-        if not self._synced and self.known_opcodes is not None and opcode not in self.known_opcodes:
-            return None
-        return HEADER_LENGTH + int(body)
+        return plausible_length(self._buf, pos, None if self._synced else self.known_opcodes)
 
     def events(self) -> Iterator[Event]:
         """Drain every event the buffered bytes allow; call after each feed."""
@@ -207,6 +197,26 @@ class Framer:
         data = self._buf[self._pos:]
         self._pos = len(self._buf)
         return start, data
+
+
+def plausible_length(buf: bytes, pos: int, known_opcodes: frozenset[int] | None = None,
+                     max_body_length: int | None = None) -> int | None:
+    """Total packet length if the 24 bytes at ``buf[pos:]`` form a plausible header, else None: a known
+    magic, lengths that fit inside the body and, when given, a known opcode and a body of at most
+    ``max_body_length``. The framer's test, also used to spot the protocol on ports not decoded."""
+    magic, opcode, keylen, extlen, _dt, _vb, body = _PREFIX.unpack_from(buf, pos)
+    if magic not in _RESYNC_MAGICS:
+        return None
+    framing = 0
+    if magic in ALT_MAGICS:
+        framing, keylen = keylen >> 8, keylen & 0xFF
+    if framing + extlen + keylen > body:
+        return None
+    if known_opcodes is not None and opcode not in known_opcodes:
+        return None
+    if max_body_length is not None and body > max_body_length:
+        return None
+    return HEADER_LENGTH + int(body)
 
 
 @lru_cache(maxsize=16)

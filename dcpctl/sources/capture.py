@@ -77,7 +77,10 @@ Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str,
 
 
 def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
-    """A capture reader's notice as the diagnostic decode reports (damage of any kind is a capture gap)."""
+    """A capture reader's notice as the diagnostic decode reports (damage of any kind is a capture gap). The
+    port hint is about the whole capture: no frame number."""
+    if notice.name == "protocol_on_other_port":
+        return diagnostic(notice.name, notice.message)
     return diagnostic(notice.name if notice.name == "tls_port" else "capture_gap",
                       f"frame {notice.frame}: {notice.message}")
 

@@ -18,6 +18,11 @@ from typing import Any, Final
 
 import pcapy
 
+from dcpctl.dcp.session import PUSHED_OPCODES
+from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
+from dcpctl.protocol.registry import DCP
+
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
 DLT_NULL: Final = 0
 DLT_EN10MB: Final = 1
@@ -182,15 +187,30 @@ def parse_any_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts
                       truncated, wire_payload, start)
 
 
+# Opcodes a segment on a port not decoded must start with to count as the protocol (either dialect's
+# table: the UPR draft's overlay adds none): with the magic and lengths, random payloads rarely pass.
+_KNOWN_OPCODES: Final = frozenset(opcode for _, opcode in DCP.table)
+# Ports named in the hint: a capture of a whole cluster has a few services; beyond three, the first ones
+# are the ones to try.
+HINT_PORTS_NAMED: Final = 3
+_SERVER_MAGICS: Final = frozenset({0x82, 0x83})  # the server's own requests (HELLO Duplex) and their answers
+
+
 class FrameFilter:
     """What a reader keeps of each parsed frame: segments to or from the decoded ports; once per reader, a
-    notice for each kind of malformed frame and for each connection on a TLS port."""
+    notice for each kind of malformed frame and for each connection on a TLS port.
+
+    The rest is dropped, but looked at for :meth:`port_hint`: per server port, the segments whose payload
+    starts as a packet of the protocol does. Memory is bounded by the number of ports (an integer each),
+    whatever the capture's size."""
 
     def __init__(self, ports: frozenset[int], tls_ports: frozenset[int]) -> None:
         self.ports = ports
         self.tls_ports = tls_ports - ports
         self._tls_seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
         self._malformed_seen: set[str] = set()
+        self.decoded = False  # a segment to or from a decoded port was kept
+        self._protocol_packets: dict[int, int] = {}  # server port -> dropped segments that look like the protocol
 
     def __call__(self, parsed: TcpSegment | str | None, frame: int, ts: float) -> TcpSegment | CaptureNotice | None:
         if parsed is None:
@@ -201,6 +221,7 @@ class FrameFilter:
             self._malformed_seen.add(parsed)
             return CaptureNotice(frame, ts, "malformed_frame", f"{parsed} (further ones not reported)")
         if parsed.src[1] in self.ports or parsed.dst[1] in self.ports:
+            self.decoded = True
             return parsed
         if parsed.src[1] in self.tls_ports or parsed.dst[1] in self.tls_ports:
             key = (min(parsed.src, parsed.dst), max(parsed.src, parsed.dst))
@@ -209,7 +230,36 @@ class FrameFilter:
                 port = min(parsed.src[1], parsed.dst[1])
                 return CaptureNotice(frame, ts, "tls_port", f"{parsed.src[0]}:{parsed.src[1]} > "
                                      f"{parsed.dst[0]}:{parsed.dst[1]} is TLS (port {port}) and cannot be decoded")
+            return None
+        if not self.decoded:
+            self._look(parsed)
         return None
+
+    def _look(self, segment: TcpSegment) -> None:
+        """Count a dropped segment towards the port hint (only until the decoded ports show traffic), for
+        the server's end of it: a request the producer pushes, or a response to the client's request, comes
+        from the server; anything else goes to it."""
+        payload = segment.payload
+        if len(payload) >= HEADER_LENGTH and plausible_length(payload, 0, _KNOWN_OPCODES,
+                                                              DEFAULT_MAX_BODY_LENGTH) is not None:
+            pushed = payload[1] in PUSHED_OPCODES or MAGIC_CLASS[payload[0]] in _SERVER_MAGICS
+            port = segment.src[1] if pushed != (payload[0] in RESPONSE_MAGICS) else segment.dst[1]
+            self._protocol_packets[port] = self._protocol_packets.get(port, 0) + 1
+
+    def port_hint(self, frame: int, ts: float) -> CaptureNotice | None:
+        """When nothing was decoded: the server ports that carry what looks like the protocol, busiest
+        first, as a notice that suggests --port."""
+        counts = self._protocol_packets
+        if self.decoded or not counts:
+            return None
+        named = sorted(counts, key=lambda port: (-counts[port], port))[:HINT_PORTS_NAMED]
+        decoded = ", ".join(map(str, sorted(self.ports)))
+        carried = " and ".join(f"{port} ({counts[port]} packet{'s' * (counts[port] != 1)})" for port in named)
+        return CaptureNotice(frame, ts, "protocol_on_other_port",
+                             f"no traffic on port{'s' * (len(self.ports) != 1)} {decoded}; port"
+                             f"{'s' * (len(named) != 1)} {carried} carr{'y' if len(named) != 1 else 'ies'} what "
+                             f"looks like the memcached binary protocol: try "
+                             f"{' '.join(f'--port {port}' for port in named)}")
 
 
 def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
@@ -219,7 +269,7 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
     if linktype not in SUPPORTED_LINKTYPES:
         yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
         return
-    frame = 0
+    frame, ts = 0, 0.0
     keep = FrameFilter(ports, tls_ports)
     if live:  # never blocked inside libpcap (which waits for traffic, whatever its timeout): Ctrl-C works
         reader.setnonblock(1)
@@ -230,12 +280,12 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         except pcapy.PcapError as exc:
             yield CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged after frame "
                                 f"{frame}: {exc}")
-            return
+            break
         if header is None:
             if live:  # nothing to read: wait for the interface, at most LIVE_TIMEOUT_MS
                 select.select([ready], [], [], LIVE_TIMEOUT_MS / 1000)
                 continue
-            return
+            break
         frame += 1
         seconds, micros = header.getts()
         ts = seconds + micros / 1_000_000
@@ -244,6 +294,9 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         kept = keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
         if kept is not None:
             yield kept
+    hint = keep.port_hint(frame, ts)
+    if hint is not None:
+        yield hint
 
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),

@@ -143,23 +143,33 @@ def read_records(path: str, ports: frozenset[int], tls_ports: frozenset[int],
     """A classic pcap file's segments, each record read whole whatever the snap length its header gives
     (libpcap cuts every frame to it; tshark does not), a chunk at a time; then the damage found, if any."""
     chunks, notices = plan(path)
+    keep = FrameFilter(ports, tls_ports)  # one for the file: its notices once, its port hint at the end
+    frame, ts = 0, 0.0
     for chunk in chunks:
-        for item in segments(chunk, ports, tls_ports, tap):
-            yield item if isinstance(item, CaptureNotice) else item[0]
+        for item in segments(chunk, ports, tls_ports, tap, keep):
+            if isinstance(item, CaptureNotice):
+                yield item
+            else:
+                frame, ts = item[0].frame, item[0].ts
+                yield item[0]
     yield from notices
+    hint = keep.port_hint(frame, ts)
+    if hint is not None:
+        yield hint
 
 
 def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207}),
-             tap: Callable[[float, bytes, int], None] | None = None
+             tap: Callable[[float, bytes, int], None] | None = None, keep: FrameFilter | None = None
              ) -> Iterator[tuple[TcpSegment, int] | CaptureNotice]:
     """The TCP segments of one chunk's frames (frame numbers as in the whole file), each with the file offset
-    of its payload (-1 in a pcapng file, read by libpcap), and the notices the whole-file reader gives."""
+    of its payload (-1 in a pcapng file, read by libpcap), and the notices the whole-file reader gives.
+    ``keep``: the filter to use (one per file when a reader goes through all its chunks)."""
     if not chunk.endian:  # pcapng: libpcap reads it whole
         for item in read_segments(chunk.path, ports, tls_ports):
             yield item if isinstance(item, CaptureNotice) else (item, -1)
         return
     record = struct.Struct(chunk.endian + "IIII")
-    keep = FrameFilter(ports, tls_ports)
+    keep = keep or FrameFilter(ports, tls_ports)
     with Path(chunk.path).open("rb") as stream:
         stream.seek(chunk.start)
         data = stream.read(chunk.end - chunk.start)

@@ -111,14 +111,14 @@ DEEP = b"[" * 5000 + b"]" * 5000
 
 
 @pytest.mark.parametrize(("config", "expect"), [
-    (b"{not json", "is not JSON"),
+    (b"{not json", "is not valid JSON"),
     (b"[1, 2]", "is not a JSON object"),
-    (DEEP, "is not JSON"),
+    (DEEP, "is not valid JSON"),
     (b'{"vBucketServerMap": [1]}', "vBucketServerMap that is not an object"),
     (b'{"vBucketServerMap": {"serverList": [1], "vBucketMap": [[0]]}}', "serverList"),
     (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": {"0": 0}}}', "vBucketMap"),
     (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [["0"]]}}', "vBucketMap"),
-    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [[1e999]]}}', "is not JSON"),
+    (b'{"vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [[1e999]]}}', "is not valid JSON"),
     (b'{"vBucketServerMap": {"serverList": ["h:99999"], "vBucketMap": [[0]]}}', "lists a server"),
     (b'{"vBucketServerMap": {"serverList": ["h"], "vBucketMap": [[0]]}}', "lists a server"),
     (b'{"nodesExt": {}, "vBucketServerMap": {"serverList": ["h:1"], "vBucketMap": [[0]]}}', "nodesExt"),
