@@ -126,7 +126,7 @@ def decode(
 
     current = [paths[0]]  # the file being read, for error messages
 
-    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    output = fmt or Format(env.default_format())
     # every message printed as its JSON line, untouched: plain items may come out as their lines already
     lines = output is Format.JSONL and not filtering and tally is None and count is None and not base64
 
