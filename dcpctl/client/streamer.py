@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import selectors
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,22 +54,19 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol.constants import MAX_VBUCKETS, STREAM_END_STATUSES
+from dcpctl.protocol import grammar
+from dcpctl.protocol.constants import MAX_VBUCKETS, STREAM_END_STATUSES, DcpOpenFlag, Magic, Opcode, StreamEndStatus
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
-from dcpctl.protocol.registry import Dialect
+from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
 
-OPEN_PRODUCER: Final = 0x01
-OPEN_INCLUDE_XATTRS: Final = 0x04
-OPEN_NO_VALUE: Final = 0x08
-OPEN_DELETE_TIMES: Final = 0x20
-ITEMS: Final = frozenset({0x57, 0x58, 0x59})
-PUSHED: Final = frozenset({0x55, 0x56, 0x57, 0x58, 0x59, 0x5F, 0x64, 0x65})
-NOOP: Final = 0x5C
-MARKER: Final = 0x56
-STREAM_END: Final = 0x55
-STREAM_REQ: Final = 0x53
+# Plain ints, compared per message (an enum class's attribute is slow to look up).
+REQUEST: Final = int(Magic.CLIENT_REQUEST)
+NOOP: Final = int(Opcode.DCP_NOOP)
+MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
+STREAM_END: Final = int(Opcode.DCP_STREAM_END)
+STREAM_REQ: Final = int(Opcode.DCP_STREAM_REQ)
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
 # writes and fsyncs every vbucket's position (hundreds of kB for 1024): saving more often would cost a stream
@@ -82,16 +78,17 @@ DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
 # Stream ends (reference 3.7) after which the vbucket is asked again from where it got to; FilterEmpty (7)
 # ends it for good (its collections are gone), LostPrivileges (8) stops dcpctl (exit 7)
-REOPEN_STATUSES: Final = {2: "StateChanged", 3: "Disconnected", 4: "Slow", 5: "BackfillFail"}
-FILTER_EMPTY: Final = 7
-LOST_PRIVILEGES: Final = 8
+REOPEN_STATUSES: Final = frozenset({StreamEndStatus.STATE_CHANGED, StreamEndStatus.DISCONNECTED,
+                                    StreamEndStatus.SLOW, StreamEndStatus.BACKFILL_FAIL})
 # A vbucket asked again (NotMyVbucket, a reopened stream) this many times in a row without an item is given
 # up on: the cluster map keeps pointing at a node that does not have it. The waits double from the first.
 MAX_REROUTES: Final = 10
 REROUTE_WAIT: Final = 0.1  # seconds before the second try; 0.1 * 2**9 = 51 s before the tenth
-_SCAN: Final = struct.Struct(">BBHBBHII")  # the header up to the opaque: what the quiet path reads
-_SEQNO: Final = struct.Struct(">Q")  # by_seqno, the first extras field of every item
-_BODY: Final = struct.Struct(">I")  # total body length, at offset 8 of the header
+_SCAN: Final = HEADER_LAYOUT.prefix("opaque")  # the header up to the opaque: what the quiet path reads
+# by_seqno, read at the start of the extras: the quiet path takes only item shapes whose by_seqno is there
+_SEQNO: Final = layout(grammar.mutation_extras).field("by_seqno")
+_BODY: Final = HEADER_LAYOUT.field("total_body_length")
+_BODY_AT: Final = HEADER_LAYOUT.offset("total_body_length")
 
 
 @dataclass
@@ -298,13 +295,13 @@ class Streamer:
 
     def _dcp_open(self, node: _Node) -> None:
         options = self.options
-        flags = OPEN_PRODUCER | OPEN_DELETE_TIMES
+        flags = DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES
         if options.xattrs:
-            flags |= OPEN_INCLUDE_XATTRS
+            flags |= DcpOpenFlag.INCLUDE_XATTRS
         if options.no_value:
-            flags |= OPEN_NO_VALUE
+            flags |= DcpOpenFlag.NO_VALUE
         name = options.name or f"dcpctl:{os.getpid()}:{len(self.nodes)}"
-        node.conn.check({"opcode": "DCP_OPEN", "key": name, "seqno": 0, "flags": flags}, "DCP_OPEN")
+        node.conn.check({"opcode": "DCP_OPEN", "key": name, "seqno": 0, "flags": int(flags)}, "DCP_OPEN")
         controls = {"enable_noop": "true", "set_noop_interval": str(options.noop_interval),
                     "connection_buffer_size": str(options.buffer_size),
                     "send_stream_end_on_client_close_stream": "true", "enable_expiry_opcode": "true"}
@@ -429,17 +426,18 @@ class Streamer:
         buf, pos = conn.framer.window()
         n = len(buf)
         streams, key, half = self.streams, id(node), self.options.buffer_size // 2
+        request, changes, header = REQUEST, CHANGE_OPCODES, HEADER_LENGTH  # locals: read per item
         stop_at = -1 if self.options.count is None else self.options.count  # --count: the item that ends it
         written: dict[int, list[int]] = {}  # per vbucket, the items counted since the last flush
         items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
-        while pos + 24 <= n and not self._done:
+        while pos + header <= n and not self._done:
             magic, opcode, keylen, extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
-            end = pos + 24 + body
+            end = pos + header + body
             if end > n:
                 break
             # counted in place only when its by_seqno is where decoding reads it: an item of a declared shape
             # whose extras fit its body; anything else (a cut body) is decoded and handled the usual way
-            stream = (streams.get((key, opaque)) if magic == 0x80 and opcode in ITEMS and keylen + extlen <= body
+            stream = (streams.get((key, opaque)) if magic == request and opcode in changes and keylen + extlen <= body
                       and shape(opcode << 8 | extlen) else None)
             if stream is None:
                 self.items, node.unacked, vbucket = items, unacked, -1
@@ -454,7 +452,7 @@ class Streamer:
                 buf, pos = conn.framer.window()
                 n, items, unacked = len(buf), self.items, node.unacked
                 continue
-            seqno = _SEQNO.unpack_from(buf, pos + 24)[0]
+            seqno = _SEQNO.unpack_from(buf, pos + header)[0]
             if stream.vbucket != vbucket:
                 vbucket = stream.vbucket
                 run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
@@ -580,7 +578,7 @@ class Streamer:
         buf, pos = conn.framer.window()
         if len(buf) - pos < HEADER_LENGTH:
             return None
-        total = HEADER_LENGTH + _BODY.unpack_from(buf, pos + 8)[0]
+        total = HEADER_LENGTH + _BODY.unpack_from(buf, pos + _BODY_AT)[0]
         if total > HEADER_LENGTH + conn.framer.max_body_length:
             return conn.take()  # the framer's own checks say what is wrong with it
         if len(buf) - pos < total:
@@ -611,7 +609,7 @@ class Streamer:
         note = node.tracker.observe(msg, from_client=False, ts=ts)
         msg.annotate({"ts": ts, "connection": node.conn.connection, "direction": "server>client"}, note.fields,
                      note.diagnostics)
-        if stream is None or opcode not in PUSHED:
+        if stream is None or opcode not in STREAM_OPCODES:
             return msg
         vbucket = stream.vbucket
         position = self.state.vbuckets[vbucket]
@@ -632,7 +630,7 @@ class Streamer:
         if seqno is not None:
             self._uncommitted = (position, seqno)  # see _commit
             self._reroutes.pop(vbucket, None)
-        if opcode in ITEMS:
+        if opcode in CHANGE_OPCODES:
             self.items += 1
             stats = self.stats.get(vbucket)
             if stats is None:
@@ -715,10 +713,10 @@ class Streamer:
         stream.ended = True
         vb = stream.vbucket
         reason = STREAM_END_STATUSES.name(status)
-        if status == LOST_PRIVILEGES:
+        if status == StreamEndStatus.LOST_PRIVILEGES:
             raise ClientError(f"vbucket {vb}: the server ended the stream: {reason} (the user's access to the bucket "
                               "or collection was revoked)", ExitCode.AUTH)
-        if status == FILTER_EMPTY:
+        if status == StreamEndStatus.FILTER_EMPTY:
             self.notice(f"vbucket {vb}: stream ended ({reason}: every collection it was filtered to was dropped)")
         elif status in REOPEN_STATUSES and (self.ends.get(vb) is None
                                             or self.state.vbuckets[vb].seqno < self.ends[vb]):

@@ -34,7 +34,7 @@ from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.nearest import did_you_mean
-from dcpctl.protocol.registry import opcode_names
+from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
@@ -44,7 +44,6 @@ from dcpctl.sources.pcap import CaptureError, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 Item = Message | Skipped | Diagnostic
-OPCODE_MAX = 0xFF  # the header's opcode is one byte
 
 
 def expand(paths: list[str]) -> list[str]:
@@ -128,7 +127,7 @@ def decode(
 
     current = [paths[0]]  # the file being read, for error messages
 
-    output = fmt or (Format.PRETTY if env.stdout_isatty else Format.JSONL)
+    output = fmt or Format(env.default_format())
     # every message printed as its JSON line, untouched: plain items may come out as their lines already
     lines = output is Format.JSONL and not filtering and tally is None and count is None and not base64
 

@@ -22,15 +22,17 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.protocol.constants import StreamRequestFlag
 from dcpctl.safetext import brief
 
 END_FOREVER: Final = (1 << 64) - 1
-STRICT_VB_UUID: Final = 0x20
-FROM_LATEST: Final = 0x40
-IGNORE_PURGED_TOMBSTONES: Final = 0x80
-TO_LATEST: Final = 0x04
-DISK_ONLY: Final = 0x02
-ACTIVE_VB_ONLY: Final = 0x10
+# The stream-request flags the rules read, as plain ints (a request's flags are a plain int).
+STRICT_VB_UUID: Final = int(StreamRequestFlag.STRICT_VB_UUID)
+FROM_LATEST: Final = int(StreamRequestFlag.FROM_LATEST)
+IGNORE_PURGED_TOMBSTONES: Final = int(StreamRequestFlag.IGNORE_PURGED_TOMBSTONES)
+TO_LATEST: Final = int(StreamRequestFlag.TO_LATEST)
+DISK_ONLY: Final = int(StreamRequestFlag.DISK_ONLY)
+ACTIVE_VB_ONLY: Final = int(StreamRequestFlag.ACTIVE_VB_ONLY)
 # A correct client converges in at most one round per failover entry (25 by default on the server);
 # more rounds than this means the two sides disagree about something else.
 DEFAULT_MAX_ROUNDS: Final = 30

@@ -34,10 +34,14 @@ from dcpctl.protocol.constants import (
     DCP_OPEN_FLAGS,
     RESPONSE_MAGICS,
     STREAM_END_STATUSES,
+    HelloFeature,
+    Opcode,
+    Status,
     flag_names,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.registry import ANSWERED_OPCODES, BY_SEQNO_OPCODES, ITEM_OPCODES, PUSHED_OPCODES, STREAM_OPCODES
 
 # A consumer may pipeline a stream request for every vbucket (1024) plus controls; beyond this many
 # unanswered requests the oldest are forgotten (their responses then show no latency).
@@ -46,16 +50,13 @@ MAX_PENDING_REQUESTS: Final = 4096
 MAX_STREAMS: Final = 16384
 # Rollback negotiations remembered per connection for ``rollback explain``: 1024 vbuckets, a few rounds.
 MAX_STORIES: Final = 8192
-HELLO_COLLECTIONS: Final = 0x12
-NOOP: Final = 0x5C
-STREAM_REQ: Final = 0x53
-ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59, 0x60, 0x5F})  # carry a by_seqno inside the snapshot
-PUSHED_OPCODES: Final = frozenset(range(0x55, 0x68)) - {0x5D, 0x5E, 0x61}
-# Pushed only on a stream the consumer opened: items, snapshot markers, stream ends, seqno advances.
-STREAM_OPCODES: Final = ITEM_OPCODES | {0x55, 0x56, 0x64}
-# Producer messages the consumer answers (noop, takeover state change, acknowledged marker): only these
-# are remembered to match a response; mutations and the like are never answered.
-ANSWERED_PUSHES: Final = frozenset({NOOP, 0x5B, 0x56, 0x66})
+# Plain ints, compared per message (an enum class's attribute is slow to look up). The opcode sets are the
+# registry's: producer messages the consumer answers (ANSWERED_OPCODES) are the only pushes remembered to
+# match a response; mutations and the like are never answered.
+NOOP: Final = int(Opcode.DCP_NOOP)
+BUFFER_ACK: Final = int(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT)
+MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
+STREAM_END: Final = int(Opcode.DCP_STREAM_END)
 
 
 @dataclass
@@ -267,12 +268,12 @@ class ConnectionTracker:
         if header[0] in RESPONSE_MAGICS:
             self._response(msg, from_client, ts, note)
         else:
-            if from_client or opcode in ANSWERED_PUSHES:
+            if from_client or opcode in ANSWERED_OPCODES:
                 self._request(msg, from_client, ts)
             if not from_client:
                 if opcode in PUSHED_OPCODES:
                     self._pushed(msg, opcode, note)
-            elif opcode == 0x5D and msg.extras:  # buffer ack
+            elif opcode == BUFFER_ACK and msg.extras:
                 self.unacked = max(0, self.unacked - msg.extras["bytes_to_ack"])
         if self.collections is None and not self._warned_unknown and msg.variant is not None \
                 and msg.variant.key.value == "document":
@@ -319,22 +320,22 @@ class ConnectionTracker:
         note.fields["request_offset"] = request.offset
         status = msg.status
         record = msg.record()
-        if msg.opcode == 0x1F and status == 0:  # HELLO
+        if msg.opcode == Opcode.HELLO and status == Status.SUCCESS:
             self.features = list(record.get("features", []))
             if self.base.collections is None:
-                self.collections = "Collections" in self.features
+                self.collections = HelloFeature.COLLECTIONS.kv_name in self.features
                 self._options = self._make_options()
-        elif msg.opcode == 0x50 and status == 0:  # DCP_OPEN
+        elif msg.opcode == Opcode.DCP_OPEN and status == Status.SUCCESS:
             self.dcp_open_flags = int(request.record.get("flags", 0))
             note.fields["dcp_open_flags"] = flag_names(DCP_OPEN_FLAGS, self.dcp_open_flags)
-        elif msg.opcode == 0x5E and status == 0:  # DCP_CONTROL
+        elif msg.opcode == Opcode.DCP_CONTROL and status == Status.SUCCESS:
             key, value = str(request.record.get("key", "")), str(request.record.get("value", ""))
             self.controls[key] = value
             if key == "connection_buffer_size" and value.isdigit():
                 self.buffer_size = int(value) or None
-        elif msg.opcode == STREAM_REQ:
+        elif msg.opcode == Opcode.DCP_STREAM_REQ:
             self._stream_response(request.record, record, status, note)
-        elif msg.opcode in (0x54, 0x96) and status == 0:  # the failover log a client asked for
+        elif msg.opcode in (Opcode.DCP_GET_FAILOVER_LOG, Opcode.GET_FAILOVER_LOG) and status == Status.SUCCESS:
             self.failover_logs[int(request.record.get("vbucket", 0))] = _entries(record.get("failover_log", []))
 
     def _stream_response(self, request: dict[str, Any], response: dict[str, Any], status: int | None,
@@ -342,7 +343,7 @@ class ConnectionTracker:
         vbucket = int(request.get("vbucket", 0))
         note.fields["stream_vbucket"] = vbucket
         asked = stream_request_of(request)
-        if status == 0x23:  # Rollback
+        if status == Status.ROLLBACK:
             seqno = response.get("rollback_seqno")
             story = RollbackStory(vbucket, asked, int(seqno) if isinstance(seqno, int) else None,
                                   request_offset=int(request.get("offset", 0)))
@@ -411,11 +412,11 @@ class ConnectionTracker:
                          "further ones on this opaque are not reported)")
             return
         note.fields["stream_vbucket"] = stream.vbucket
-        if opcode in ITEM_OPCODES or opcode == 0x64:
+        if opcode in BY_SEQNO_OPCODES:
             seqno = msg.by_seqno
             if seqno is None:
                 return
-            if opcode != 0x64:
+            if opcode in ITEM_OPCODES:
                 stream.items += 1
                 snapshot = stream.snapshot
                 if snapshot is None:
@@ -430,12 +431,12 @@ class ConnectionTracker:
             stream.last_seqno = seqno
             return
         extras = msg.extras or {}
-        if opcode == 0x56:  # snapshot marker: v2.x carries the range in the value, hence the record
+        if opcode == MARKER:  # v2.x carries the range in the value, hence the record
             record = msg.record()
             start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
             if isinstance(start, int) and isinstance(end, int):
                 stream.snapshot = (start, end)
-        elif opcode == 0x55:  # stream end
+        elif opcode == STREAM_END:
             status = extras.get("stream_end_status", 0)
             stream.open = False
             note.add("stream_end", f"vbucket {stream.vbucket} stream ended: "

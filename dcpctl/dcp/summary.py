@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-ITEM_OPCODES = frozenset({"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION", "DCP_PREPARE"})
+from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES, names
+
+ITEM_OPCODES: Final = names(DOCUMENT_ITEM_OPCODES)
 
 
 @dataclass

@@ -24,9 +24,8 @@ import math
 import operator
 from typing import Any, Final
 
-from dcpctl.pipeline.rollup import Partials, merge
+from dcpctl.pipeline.rollup import ITEMS, Partials, merge
 
-ITEMS: Final = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
 ROWS_LIMIT: Final = 1000  # rows of a list-like analysis kept in the report (the dataset has them all)
 # Vbucket seqno ranges where duplicates may be that are counted one by one; with more, every seqno is
 # counted at once (one query either way; this only bounds the size of the query's filter expression).

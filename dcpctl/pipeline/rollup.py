@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-ITEMS: Final = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
+from dcpctl.protocol.registry import CHANGE_OPCODES, names
+
+ITEMS: Final = tuple(sorted(names(CHANGE_OPCODES)))  # the opcodes that are document changes, by record name
 LIST_LIMIT: Final = 1000  # rows of a list-like analysis kept per task, and in the report
 # What a stream request row keeps for the rollback and latency analyses
 REQUEST_COLUMNS: Final = ("ts", "connection", "direction", "offset", "sequence", "vbucket", "status", "start_seqno",

@@ -26,9 +26,11 @@ from typing import Any, Final
 import orjson
 
 from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.constants import Opcode
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import Message, PlainItem, item_key
+from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES
 
 # record fields kept as columns, in column order (types from the catalogue)
 RECORD_COLUMNS: Final = ("ts", "connection", "direction", "frames", "offset", "magic", "opcode", "vbucket",
@@ -86,8 +88,7 @@ PLAIN_FIELDS: Final = (("ts", "d"), ("offset", "q"), ("cas", "Q"), ("by_seqno", 
 PLAIN_ROW: Final = struct.Struct("<" + "".join(code for _, code in PLAIN_FIELDS))
 HAS_SNAPSHOT: Final = 1
 HAS_PREVIOUS: Final = 2
-SNAPSHOT_MARKER: Final = 0x56
-DOCUMENT_ITEMS: Final = frozenset({0x57, 0x58, 0x59, 0x60})  # items the snapshot columns are filled for
+SNAPSHOT_MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
 _NO_SNAPSHOT: Final = (0, 0)  # packed, with HAS_SNAPSHOT unset
 _ABSENT_SNAPSHOT: Final = (None, None)
 _NAN: Final = math.nan
@@ -283,7 +284,7 @@ class _Connection:
                 start, end = get("snap_start_seqno"), get("snap_end_seqno")
                 if isinstance(start, int) and isinstance(end, int):
                     self.snapshots[msg.opaque] = (start, end)
-            elif msg.opcode in DOCUMENT_ITEMS and isinstance(get("by_seqno"), int):
+            elif msg.opcode in DOCUMENT_ITEM_OPCODES and isinstance(get("by_seqno"), int):
                 snapshot = self.snapshots.get(msg.opaque)
                 vbucket = get("stream_vbucket")
                 where = int(get("vbucket", 0) if vbucket is None else vbucket)

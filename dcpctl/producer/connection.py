@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,30 +32,44 @@ from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import stream_request_value as srv
-from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS
+from dcpctl.protocol.constants import (
+    HELLO_FEATURES,
+    STATUS_ROWS,
+    DcpOpenFlag,
+    HelloFeature,
+    Opcode,
+    SnapshotMarkerFlag,
+    StreamRequestFlag,
+)
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.protocol.registry import DCP
+from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, DCP, HEADER_LAYOUT
 
 # HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
-FEATURES: Final = frozenset({0x03, 0x04, 0x06, 0x07, 0x08, 0x0A, 0x0B, 0x10, 0x12})
-F_XERROR: Final = 0x07
-F_COLLECTIONS: Final = 0x12
-F_SNAPPY: Final = 0x0A
+FEATURES: Final = frozenset(int(f) for f in (
+    HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
+    HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
+    HelloFeature.COLLECTIONS))
+F_XERROR: Final = int(HelloFeature.XERROR)
+F_COLLECTIONS: Final = int(HelloFeature.COLLECTIONS)
+F_SNAPPY: Final = int(HelloFeature.SNAPPY)
+F_JSON: Final = int(HelloFeature.JSON)
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
-BEFORE_AUTH: Final = frozenset({0x1F, 0x20, 0x21, 0x22, 0xFE, 0x0A, 0x0B})
-OPEN_PRODUCER: Final = 0x01
-OPEN_KNOWN_FLAGS: Final = 0x001 | 0x004 | 0x008 | 0x020 | 0x040 | 0x100 | 0x200
-OPEN_INCLUDE_XATTRS: Final = 0x004
-OPEN_NO_VALUE: Final = 0x008
-OPEN_DELETE_TIMES: Final = 0x020
-OPEN_NO_VALUE_WITH_DATATYPE: Final = 0x040
-OPEN_DELETED_USER_XATTRS: Final = 0x100
-OPEN_SKIP_DELETES: Final = 0x200
-STREAM_KNOWN_FLAGS: Final = 0x1FF
-STREAM_NO_VALUE: Final = 0x008
-STREAM_CACHE_TRANSFER: Final = 0x100
+BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
+# Flags as plain ints: a request's flags are an int, and ``~`` of an IntFlag keeps only declared bits.
+OPEN_PRODUCER: Final = int(DcpOpenFlag.PRODUCER)
+OPEN_INCLUDE_XATTRS: Final = int(DcpOpenFlag.INCLUDE_XATTRS)
+OPEN_NO_VALUE: Final = int(DcpOpenFlag.NO_VALUE)
+OPEN_DELETE_TIMES: Final = int(DcpOpenFlag.INCLUDE_DELETE_TIMES)
+OPEN_NO_VALUE_WITH_DATATYPE: Final = int(DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)
+OPEN_DELETED_USER_XATTRS: Final = int(DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS)
+OPEN_SKIP_DELETES: Final = int(DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL)
+OPEN_KNOWN_FLAGS: Final = (OPEN_PRODUCER | OPEN_INCLUDE_XATTRS | OPEN_NO_VALUE | OPEN_DELETE_TIMES
+                           | OPEN_NO_VALUE_WITH_DATATYPE | OPEN_DELETED_USER_XATTRS | OPEN_SKIP_DELETES)
+STREAM_KNOWN_FLAGS: Final = sum(int(flag) for flag in StreamRequestFlag)
+STREAM_NO_VALUE: Final = int(StreamRequestFlag.NO_VALUE)
+STREAM_CACHE_TRANSFER: Final = int(StreamRequestFlag.CACHE_TRANSFER)
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -69,8 +84,12 @@ MAX_SEND_QUEUE_SIZE: Final = 1 << 20
 # kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
 # server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
 MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
-MARKER_DISK_CHECKPOINT: Final = 0x06
-MARKER_MEMORY: Final = 0x01
+MARKER_DISK_CHECKPOINT: Final = int(SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT)
+MARKER_MEMORY: Final = int(SnapshotMarkerFlag.MEMORY)
+# Where a pushed item's opaque sits: a stream's cached items are patched with its stream's opaque there.
+_OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
+_OPAQUE: Final = HEADER_LAYOUT.field("opaque")
+_OPAQUE_END: Final = _OPAQUE_AT + _OPAQUE.size
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
 
 
@@ -248,7 +267,7 @@ class ProducerConnection:
 
     def _handle(self, msg: Message) -> None:
         if msg.is_response:
-            if msg.opcode == 0x5C:  # the client's answer to our noop
+            if msg.opcode == Opcode.DCP_NOOP:  # the client's answer to our noop
                 self.noop_outstanding = False
             return
         opcode = msg.opcode
@@ -375,8 +394,8 @@ class ProducerConnection:
     def _failover_log(self, msg: Message) -> None:
         if self._needs_bucket(msg) is None:
             return
-        if msg.opcode == 0x54 and self.dcp_flags is None:
-            self._reply(msg, "Einval")  # DCP_GET_FAILOVER_LOG needs a DCP connection; 0x96 does not
+        if msg.opcode == Opcode.DCP_GET_FAILOVER_LOG and self.dcp_flags is None:
+            self._reply(msg, "Einval")  # DCP_GET_FAILOVER_LOG needs a DCP connection; GET_FAILOVER_LOG does not
             return
         vb = self._vbucket(msg.vbucket_or_status)
         if vb is None:
@@ -469,8 +488,8 @@ class ProducerConnection:
             return
         self.dcp_flags = flags
         self.name = name
-        if 0x0B not in self.features:
-            self.features.append(0x0B)  # DCP_OPEN turns on JSON (reference 3.2)
+        if F_JSON not in self.features:
+            self.features.append(F_JSON)  # DCP_OPEN turns on JSON (reference 3.2)
         self._reply(msg)
 
     def _dcp_control(self, msg: Message) -> None:
@@ -725,13 +744,13 @@ class ProducerConnection:
                 items += 1
             end = nxt
         chunk = bytearray(data[begin:end])
-        opaque = stream.opaque.to_bytes(4, "big")
+        opaque = _OPAQUE.pack(stream.opaque)
         if opaque != b"\0\0\0\0":
             previous = -1
             for i in range(first, stop_index):
                 at = offsets[i]
                 if at != previous and at < end:
-                    chunk[at - begin + 12:at - begin + 16] = opaque
+                    chunk[at - begin + _OPAQUE_AT:at - begin + _OPAQUE_END] = opaque
                 previous = at
         parts.append(bytes(chunk))
         self._count(len(chunk))
@@ -846,13 +865,18 @@ def _u32(value: str) -> int | None:
     return number if number <= U32_MAX else None
 
 
-_HANDLERS: Final = {
-    0x1F: ProducerConnection._hello, 0x20: ProducerConnection._list_mechs, 0x21: ProducerConnection._sasl_auth,
-    0x22: ProducerConnection._sasl_step, 0x89: ProducerConnection._select_bucket,
-    0xFE: ProducerConnection._error_map, 0xB5: ProducerConnection._cluster_config,
-    0x48: ProducerConnection._all_vb_seqnos, 0x96: ProducerConnection._failover_log,
-    0x54: ProducerConnection._failover_log, 0x91: ProducerConnection._observe_seqno,
-    0x10: ProducerConnection._stat, 0x50: ProducerConnection._dcp_open, 0x5E: ProducerConnection._dcp_control,
-    0x53: ProducerConnection._stream_request, 0x52: ProducerConnection._close_stream,
-    0x5D: ProducerConnection._buffer_ack, 0x5C: ProducerConnection._noop_request,
+_HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+    Opcode.HELLO: ProducerConnection._hello, Opcode.SASL_LIST_MECHS: ProducerConnection._list_mechs,
+    Opcode.SASL_AUTH: ProducerConnection._sasl_auth, Opcode.SASL_STEP: ProducerConnection._sasl_step,
+    Opcode.SELECT_BUCKET: ProducerConnection._select_bucket, Opcode.GET_ERROR_MAP: ProducerConnection._error_map,
+    Opcode.GET_CLUSTER_CONFIG: ProducerConnection._cluster_config,
+    Opcode.GET_ALL_VB_SEQNOS: ProducerConnection._all_vb_seqnos,
+    Opcode.GET_FAILOVER_LOG: ProducerConnection._failover_log,
+    Opcode.DCP_GET_FAILOVER_LOG: ProducerConnection._failover_log,
+    Opcode.OBSERVE_SEQNO: ProducerConnection._observe_seqno, Opcode.STAT: ProducerConnection._stat,
+    Opcode.DCP_OPEN: ProducerConnection._dcp_open, Opcode.DCP_CONTROL: ProducerConnection._dcp_control,
+    Opcode.DCP_STREAM_REQ: ProducerConnection._stream_request,
+    Opcode.DCP_CLOSE_STREAM: ProducerConnection._close_stream,
+    Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ProducerConnection._buffer_ack,
+    Opcode.DCP_NOOP: ProducerConnection._noop_request,
 }

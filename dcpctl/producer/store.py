@@ -13,19 +13,20 @@ item; every other shape is encoded item by item through the protocol's encoder.
 from __future__ import annotations
 
 import random
-import struct
 from array import array
 from dataclasses import dataclass, field
 from typing import Final
 
 from dcpctl.dcp.rollback import FailoverEntry, VbucketState
+from dcpctl.protocol import grammar
+from dcpctl.protocol.constants import Magic, Opcode
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.registry import DCP
+from dcpctl.protocol.registry import DCP, HEADER_LAYOUT, layout
 from dcpctl.protocol.value import leb128_encode
 
-MUTATION: Final = 0x57
-DELETION: Final = 0x58
-EXPIRATION: Final = 0x59
+MUTATION: Final = int(Opcode.DCP_MUTATION)
+DELETION: Final = int(Opcode.DCP_DELETION)
+EXPIRATION: Final = int(Opcode.DCP_EXPIRATION)
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -203,8 +204,9 @@ class Bucket:
         vb.purge_seqno = max(vb.purge_seqno, min(seqno, vb.high_seqno))
 
 
-_HEADER = struct.Struct(">BBHBBHIIQ")
-_MUTATION_EXTRAS = struct.Struct(">QQIIIHB")
+_HEADER: Final = HEADER_LAYOUT.codec
+_MUTATION_EXTRAS: Final = layout(grammar.mutation_extras).codec
+_REQUEST: Final = int(Magic.CLIENT_REQUEST)
 
 
 def _fast_encode(item: Item, encoding: Encoding) -> bytes | None:
@@ -213,6 +215,6 @@ def _fast_encode(item: Item, encoding: Encoding) -> bytes | None:
         return None
     key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
     body = _MUTATION_EXTRAS.size + len(key) + len(item.value)
-    return b"".join((_HEADER.pack(0x80, MUTATION, len(key), _MUTATION_EXTRAS.size, item.datatype, item.vbucket,
+    return b"".join((_HEADER.pack(_REQUEST, MUTATION, len(key), _MUTATION_EXTRAS.size, item.datatype, item.vbucket,
                                   body, 0, item.cas),
                      _MUTATION_EXTRAS.pack(item.seqno, item.rev_seqno, 0, 0, 0, 0, 0), key, item.value))

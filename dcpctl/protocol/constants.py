@@ -112,6 +112,8 @@ MAGIC_ROWS: Final = rows(Magic)
 MAGICS = Vocabulary(MAGIC_ROWS)
 ALT_MAGICS: Final = frozenset({Magic.ALT_CLIENT_REQUEST, Magic.ALT_CLIENT_RESPONSE})
 RESPONSE_MAGICS: Final = frozenset({Magic.CLIENT_RESPONSE, Magic.ALT_CLIENT_RESPONSE, Magic.SERVER_RESPONSE})
+# Magics whose opcodes are the server's own table (HELLO Duplex), not the client opcodes.
+SERVER_MAGICS: Final = frozenset({Magic.SERVER_REQUEST, Magic.SERVER_RESPONSE})
 # The opcode space a magic addresses: the alternative encodings share their classic twin's table.
 MAGIC_CLASS: Final[dict[int, int]] = {
     Magic.CLIENT_REQUEST: Magic.CLIENT_REQUEST, Magic.ALT_CLIENT_REQUEST: Magic.CLIENT_REQUEST,

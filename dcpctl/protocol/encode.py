@@ -21,6 +21,7 @@ from dcpctl.protocol.constants import (
     MAGICS,
     OPCODES,
     RESPONSE_MAGICS,
+    SERVER_MAGICS,
     SERVER_OPCODES,
     STATUSES,
     Vocabulary,
@@ -163,7 +164,7 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
 
 def _opcode_number(name: Any, magic_class: int | None) -> int:
     """An opcode outside the registry: a number, or a name from the kv_engine tables (as decode names it)."""
-    vocab = SERVER_OPCODES if magic_class in (0x82, 0x83) else OPCODES
+    vocab = SERVER_OPCODES if magic_class in SERVER_MAGICS else OPCODES
     return _code(vocab, name, "opcode", 8)
 
 

@@ -14,19 +14,21 @@ Skipped, or the ``pending`` count still buffered.
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, TypeVar
 
 from dcpctl.protocol.constants import ALT_MAGICS, MAGIC_CLASS
+from dcpctl.protocol.registry import HEADER_LAYOUT
 
-HEADER_LENGTH: Final = 24
+HEADER_LENGTH: Final = HEADER_LAYOUT.size
+
 # The largest body a server produces: 20 MiB documents plus 1 MiB of system xattrs, key, extras and frame
 # infos, rounded up. Anything above it is a corrupt or hostile length, not a packet.
 DEFAULT_MAX_BODY_LENGTH: Final = 22 * 1024 * 1024
-_PREFIX: Final = struct.Struct(">BBHBBHI")
+# The header up to its total body length: all a framing decision reads.
+_PREFIX: Final = HEADER_LAYOUT.prefix("total_body_length")
 # Opcodes and magics that start a plausible header when resynchronising; while in sync any opcode frames.
 _RESYNC_MAGICS: Final = frozenset(MAGIC_CLASS)
 

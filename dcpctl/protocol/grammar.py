@@ -78,7 +78,7 @@ upr_draft_header = Struct(
     "opaque" / Int32ub,
     "cas" / Int64ub,
 )
-HEADER_LENGTH = 24
+HEADER_LENGTH: int = request_header.sizeof()
 
 # --- 2. frame infos (values after the id/length nibbles) --------------------------------------------
 stream_id_frame = Struct("stream_id" / Int16ub)

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.protocol.constants import Magic
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import HEADER, DecodeOptions, ItemPlan, PlainItem, item_line_template, item_plan
 from dcpctl.protocol.registry import KeyKind
@@ -125,7 +126,7 @@ def _checks(options: DecodeOptions, opcode: int, extlen: int, found: ItemPlan, s
         "        return None",
         f"    magic, opcode, keylen, extlen, datatype, vbucket, total, opaque, cas, {extras}, = unpack(buf, pos)",
         f"    end = pos + {HEADER_LENGTH} + total",
-        f"    if magic != 0x80 or opcode != {opcode} or extlen != {extlen} or end > n{limit} "
+        f"    if magic != {Magic.CLIENT_REQUEST:#04x} or opcode != {opcode} or extlen != {extlen} or end > n{limit} "
         f"or datatype not in {allowed!r} or keylen > total - {extlen}:",
         "        return None",
         f"    ko = pos + {HEADER_LENGTH + extlen}",

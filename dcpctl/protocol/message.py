@@ -15,7 +15,6 @@ then ``lenient`` decoding takes the bytes present as the body and says so in a d
 from __future__ import annotations
 
 import dataclasses
-import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,13 +31,19 @@ from dcpctl.protocol.constants import (
     MAGICS,
     OPCODES,
     RESPONSE_MAGICS,
+    SERVER_MAGICS,
     SERVER_OPCODES,
     STATUSES,
+    Magic,
+    Opcode,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.registry import (
+    CHANGE_OPCODES,
     DCP,
+    DOCUMENT_ITEM_OPCODES,
+    HEADER_LAYOUT,
     Dialect,
     KeyKind,
     MessageSpec,
@@ -65,10 +70,12 @@ _VALUE_STREAM_REQUEST_JSON: Final = ValueKind.STREAM_REQUEST_JSON
 _KEY_DOCUMENT: Final = KeyKind.DOCUMENT
 _KEY_RAW: Final = KeyKind.RAW
 
-HEADER: Final = struct.Struct(">BBHBBHIIQ")
+HEADER: Final = HEADER_LAYOUT.codec
 # Datatypes a deletion may carry (reference 3.10, valid_dcp_delete_datatype).
 DELETION_DATATYPES: Final = frozenset({0, 2, 4, 6, 5, 7})
-DOCUMENT_OPCODES_WITH_SEQNO: Final = frozenset({0x57, 0x58, 0x59, 0x60})
+# Plain ints: the per-message path compares with them (an enum class's attribute is slow to look up).
+_REQUEST: Final = int(Magic.CLIENT_REQUEST)
+_DELETION: Final = int(Opcode.DCP_DELETION)
 FLAG_FIELDS: Final = frozenset({"flags", "snapshot_flags", "oso_flags"})
 
 
@@ -194,7 +201,7 @@ class Message:
     def opcode_name(self) -> str:
         if self.spec is not None:
             return self.spec.name
-        vocab = SERVER_OPCODES if MAGIC_CLASS.get(self.magic) in (0x82, 0x83) else OPCODES
+        vocab = SERVER_OPCODES if MAGIC_CLASS.get(self.magic) in SERVER_MAGICS else OPCODES
         return vocab.name(self.opcode)
 
     @property
@@ -341,7 +348,7 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
                     mask |= code
                 flag_checks.append((name, mask))
     document = variant is not None and magic not in RESPONSE_MAGICS and opcode in \
-        DOCUMENT_OPCODES_WITH_SEQNO and spec is not None and spec.type_field == "datatype"
+        DOCUMENT_ITEM_OPCODES and spec is not None and spec.type_field == "datatype"
     plan = _Plan(spec, variant, layout.size if layout else (0 if variant else extlen),
                  layout.codec.unpack_from if layout else None, names,
                  variant.key_presence if variant else Presence.OPTIONAL,
@@ -448,7 +455,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         _presence(msg, "value", rule, value_offset, body_end - value_offset)
     if plan.check_datatype and datatype > 0x07:
         msg.add("invalid_datatype", f"datatype 0x{datatype:02x} has bits above 0x07", 5, 1)
-    if opcode == 0x58 and plan.by_seqno_index >= 0 and datatype not in DELETION_DATATYPES:
+    if opcode == _DELETION and plan.by_seqno_index >= 0 and datatype not in DELETION_DATATYPES:
         msg.add("invalid_deletion_datatype", f"datatype 0x{datatype:02x} is not allowed on a deletion",
                 5, 1)
     return msg
@@ -470,7 +477,7 @@ def _surplus_plan(msg: Message, plan: _Plan, key: tuple[Any, ...], surplus: int)
 def _item_checks(msg: Message, plan: _Plan, values: tuple[int, ...], pos: int) -> None:
     if plan.nmeta_index >= 0 and values[plan.nmeta_index]:
         msg.add("nmeta_not_zero", f"nmeta is {values[plan.nmeta_index]}; servers reject extended meta",
-                pos + 16 if msg.opcode == 0x58 else pos + 28, 2)
+                pos + (plan.variant.layout.offset("nmeta") if plan.variant and plan.variant.layout else 0), 2)
     if plan.by_seqno_index >= 0 and not values[plan.by_seqno_index]:
         msg.add("by_seqno_zero", "by_seqno 0 is invalid", pos, 8)
     for name, mask in plan.flag_checks:
@@ -701,7 +708,6 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
 # What plain_item_at() gives: the packet's end, its header, its plan, the extras values, then item_key()'s
 # six fields and where the value starts.
 PlainItem = tuple[int, tuple[int, ...], "_Plan", tuple[int, ...], str, str, int | None, str | None, int, int, int]
-_ITEM_OPCODES: Final = frozenset({0x57, 0x58, 0x59})
 
 
 def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> PlainItem | None:
@@ -720,7 +726,7 @@ def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> Pla
     header = HEADER.unpack_from(buf, pos)
     magic, opcode, keylen, extlen, datatype, _, total, _, _ = header
     stop = pos + HEADER_LENGTH + total
-    if magic != 0x80 or stop > end or datatype > 1 or extlen + keylen > total:
+    if magic != _REQUEST or stop > end or datatype > 1 or extlen + keylen > total:
         return None
     found = item_plan(options.dialect, opcode, extlen)
     if found is None:
@@ -763,15 +769,15 @@ def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
     found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
     if found is not None:
         return found
-    if opcode not in _ITEM_OPCODES or dialect.layout_authoritative or extlen == 1:
+    if opcode not in CHANGE_OPCODES or dialect.layout_authoritative or extlen == 1:
         return None
-    plan = _plan(dialect, 0x80, opcode, extlen, 0, 0, -1, 0)
+    plan = _plan(dialect, _REQUEST, opcode, extlen, 0, 0, -1, 0)
     if plan.fast is None or plan.rev_seqno_at < 0:
         return None
     item: ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
                        tuple((plan.names.index(name), mask) for name, mask in plan.flag_checks),
                        _RULE_CODES[plan.key_rule], _RULE_CODES[plan.value_rule], plan.seqno_at, plan.rev_seqno_at,
-                       plan.fast, DELETION_DATATYPES if opcode == 0x58 and plan.by_seqno_index >= 0
+                       plan.fast, DELETION_DATATYPES if opcode == _DELETION and plan.by_seqno_index >= 0
                        else frozenset(range(256)))
     _ITEM_PLANS[(dialect.name, opcode, extlen)] = item
     return item
@@ -1001,7 +1007,7 @@ def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: b
     start = msg.value_offset
     grammar = value_grammar(variant, msg.extras, len(value))
     if grammar is None:
-        if msg.opcode == 0x5f:
+        if msg.opcode == Opcode.DCP_SYSTEM_EVENT:
             msg.add("unknown_system_event", "system event id/version without a declared value layout "
                     "(version 2 is FlatBuffers); value kept raw", start, len(value))
         else:
@@ -1015,7 +1021,7 @@ def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: b
     bad = (size is not None and size != len(value)) or (item is not None and len(value) % item)
     if bad:
         expected = f"{size} bytes" if size is not None else f"a multiple of {item} bytes"
-        name = "odd_feature_list" if msg.opcode == 0x1f else "illegal_value_length"
+        name = "odd_feature_list" if msg.opcode == Opcode.HELLO else "illegal_value_length"
         msg.add(name, f"{variant.name} value has {len(value)} bytes, expected {expected}", start,
                 len(value))
         rec["value"] = value.hex()

@@ -8,7 +8,7 @@ for opcodes 0x01-0x05 and shares every other row with the DCP registry.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
@@ -21,6 +21,7 @@ from dcpctl.protocol.constants import (
     DURABILITY_LEVELS,
     OPCODES,
     OSO_FLAGS,
+    SERVER_MAGICS,
     SERVER_OPCODES,
     SNAPSHOT_FLAGS,
     STREAM_END_STATUSES,
@@ -28,6 +29,8 @@ from dcpctl.protocol.constants import (
     SYSTEM_EVENTS,
     UPR_OPCODES,
     VBUCKET_STATES,
+    Magic,
+    Status,
     Vocabulary,
 )
 
@@ -57,6 +60,23 @@ class Presence(Enum):
     REQUIRED = "required"
 
 
+class Pushed(Enum):
+    """Whether a producer sends this request on a DCP connection, and what it belongs to (reference 3)."""
+
+    NO = "no"  # sent by the consumer, or not a DCP message
+    CONNECTION = "connection"  # pushed, not tied to a stream: its opaque is the producer's own (DCP_NOOP)
+    STREAM = "stream"  # pushed on a stream the consumer opened: its opaque is the stream request's
+
+
+class Item(Enum):
+    """What a stream item is: pushed messages that take a seqno of their own inside the snapshot."""
+
+    NONE = "none"
+    CHANGE = "change"  # a committed document change: mutation, deletion, expiration
+    PREPARE = "prepare"  # a durable write not yet committed (sync replication)
+    EVENT = "event"  # a collection or scope event
+
+
 @dataclass(frozen=True)
 class FixedLayout:
     """A fixed-size all-integer construct Struct compiled to one ``struct.Struct`` (the fast path).
@@ -72,6 +92,21 @@ class FixedLayout:
     @property
     def size(self) -> int:
         return self.codec.size
+
+    def _formats(self) -> list[str]:
+        return [code for code in self.codec.format if code not in "<>=!@"]
+
+    def offset(self, name: str) -> int:
+        """Where field ``name`` starts, in bytes from the start of the layout."""
+        return struct.calcsize(">" + "".join(self._formats()[:self.names.index(name)]))
+
+    def prefix(self, name: str) -> struct.Struct:
+        """The fields from the first up to and including ``name``, as one codec (a partial read)."""
+        return struct.Struct(">" + "".join(self._formats()[:self.names.index(name) + 1]))
+
+    def field(self, name: str) -> struct.Struct:
+        """Field ``name`` alone; read it at :meth:`offset`."""
+        return struct.Struct(">" + self._formats()[self.names.index(name)])
 
     def unpack(self, buf: bytes, offset: int = 0) -> dict[str, int]:
         return dict(zip(self.names, self.codec.unpack_from(buf, offset), strict=True))
@@ -90,6 +125,14 @@ def fixed_layout(grammar: Struct) -> FixedLayout:
         fmt += inner.fmtstr.lstrip("<>=!")
         names.append(sub.name)
     return FixedLayout(grammar, tuple(names), struct.Struct(fmt))
+
+
+def layout(grammar: Struct) -> FixedLayout:
+    """The fixed layout of ``grammar``, compiled once (every row sharing a declaration shares its layout)."""
+    key = id(grammar)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = fixed_layout(grammar)
+    return _LAYOUTS[key]
 
 
 @dataclass(frozen=True)
@@ -127,12 +170,14 @@ _LAYOUTS: dict[int, FixedLayout] = {}
 
 
 def _layout_of(grammar: Struct | None) -> FixedLayout | None:
-    if grammar is None:
-        return None
-    key = id(grammar)
-    if key not in _LAYOUTS:
-        _LAYOUTS[key] = fixed_layout(grammar)
-    return _LAYOUTS[key]
+    return None if grammar is None else layout(grammar)
+
+
+# The 24-byte header (reference 1), compiled from its declaration. Every header grammar has the same field
+# sizes (the response's status and the alternative encoding's split key length share a request's bytes), so
+# one codec reads them all; field offsets (``HEADER_LAYOUT.offset("opaque")``) come from the request's names.
+HEADER_LAYOUT: Final = layout(g.request_header)
+OPCODE_MAX: Final = (1 << 8 * HEADER_LAYOUT.field("opcode").size) - 1  # the largest opcode the header holds
 
 
 @dataclass(frozen=True)
@@ -147,6 +192,35 @@ class MessageSpec:
     type_field: str = "datatype"  # UPR draft: "request_type"
     has_status: bool = True  # response header carries a status (UPR draft: a vbucket)
     vocabulary: Vocabulary = OPCODES
+    pushed: Pushed = Pushed.NO  # requests: does a producer send it on a DCP connection
+    item: Item = Item.NONE  # pushed on a stream: a stream item, and which kind
+    answered: bool = False  # pushed, and the consumer answers it (so a response is matched to it)
+    before_auth: bool = False  # a server runs it before SASL authentication succeeds (kv_engine)
+
+    @property
+    def by_seqno(self) -> bool:
+        """Some row's extras carry a ``by_seqno``."""
+        return any(v.layout is not None and "by_seqno" in v.layout.names for v in self.variants)
+
+    @property
+    def document_key(self) -> bool:
+        """Some row's key is a document key (a collection prefix when collections are on)."""
+        return any(v.key is KeyKind.DOCUMENT for v in self.variants)
+
+    @property
+    def needs_key(self) -> bool:
+        """Every row requires a key."""
+        return all(v.key_presence is Presence.REQUIRED for v in self.variants)
+
+    @property
+    def on_stream(self) -> bool:
+        """Pushed on a stream the consumer opened (items, markers, stream ends...)."""
+        return self.pushed is Pushed.STREAM
+
+    @property
+    def document_item(self) -> bool:
+        """A stream item about a document, with its seqno: mutation, deletion, expiration, prepare."""
+        return self.item is not Item.NONE and self.document_key and self.by_seqno
 
 
 def _x(**kwargs: Any) -> Variant:
@@ -158,19 +232,22 @@ def _when_ext(n: int) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
 
 
 EMPTY = _x(name="empty", when=_when_ext(0))
-SUCCESS = (("status", 0x00),)
+SUCCESS = (("status", int(Status.SUCCESS)),)
+ROLLBACK = (("status", int(Status.ROLLBACK)),)
 ERROR_BODY = _x(name="error", when=_when_ext(0), value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
 
-REQ: Final = 0x80
-RES: Final = 0x81
-SREQ: Final = 0x82
-SRES: Final = 0x83
+REQ: Final = int(Magic.CLIENT_REQUEST)
+RES: Final = int(Magic.CLIENT_RESPONSE)
+SREQ: Final = int(Magic.SERVER_REQUEST)
+SRES: Final = int(Magic.SERVER_RESPONSE)
 
 
-def _spec(magic_class: int, name: str, *variants: Variant, summary: str = "") -> MessageSpec:
-    vocabulary = SERVER_OPCODES if magic_class in (SREQ, SRES) else OPCODES
+def _spec(magic_class: int, name: str, *variants: Variant, summary: str = "", pushed: Pushed = Pushed.NO,
+          item: Item = Item.NONE, answered: bool = False, before_auth: bool = False) -> MessageSpec:
+    vocabulary = SERVER_OPCODES if magic_class in SERVER_MAGICS else OPCODES
     opcode = vocabulary.code_of[name]
-    return MessageSpec(name, opcode, magic_class, variants, summary or vocabulary.meaning_of[opcode])
+    return MessageSpec(name, opcode, magic_class, variants, summary or vocabulary.meaning_of[opcode],
+                       pushed=pushed, item=item, answered=answered, before_auth=before_auth)
 
 
 def _response(name: str, *success: Variant) -> MessageSpec:
@@ -201,7 +278,7 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
              vocabularies=_STREAM_FLAGS)),
     _spec(REQ, "DCP_GET_FAILOVER_LOG", EMPTY),
     _spec(REQ, "DCP_STREAM_END", _x(name="stream_end", extras=g.stream_end_extras, when=_when_ext(4),
-                                    vocabularies={"stream_end_status": STREAM_END_STATUSES})),
+                                    vocabularies={"stream_end_status": STREAM_END_STATUSES}), pushed=Pushed.STREAM),
     _spec(REQ, "DCP_SNAPSHOT_MARKER",
           _x(name="snapshot_marker_v1", extras=g.snapshot_marker_v1_extras, when=_when_ext(20),
              vocabularies={"snapshot_flags": SNAPSHOT_FLAGS}),
@@ -219,24 +296,28 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="snapshot_marker_v2_2", extras=g.snapshot_marker_v2_extras,
              when=(("extras_length", 1), ("extras_byte0", 2)),
              value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
-             value_grammar=g.snapshot_marker_v2_2_value, vocabularies={"snapshot_flags": SNAPSHOT_FLAGS})),
+             value_grammar=g.snapshot_marker_v2_2_value, vocabularies={"snapshot_flags": SNAPSHOT_FLAGS}),
+          pushed=Pushed.STREAM, answered=True),
     _spec(REQ, "DCP_MUTATION", _x(name="mutation", extras=g.mutation_extras, when=_when_ext(31),
-                                  value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY)),
+                                  value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY),
+          pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_DELETION",
           _x(name="deletion_v1", extras=g.deletion_v1_extras, when=_when_ext(18),
              value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY),
           _x(name="deletion_v2", extras=g.deletion_v2_extras, when=_when_ext(21),
-             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY)),
+             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL, **_DOC_KEY),
+          pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_EXPIRATION", _x(name="expiration", extras=g.expiration_extras, when=_when_ext(20),
                                     value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
-                                    **_DOC_KEY)),
+                                    **_DOC_KEY), pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_FLUSH", _x(name="flush", when=_when_ext(0),
                                note=("obsolete_opcode", "DCP_FLUSH is obsolete; current servers answer "
-                                     "NotSupported (DcpFlush_Unsupported)"))),
+                                     "NotSupported (DcpFlush_Unsupported)")), pushed=Pushed.STREAM),
     _spec(REQ, "DCP_SET_VBUCKET_STATE", _x(name="set_vbucket_state", extras=g.set_vbucket_state_extras,
                                            when=_when_ext(1),
-                                           vocabularies={"vbucket_state": VBUCKET_STATES})),
-    _spec(REQ, "DCP_NOOP", EMPTY),
+                                           vocabularies={"vbucket_state": VBUCKET_STATES}),
+          pushed=Pushed.STREAM, answered=True),
+    _spec(REQ, "DCP_NOOP", EMPTY, pushed=Pushed.CONNECTION, answered=True),
     _spec(REQ, "DCP_BUFFER_ACKNOWLEDGEMENT", _x(name="buffer_ack", extras=g.buffer_ack_extras,
                                                 when=_when_ext(4))),
     _spec(REQ, "DCP_CONTROL", _x(name="control", when=_when_ext(0), key=KeyKind.TEXT,
@@ -253,40 +334,43 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
             (3, 0): g.create_scope_value,
             (4, 0): g.drop_scope_value,
         },
-        vocabularies={"event_id": SYSTEM_EVENTS})),
+        vocabularies={"event_id": SYSTEM_EVENTS}), pushed=Pushed.STREAM, item=Item.EVENT),
     _spec(REQ, "DCP_PREPARE", _x(name="prepare", extras=g.prepare_extras, when=_when_ext(31),
                                  value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
-                                 vocabularies={"durability_level": DURABILITY_LEVELS}, **_DOC_KEY)),
+                                 vocabularies={"durability_level": DURABILITY_LEVELS}, **_DOC_KEY),
+          pushed=Pushed.STREAM, item=Item.PREPARE),
     _spec(REQ, "DCP_SEQNO_ACKNOWLEDGED", _x(name="seqno_acknowledged", extras=g.seqno_acknowledged_extras,
                                             when=_when_ext(8))),
-    _spec(REQ, "DCP_COMMIT", _x(name="commit", extras=g.commit_extras, when=_when_ext(16), **_DOC_KEY)),
-    _spec(REQ, "DCP_ABORT", _x(name="abort", extras=g.abort_extras, when=_when_ext(16), **_DOC_KEY)),
+    _spec(REQ, "DCP_COMMIT", _x(name="commit", extras=g.commit_extras, when=_when_ext(16), **_DOC_KEY),
+          pushed=Pushed.STREAM),
+    _spec(REQ, "DCP_ABORT", _x(name="abort", extras=g.abort_extras, when=_when_ext(16), **_DOC_KEY),
+          pushed=Pushed.STREAM),
     _spec(REQ, "DCP_SEQNO_ADVANCED", _x(name="seqno_advanced", extras=g.seqno_advanced_extras,
-                                        when=_when_ext(8))),
+                                        when=_when_ext(8)), pushed=Pushed.STREAM),
     _spec(REQ, "DCP_OSO_SNAPSHOT", _x(name="oso_snapshot", extras=g.oso_snapshot_extras, when=_when_ext(4),
-                                      vocabularies={"oso_flags": OSO_FLAGS})),
+                                      vocabularies={"oso_flags": OSO_FLAGS}), pushed=Pushed.STREAM),
     _spec(REQ, "DCP_CACHE_TRANSFER", _x(name="cache_transfer", when=_when_ext(0), value=ValueKind.GRAMMAR,
                                         value_presence=Presence.REQUIRED,
-                                        value_grammar=g.cache_transfer_value)),
-    _spec(REQ, "DCP_CACHE_TRANSFER_END", EMPTY),
+                                        value_grammar=g.cache_transfer_value), pushed=Pushed.STREAM, answered=True),
+    _spec(REQ, "DCP_CACHE_TRANSFER_END", EMPTY, pushed=Pushed.STREAM),
 ]
 
 OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT,
                            key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
-                           value_presence=Presence.OPTIONAL, value_grammar=g.hello_value)),
-    _spec(REQ, "SASL_LIST_MECHS", EMPTY),
+                           value_presence=Presence.OPTIONAL, value_grammar=g.hello_value), before_auth=True),
+    _spec(REQ, "SASL_LIST_MECHS", EMPTY, before_auth=True),
     _spec(REQ, "SASL_AUTH", _x(name="sasl_auth", when=_when_ext(0), key=KeyKind.TEXT,
                                key_presence=Presence.REQUIRED, value=ValueKind.SECRET,
-                               value_presence=Presence.OPTIONAL)),
+                               value_presence=Presence.OPTIONAL), before_auth=True),
     _spec(REQ, "SASL_STEP", _x(name="sasl_step", when=_when_ext(0), key=KeyKind.TEXT,
                                key_presence=Presence.REQUIRED, value=ValueKind.SECRET,
-                               value_presence=Presence.OPTIONAL)),
+                               value_presence=Presence.OPTIONAL), before_auth=True),
     _spec(REQ, "SELECT_BUCKET", _x(name="select_bucket", when=_when_ext(0), key=KeyKind.TEXT,
                                    key_presence=Presence.REQUIRED)),
     _spec(REQ, "GET_ERROR_MAP", _x(name="get_error_map", when=_when_ext(0), value=ValueKind.GRAMMAR,
                                    value_presence=Presence.REQUIRED,
-                                   value_grammar=g.error_map_request_value)),
+                                   value_grammar=g.error_map_request_value), before_auth=True),
     _spec(REQ, "GET_CLUSTER_CONFIG", EMPTY,
           _x(name="get_cluster_config_known_version", extras=g.cluster_config_extras,
              when=_when_ext(16))),
@@ -299,8 +383,8 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "GET_FAILOVER_LOG", EMPTY),
     _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
                           value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
-    _spec(REQ, "VERSION", EMPTY),
-    _spec(REQ, "NOOP", EMPTY),
+    _spec(REQ, "VERSION", EMPTY, before_auth=True),
+    _spec(REQ, "NOOP", EMPTY, before_auth=True),
 ]
 
 _FAILOVER_LOG = _x(name="failover_log", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
@@ -313,10 +397,10 @@ RESPONSES: Final[list[MessageSpec]] = [
                                    when=SUCCESS + _when_ext(4))),
     _response("DCP_CLOSE_STREAM", _EMPTY_OK),
     _response("DCP_STREAM_REQ", _FAILOVER_LOG,
-              _x(name="rollback", when=(("status", 0x23), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+              _x(name="rollback", when=ROLLBACK + _when_ext(0), value=ValueKind.GRAMMAR,
                  value_presence=Presence.REQUIRED, value_grammar=g.rollback_value),
               _x(name="rollback_in_extras", extras=g.rollback_extras,
-                 when=(("status", 0x23), ("extras_length", 8)),
+                 when=ROLLBACK + _when_ext(8),
                  note=("rollback_seqno_in_extras",
                        "the rollback seqno is in the extras (extras length 8): the early stream-request "
                        "page shows it so, but servers send it as an 8-byte value with extras length 0"))),
@@ -448,6 +532,35 @@ _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)
 DIALECTS: Final[dict[str, Dialect]] = {d.name: d for d in (DCP, UPR_DRAFT)}
+
+
+def request_opcodes(test: Callable[[MessageSpec], bool]) -> frozenset[int]:
+    """The opcodes of the DCP dialect's client requests (magic 0x80) whose row passes ``test``: the opcode
+    sets code branches on, derived from the rows (plain ints, for the per-message path)."""
+    return frozenset(spec.opcode for (magic, _), spec in DCP.table.items() if magic == REQ and test(spec))
+
+
+def names(opcodes: frozenset[int]) -> frozenset[str]:
+    """The kv_engine names of request opcodes (what a record's ``opcode`` holds)."""
+    return frozenset(DCP.table[REQ, code].name for code in opcodes)
+
+
+# Sent by the producer on a DCP connection.
+PUSHED_OPCODES: Final = request_opcodes(lambda spec: spec.pushed is not Pushed.NO)
+# Pushed on a stream the consumer opened: carry the stream request's opaque.
+STREAM_OPCODES: Final = request_opcodes(lambda spec: spec.on_stream)
+# Stream items: each takes a by_seqno inside the current snapshot.
+ITEM_OPCODES: Final = request_opcodes(lambda spec: spec.item is not Item.NONE)
+# Committed document changes: mutation, deletion, expiration (what `stream` counts as items).
+CHANGE_OPCODES: Final = request_opcodes(lambda spec: spec.item is Item.CHANGE)
+# Stream items about a document, with their seqno (changes and prepares).
+DOCUMENT_ITEM_OPCODES: Final = request_opcodes(lambda spec: spec.document_item)
+# Pushed on a stream with a by_seqno: the items and DCP_SEQNO_ADVANCED, which move a stream's position.
+BY_SEQNO_OPCODES: Final = request_opcodes(lambda spec: spec.on_stream and spec.by_seqno)
+# Pushed messages the consumer answers, so their response can be matched.
+ANSWERED_OPCODES: Final = request_opcodes(lambda spec: spec.answered)
+# Requests a server runs before SASL authentication succeeds.
+BEFORE_AUTH_OPCODES: Final = request_opcodes(lambda spec: spec.before_auth)
 
 
 _OPCODE_VOCABULARIES: Final = (OPCODES, SERVER_OPCODES, UPR_OPCODES)

@@ -8,8 +8,6 @@ from typing import Any, TextIO
 
 import orjson
 
-# Version of the record contract documented in the README and dcpctl(1); bump on any key change.
-SCHEMA_VERSION = 1
 _BINARY_FIELDS = ("value", "key")
 
 

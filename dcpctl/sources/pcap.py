@@ -128,6 +128,7 @@ def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: fl
     if linktype == DLT_EN10MB and len(data) >= _PLAIN_TCP_LENGTH:
         ethertype, version_ihl, total, fragment, protocol, src, dst, sport, dport, seq, ack, data_offset, flags = \
             _PLAIN_TCP.unpack_from(data)
+        # IPv4 ethertype, version 4 with a 20-byte header, not a fragment: IP and Ethernet codes, not DCP ones
         if ethertype == 0x0800 and version_ihl == 0x45 and protocol == TCP and not fragment & 0x1FFF:
             start = 34 + (data_offset >> 4) * 4
             ip_end = 14 + total

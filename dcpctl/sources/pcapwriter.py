@@ -17,7 +17,7 @@ LINKTYPE_RAW: Final = 101
 LINKTYPE_LINUX_SLL: Final = 113
 # Large enough for any DCP packet plus headers (a 20 MiB item spans many segments anyway).
 DEFAULT_SNAPLEN: Final = 262144
-FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10  # TCP header flag bits (RFC 9293), not DCP codes
 MSS: Final = 1448
 
 
@@ -91,6 +91,7 @@ class TcpConversation:
             ip = struct.pack("!IHBB", 6 << 28, length, 6, 64) + src_ip + dst_ip
             ethertype = 0x86DD
         else:
+            # an IPv4 header (RFC 791): version 4 with 20 bytes, don't fragment, TTL 64, TCP
             header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + length, 0, 0x4000, 64, 6, 0, src_ip, dst_ip)
             ip = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
             ethertype = 0x0800

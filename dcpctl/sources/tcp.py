@@ -35,7 +35,7 @@ DEFAULT_MAX_BUFFERED: Final = 16 * 1024 * 1024
 # Connections tracked at once: a node has at most a few thousand KV connections, a client fewer; a capture
 # with more open at once is a scan or a SYN flood, and each tracked connection costs about a kilobyte.
 DEFAULT_MAX_CONNECTIONS: Final = 65536
-FIN, SYN, RST = 0x01, 0x02, 0x04
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10  # TCP header flag bits (RFC 9293), not DCP codes
 _HALF: Final = 1 << 31
 _MOD: Final = 1 << 32
 
@@ -137,7 +137,7 @@ class Reassembler:
             return seg.src, seg.dst, True
         if seg.src[1] in self.server_ports and seg.dst[1] not in self.server_ports:
             return seg.dst, seg.src, False
-        if seg.flags & SYN and not seg.flags & 0x10:  # a SYN without ACK comes from the client
+        if seg.flags & SYN and not seg.flags & ACK:  # a SYN without ACK comes from the client
             return seg.src, seg.dst, True
         if seg.src[1] < seg.dst[1]:
             return seg.dst, seg.src, False
