@@ -90,7 +90,12 @@ class Message:
 
     # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
     # cheaper way to build hundreds of thousands of messages a second.
-    diagnostics: list[Diagnostic] | tuple[()] = ()
+    # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
+    # checks, deferred until first asked for), then the context annotate() added.
+    _found: list[Diagnostic] | tuple[()] = ()
+    _context_diagnostics: list[Diagnostic] | tuple[()] = ()
+    _checked: bool = False  # the key and value checks have run (they run once, building the record)
+    _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
     frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
     plan: _Plan | None = None  # the registry row and layout this header shape resolved to
     framing_extras_length: int = 0
@@ -218,24 +223,46 @@ class Message:
         self.extend([diagnostic(name, message, offset, length)])
 
     def extend(self, diagnostics: list[Diagnostic]) -> None:
+        """Diagnostics of the packet itself (decode's and the key and value checks'), in the order found."""
         if diagnostics:
-            if isinstance(self.diagnostics, tuple):
-                self.diagnostics = []
-            self.diagnostics.extend(diagnostics)
+            if isinstance(self._found, tuple):
+                self._found = []
+            self._found.extend(diagnostics)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic] | tuple[()]:
+        """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
+        two checked on first use, once), then the context :meth:`annotate` added."""
+        if not self._checked:
+            self._check()
+        found, context = self._found, self._context_diagnostics
+        if not context:
+            return found
+        return [*found, *context] if found else context
+
+    def _check(self) -> None:
+        """Run the key and value checks: they are the record's key and value fields being built, so the
+        record without its context is built now and kept for :meth:`record`."""
+        if self._record is None:
+            self._record = _record(self)
 
     # --- the JSON record --------------------------------------------------------------------------
     def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
         """Add context a single packet cannot know (capture time, connection, stream state).
 
-        ``first`` keys go before the packet's own, ``last`` after them; diagnostics join the packet's now,
-        the record is built when first asked for (a consumer that only counts never pays for it).
+        ``first`` keys go before the packet's own, ``last`` after them; diagnostics come after the packet's
+        own, whenever these are checked. The record is built when first asked for (a consumer that only
+        counts never pays for it).
         """
-        self.extend(diagnostics)
+        if diagnostics:
+            if isinstance(self._context_diagnostics, tuple):
+                self._context_diagnostics = []
+            self._context_diagnostics.extend(diagnostics)
         self._context = (first, last)
 
     @property
     def has_record(self) -> bool:
-        """Whether :meth:`record` has been built (it checks the value, which may add diagnostics)."""
+        """Whether :meth:`record` has been built (the key and value checks ran with it)."""
         return self._record is not None
 
     @property
@@ -257,7 +284,8 @@ class Message:
             del merged["diagnostics"]  # they go last, after ``last``'s keys
             if last:
                 merged.update(last)
-            merged["diagnostics"] = [d.to_json() for d in self.diagnostics] if self.diagnostics else []
+            diagnostics = self.diagnostics
+            merged["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
             self._record = merged
         elif self._record is None:
             self._record = _record(self)
@@ -606,7 +634,9 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
     key_kind = variant.key if variant else _KEY_RAW
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
+    msg._checked = True
+    diagnostics = msg.diagnostics
+    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
     return rec
 
 
@@ -664,7 +694,9 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
         else:
             rec["value"] = value.hex()
             rec["value_encoding"] = "hex"
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
+    msg._checked = True
+    diagnostics = msg.diagnostics
+    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
     return rec
 
 
@@ -694,6 +726,7 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
                      msg.options.collections)
     if key is None:
         return None
+    msg._checked = True  # the key and value were found to add no diagnostic: that is their check
     magic, opcode = plan.fast
     return magic, opcode, key[0], key[1], values[plan.seqno_at], values[plan.rev_seqno_at]
 
