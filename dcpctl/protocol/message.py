@@ -196,6 +196,48 @@ class Message:
         return self.vbucket_or_status if self.has_status else None
 
     @property
+    def status_name(self) -> str | None:
+        """The status as the record names it (the kv_engine name, or ``0x....``), None on a request."""
+        status = self.status
+        return None if status is None else STATUSES.name_of.get(status) or STATUSES.name(status, 4)
+
+    @property
+    def value_fields(self) -> Any:
+        """The GRAMMAR value parsed by its declaration (once): a construct ``Container`` named as the grammar
+        names its fields (``.failover_log[0].vbucket_uuid``, ``.vbucket_seqnos``, ``.features``,
+        ``.error_map_version``, ``.rollback_seqno``...). None when the variant's value is not a GRAMMAR
+        value or does not fit its layout (the record then shows it raw, with a diagnostic)."""
+        if self._value_fields is None:
+            variant = self.variant
+            if variant is None or variant.value is not _VALUE_GRAMMAR:
+                return None
+            self._value_fields = _parse_grammar_value(self, variant)[1]
+        return self._value_fields or None
+
+    def field(self, name: str) -> Any:
+        """A field by its declared name wherever the variant puts it, the extras or the GRAMMAR value (a
+        rollback's ``rollback_seqno``, a marker's ``snap_start_seqno``); None when it has none."""
+        extras = self.extras
+        if extras is not None and name in extras:
+            return extras[name]
+        fields = self.value_fields
+        return fields[name] if fields is not None and name in fields else None
+
+    @property
+    def hello_features(self) -> list[int]:
+        """A HELLO's feature codes (compare with :class:`~dcpctl.protocol.constants.HelloFeature`)."""
+        return [int(code) for code in self.field("features") or ()]
+
+    @property
+    def stream_request_value(self) -> srv.StreamRequestValue | None:
+        """A stream request's JSON value as the server reads it; None without one, or when it is not an
+        object (see :func:`~dcpctl.protocol.stream_request_value.parse`)."""
+        variant = self.variant
+        if variant is None or variant.value is not _VALUE_STREAM_REQUEST_JSON or not self.body_end > self.value_offset:
+            return None
+        return srv.parse(self.value)
+
+    @property
     def opcode_name(self) -> str:
         if self.spec is not None:
             return self.spec.name
@@ -592,7 +634,7 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
         if msg.variant is not None and msg.variant.label:
             rec[f"{type_field}_name"] = msg.variant.label
     if magic in RESPONSE_MAGICS and (spec is None or spec.has_status):
-        rec["status"] = STATUSES.name_of.get(word) or STATUSES.name(word, 4)
+        rec["status"] = msg.status_name
     else:
         rec["vbucket"] = word
     rec["opaque"] = opaque
@@ -1030,34 +1072,42 @@ def value_grammar(variant: Variant, extras: dict[str, int] | None, value_length:
     return variant.value_grammars.get(key)
 
 
-def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: bytes) -> None:
+def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diagnostic | None]:
+    """(grammar, parsed value or False, why it does not fit or None): the one reading of a GRAMMAR value,
+    for the record and for :attr:`Message.value_fields`. An empty value parses only as a list."""
+    value = msg.value
     start = msg.value_offset
     grammar = value_grammar(variant, msg.extras, len(value))
+    if not value:
+        fits = grammar is not None and walk.item_size(grammar) is not None
+        return grammar, grammar.parse(b"") if fits else False, None
     if grammar is None:
         if msg.opcode == 0x5f:
-            msg.add("unknown_system_event", "system event id/version without a declared value layout "
-                    "(version 2 is FlatBuffers); value kept raw", start, len(value))
-        else:
-            msg.add("illegal_value_length", f"no value layout of {variant.name} has {len(value)} bytes",
-                    start, len(value))
-        rec["value"] = value.hex()
-        rec["value_encoding"] = "hex"
-        return
+            return None, False, diagnostic("unknown_system_event", "system event id/version without a declared "
+                                           "value layout (version 2 is FlatBuffers); value kept raw", start,
+                                           len(value))
+        return None, False, diagnostic("illegal_value_length", f"no value layout of {variant.name} has "
+                                       f"{len(value)} bytes", start, len(value))
     size = walk.fixed_size(grammar)
     item = walk.item_size(grammar)
-    bad = (size is not None and size != len(value)) or (item is not None and len(value) % item)
-    if bad:
+    if (size is not None and size != len(value)) or (item is not None and len(value) % item):
         expected = f"{size} bytes" if size is not None else f"a multiple of {item} bytes"
         name = "odd_feature_list" if msg.opcode == 0x1f else "illegal_value_length"
-        msg.add(name, f"{variant.name} value has {len(value)} bytes, expected {expected}", start,
-                len(value))
-        rec["value"] = value.hex()
-        rec["value_encoding"] = "hex"
-        return
+        return grammar, False, diagnostic(name, f"{variant.name} value has {len(value)} bytes, expected "
+                                          f"{expected}", start, len(value))
     try:
-        parsed = grammar.parse(value)
+        return grammar, grammar.parse(value), None
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"
-        msg.add("illegal_value_length", f"{variant.name} value does not parse: {exc}", start, len(value))
+        return grammar, False, diagnostic("illegal_value_length", f"{variant.name} value does not parse: {exc}",
+                                          start, len(value))
+
+
+def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: bytes) -> None:
+    start = msg.value_offset
+    grammar, parsed, problem = _parse_grammar_value(msg, variant)
+    msg._value_fields = parsed
+    if problem is not None:
+        msg.extend([problem])
         rec["value"] = value.hex()
         rec["value_encoding"] = "hex"
         return
