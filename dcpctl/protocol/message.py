@@ -677,8 +677,7 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
     msg._checked = True
-    diagnostics = msg.diagnostics
-    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
+    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
     return rec
 
 
@@ -737,8 +736,7 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
             rec["value"] = value.hex()
             rec["value_encoding"] = "hex"
     msg._checked = True
-    diagnostics = msg.diagnostics
-    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
+    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
     return rec
 
 
