@@ -3,9 +3,13 @@
 Theory of operation. ``decode`` does the cheap, always-needed work: the 24-byte header (one ``struct``
 unpack), the registry lookup (cached per header shape), frame infos, and the extras through the variant's
 fixed layout, which is derived from its construct declaration. Anything more expensive (snappy, xattrs,
-JSON, value grammars) waits until a renderer asks for :meth:`Message.record`, so a filter on ``opcode`` or
-``by_seqno`` never touches values. Nothing here raises on bad input: every departure from the declared
-layout becomes a named :class:`Diagnostic` and the bytes are kept, so encode can give them back exactly.
+JSON, value grammars) waits until a renderer asks for :meth:`Message.record` or someone reads
+:attr:`Message.diagnostics`, so a filter on ``opcode`` or ``by_seqno`` never touches values; those checks run
+once, and the diagnostics keep one order whoever asks first (header, frame infos, extras, key, value, then
+the context :meth:`Message.annotate` adds). Code that acts on a message reads it typed (``status``,
+:meth:`Message.field`, :attr:`Message.value_fields`, :attr:`Message.stream_request_value`); the record is
+for renderers. Nothing here raises on bad input: every departure from the declared layout becomes a named
+:class:`Diagnostic` and the bytes are kept, so encode can give them back exactly.
 
 Two framing modes exist. From a byte stream the framer hands over exactly ``24 + total_body_length`` bytes.
 A single packet given on its own (a hexdump, a document's diagram) may disagree with its own length fields;
