@@ -25,9 +25,11 @@ from typing import Any, Final
 
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, SaslError, ScramClient, canonical, plain_message
 from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.constants import HELLO_FEATURES, HelloFeature, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.value import text_or_hex
 
 DEFAULT_TIMEOUT: Final = 10.0  # seconds for connecting and for each request
 RECV_SIZE: Final = 1 << 20
@@ -314,21 +316,20 @@ class Connection:
     def check(self, record: dict[str, Any], what: str | None = None, *, code: ExitCode | None = None) -> Message:
         """:meth:`call` that raises :class:`StatusError` unless the answer is Success."""
         reply = self.call(record, what)
-        status = reply.record().get("status")
-        if status != "Success":
-            raise StatusError(what or str(record.get("opcode")), str(status), code)
+        if reply.status != Status.SUCCESS:
+            raise StatusError(what or str(record.get("opcode")), str(reply.status_name), code)
         return reply
 
     # --- bootstrap ---------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str, mechanism: str | None = None) -> str:
         """SASL with the strongest mechanism both sides know (or ``mechanism``); returns the one used."""
-        listed = self.call({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS").record()
-        if listed.get("status") in ("UnknownCommand", "NotSupported"):
+        listed = self.call({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS")
+        if listed.status in (Status.UNKNOWN_COMMAND, Status.NOT_SUPPORTED):
             raise AuthError(f"{self.label}: the server does not do SASL authentication (SASL_LIST_MECHS: "
-                            f"{listed['status']}): not a Couchbase data node, or a memcached without SASL")
-        if listed.get("status") != "Success":
-            raise StatusError("SASL_LIST_MECHS", str(listed.get("status")), ExitCode.AUTH)
-        offered = str(listed.get("value", ""))
+                            f"{listed.status_name}): not a Couchbase data node, or a memcached without SASL")
+        if listed.status != Status.SUCCESS:
+            raise StatusError("SASL_LIST_MECHS", str(listed.status_name), ExitCode.AUTH)
+        offered = text_or_hex(listed.value)[0]  # as the record shows it
         offered_names = {canonical(m): m for m in offered.split()}
         if mechanism is not None:
             wanted = canonical(mechanism)
@@ -350,47 +351,48 @@ class Connection:
             return name
         scram = ScramClient(choice, user, password, max_iterations=self.max_scram_iterations)
         reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": scram.first().decode()}, "SASL_AUTH")
-        if reply.record().get("status") != "AuthContinue":
+        if reply.status != Status.AUTH_CONTINUE:
             self._auth_status(reply, user)
         try:
             final = scram.final(reply.value)
         except SaslError as exc:
             raise AuthError(f"{self.label}: {exc}") from None
         reply = self.call({"opcode": "SASL_STEP", "key": name, "value": final.decode()}, "SASL_STEP")
-        status = reply.record().get("status")
-        if status in ("Success", "AuthContinue"):
+        status = reply.status
+        if status in (Status.SUCCESS, Status.AUTH_CONTINUE):
             try:
                 scram.verify(reply.value)
             except SaslError as exc:
                 raise AuthError(f"{self.label}: {exc}") from None
-        if status == "AuthContinue":  # memcached (Cyrus SASL) wants one more, empty, step
+        if status == Status.AUTH_CONTINUE:  # memcached (Cyrus SASL) wants one more, empty, step
             reply = self.call({"opcode": "SASL_STEP", "key": name, "value": ""}, "SASL_STEP")
         self._auth_status(reply, user)
         return name
 
     def _auth_status(self, reply: Message, user: str) -> None:
-        status = reply.record().get("status")
-        if status == "Success":
+        status = reply.status
+        if status == Status.SUCCESS:
             return
-        if status in ("AuthError", "Eaccess", "AuthStale"):
-            raise AuthError(f"{self.label}: authentication failed for user {user!r} ({status})")
-        raise StatusError("SASL", str(status), ExitCode.AUTH)
+        if status in (Status.AUTH_ERROR, Status.EACCESS, Status.AUTH_STALE):
+            raise AuthError(f"{self.label}: authentication failed for user {user!r} ({reply.status_name})")
+        raise StatusError("SASL", str(reply.status_name), ExitCode.AUTH)
 
     def hello(self, features: tuple[str, ...] = DCP_FEATURES, agent: str = "dcpctl") -> list[str]:
         reply = self.check({"opcode": "HELLO", "key": agent, "features": list(features)}, "HELLO")
-        self.features = [str(f) for f in reply.record().get("features", [])]
-        self.options = DecodeOptions(collections="Collections" in self.features)
+        codes = reply.hello_features
+        self.features = [HELLO_FEATURES.name(code, 4) for code in codes]
+        self.options = DecodeOptions(collections=HelloFeature.COLLECTIONS in codes)
         return self.features
 
     def select_bucket(self, bucket: str) -> None:
         reply = self.call({"opcode": "SELECT_BUCKET", "key": bucket}, "SELECT_BUCKET")
-        status = reply.record().get("status")
-        if status == "KeyEnoent":
+        status = reply.status
+        if status == Status.KEY_ENOENT:
             raise StatusError(f"bucket {bucket!r}", "KeyEnoent (no such bucket)")
-        if status in ("Eaccess", "AuthError"):
-            raise AuthError(f"{self.label}: no access to bucket {bucket!r} ({status})")
-        if status != "Success":
-            raise StatusError("SELECT_BUCKET", str(status))
+        if status in (Status.EACCESS, Status.AUTH_ERROR):
+            raise AuthError(f"{self.label}: no access to bucket {bucket!r} ({reply.status_name})")
+        if status != Status.SUCCESS:
+            raise StatusError("SELECT_BUCKET", str(reply.status_name))
 
     def bootstrap(self, user: str, password: str, bucket: str, mechanism: str | None = None,
                   features: tuple[str, ...] = DCP_FEATURES) -> None:

@@ -18,8 +18,10 @@ from dcpctl.dcp.rollback import (
     StreamRequest,
     VbucketState,
     check_stream_request,
+    failover_entries,
     next_request,
 )
+from dcpctl.protocol.constants import Status
 
 
 @dataclass
@@ -44,10 +46,9 @@ class LiveRound:
 
 def server_view(conn: Connection, vbucket: int) -> VbucketState:
     log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vbucket}, f"GET_FAILOVER_LOG vbucket {vbucket}")
-    entries = [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in log.record().get("failover_log", [])]
-    seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record().get("vbucket_seqnos", [])
-    high = next((int(e["seqno"]) for e in seqnos if int(e["vbucket"]) == vbucket), 0)
-    return VbucketState(tuple(entries), high)
+    seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos") or ()
+    high = next((int(e.seqno) for e in seqnos if e.vbucket == vbucket), 0)
+    return VbucketState(tuple(failover_entries(log)), high)
 
 
 def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, client_log: list[FailoverEntry],
@@ -60,16 +61,16 @@ def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, clien
         reply = conn.call({"opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "flags": request.flags, "reserved": 0,
                            "start_seqno": request.start_seqno, "end_seqno": request.end_seqno,
                            "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": request.snap_start,
-                           "snap_end_seqno": request.snap_end}, f"DCP_STREAM_REQ vbucket {vbucket}").record()
-        status = str(reply.get("status"))
-        seqno = reply.get("rollback_seqno") if status == "Rollback" else None
+                           "snap_end_seqno": request.snap_end}, f"DCP_STREAM_REQ vbucket {vbucket}")
+        status = str(reply.status_name)
+        seqno = reply.field("rollback_seqno") if reply.status == Status.ROLLBACK else None
         rounds.append(LiveRound(request, status, int(seqno) if isinstance(seqno, int) else None, predicted.status,
                                 predicted.rollback_seqno, predicted.rule, predicted.reason))
-        if status == "Success":
+        if reply.status == Status.SUCCESS:
             # the items the open stream sent meanwhile are not wanted: this command looks, it does not consume
             conn.call({"opcode": "DCP_CLOSE_STREAM", "vbucket": vbucket}, "DCP_CLOSE_STREAM", keep=False)
             break
-        if status != "Rollback" or seqno is None:
+        if reply.status != Status.ROLLBACK or seqno is None:
             break
         request, log = next_request(request, log, int(seqno))
     return rounds

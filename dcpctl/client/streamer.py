@@ -49,13 +49,28 @@ from dcpctl.client.connection import (
     split_host,
 )
 from dcpctl.client.state import State, VbucketPosition
-from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry, StreamRequest, VbucketState, needs_rollback
+from dcpctl.dcp.rollback import (
+    END_FOREVER,
+    FailoverEntry,
+    StreamRequest,
+    VbucketState,
+    failover_entries,
+    needs_rollback,
+)
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import grammar
-from dcpctl.protocol.constants import MAX_VBUCKETS, STREAM_END_STATUSES, DcpOpenFlag, Magic, Opcode, StreamEndStatus
+from dcpctl.protocol.constants import (
+    MAX_VBUCKETS,
+    STREAM_END_STATUSES,
+    DcpOpenFlag,
+    Magic,
+    Opcode,
+    Status,
+    StreamEndStatus,
+)
 from dcpctl.protocol.framer import HEADER_LENGTH
 from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
@@ -287,11 +302,11 @@ class Streamer:
 
     def _high_seqnos(self, conn: Connection) -> dict[int, int]:
         reply = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS")
-        return {int(e["vbucket"]): int(e["seqno"]) for e in reply.record().get("vbucket_seqnos", [])}
+        return {int(e.vbucket): int(e.seqno) for e in reply.field("vbucket_seqnos") or ()}
 
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
-        record = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb}, f"GET_FAILOVER_LOG vbucket {vb}").record()
-        return [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in record.get("failover_log", [])]
+        reply = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb}, f"GET_FAILOVER_LOG vbucket {vb}")
+        return failover_entries(reply)
 
     def _dcp_open(self, node: _Node) -> None:
         options = self.options
@@ -614,14 +629,9 @@ class Streamer:
         vbucket = stream.vbucket
         position = self.state.vbuckets[vbucket]
         if opcode == MARKER:
-            extras = msg.extras
-            if extras is not None and "snap_start_seqno" in extras:
-                position.snap_start_seqno = extras["snap_start_seqno"]
-                position.snap_end_seqno = extras["snap_end_seqno"]
-            else:  # a v2.x marker carries the range in its value
-                record = msg.record()
-                position.snap_start_seqno = int(record.get("snap_start_seqno", position.seqno))
-                position.snap_end_seqno = int(record.get("snap_end_seqno", position.seqno))
+            start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")  # extras, or a v2.x value
+            position.snap_start_seqno = position.seqno if start is None else int(start)
+            position.snap_end_seqno = position.seqno if end is None else int(end)
             return msg
         if opcode == STREAM_END:
             self._stream_end(node, stream, int((msg.extras or {}).get("stream_end_status", 0)))
@@ -648,25 +658,24 @@ class Streamer:
         stream = self.streams.get((id(node), msg.opaque))
         if stream is None:
             return
-        record = msg.record()
-        status = record.get("status")
+        status = msg.status
         vb = stream.vbucket
         position = self.state.vbuckets[vb]
-        if status == "Success":
+        if status == Status.SUCCESS:
             stream.open = True
-            log = [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in record.get("failover_log", [])]
+            log = failover_entries(msg)
             if log:
                 position.failover_log = log
                 position.vbucket_uuid = log[0].vbucket_uuid
             return
         del self.streams[(id(node), msg.opaque)]
-        if status == "Rollback":
-            self._rollback(node, stream, int(record.get("rollback_seqno", 0)))
-        elif status == "NotMyVbucket":
+        if status == Status.ROLLBACK:
+            self._rollback(node, stream, int(msg.field("rollback_seqno") or 0))
+        elif status == Status.NOT_MY_VBUCKET:
             self.notice(f"vbucket {vb}: {node.conn.label} answered NotMyVbucket; reading the cluster map again")
             self._reroute(vb)
         else:
-            raise StatusError(f"stream request for vbucket {vb} on {node.conn.label}", str(status))
+            raise StatusError(f"stream request for vbucket {vb} on {node.conn.label}", str(msg.status_name))
 
     def _rollback(self, node: _Node, stream: _Stream, seqno: int) -> None:
         vb = stream.vbucket
@@ -824,15 +833,15 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
     without one, every vbucket GET_ALL_VB_SEQNOS lists on that node. A map that is not one is a
     :class:`ConfigError`."""
     reply = seed.call({"opcode": "GET_CLUSTER_CONFIG"}, "GET_CLUSTER_CONFIG")
-    if reply.record().get("status") == "Success":
+    if reply.status == Status.SUCCESS:
         config = _config_of(reply.value, host, seed.label)
         servers = kv_servers(config, host, port, tls=tls)
         vbmap = config.get("vBucketServerMap", {}).get("vBucketMap", [])
         owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
         if vbmap:
             return len(vbmap), owner
-    entries = seed.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record().get("vbucket_seqnos", [])
-    owner = {int(e["vbucket"]): (host, port) for e in entries}
+    entries = seed.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos") or ()
+    owner = {int(e.vbucket): (host, port) for e in entries}
     return max(owner, default=-1) + 1, owner
 
 

@@ -34,7 +34,7 @@ from dcpctl.commands._live import (
 )
 from dcpctl.commands._options import env_of, parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
-from dcpctl.dcp.rollback import load_json
+from dcpctl.dcp.rollback import failover_entries, load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -103,12 +103,13 @@ def failover(
                               max_scram_iterations=max_scram_iterations)
             try:
                 conn.bootstrap(user, password, bucket, sasl_mech)
-                seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record()
-                high = {int(e["vbucket"]): int(e["seqno"]) for e in seqnos.get("vbucket_seqnos", [])}
+                seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos")
+                high = {int(e.vbucket): int(e.seqno) for e in seqnos or ()}
                 for vb in node_vbuckets:
-                    log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb},
-                                     f"GET_FAILOVER_LOG vbucket {vb}").record().get("failover_log", [])
-                    rows.append({"vbucket": vb, "failover_log": log, "high_seqno": high.get(vb),
+                    entries = failover_entries(conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb},
+                                                          f"GET_FAILOVER_LOG vbucket {vb}"))
+                    rows.append({"vbucket": vb, "failover_log": [e.to_json() for e in entries],
+                                 "high_seqno": high.get(vb),
                                  "node": conn.label})
             finally:
                 conn.close()

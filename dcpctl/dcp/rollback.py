@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from dcpctl.protocol.constants import StreamRequestFlag
 from dcpctl.safetext import brief
+
+if TYPE_CHECKING:
+    from dcpctl.protocol.message import Message
 
 END_FOREVER: Final = (1 << 64) - 1
 # The stream-request flags the rules read, as plain ints (a request's flags are a plain int).
@@ -236,6 +239,12 @@ def load_json(data: bytes) -> Any:
     """A failover log file's JSON, parsed with orjson: nesting bounded (1024 levels), 1e999 and lone
     surrogates refused; any error is a ValueError with orjson's one-line message."""
     return orjson.loads(data)
+
+
+def failover_entries(msg: Message) -> list[FailoverEntry]:
+    """The failover log a response carries (a stream request's Success, GET_FAILOVER_LOG), newest first, as
+    its value declaration reads it; empty when it has none. The UPR draft's entries name no ``seqno``: 0."""
+    return [FailoverEntry(int(e.vbucket_uuid), int(e.get("seqno", 0))) for e in msg.field("failover_log") or ()]
 
 
 def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEntry]:

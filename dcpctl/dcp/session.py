@@ -19,19 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from dcpctl.dcp.rollback import (
     END_FOREVER,
     Decision,
     FailoverEntry,
     StreamRequest,
     VbucketState,
+    failover_entries,
     needs_rollback,
     next_request,
 )
 from dcpctl.protocol.constants import (
     DCP_OPEN_FLAGS,
+    HELLO_FEATURES,
     RESPONSE_MAGICS,
     STREAM_END_STATUSES,
     HelloFeature,
@@ -42,6 +42,7 @@ from dcpctl.protocol.constants import (
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import ANSWERED_OPCODES, BY_SEQNO_OPCODES, ITEM_OPCODES, PUSHED_OPCODES, STREAM_OPCODES
+from dcpctl.protocol.value import text_or_hex
 
 # A consumer may pipeline a stream request for every vbucket (1024) plus controls; beyond this many
 # unanswered requests the oldest are forgotten (their responses then show no latency).
@@ -70,7 +71,7 @@ class StreamState:
     snapshot: tuple[int, int] | None = None
     last_seqno: int | None = None
     items: int = 0
-    failover_log: list[dict[str, int]] = field(default_factory=list)
+    failover_log: list[FailoverEntry] = field(default_factory=list)
     open: bool = False
 
 
@@ -80,10 +81,6 @@ class PendingRequest:
     ts: float
     offset: int
     message: Message
-
-    @property
-    def record(self) -> dict[str, Any]:
-        return self.message.record()
 
 
 @dataclass
@@ -181,36 +178,15 @@ def _items_text(items: int, last_seqno: int | None) -> str:
     return f"{items} item{'s' * (items != 1)}, last seqno {last_seqno}"
 
 
-def _json_integer(value: str, name: str) -> int | None:
-    """``name`` of a stream-request JSON value as an integer (a u64: an integer or a string of digits),
-    None when the value is not JSON, not an object, or the key is missing or anything else. orjson bounds
-    the nesting and refuses 1e999, so a hostile value is None, never an exception."""
-    try:
-        obj = orjson.loads(value)
-    except ValueError:
-        return None
-    found = obj.get(name) if isinstance(obj, dict) else None
-    if isinstance(found, str) and found.isascii() and found.isdigit() and len(found) <= 20:
-        found = int(found)
-    if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= 0xFFFFFFFFFFFFFFFF:
-        return found
-    return None
-
-
-def stream_request_of(record: dict[str, Any]) -> StreamRequest:
-    """A DCP_STREAM_REQ record as the rollback engine's request (purge_seqno from its JSON value)."""
-    purge = None
-    value = record.get("value")
-    if isinstance(value, str) and "purge_seqno" in value:
-        purge = _json_integer(value, "purge_seqno")
-    return StreamRequest(int(record.get("start_seqno", 0)), int(record.get("vbucket_uuid", 0)),
-                         int(record.get("snap_start_seqno", record.get("start_seqno", 0))),
-                         int(record.get("snap_end_seqno", record.get("start_seqno", 0))),
-                         int(record.get("end_seqno", END_FOREVER)), int(record.get("flags", 0)), purge)
-
-
-def _entries(log: list[dict[str, int]]) -> list[FailoverEntry]:
-    return [FailoverEntry(int(e.get("vbucket_uuid", 0)), int(e.get("seqno", 0))) for e in log if isinstance(e, dict)]
+def stream_request_of(request: Message) -> StreamRequest:
+    """A DCP_STREAM_REQ as the rollback engine's request (purge_seqno from its JSON value)."""
+    start = request.field("start_seqno") or 0
+    snap_start, snap_end = request.field("snap_start_seqno"), request.field("snap_end_seqno")
+    end, flags = request.field("end_seqno"), request.field("flags")
+    value = request.stream_request_value
+    return StreamRequest(start, request.field("vbucket_uuid") or 0, start if snap_start is None else snap_start,
+                         start if snap_end is None else snap_end, END_FOREVER if end is None else end, flags or 0,
+                         value.purge_seqno if value is not None else None)
 
 
 class Annotation:
@@ -319,34 +295,33 @@ class ConnectionTracker:
         note.fields["latency_ms"] = round((ts - request.ts) * 1000, 3)
         note.fields["request_offset"] = request.offset
         status = msg.status
-        record = msg.record()
+        asked = request.message
         if msg.opcode == Opcode.HELLO and status == Status.SUCCESS:
-            self.features = list(record.get("features", []))
+            codes = msg.hello_features
+            self.features = [HELLO_FEATURES.name(code, 4) for code in codes]
             if self.base.collections is None:
-                self.collections = HelloFeature.COLLECTIONS.kv_name in self.features
+                self.collections = HelloFeature.COLLECTIONS in codes
                 self._options = self._make_options()
         elif msg.opcode == Opcode.DCP_OPEN and status == Status.SUCCESS:
-            self.dcp_open_flags = int(request.record.get("flags", 0))
+            self.dcp_open_flags = int(asked.field("flags") or 0)
             note.fields["dcp_open_flags"] = flag_names(DCP_OPEN_FLAGS, self.dcp_open_flags)
         elif msg.opcode == Opcode.DCP_CONTROL and status == Status.SUCCESS:
-            key, value = str(request.record.get("key", "")), str(request.record.get("value", ""))
+            key, value = text_or_hex(asked.key)[0], text_or_hex(asked.value)[0]  # as the record shows them
             self.controls[key] = value
             if key == "connection_buffer_size" and value.isdigit():
                 self.buffer_size = int(value) or None
         elif msg.opcode == Opcode.DCP_STREAM_REQ:
-            self._stream_response(request.record, record, status, note)
+            self._stream_response(asked, msg, status, note)
         elif msg.opcode in (Opcode.DCP_GET_FAILOVER_LOG, Opcode.GET_FAILOVER_LOG) and status == Status.SUCCESS:
-            self.failover_logs[int(request.record.get("vbucket", 0))] = _entries(record.get("failover_log", []))
+            self.failover_logs[asked.vbucket or 0] = failover_entries(msg)
 
-    def _stream_response(self, request: dict[str, Any], response: dict[str, Any], status: int | None,
-                         note: Annotation) -> None:
-        vbucket = int(request.get("vbucket", 0))
+    def _stream_response(self, request: Message, response: Message, status: int | None, note: Annotation) -> None:
+        vbucket = request.vbucket or 0
         note.fields["stream_vbucket"] = vbucket
         asked = stream_request_of(request)
         if status == Status.ROLLBACK:
-            seqno = response.get("rollback_seqno")
-            story = RollbackStory(vbucket, asked, int(seqno) if isinstance(seqno, int) else None,
-                                  request_offset=int(request.get("offset", 0)))
+            seqno = response.field("rollback_seqno")
+            story = RollbackStory(vbucket, asked, seqno, request_offset=request.offset)
             previous = self.rollbacks.pop(vbucket, None)
             if previous is not None:  # a retry answered with another rollback: one more round
                 previous.retry, previous.retry_status = asked, "Rollback"
@@ -362,17 +337,13 @@ class ConnectionTracker:
                 previous.retry, previous.retry_status = asked, f"0x{status or 0:02x}"
                 self._keep(previous)
             return
-        stream_id = None
-        value = request.get("value")
-        if isinstance(value, str) and '"sid"' in value:
-            stream_id = _json_integer(value, "sid")
+        value = request.stream_request_value
         if len(self.streams_by_opaque) >= MAX_STREAMS:
             self.streams_by_opaque.pop(next(iter(self.streams_by_opaque)))
-        stream = StreamState(vbucket, stream_id, int(request.get("opaque", 0)), asked.start_seqno,
-                             asked.end_seqno, asked.vbucket_uuid, open=True,
-                             failover_log=list(response.get("failover_log", [])))
+        stream = StreamState(vbucket, value.sid if value is not None else None, request.opaque, asked.start_seqno,
+                             asked.end_seqno, asked.vbucket_uuid, open=True, failover_log=failover_entries(response))
         self.streams_by_opaque[stream.opaque] = stream
-        server_log = _entries(stream.failover_log)
+        server_log = stream.failover_log
         if previous is not None:
             client_log = self.failover_logs.get(vbucket)
             previous.settle(asked, server_log, client_log)
@@ -383,9 +354,9 @@ class ConnectionTracker:
         if server_log:
             self.failover_logs[vbucket] = server_log
         log = stream.failover_log
-        if log and stream.vbucket_uuid and log[0].get("vbucket_uuid") != stream.vbucket_uuid:
+        if log and stream.vbucket_uuid and log[0].vbucket_uuid != stream.vbucket_uuid:
             note.add("vbucket_uuid_changed", f"vbucket {vbucket}: the server's newest uuid "
-                     f"{log[0].get('vbucket_uuid')} differs from the requested {stream.vbucket_uuid}")
+                     f"{log[0].vbucket_uuid} differs from the requested {stream.vbucket_uuid}")
 
     def _keep(self, story: RollbackStory) -> None:
         if len(self.stories) >= MAX_STORIES:
@@ -431,9 +402,8 @@ class ConnectionTracker:
             stream.last_seqno = seqno
             return
         extras = msg.extras or {}
-        if opcode == MARKER:  # v2.x carries the range in the value, hence the record
-            record = msg.record()
-            start, end = record.get("snap_start_seqno"), record.get("snap_end_seqno")
+        if opcode == MARKER:  # v2.x carries the range in the value
+            start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")
             if isinstance(start, int) and isinstance(end, int):
                 stream.snapshot = (start, end)
         elif opcode == STREAM_END:

@@ -282,8 +282,7 @@ class ProducerConnection:
 
     # --- bootstrap commands -----------------------------------------------------------------------
     def _hello(self, msg: Message) -> None:
-        record = msg.record()
-        wanted = [f for f in _feature_codes(record) if f in FEATURES]
+        wanted = [f for f in msg.hello_features if f in FEATURES]
         self.features = list(dict.fromkeys(wanted))
         self._reply(msg, features=[HELLO_FEATURES.name(f) for f in self.features])
 
@@ -344,7 +343,7 @@ class ProducerConnection:
             self._reply(msg)
 
     def _error_map(self, msg: Message) -> None:
-        version = min(2, int(msg.record().get("error_map_version", 1)) or 1)
+        version = min(2, msg.field("error_map_version") or 1)
         errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": ["success"] if code == 0 else ["item-only"]}
                   for code, name, desc in STATUS_ROWS}
         self._reply(msg, datatype=1, value=json.dumps({"version": version, "revision": 1, "errors": errors}))
@@ -567,31 +566,33 @@ class ProducerConnection:
             if frame_sid is not None:
                 return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
             return None, None, 0, None
-        obj, diags = srv.validate(msg.value)
+        _, diags = srv.validate(msg.value)
         if diags and any(d.name != "stream_request_json_unknown_key" for d in diags):
             if any(d.name == "stream_request_sid_invalid" for d in diags):
                 return Answer("DcpStreamIdInvalid", "sid_invalid", diags[0].message), None, 0, None
             return Answer("Einval", "bad_value", diags[0].message), None, 0, None
-        sid = int(obj.get("sid", 0))
+        value = msg.stream_request_value
+        if value is None:  # not a stream request's JSON value: validate() said so already, this is the type's
+            return Answer("Einval", "bad_value", "the value is not a JSON object"), None, 0, None
+        sid = value.sid or 0
         if sid and not self.stream_ids:
             return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
         if not sid and self.stream_ids:
             return Answer("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required"), \
                 None, 0, None
         ids: frozenset[int] | None = None
-        if "collections" in obj:
-            ids = frozenset(int(c, 16) for c in obj["collections"])
+        if value.collections is not None:
+            ids = frozenset(value.collections)
             unknown = ids - set(bucket.manifest.collections)
             if unknown:
                 return Answer("UnknownCollection", "unknown_collection", f"collection {min(unknown):x}"), \
                     None, sid, None
-        elif "scope" in obj:
-            scope = int(obj["scope"], 16)
+        elif value.scope is not None:
+            scope = value.scope
             if scope not in bucket.manifest.scopes:
                 return Answer("UnknownScope", "unknown_scope", f"scope {scope:x}"), None, sid, None
             ids = frozenset(c for c, (s, _) in bucket.manifest.collections.items() if s == scope)
-        purge = int(obj["purge_seqno"]) if "purge_seqno" in obj else None
-        return None, ids, sid, purge
+        return None, ids, sid, value.purge_seqno
 
     def _close_stream(self, msg: Message) -> None:
         sid = msg.stream_id or 0
@@ -783,18 +784,6 @@ class ProducerConnection:
             self.stats["items"] += 1
             self.stats["bytes"] += len(data)
         return sent
-
-
-def _feature_codes(record: dict[str, Any]) -> list[int]:
-    out = []
-    for feature in record.get("features", []):
-        if isinstance(feature, int):
-            out.append(feature)
-        else:
-            code = HELLO_FEATURES.code_of.get(str(feature))
-            if code is not None:
-                out.append(code)
-    return out
 
 
 def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None:

@@ -3,9 +3,13 @@
 Theory of operation. ``decode`` does the cheap, always-needed work: the 24-byte header (one ``struct``
 unpack), the registry lookup (cached per header shape), frame infos, and the extras through the variant's
 fixed layout, which is derived from its construct declaration. Anything more expensive (snappy, xattrs,
-JSON, value grammars) waits until a renderer asks for :meth:`Message.record`, so a filter on ``opcode`` or
-``by_seqno`` never touches values. Nothing here raises on bad input: every departure from the declared
-layout becomes a named :class:`Diagnostic` and the bytes are kept, so encode can give them back exactly.
+JSON, value grammars) waits until a renderer asks for :meth:`Message.record` or someone reads
+:attr:`Message.diagnostics`, so a filter on ``opcode`` or ``by_seqno`` never touches values; those checks run
+once, and the diagnostics keep one order whoever asks first (header, frame infos, extras, key, value, then
+the context :meth:`Message.annotate` adds). Code that acts on a message reads it typed (``status``,
+:meth:`Message.field`, :attr:`Message.value_fields`, :attr:`Message.stream_request_value`); the record is
+for renderers. Nothing here raises on bad input: every departure from the declared layout becomes a named
+:class:`Diagnostic` and the bytes are kept, so encode can give them back exactly.
 
 Two framing modes exist. From a byte stream the framer hands over exactly ``24 + total_body_length`` bytes.
 A single packet given on its own (a hexdump, a document's diagram) may disagree with its own length fields;
@@ -97,7 +101,12 @@ class Message:
 
     # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
     # cheaper way to build hundreds of thousands of messages a second.
-    diagnostics: list[Diagnostic] | tuple[()] = ()
+    # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
+    # checks, deferred until first asked for), then the context annotate() added.
+    _found: list[Diagnostic] | tuple[()] = ()
+    _context_diagnostics: list[Diagnostic] | tuple[()] = ()
+    _checked: bool = False  # the key and value checks have run (they run once, building the record)
+    _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
     frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
     plan: _Plan | None = None  # the registry row and layout this header shape resolved to
     framing_extras_length: int = 0
@@ -198,6 +207,48 @@ class Message:
         return self.vbucket_or_status if self.has_status else None
 
     @property
+    def status_name(self) -> str | None:
+        """The status as the record names it (the kv_engine name, or ``0x....``), None on a request."""
+        status = self.status
+        return None if status is None else STATUSES.name_of.get(status) or STATUSES.name(status, 4)
+
+    @property
+    def value_fields(self) -> Any:
+        """The GRAMMAR value parsed by its declaration (once): a construct ``Container`` named as the grammar
+        names its fields (``.failover_log[0].vbucket_uuid``, ``.vbucket_seqnos``, ``.features``,
+        ``.error_map_version``, ``.rollback_seqno``...). None when the variant's value is not a GRAMMAR
+        value or does not fit its layout (the record then shows it raw, with a diagnostic)."""
+        if self._value_fields is None:
+            variant = self.variant
+            if variant is None or variant.value is not _VALUE_GRAMMAR:
+                return None
+            self._value_fields = _parse_grammar_value(self, variant)[1]
+        return self._value_fields or None
+
+    def field(self, name: str) -> Any:
+        """A field by its declared name wherever the variant puts it, the extras or the GRAMMAR value (a
+        rollback's ``rollback_seqno``, a marker's ``snap_start_seqno``); None when it has none."""
+        extras = self.extras
+        if extras is not None and name in extras:
+            return extras[name]
+        fields = self.value_fields
+        return fields[name] if fields is not None and name in fields else None
+
+    @property
+    def hello_features(self) -> list[int]:
+        """A HELLO's feature codes (compare with :class:`~dcpctl.protocol.constants.HelloFeature`)."""
+        return [int(code) for code in self.field("features") or ()]
+
+    @property
+    def stream_request_value(self) -> srv.StreamRequestValue | None:
+        """A stream request's JSON value as the server reads it; None without one, or when it is not an
+        object (see :func:`~dcpctl.protocol.stream_request_value.parse`)."""
+        variant = self.variant
+        if variant is None or variant.value is not _VALUE_STREAM_REQUEST_JSON or not self.body_end > self.value_offset:
+            return None
+        return srv.parse(self.value)
+
+    @property
     def opcode_name(self) -> str:
         if self.spec is not None:
             return self.spec.name
@@ -225,24 +276,46 @@ class Message:
         self.extend([diagnostic(name, message, offset, length)])
 
     def extend(self, diagnostics: list[Diagnostic]) -> None:
+        """Diagnostics of the packet itself (decode's and the key and value checks'), in the order found."""
         if diagnostics:
-            if isinstance(self.diagnostics, tuple):
-                self.diagnostics = []
-            self.diagnostics.extend(diagnostics)
+            if isinstance(self._found, tuple):
+                self._found = []
+            self._found.extend(diagnostics)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic] | tuple[()]:
+        """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
+        two checked on first use, once), then the context :meth:`annotate` added."""
+        if not self._checked:
+            self._check()
+        found, context = self._found, self._context_diagnostics
+        if not context:
+            return found
+        return [*found, *context] if found else context
+
+    def _check(self) -> None:
+        """Run the key and value checks: they are the record's key and value fields being built, so the
+        record without its context is built now and kept for :meth:`record`."""
+        if self._record is None:
+            self._record = _record(self)
 
     # --- the JSON record --------------------------------------------------------------------------
     def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
         """Add context a single packet cannot know (capture time, connection, stream state).
 
-        ``first`` keys go before the packet's own, ``last`` after them; diagnostics join the packet's now,
-        the record is built when first asked for (a consumer that only counts never pays for it).
+        ``first`` keys go before the packet's own, ``last`` after them; diagnostics come after the packet's
+        own, whenever these are checked. The record is built when first asked for (a consumer that only
+        counts never pays for it).
         """
-        self.extend(diagnostics)
+        if diagnostics:
+            if isinstance(self._context_diagnostics, tuple):
+                self._context_diagnostics = []
+            self._context_diagnostics.extend(diagnostics)
         self._context = (first, last)
 
     @property
     def has_record(self) -> bool:
-        """Whether :meth:`record` has been built (it checks the value, which may add diagnostics)."""
+        """Whether :meth:`record` has been built (the key and value checks ran with it)."""
         return self._record is not None
 
     @property
@@ -264,7 +337,8 @@ class Message:
             del merged["diagnostics"]  # they go last, after ``last``'s keys
             if last:
                 merged.update(last)
-            merged["diagnostics"] = [d.to_json() for d in self.diagnostics] if self.diagnostics else []
+            diagnostics = self.diagnostics
+            merged["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
             self._record = merged
         elif self._record is None:
             self._record = _record(self)
@@ -571,7 +645,7 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
         if msg.variant is not None and msg.variant.label:
             rec[f"{type_field}_name"] = msg.variant.label
     if magic in RESPONSE_MAGICS and (spec is None or spec.has_status):
-        rec["status"] = STATUSES.name_of.get(word) or STATUSES.name(word, 4)
+        rec["status"] = msg.status_name
     else:
         rec["vbucket"] = word
     rec["opaque"] = opaque
@@ -613,7 +687,8 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
     key_kind = variant.key if variant else _KEY_RAW
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
+    msg._checked = True
+    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
     return rec
 
 
@@ -671,7 +746,8 @@ def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, An
         else:
             rec["value"] = value.hex()
             rec["value_encoding"] = "hex"
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg.diagnostics else []
+    msg._checked = True
+    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
     return rec
 
 
@@ -701,6 +777,7 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
                      msg.options.collections)
     if key is None:
         return None
+    msg._checked = True  # the key and value were found to add no diagnostic: that is their check
     magic, opcode = plan.fast
     return magic, opcode, key[0], key[1], values[plan.seqno_at], values[plan.rev_seqno_at]
 
@@ -1003,34 +1080,42 @@ def value_grammar(variant: Variant, extras: dict[str, int] | None, value_length:
     return variant.value_grammars.get(key)
 
 
-def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: bytes) -> None:
+def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diagnostic | None]:
+    """(grammar, parsed value or False, why it does not fit or None): the one reading of a GRAMMAR value,
+    for the record and for :attr:`Message.value_fields`. An empty value parses only as a list."""
+    value = msg.value
     start = msg.value_offset
     grammar = value_grammar(variant, msg.extras, len(value))
+    if not value:
+        fits = grammar is not None and walk.item_size(grammar) is not None
+        return grammar, grammar.parse(b"") if fits else False, None
     if grammar is None:
         if msg.opcode == Opcode.DCP_SYSTEM_EVENT:
-            msg.add("unknown_system_event", "system event id/version without a declared value layout "
-                    "(version 2 is FlatBuffers); value kept raw", start, len(value))
-        else:
-            msg.add("illegal_value_length", f"no value layout of {variant.name} has {len(value)} bytes",
-                    start, len(value))
-        rec["value"] = value.hex()
-        rec["value_encoding"] = "hex"
-        return
+            return None, False, diagnostic("unknown_system_event", "system event id/version without a declared "
+                                           "value layout (version 2 is FlatBuffers); value kept raw", start,
+                                           len(value))
+        return None, False, diagnostic("illegal_value_length", f"no value layout of {variant.name} has "
+                                       f"{len(value)} bytes", start, len(value))
     size = walk.fixed_size(grammar)
     item = walk.item_size(grammar)
-    bad = (size is not None and size != len(value)) or (item is not None and len(value) % item)
-    if bad:
+    if (size is not None and size != len(value)) or (item is not None and len(value) % item):
         expected = f"{size} bytes" if size is not None else f"a multiple of {item} bytes"
         name = "odd_feature_list" if msg.opcode == Opcode.HELLO else "illegal_value_length"
-        msg.add(name, f"{variant.name} value has {len(value)} bytes, expected {expected}", start,
-                len(value))
-        rec["value"] = value.hex()
-        rec["value_encoding"] = "hex"
-        return
+        return grammar, False, diagnostic(name, f"{variant.name} value has {len(value)} bytes, expected "
+                                          f"{expected}", start, len(value))
     try:
-        parsed = grammar.parse(value)
+        return grammar, grammar.parse(value), None
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"
-        msg.add("illegal_value_length", f"{variant.name} value does not parse: {exc}", start, len(value))
+        return grammar, False, diagnostic("illegal_value_length", f"{variant.name} value does not parse: {exc}",
+                                          start, len(value))
+
+
+def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: bytes) -> None:
+    start = msg.value_offset
+    grammar, parsed, problem = _parse_grammar_value(msg, variant)
+    msg._value_fields = parsed
+    if problem is not None:
+        msg.extend([problem])
         rec["value"] = value.hex()
         rec["value_encoding"] = "hex"
         return

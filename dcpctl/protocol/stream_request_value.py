@@ -8,7 +8,7 @@ says unknown keys are never an error), ``sid`` is a u16 from 1 to 65535 (the doc
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -22,8 +22,54 @@ _DECIMAL = re.compile(r"[0-9]{1,20}")
 # Unknown keys named one diagnostic each, up to this many; the rest are counted in one more. The server
 # knows six keys, so a value with more unknown ones is hostile or broken, and a few names say which.
 MAX_UNKNOWN_KEY_DIAGNOSTICS: Final = 8
+MAX_PURGE_SEQNO: Final = (1 << 64) - 1  # a seqno is a u64
 
 
+class StreamRequestValue(NamedTuple):
+    """The value's fields as the server reads them: each None when absent or not of the form :func:`validate`
+    accepts (hex strings become numbers)."""
+
+    sid: int | None
+    uid: int | None
+    collections: tuple[int, ...] | None
+    scope: int | None
+    purge_seqno: int | None
+
+
+def _sid(obj: dict[str, Any]) -> int | None:
+    sid = obj.get("sid")
+    return sid if isinstance(sid, int) and not isinstance(sid, bool) and 1 <= sid <= MAX_STREAM_ID else None
+
+
+def _hex(obj: dict[str, Any], key: str) -> int | None:
+    found = obj.get(key)
+    return int(found, 16) if isinstance(found, str) and _HEX.fullmatch(found) else None
+
+
+def _collections(obj: dict[str, Any]) -> tuple[int, ...] | None:
+    ids = obj.get("collections")
+    if not isinstance(ids, list) or not all(isinstance(c, str) and _HEX.fullmatch(c) for c in ids):
+        return None
+    return tuple(int(c, 16) for c in ids)
+
+
+def _purge_seqno(obj: dict[str, Any]) -> int | None:
+    found = obj.get("purge_seqno")
+    if not (isinstance(found, str) and _DECIMAL.fullmatch(found)):
+        return None
+    number = int(found)
+    return number if number <= MAX_PURGE_SEQNO else None
+
+
+def parse(value: bytes) -> StreamRequestValue | None:
+    """The value's fields (see :class:`StreamRequestValue`); None when it is not a JSON object."""
+    try:
+        obj = orjson.loads(value)  # bounded nesting; refuses 1e999 and lone surrogates
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    return StreamRequestValue(_sid(obj), _hex(obj, "uid"), _collections(obj), _hex(obj, "scope"), _purge_seqno(obj))
 
 
 def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
@@ -50,26 +96,21 @@ def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
     if len(unknown) > MAX_UNKNOWN_KEY_DIAGNOSTICS:
         diags.append(d("stream_request_json_unknown_key", f"and {len(unknown) - MAX_UNKNOWN_KEY_DIAGNOSTICS} "
                        "more keys the server ignores"))
-    if "uid" in obj and not (isinstance(obj["uid"], str) and _HEX.fullmatch(obj["uid"])):
+    if "uid" in obj and _hex(obj, "uid") is None:
         diags.append(d("stream_request_bad_uid", f"uid {brief(obj['uid'])} is not a hex string without 0x"))
-    if "sid" in obj:
-        sid = obj["sid"]
-        if not isinstance(sid, int) or isinstance(sid, bool) or not 1 <= sid <= MAX_STREAM_ID:
-            diags.append(d("stream_request_sid_invalid",
-                           f"sid {brief(sid)} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
-                           "says 1 to 65536, but the stream id is a u16 and 0 is DcpStreamIdInvalid)"))
+    if "sid" in obj and _sid(obj) is None:
+        diags.append(d("stream_request_sid_invalid",
+                       f"sid {brief(obj['sid'])} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
+                       "says 1 to 65536, but the stream id is a u16 and 0 is DcpStreamIdInvalid)"))
     if "collections" in obj and "scope" in obj:
         diags.append(d("stream_request_collections_and_scope",
                        "collections and scope together: the server answers Einval"))
-    if "collections" in obj:
-        ids = obj["collections"]
-        if not isinstance(ids, list) or not all(isinstance(c, str) and _HEX.fullmatch(c) for c in ids):
-            diags.append(d("stream_request_bad_collection_id",
-                           "collections must be an array of hex strings without 0x"))
-    if "scope" in obj and not (isinstance(obj["scope"], str) and _HEX.fullmatch(obj["scope"])):
+    if "collections" in obj and _collections(obj) is None:
+        diags.append(d("stream_request_bad_collection_id",
+                       "collections must be an array of hex strings without 0x"))
+    if "scope" in obj and _hex(obj, "scope") is None:
         diags.append(d("stream_request_bad_scope_id", "scope must be a hex string without 0x"))
-    if "purge_seqno" in obj and not (isinstance(obj["purge_seqno"], str)
-                                     and _DECIMAL.fullmatch(obj["purge_seqno"])):
+    if "purge_seqno" in obj and not (isinstance(obj["purge_seqno"], str) and _DECIMAL.fullmatch(obj["purge_seqno"])):
         diags.append(d("stream_request_bad_purge_seqno",
                        "purge_seqno must be a string of decimal digits"))
     return obj, diags

@@ -69,11 +69,10 @@ _SERVER: Final = "server>client"
 
 # A message observed but not yet annotated (``defer``): everything another process needs to finish it,
 # as plain data: (raw, offset, collections option, ts, connection label, from client, frames, tracker
-# fields, diagnostics as (name, message, offset, length), whether the tracker had the record built). The
-# last one matters for the order of diagnostics: a record built before annotate() has the packet's own
-# value diagnostics first, one built after has them after the tracker's.
+# fields, diagnostics as (name, message, offset, length)). The packet's own diagnostics come before the
+# tracker's whenever they are checked, so the other process need not know what the tracker looked at.
 Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str, Any],
-                 list[tuple[str, str, int | None, int]], bool]
+                 list[tuple[str, str, int | None, int]]]
 
 
 def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
@@ -296,7 +295,7 @@ class CaptureDecoder:
             direction.gap = None
         if self.defer:
             return (data, offset, msg.options.collections, ts, state.label, from_client, frames, note.fields,
-                    [(d.name, d.message, d.offset, d.length) for d in diags] if diags else [], msg.has_record)
+                    [(d.name, d.message, d.offset, d.length) for d in diags] if diags else [])
         return finish_message(msg, ts, state.label, from_client, frames, note.fields, diags)
 
 

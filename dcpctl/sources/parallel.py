@@ -262,11 +262,9 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                 raise ChildError(f"the decoding process ended unexpectedly ({_status(child.exitcode)}); "
                                  "the output above is complete up to that point") from None
             for item in batch:
-                if len(item) == 10:
-                    raw, offset, collections, ts, label, from_client, frames, fields, diags, built = item
+                if len(item) == 9:
+                    raw, offset, collections, ts, label, from_client, frames, fields, diags = item
                     msg = decode(raw, offset, variant(collections)[0])
-                    if built:  # as the child's tracker did: the packet's own diagnostics come first
-                        msg.record()
                     yield finish_message(msg, ts, label, from_client, frames, fields,
                                          [Diagnostic(*d) for d in diags] if diags else [])
                     continue

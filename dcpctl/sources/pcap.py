@@ -18,10 +18,9 @@ from typing import Any, Final
 
 import pcapy
 
-from dcpctl.dcp.session import PUSHED_OPCODES
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
-from dcpctl.protocol.registry import DCP
+from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
 DLT_NULL: Final = 0

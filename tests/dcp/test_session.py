@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 
@@ -106,3 +107,33 @@ def test_an_item_for_a_vbucket_never_requested_is_reported_once() -> None:
     assert ConnectionTracker(DecodeOptions(), known_from_start=True).plain_item(0xBEEF, 1, 100) == (False, None)
     late = ConnectionTracker(DecodeOptions(), known_from_start=False)
     assert "no_stream" not in [n for _, note in replay(bytes(data[first:]), late) for n in names(note)]
+
+
+def test_the_tracker_reads_replies_without_building_records() -> None:
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    results = replay(SAMPLE.read_bytes(), tracker)
+    assert tracker.features
+    assert tracker.failover_logs
+    assert tracker.stories
+    assert [m.opcode_name for m, _ in results if m.has_record] == []
+
+
+def _stream_opened(value: str, opaque: int) -> Any:
+    tracker = ConnectionTracker(DecodeOptions(collections=True), known_from_start=True)
+    request = encode({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 3, "opaque": opaque,
+                      "flags": 0, "reserved": 0, "start_seqno": 0, "end_seqno": 9, "vbucket_uuid": 0,
+                      "snap_start_seqno": 0, "snap_end_seqno": 0, "value": value}, fix_lengths=True)
+    reply = encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": opaque,
+                    "failover_log": [{"vbucket_uuid": 1, "seqno": 0}]}, fix_lengths=True)
+    tracker.observe(decode(request, 0, tracker.options()), True, 1.0)
+    tracker.observe(decode(reply, len(request), tracker.options()), False, 1.5)
+    return tracker.streams_by_opaque[opaque]
+
+
+def test_stream_id_is_the_stream_request_value_as_the_server_reads_it() -> None:
+    assert _stream_opened('{"sid":4}', 1).stream_id == 4
+    # not a byte search for "sid": a string, a number above u16, or "sid" inside another key's text is no id
+    assert _stream_opened('{"sid":"5"}', 2).stream_id is None
+    assert _stream_opened('{"sid":70000}', 3).stream_id is None
+    assert _stream_opened('{"collections":["8"],"note":"\\"sid\\":6"}', 4).stream_id is None
+    assert _stream_opened('{"sid":4}', 5).failover_log[0].vbucket_uuid == 1

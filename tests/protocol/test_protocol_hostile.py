@@ -6,7 +6,6 @@ import io
 import json
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 from capturekit import session_packets, session_records, write_capture
@@ -16,7 +15,7 @@ from dcpctl.dcp.session import stream_request_of
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import stream_request_value
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.env import Environment
 
 DEEP = b"[" * 5000 + b"]" * 5000
@@ -63,9 +62,11 @@ def test_deep_json_in_a_capture_decodes(fmt: str, tmp_path: Path) -> None:
                                    '{"purge_seqno":"99999999999999999999999"}', '{"purge_seqno":-1}'],
                          ids=["inf", "deep", "above-u64", "negative"])
 def test_a_bad_purge_seqno_is_unknown_to_the_rollback_engine(value: str) -> None:
-    record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "start_seqno": 1, "value": value}
-    assert stream_request_of(record).purge_seqno is None
-    assert stream_request_of({**record, "value": '{"purge_seqno":"42"}'}).purge_seqno == 42
+    def request(text: str) -> Message:
+        return decode(_stream_request(text.encode()), 0, DecodeOptions(collections=True))
+
+    assert stream_request_of(request(value)).purge_seqno is None
+    assert stream_request_of(request('{"purge_seqno":"42"}')).purge_seqno == 42
 
 
 def test_many_unknown_keys_make_few_diagnostics() -> None:
