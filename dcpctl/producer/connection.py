@@ -26,12 +26,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import stream_request_value as srv
-from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS
+from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS, Opcode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
@@ -44,6 +45,15 @@ F_COLLECTIONS: Final = 0x12
 F_SNAPPY: Final = 0x0A
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
 BEFORE_AUTH: Final = frozenset({0x1F, 0x20, 0x21, 0x22, 0xFE, 0x0A, 0x0B})
+# DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
+# validator answers Einval before anything else (reference 3.1, verify_common_dcp_restrictions); a DCP
+# connection always has its bucket, so NoBucket never comes first.
+NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
+                             if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
+# Commands whose validator wants exactly this many bytes of extras (Einval otherwise): the ones this server
+# takes without a handler, so that a malformed one is answered rather than ignored.
+FIXED_EXTRAS_LENGTH: Final[dict[int, int]] = {Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: 4, Opcode.DCP_SEQNO_ACKNOWLEDGED: 8}
+_KNOWN_OPCODES: Final = frozenset(int(opcode) for opcode in Opcode)
 OPEN_PRODUCER: Final = 0x01
 OPEN_KNOWN_FLAGS: Final = 0x001 | 0x004 | 0x008 | 0x020 | 0x040 | 0x100 | 0x200
 OPEN_INCLUDE_XATTRS: Final = 0x004
@@ -255,11 +265,35 @@ class ProducerConnection:
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, "Eaccess", "authenticate first")
             return
+        if opcode in NEEDS_DCP and not self._is_dcp(msg):
+            return
         handler = _HANDLERS.get(opcode)
         if handler is None:
-            self._reply(msg, "UnknownCommand")
+            self._unhandled(msg)
             return
         handler(self, msg)
+
+    def _is_dcp(self, msg: Message) -> bool:
+        """Whether this is a DCP connection; if not, the Einval a DCP command gets (reference 3.1)."""
+        if self.dcp_flags is None:
+            self._reply(msg, "Einval")
+        return self.dcp_flags is not None
+
+    def _unhandled(self, msg: Message) -> None:
+        """A command no handler serves: answered as kv_engine answers it, never a silent close."""
+        opcode = msg.opcode
+        if opcode not in _KNOWN_OPCODES:
+            self._reply(msg, "UnknownCommand")
+        elif opcode in (Opcode.NOOP, Opcode.VERSION):
+            self._reply(msg, value=f"dcpctl serve {__version__}" if opcode == Opcode.VERSION else "")
+        elif opcode == Opcode.DCP_ADD_STREAM:  # reference 3.3: sent to a producer, it disconnects
+            self.close("DCP_ADD_STREAM sent to a producer: the server disconnects (it is for consumers)")
+        elif opcode in FIXED_EXTRAS_LENGTH and msg.extras_length != FIXED_EXTRAS_LENGTH[opcode]:
+            self._error(msg, "Einval", f"{msg.opcode_name} needs {FIXED_EXTRAS_LENGTH[opcode]} bytes of extras")
+        elif opcode in NEEDS_DCP:
+            self._error(msg, "NotSupported", f"{msg.opcode_name} is sent by a producer; dcpctl serve is one")
+        elif self._needs_bucket(msg) is not None:
+            self._error(msg, "NotSupported", f"dcpctl serve emulates a DCP producer, not {msg.opcode_name}")
 
     # --- bootstrap commands -----------------------------------------------------------------------
     def _hello(self, msg: Message) -> None:
@@ -375,9 +409,6 @@ class ProducerConnection:
     def _failover_log(self, msg: Message) -> None:
         if self._needs_bucket(msg) is None:
             return
-        if msg.opcode == 0x54 and self.dcp_flags is None:
-            self._reply(msg, "Einval")  # DCP_GET_FAILOVER_LOG needs a DCP connection; 0x96 does not
-            return
         vb = self._vbucket(msg.vbucket_or_status)
         if vb is None:
             self._reply(msg, "NotMyVbucket")
@@ -474,9 +505,6 @@ class ProducerConnection:
         self._reply(msg)
 
     def _dcp_control(self, msg: Message) -> None:
-        if self.dcp_flags is None:
-            self._reply(msg, "Einval")
-            return
         key = msg.key.decode(errors="replace")
         value = msg.value.decode(errors="replace")
         status = _control_status(self, key, value)
@@ -497,9 +525,6 @@ class ProducerConnection:
             return
         if self.now < self.node.cluster.requests_hang_until:
             return  # a scenario's hang: the request is never answered (noops go on), as a stuck backfill
-        if self.dcp_flags is None:
-            self._reply(msg, "Einval")
-            return
         extras = msg.extras
         flags = extras.get("flags", 0) if extras else 0
         if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
@@ -590,15 +615,16 @@ class ProducerConnection:
             del self.streams[(stream.vbucket, sid)]
 
     def _buffer_ack(self, msg: Message) -> None:
-        extras = msg.extras or {}
+        if msg.extras_length != FIXED_EXTRAS_LENGTH[Opcode.DCP_BUFFER_ACKNOWLEDGEMENT]:
+            self._error(msg, "Einval", "DCP_BUFFER_ACKNOWLEDGEMENT needs 4 bytes of extras")
+            return
+        extras = msg.extras or {}  # answered only on error (reference 3.14)
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
     def _noop_request(self, msg: Message) -> None:
-        if self.dcp_flags is not None:  # reference 3.13: a DCP_NOOP request to a producer disconnects the client
-            self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
-                       "(only the server sends noops; the client answers them)")
-            return
-        self._reply(msg)
+        # reference 3.13: a DCP_NOOP request to a producer disconnects the client (NEEDS_DCP answered the rest)
+        self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
+                   "(only the server sends noops; the client answers them)")
 
     # --- output ---------------------------------------------------------------------------------------
     def end_stream(self, vbucket: int, status: int) -> None:
