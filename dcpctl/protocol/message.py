@@ -30,9 +30,7 @@ from dcpctl.protocol.constants import (
     DATATYPE_XATTR,
     MAGIC_CLASS,
     MAGICS,
-    OPCODES,
     RESPONSE_MAGICS,
-    SERVER_OPCODES,
     STATUSES,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
@@ -192,10 +190,9 @@ class Message:
 
     @property
     def opcode_name(self) -> str:
-        if self.spec is not None:
-            return self.spec.name
-        vocab = SERVER_OPCODES if MAGIC_CLASS.get(self.magic) in (0x82, 0x83) else OPCODES
-        return vocab.name(self.opcode)
+        spec = self.spec
+        return spec.name if spec is not None else self.options.dialect.opcode_name(MAGIC_CLASS.get(self.magic),
+                                                                                   self.opcode)
 
     @property
     def key(self) -> bytes:
@@ -557,7 +554,7 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
         rec = {}
     rec["offset"] = msg.offset
     rec["magic"] = MAGICS.name_of.get(magic) or MAGICS.name(magic)
-    rec["opcode"] = spec.name if spec is not None else msg.opcode_name
+    rec["opcode"] = msg.opcode_name
     type_field = spec.type_field if spec is not None else "datatype"
     if type_field != "datatype":
         rec[type_field] = datatype
