@@ -21,8 +21,11 @@ inside the snapshot marker sent before it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -33,17 +36,30 @@ from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
-from dcpctl.protocol.constants import HELLO_FEATURES, STATUS_ROWS, STATUSES, Datatype, Opcode, Status
+from dcpctl.protocol.constants import (
+    HELLO_FEATURES,
+    STATUS_ROWS,
+    STATUSES,
+    Datatype,
+    DcpOpenFlag,
+    HelloFeature,
+    Opcode,
+    SnapshotMarkerFlag,
+    Status,
+    StreamEndStatus,
+    StreamRequestFlag,
+)
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 
 # HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
-FEATURES: Final = frozenset({0x03, 0x04, 0x06, 0x07, 0x08, 0x0A, 0x0B, 0x10, 0x12})
-F_XERROR: Final = 0x07
-F_COLLECTIONS: Final = 0x12
-F_SNAPPY: Final = 0x0A
+FEATURES: Final = frozenset({
+    HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
+    HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
+    HelloFeature.COLLECTIONS})
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
-BEFORE_AUTH: Final = frozenset({0x1F, 0x20, 0x21, 0x22, 0xFE, 0x0A, 0x0B})
+BEFORE_AUTH: Final = frozenset({Opcode.HELLO, Opcode.SASL_LIST_MECHS, Opcode.SASL_AUTH, Opcode.SASL_STEP,
+                                 Opcode.GET_ERROR_MAP, Opcode.NOOP, Opcode.VERSION})
 # DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
 # validator answers Einval before anything else (reference 3.1, verify_common_dcp_restrictions); a DCP
 # connection always has its bucket, so NoBucket never comes first.
@@ -56,17 +72,11 @@ _KNOWN_OPCODES: Final = frozenset(int(opcode) for opcode in Opcode)
 # Statuses a client that did not ask for XERROR cannot be told: the server disconnects instead (reference 5).
 DISCONNECT_WITHOUT_XERROR: Final = frozenset({Status.EACCESS, Status.NO_BUCKET, Status.DCP_STREAM_ID_INVALID,
                                               Status.AUTH_STALE})
-OPEN_PRODUCER: Final = 0x01
-OPEN_KNOWN_FLAGS: Final = 0x001 | 0x004 | 0x008 | 0x020 | 0x040 | 0x100 | 0x200
-OPEN_INCLUDE_XATTRS: Final = 0x004
-OPEN_NO_VALUE: Final = 0x008
-OPEN_DELETE_TIMES: Final = 0x020
-OPEN_NO_VALUE_WITH_DATATYPE: Final = 0x040
-OPEN_DELETED_USER_XATTRS: Final = 0x100
-OPEN_SKIP_DELETES: Final = 0x200
-STREAM_KNOWN_FLAGS: Final = 0x1FF
-STREAM_NO_VALUE: Final = 0x008
-STREAM_CACHE_TRANSFER: Final = 0x100
+# DCP_OPEN flags the server accepts (reference 7.1): Invalid (was Notifier), Unused and PiTR are Einval.
+OPEN_KNOWN_FLAGS: Final = (DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_XATTRS | DcpOpenFlag.NO_VALUE
+                           | DcpOpenFlag.INCLUDE_DELETE_TIMES | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE
+                           | DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS | DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL)
+STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -81,8 +91,11 @@ MAX_SEND_QUEUE_SIZE: Final = 1 << 20
 # kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
 # server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
 MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
-MARKER_DISK_CHECKPOINT: Final = 0x06
-MARKER_MEMORY: Final = 0x01
+_COLLECTION_END_STATUSES: Final = frozenset({StreamEndStatus.FILTER_EMPTY, StreamEndStatus.LOST_PRIVILEGES})
+# The opaque of the server's first noop is one above this: "NO" in its high bytes, easy to spot in a capture.
+NOOP_OPAQUE_BASE: Final = int.from_bytes(b"NO\0\0", "big")
+MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
+MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
 
 
@@ -175,7 +188,7 @@ class ProducerConnection:
         self.noop_interval = DEFAULT_NOOP_INTERVAL
         self.noop_outstanding = False
         self.last_noop = self.now
-        self.noop_opaque = 0x4E4F0000
+        self.noop_opaque = NOOP_OPAQUE_BASE
         self.last_received = self.now
         self.streams: dict[tuple[int, int], _Stream] = {}
         self._turn = 0
@@ -184,11 +197,11 @@ class ProducerConnection:
     # --- negotiated state -------------------------------------------------------------------------
     @property
     def xerror(self) -> bool:
-        return F_XERROR in self.features
+        return HelloFeature.XERROR in self.features
 
     @property
     def collections(self) -> bool:
-        return F_COLLECTIONS in self.features
+        return HelloFeature.COLLECTIONS in self.features
 
     @property
     def stream_ids(self) -> bool:
@@ -196,9 +209,9 @@ class ProducerConnection:
 
     def encoding(self) -> Encoding:
         flags = self.dcp_flags or 0
-        return Encoding(collections=self.collections, delete_times=bool(flags & OPEN_DELETE_TIMES),
+        return Encoding(collections=self.collections, delete_times=bool(flags & DcpOpenFlag.INCLUDE_DELETE_TIMES),
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
-                        no_value=bool(flags & (OPEN_NO_VALUE | OPEN_NO_VALUE_WITH_DATATYPE)))
+                        no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)))
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
@@ -260,7 +273,7 @@ class ProducerConnection:
 
     def _handle(self, msg: Message) -> None:
         if msg.is_response:
-            if msg.opcode == 0x5C:  # the client's answer to our noop
+            if msg.opcode == Opcode.DCP_NOOP:  # the client's answer to our noop
                 self.noop_outstanding = False
             return
         opcode = msg.opcode
@@ -489,12 +502,13 @@ class ProducerConnection:
         if self.dcp_flags is not None or not name or len(name) > 200:
             self._reply(msg, Status.EINVAL)
             return
-        if flags & ~OPEN_KNOWN_FLAGS or (flags & OPEN_NO_VALUE and flags & OPEN_NO_VALUE_WITH_DATATYPE) or (
-                flags & OPEN_DELETED_USER_XATTRS and not flags & OPEN_INCLUDE_XATTRS) or (
-                flags & OPEN_SKIP_DELETES and not flags & OPEN_PRODUCER):
+        if flags & ~OPEN_KNOWN_FLAGS or (
+                flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE) or (
+                flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS) or (
+                flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER):
             self._reply(msg, Status.EINVAL)
             return
-        if not flags & OPEN_PRODUCER:
+        if not flags & DcpOpenFlag.PRODUCER:
             self._reply(msg, Status.NOT_SUPPORTED)  # dcpctl serve emulates producers only
             return
         if msg.value:
@@ -502,8 +516,8 @@ class ProducerConnection:
             return
         self.dcp_flags = flags
         self.name = name
-        if 0x0B not in self.features:
-            self.features.append(0x0B)  # DCP_OPEN turns on JSON (reference 3.2)
+        if HelloFeature.JSON not in self.features:
+            self.features.append(HelloFeature.JSON)  # DCP_OPEN turns on JSON (reference 3.2)
         self._reply(msg)
 
     def _dcp_control(self, msg: Message) -> None:
@@ -530,7 +544,7 @@ class ProducerConnection:
         extras = msg.extras
         flags = extras.get("flags", 0) if extras else 0
         if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
-                flags & ~STREAM_KNOWN_FLAGS) or flags & STREAM_NO_VALUE or flags & STREAM_CACHE_TRANSFER:
+                flags & ~STREAM_KNOWN_FLAGS) or flags & (StreamRequestFlag.NO_VALUE | StreamRequestFlag.CACHE_TRANSFER):
             self._reply(msg, Status.EINVAL)
             return
         filter_answer, filter_ids, stream_id, purge = self._filter(msg)
@@ -544,7 +558,7 @@ class ProducerConnection:
             req, vb.view() if vb is not None else None,
             stream_exists=(number, stream_id) in self.streams,
             noop_enabled=self.noop_enabled,
-            xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & OPEN_INCLUDE_XATTRS),
+            xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & DcpOpenFlag.INCLUDE_XATTRS),
             filter_answer=filter_answer)
         if answer.status == "Rollback":
             self._reply(msg, Status.ROLLBACK, rollback_seqno=answer.rollback_seqno)
@@ -562,7 +576,7 @@ class ProducerConnection:
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
         stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids)
         if start >= end:
-            stream.ending = 0
+            stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
 
     def _filter(self, msg: Message) -> tuple[Answer | None, frozenset[int] | None, int, int | None]:
@@ -613,7 +627,7 @@ class ProducerConnection:
             return
         self._reply(msg)
         if self.controls.get("send_stream_end_on_client_close_stream") == "true":
-            stream.ending = 1  # Closed
+            stream.ending = StreamEndStatus.CLOSED
         else:
             del self.streams[(stream.vbucket, sid)]
 
@@ -695,8 +709,8 @@ class ProducerConnection:
             if stream.ending is not None:
                 if stream.ending >= 0:
                     status = stream.ending
-                    if status in (7, 8) and not self.collections:
-                        status = 0  # FilterEmpty and LostPrivileges read as Ok to legacy clients (3.7)
+                    if status in _COLLECTION_END_STATUSES and not self.collections:
+                        status = StreamEndStatus.OK  # FilterEmpty and LostPrivileges read as Ok to legacy clients (3.7)
                     data = self._message(stream, Opcode.DCP_STREAM_END, stream_end_status=status)
                     parts.append(data)
                     self._count(len(data))
@@ -705,7 +719,7 @@ class ProducerConnection:
                 return sent
             last = min(vb.high_seqno, stream.end_seqno)
             if stream.next_seqno > stream.end_seqno:
-                stream.ending = 0
+                stream.ending = StreamEndStatus.OK
                 continue
             if stream.next_seqno > last:
                 return sent  # caught up: wait for new items
@@ -828,7 +842,7 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> Status:
         "enable_noop": lambda: True,
         "set_noop_interval": lambda: _float(value) is not None and _float(value) >= MIN_NOOP_INTERVAL,  # type: ignore[operator]
         "set_priority": lambda: value in ("high", "medium", "low"),
-        "force_value_compression": lambda: value in _BOOL and F_SNAPPY in conn.features,
+        "force_value_compression": lambda: value in _BOOL and HelloFeature.SNAPPY in conn.features,
         "supports_cursor_dropping": lambda: value in _BOOL,
         "supports_cursor_dropping_vulcan": lambda: value in _BOOL,
         "supports_hifi_MFU": lambda: value == "true",
@@ -838,7 +852,8 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> Status:
         "enable_sync_writes": lambda: value == "true",
         "consumer_name": lambda: bool(value),
         "enable_out_of_order_snapshots": lambda: value in ("true", "true_with_seqno_advanced"),
-        "include_deleted_user_xattrs": lambda: value == "true" and bool(flags & OPEN_DELETED_USER_XATTRS),
+        "include_deleted_user_xattrs": lambda: value == "true" and bool(
+            flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS),
         "v7_dcp_status_codes": lambda: value == "true",
         "flatbuffers_system_events": lambda: value == "true",
         "backfill_order": lambda: value in ("round-robin", "sequential"),
@@ -876,13 +891,18 @@ def _u32(value: str) -> int | None:
     return number if number <= U32_MAX else None
 
 
-_HANDLERS: Final = {
-    0x1F: ProducerConnection._hello, 0x20: ProducerConnection._list_mechs, 0x21: ProducerConnection._sasl_auth,
-    0x22: ProducerConnection._sasl_step, 0x89: ProducerConnection._select_bucket,
-    0xFE: ProducerConnection._error_map, 0xB5: ProducerConnection._cluster_config,
-    0x48: ProducerConnection._all_vb_seqnos, 0x96: ProducerConnection._failover_log,
-    0x54: ProducerConnection._failover_log, 0x91: ProducerConnection._observe_seqno,
-    0x10: ProducerConnection._stat, 0x50: ProducerConnection._dcp_open, 0x5E: ProducerConnection._dcp_control,
-    0x53: ProducerConnection._stream_request, 0x52: ProducerConnection._close_stream,
-    0x5D: ProducerConnection._buffer_ack, 0x5C: ProducerConnection._noop_request,
+_HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+    Opcode.HELLO: ProducerConnection._hello, Opcode.SASL_LIST_MECHS: ProducerConnection._list_mechs,
+    Opcode.SASL_AUTH: ProducerConnection._sasl_auth, Opcode.SASL_STEP: ProducerConnection._sasl_step,
+    Opcode.SELECT_BUCKET: ProducerConnection._select_bucket, Opcode.GET_ERROR_MAP: ProducerConnection._error_map,
+    Opcode.GET_CLUSTER_CONFIG: ProducerConnection._cluster_config,
+    Opcode.GET_ALL_VB_SEQNOS: ProducerConnection._all_vb_seqnos,
+    Opcode.GET_FAILOVER_LOG: ProducerConnection._failover_log,
+    Opcode.DCP_GET_FAILOVER_LOG: ProducerConnection._failover_log,
+    Opcode.OBSERVE_SEQNO: ProducerConnection._observe_seqno, Opcode.STAT: ProducerConnection._stat,
+    Opcode.DCP_OPEN: ProducerConnection._dcp_open, Opcode.DCP_CONTROL: ProducerConnection._dcp_control,
+    Opcode.DCP_STREAM_REQ: ProducerConnection._stream_request,
+    Opcode.DCP_CLOSE_STREAM: ProducerConnection._close_stream,
+    Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ProducerConnection._buffer_ack,
+    Opcode.DCP_NOOP: ProducerConnection._noop_request,
 }

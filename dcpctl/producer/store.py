@@ -119,6 +119,7 @@ class Bucket:
     # --- items ------------------------------------------------------------------------------------
     def item(self, vb: VBucket, seqno: int) -> Item:
         uuid = vb.branch_uuid(seqno)
+        # multiplicative hashing (golden-ratio and murmur3 constants), not protocol codes
         h = (self.seed * 0x9E3779B1 + vb.vbucket * 0x85EBCA77 + seqno * 0xC2B2AE3D + uuid) & 0xFFFFFFFFFFFF
         keyno = (h >> 7) % KEYSPACE
         collection = self.collection_ids[(h >> 3) % len(self.collection_ids)]
