@@ -20,6 +20,7 @@ from dcpctl.dcp.rollback import (
     check_stream_request,
     next_request,
 )
+from dcpctl.protocol.constants import Opcode
 
 
 @dataclass
@@ -43,9 +44,9 @@ class LiveRound:
 
 
 def server_view(conn: Connection, vbucket: int) -> VbucketState:
-    log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vbucket}, f"GET_FAILOVER_LOG vbucket {vbucket}")
+    log = conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vbucket}", vbucket=vbucket)
     entries = [FailoverEntry(int(e["vbucket_uuid"]), int(e["seqno"])) for e in log.record().get("failover_log", [])]
-    seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record().get("vbucket_seqnos", [])
+    seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).record().get("vbucket_seqnos", [])
     high = next((int(e["seqno"]) for e in seqnos if int(e["vbucket"]) == vbucket), 0)
     return VbucketState(tuple(entries), high)
 
@@ -57,17 +58,17 @@ def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, clien
     log = list(client_log)
     for _ in range(max_rounds):
         predicted = check_stream_request(request, server, noop_enabled=True)
-        reply = conn.call({"opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "flags": request.flags, "reserved": 0,
-                           "start_seqno": request.start_seqno, "end_seqno": request.end_seqno,
-                           "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": request.snap_start,
-                           "snap_end_seqno": request.snap_end}, f"DCP_STREAM_REQ vbucket {vbucket}").record()
+        reply = conn.call(Opcode.DCP_STREAM_REQ, f"DCP_STREAM_REQ vbucket {vbucket}", vbucket=vbucket,
+                          flags=request.flags, reserved=0, start_seqno=request.start_seqno,
+                          end_seqno=request.end_seqno, vbucket_uuid=request.vbucket_uuid,
+                          snap_start_seqno=request.snap_start, snap_end_seqno=request.snap_end).record()
         status = str(reply.get("status"))
         seqno = reply.get("rollback_seqno") if status == "Rollback" else None
         rounds.append(LiveRound(request, status, int(seqno) if isinstance(seqno, int) else None, predicted.status,
                                 predicted.rollback_seqno, predicted.rule, predicted.reason))
         if status == "Success":
             # the items the open stream sent meanwhile are not wanted: this command looks, it does not consume
-            conn.call({"opcode": "DCP_CLOSE_STREAM", "vbucket": vbucket}, "DCP_CLOSE_STREAM", keep=False)
+            conn.call(Opcode.DCP_CLOSE_STREAM, keep=False, vbucket=vbucket)
             break
         if status != "Rollback" or seqno is None:
             break

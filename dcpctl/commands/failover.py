@@ -37,6 +37,7 @@ from dcpctl.dcp.failover import compare, dump_logs
 from dcpctl.dcp.rollback import load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.constants import Opcode
 
 
 class FailoverFormat(StrEnum):
@@ -100,11 +101,11 @@ def failover(
                               max_scram_iterations=max_scram_iterations)
             try:
                 conn.bootstrap(user, password, bucket, sasl_mech)
-                seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").record()
+                seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).record()
                 high = {int(e["vbucket"]): int(e["seqno"]) for e in seqnos.get("vbucket_seqnos", [])}
                 for vb in node_vbuckets:
-                    log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb},
-                                     f"GET_FAILOVER_LOG vbucket {vb}").record().get("failover_log", [])
+                    log = conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}",
+                                     vbucket=vb).record().get("failover_log", [])
                     rows.append({"vbucket": vb, "failover_log": log, "high_seqno": high.get(vb),
                                  "node": conn.label})
             finally:
