@@ -35,7 +35,8 @@ def server() -> Iterator[Server]:
 
 
 def bare(opcode: int, opaque: int) -> bytes:
-    """A request with nothing after its header (built by hand: the point is an opcode nothing declares)."""
+    """A request with nothing after its header, by hand: for most declared opcodes that is a malformed
+    request, which the builders refuse to make, and for the others no declaration exists."""
     return struct.pack(">BBHBBHIIQ", Magic.CLIENT_REQUEST, opcode, 0, 0, 0, 0, 0, opaque, 0)
 
 
