@@ -25,8 +25,8 @@ from typing import Any, Final
 
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, SaslError, ScramClient, canonical, plain_message
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol.constants import HELLO_FEATURES, HelloFeature, Status
-from dcpctl.protocol.encode import encode
+from dcpctl.protocol import build
+from dcpctl.protocol.constants import HELLO_FEATURES, OPCODES, HelloFeature, Opcode, Status
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.value import text_or_hex
@@ -220,13 +220,14 @@ class Connection:
         except OSError as exc:
             raise ConnectError(f"{self.label}: the connection broke ({exc.strerror or exc})") from None
 
-    def send(self, record: dict[str, Any]) -> int:
-        record.setdefault("magic", "ClientRequest")
-        if "opaque" not in record:
+    def send(self, opcode: int, *, opaque: int | None = None, **fields: Any) -> int:
+        """A request built from typed values (:func:`dcpctl.protocol.build.request`: vbucket, key, value
+        bytes, extras fields...) sent with the next opaque, or ``opaque``; returns the opaque."""
+        if opaque is None:
             self.opaque += 1
-            record["opaque"] = self.opaque
-        self.send_bytes(encode(record, fix_lengths=True))
-        return int(record["opaque"])
+            opaque = self.opaque
+        self.send_bytes(build.request(opcode, opaque=opaque, **fields))
+        return opaque
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -280,12 +281,13 @@ class Connection:
                 self._frames()
         return self.pending.popleft()
 
-    def call(self, record: dict[str, Any], what: str | None = None, timeout: float | None = None, *,
-             keep: bool = True) -> Message:
-        """Send a request and return its response; other messages stay queued for :meth:`next` (at most
-        ``queue_limit``), or with ``keep=False`` are dropped (a caller that wants none of them)."""
-        name = what or str(record.get("opcode"))
-        opaque = self.send(record)
+    def call(self, opcode: int, what: str | None = None, timeout: float | None = None, *, keep: bool = True,
+             **fields: Any) -> Message:
+        """Send a request (:meth:`send`'s typed ``fields``) and return its response; other messages stay
+        queued for :meth:`next` (at most ``queue_limit``), or with ``keep=False`` are dropped (a caller that
+        wants none of them)."""
+        name = what or OPCODES.name(opcode)
+        opaque = self.send(opcode, **fields)
         deadline = time.monotonic() + (timeout or self.timeout)
         kept: list[Message] = []
         held = 0  # what kept costs, as queue_limit counts it
@@ -313,17 +315,18 @@ class Connection:
         finally:
             self.pending.extendleft(reversed(kept))
 
-    def check(self, record: dict[str, Any], what: str | None = None, *, code: ExitCode | None = None) -> Message:
+    def check(self, opcode: int, what: str | None = None, *, code: ExitCode | None = None,
+              **fields: Any) -> Message:
         """:meth:`call` that raises :class:`StatusError` unless the answer is Success."""
-        reply = self.call(record, what)
+        reply = self.call(opcode, what, **fields)
         if reply.status != Status.SUCCESS:
-            raise StatusError(what or str(record.get("opcode")), str(reply.status_name), code)
+            raise StatusError(what or OPCODES.name(opcode), str(reply.status_name), code)
         return reply
 
     # --- bootstrap ---------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str, mechanism: str | None = None) -> str:
         """SASL with the strongest mechanism both sides know (or ``mechanism``); returns the one used."""
-        listed = self.call({"opcode": "SASL_LIST_MECHS"}, "SASL_LIST_MECHS")
+        listed = self.call(Opcode.SASL_LIST_MECHS)
         if listed.status in (Status.UNKNOWN_COMMAND, Status.NOT_SUPPORTED):
             raise AuthError(f"{self.label}: the server does not do SASL authentication (SASL_LIST_MECHS: "
                             f"{listed.status_name}): not a Couchbase data node, or a memcached without SASL")
@@ -345,19 +348,18 @@ class Connection:
                 raise AuthError(f"{self.label}: no SASL mechanism in common (the server offers {offered})")
         name = offered_names[choice]  # the server's own spelling
         if choice == PLAIN:
-            reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": plain_message(user, password).hex(),
-                               "value_encoding": "hex"}, "SASL_AUTH")
+            reply = self.call(Opcode.SASL_AUTH, key=name.encode(), value=plain_message(user, password))
             self._auth_status(reply, user)
             return name
         scram = ScramClient(choice, user, password, max_iterations=self.max_scram_iterations)
-        reply = self.call({"opcode": "SASL_AUTH", "key": name, "value": scram.first().decode()}, "SASL_AUTH")
+        reply = self.call(Opcode.SASL_AUTH, key=name.encode(), value=scram.first())
         if reply.status != Status.AUTH_CONTINUE:
             self._auth_status(reply, user)
         try:
             final = scram.final(reply.value)
         except SaslError as exc:
             raise AuthError(f"{self.label}: {exc}") from None
-        reply = self.call({"opcode": "SASL_STEP", "key": name, "value": final.decode()}, "SASL_STEP")
+        reply = self.call(Opcode.SASL_STEP, key=name.encode(), value=final)
         status = reply.status
         if status in (Status.SUCCESS, Status.AUTH_CONTINUE):
             try:
@@ -365,7 +367,7 @@ class Connection:
             except SaslError as exc:
                 raise AuthError(f"{self.label}: {exc}") from None
         if status == Status.AUTH_CONTINUE:  # memcached (Cyrus SASL) wants one more, empty, step
-            reply = self.call({"opcode": "SASL_STEP", "key": name, "value": ""}, "SASL_STEP")
+            reply = self.call(Opcode.SASL_STEP, key=name.encode())
         self._auth_status(reply, user)
         return name
 
@@ -378,14 +380,14 @@ class Connection:
         raise StatusError("SASL", str(reply.status_name), ExitCode.AUTH)
 
     def hello(self, features: tuple[str, ...] = DCP_FEATURES, agent: str = "dcpctl") -> list[str]:
-        reply = self.check({"opcode": "HELLO", "key": agent, "features": list(features)}, "HELLO")
+        reply = self.check(Opcode.HELLO, key=agent.encode(), features=[HELLO_FEATURES.code(f) for f in features])
         codes = reply.hello_features
         self.features = [HELLO_FEATURES.name(code, 4) for code in codes]
         self.options = DecodeOptions(collections=HelloFeature.COLLECTIONS in codes)
         return self.features
 
     def select_bucket(self, bucket: str) -> None:
-        reply = self.call({"opcode": "SELECT_BUCKET", "key": bucket}, "SELECT_BUCKET")
+        reply = self.call(Opcode.SELECT_BUCKET, key=bucket.encode())
         status = reply.status
         if status == Status.KEY_ENOENT:
             raise StatusError(f"bucket {bucket!r}", "KeyEnoent (no such bucket)")

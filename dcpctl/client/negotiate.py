@@ -21,7 +21,7 @@ from dcpctl.dcp.rollback import (
     failover_entries,
     next_request,
 )
-from dcpctl.protocol.constants import Status
+from dcpctl.protocol.constants import Opcode, Status
 
 
 @dataclass
@@ -45,8 +45,8 @@ class LiveRound:
 
 
 def server_view(conn: Connection, vbucket: int) -> VbucketState:
-    log = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vbucket}, f"GET_FAILOVER_LOG vbucket {vbucket}")
-    seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos") or ()
+    log = conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vbucket}", vbucket=vbucket)
+    seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos") or ()
     high = next((int(e.seqno) for e in seqnos if e.vbucket == vbucket), 0)
     return VbucketState(tuple(failover_entries(log)), high)
 
@@ -58,17 +58,17 @@ def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, clien
     log = list(client_log)
     for _ in range(max_rounds):
         predicted = check_stream_request(request, server, noop_enabled=True)
-        reply = conn.call({"opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "flags": request.flags, "reserved": 0,
-                           "start_seqno": request.start_seqno, "end_seqno": request.end_seqno,
-                           "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": request.snap_start,
-                           "snap_end_seqno": request.snap_end}, f"DCP_STREAM_REQ vbucket {vbucket}")
+        reply = conn.call(Opcode.DCP_STREAM_REQ, f"DCP_STREAM_REQ vbucket {vbucket}", vbucket=vbucket,
+                          flags=request.flags, reserved=0, start_seqno=request.start_seqno,
+                          end_seqno=request.end_seqno, vbucket_uuid=request.vbucket_uuid,
+                          snap_start_seqno=request.snap_start, snap_end_seqno=request.snap_end)
         status = str(reply.status_name)
         seqno = reply.field("rollback_seqno") if reply.status == Status.ROLLBACK else None
         rounds.append(LiveRound(request, status, int(seqno) if isinstance(seqno, int) else None, predicted.status,
                                 predicted.rollback_seqno, predicted.rule, predicted.reason))
         if reply.status == Status.SUCCESS:
             # the items the open stream sent meanwhile are not wanted: this command looks, it does not consume
-            conn.call({"opcode": "DCP_CLOSE_STREAM", "vbucket": vbucket}, "DCP_CLOSE_STREAM", keep=False)
+            conn.call(Opcode.DCP_CLOSE_STREAM, keep=False, vbucket=vbucket)
             break
         if reply.status != Status.ROLLBACK or seqno is None:
             break

@@ -61,7 +61,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol import grammar
+from dcpctl.protocol import build, grammar
 from dcpctl.protocol.constants import (
     MAX_VBUCKETS,
     STREAM_END_STATUSES,
@@ -301,12 +301,11 @@ class Streamer:
                 self.ends[vb] = int(options.until)
 
     def _high_seqnos(self, conn: Connection) -> dict[int, int]:
-        reply = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS")
+        reply = conn.check(Opcode.GET_ALL_VB_SEQNOS)
         return {int(e.vbucket): int(e.seqno) for e in reply.field("vbucket_seqnos") or ()}
 
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
-        reply = conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb}, f"GET_FAILOVER_LOG vbucket {vb}")
-        return failover_entries(reply)
+        return failover_entries(conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}", vbucket=vb))
 
     def _dcp_open(self, node: _Node) -> None:
         options = self.options
@@ -316,7 +315,7 @@ class Streamer:
         if options.no_value:
             flags |= DcpOpenFlag.NO_VALUE
         name = options.name or f"dcpctl:{os.getpid()}:{len(self.nodes)}"
-        node.conn.check({"opcode": "DCP_OPEN", "key": name, "seqno": 0, "flags": int(flags)}, "DCP_OPEN")
+        node.conn.check(Opcode.DCP_OPEN, key=name.encode(), seqno=0, flags=flags)
         controls = {"enable_noop": "true", "set_noop_interval": str(options.noop_interval),
                     "connection_buffer_size": str(options.buffer_size),
                     "send_stream_end_on_client_close_stream": "true", "enable_expiry_opcode": "true"}
@@ -324,7 +323,7 @@ class Streamer:
             controls["enable_stream_id"] = "true"
         controls.update(options.controls)
         for key, value in controls.items():
-            node.conn.check({"opcode": "DCP_CONTROL", "key": key, "value": value}, f"DCP_CONTROL {key}={value}")
+            node.conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
         # stream data may now come while a call waits (a rollback asks for the failover log): its window
         node.conn.queue_limit = queue_limit(options.buffer_size, node.conn.framer.max_body_length)
 
@@ -337,14 +336,10 @@ class Streamer:
         request = StreamRequest(position.seqno, position.vbucket_uuid, snap_start, snap_end, end)
         self._opaque += 1
         self.requested = True
-        record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": vb, "opaque": self._opaque, "flags": 0,
-                                  "reserved": 0, "start_seqno": request.start_seqno, "end_seqno": end,
-                                  "vbucket_uuid": request.vbucket_uuid, "snap_start_seqno": snap_start,
-                                  "snap_end_seqno": snap_end}
         value = self._value()
-        if value is not None:
-            record["value"] = value
-        node.conn.send(record)
+        node.conn.send(Opcode.DCP_STREAM_REQ, opaque=self._opaque, vbucket=vb, value=value.encode() if value else b"",
+                       flags=0, reserved=0, start_seqno=request.start_seqno, end_seqno=end,
+                       vbucket_uuid=request.vbucket_uuid, snap_start_seqno=snap_start, snap_end_seqno=snap_end)
         self.streams[(id(node), self._opaque)] = _Stream(vb, self._opaque, request, time.monotonic())
 
     def _value(self) -> str | None:
@@ -476,7 +471,7 @@ class Streamer:
             items += 1
             unacked += end - pos
             if unacked >= half:
-                conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": unacked})
+                conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=unacked)
                 unacked = 0
             pos = end
             if items == stop_at:
@@ -571,7 +566,7 @@ class Streamer:
                 # written: the positions count (a Ctrl-C only asks the loop to stop, never cuts a write)
                 self._counted(written)
                 if node.unacked >= half:
-                    conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
+                    conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=node.unacked)
                     node.unacked = 0
             conn.framer.consume(pos)
             if self._done:
@@ -612,12 +607,11 @@ class Streamer:
             return None
         if opcode == NOOP:
             node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
-            node.conn.send({"magic": "ClientResponse", "opcode": "DCP_NOOP", "status": "Success",
-                            "opaque": msg.opaque})
+            node.conn.send_bytes(build.response(Opcode.DCP_NOOP, opaque=msg.opaque))
             return None
         node.unacked += len(msg.raw)
         if node.unacked >= self.options.buffer_size // 2:
-            node.conn.send({"opcode": "DCP_BUFFER_ACKNOWLEDGEMENT", "vbucket": 0, "bytes_to_ack": node.unacked})
+            node.conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=node.unacked)
             node.unacked = 0
         stream = self.streams.get((id(node), msg.opaque))
         ts = node.conn.read_ts  # when its bytes were read, as a capture's ts is when they were seen
@@ -780,7 +774,7 @@ class Streamer:
                 node = next((n for n in self.nodes.values() if id(n) == key), None)
                 if node is not None and stream.open and not stream.ended:
                     with contextlib.suppress(ClientError):
-                        node.conn.send({"opcode": "DCP_CLOSE_STREAM", "vbucket": stream.vbucket})
+                        node.conn.send(Opcode.DCP_CLOSE_STREAM, vbucket=stream.vbucket)
             for node in self.nodes.values():
                 node.conn.close()
 
@@ -832,7 +826,7 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
     """(number of vbuckets, vbucket -> address of its active node) from GET_CLUSTER_CONFIG, or, from a node
     without one, every vbucket GET_ALL_VB_SEQNOS lists on that node. A map that is not one is a
     :class:`ConfigError`."""
-    reply = seed.call({"opcode": "GET_CLUSTER_CONFIG"}, "GET_CLUSTER_CONFIG")
+    reply = seed.call(Opcode.GET_CLUSTER_CONFIG)
     if reply.status == Status.SUCCESS:
         config = _config_of(reply.value, host, seed.label)
         servers = kv_servers(config, host, port, tls=tls)
@@ -840,7 +834,7 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
         owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
         if vbmap:
             return len(vbmap), owner
-    entries = seed.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos") or ()
+    entries = seed.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos") or ()
     owner = {int(e.vbucket): (host, port) for e in entries}
     return max(owner, default=-1) + 1, owner
 

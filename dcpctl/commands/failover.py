@@ -38,6 +38,7 @@ from dcpctl.dcp.rollback import failover_entries, load_json
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.constants import Opcode
 
 
 class FailoverFormat(StrEnum):
@@ -103,11 +104,11 @@ def failover(
                               max_scram_iterations=max_scram_iterations)
             try:
                 conn.bootstrap(user, password, bucket, sasl_mech)
-                seqnos = conn.check({"opcode": "GET_ALL_VB_SEQNOS"}, "GET_ALL_VB_SEQNOS").field("vbucket_seqnos")
+                seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos")
                 high = {int(e.vbucket): int(e.seqno) for e in seqnos or ()}
                 for vb in node_vbuckets:
-                    entries = failover_entries(conn.check({"opcode": "GET_FAILOVER_LOG", "vbucket": vb},
-                                                          f"GET_FAILOVER_LOG vbucket {vb}"))
+                    entries = failover_entries(conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}",
+                                                          vbucket=vb))
                     rows.append({"vbucket": vb, "failover_log": [e.to_json() for e in entries],
                                  "high_seqno": high.get(vb),
                                  "node": conn.label})

@@ -49,6 +49,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import RollbackStory
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.constants import DcpOpenFlag, Opcode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
 from dcpctl.sources.capture import rollback_stories
@@ -268,9 +269,9 @@ def negotiate_command(
         try:
             conn.bootstrap(user, password, bucket, sasl_mech)
             server = server_view(conn, vbucket)
-            conn.check({"opcode": "DCP_OPEN", "key": f"dcpctl-negotiate:{os.getpid()}", "seqno": 0, "flags": 1},
-                       "DCP_OPEN")
-            conn.check({"opcode": "DCP_CONTROL", "key": "enable_noop", "value": "true"}, "DCP_CONTROL")
+            conn.check(Opcode.DCP_OPEN, key=f"dcpctl-negotiate:{os.getpid()}".encode(), seqno=0,
+                       flags=DcpOpenFlag.PRODUCER)
+            conn.check(Opcode.DCP_CONTROL, key=b"enable_noop", value=b"true")
             rounds = negotiate_live(conn, vbucket, request, [FailoverEntry(request.vbucket_uuid, 0)], server)
         finally:
             conn.close()

@@ -14,62 +14,68 @@ a stream reaches its end.
 the connection must be dropped (a protocol violation without XERROR, a packet too long before
 authentication, a scenario, idleness).
 
-Invariants: the connection never raises on client input; every reply is encoded by the protocol's
-encoder or the store's fast path that the tests hold to it; a stream's items go out in seqno order, each
+Invariants: the connection never raises on client input; every message is built from its
+declared shape (``protocol.build``), from typed values; a stream's items go out in seqno order, each
 inside the snapshot marker sent before it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer.store import Bucket, Encoding, VBucket
+from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
-    HELLO_FEATURES,
     STATUS_ROWS,
+    STATUSES,
+    Datatype,
     DcpOpenFlag,
     HelloFeature,
     Opcode,
     SnapshotMarkerFlag,
+    Status,
+    StreamEndStatus,
     StreamRequestFlag,
 )
-from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, DCP, HEADER_LAYOUT
+from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
 
 # HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
-FEATURES: Final = frozenset(int(f) for f in (
+FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
-    HelloFeature.COLLECTIONS))
-F_XERROR: Final = int(HelloFeature.XERROR)
-F_COLLECTIONS: Final = int(HelloFeature.COLLECTIONS)
-F_SNAPPY: Final = int(HelloFeature.SNAPPY)
-F_JSON: Final = int(HelloFeature.JSON)
+    HelloFeature.COLLECTIONS})
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
 BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
-# Flags as plain ints: a request's flags are an int, and ``~`` of an IntFlag keeps only declared bits.
-OPEN_PRODUCER: Final = int(DcpOpenFlag.PRODUCER)
-OPEN_INCLUDE_XATTRS: Final = int(DcpOpenFlag.INCLUDE_XATTRS)
-OPEN_NO_VALUE: Final = int(DcpOpenFlag.NO_VALUE)
-OPEN_DELETE_TIMES: Final = int(DcpOpenFlag.INCLUDE_DELETE_TIMES)
-OPEN_NO_VALUE_WITH_DATATYPE: Final = int(DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)
-OPEN_DELETED_USER_XATTRS: Final = int(DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS)
-OPEN_SKIP_DELETES: Final = int(DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL)
-OPEN_KNOWN_FLAGS: Final = (OPEN_PRODUCER | OPEN_INCLUDE_XATTRS | OPEN_NO_VALUE | OPEN_DELETE_TIMES
-                           | OPEN_NO_VALUE_WITH_DATATYPE | OPEN_DELETED_USER_XATTRS | OPEN_SKIP_DELETES)
-STREAM_KNOWN_FLAGS: Final = sum(int(flag) for flag in StreamRequestFlag)
-STREAM_NO_VALUE: Final = int(StreamRequestFlag.NO_VALUE)
-STREAM_CACHE_TRANSFER: Final = int(StreamRequestFlag.CACHE_TRANSFER)
+# DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
+# validator answers Einval before anything else (reference 3.1, verify_common_dcp_restrictions); a DCP
+# connection always has its bucket, so NoBucket never comes first.
+NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
+                             if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
+# Commands whose validator wants exactly this many bytes of extras (Einval otherwise): the ones this server
+# takes without a handler, so that a malformed one is answered rather than ignored.
+FIXED_EXTRAS_LENGTH: Final[dict[int, int]] = {Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: 4, Opcode.DCP_SEQNO_ACKNOWLEDGED: 8}
+_KNOWN_OPCODES: Final = frozenset(int(opcode) for opcode in Opcode)
+# Statuses a client that did not ask for XERROR cannot be told: the server disconnects instead (reference 5).
+DISCONNECT_WITHOUT_XERROR: Final = frozenset({Status.EACCESS, Status.NO_BUCKET, Status.DCP_STREAM_ID_INVALID,
+                                              Status.AUTH_STALE})
+# DCP_OPEN flags the server accepts (reference 7.1): Invalid (was Notifier), Unused and PiTR are Einval.
+OPEN_KNOWN_FLAGS: Final = (DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_XATTRS | DcpOpenFlag.NO_VALUE
+                           | DcpOpenFlag.INCLUDE_DELETE_TIMES | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE
+                           | DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS | DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL)
+STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -84,8 +90,11 @@ MAX_SEND_QUEUE_SIZE: Final = 1 << 20
 # kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
 # server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
 MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
-MARKER_DISK_CHECKPOINT: Final = int(SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT)
-MARKER_MEMORY: Final = int(SnapshotMarkerFlag.MEMORY)
+_COLLECTION_END_STATUSES: Final = frozenset({StreamEndStatus.FILTER_EMPTY, StreamEndStatus.LOST_PRIVILEGES})
+# The opaque of the server's first noop is one above this: "NO" in its high bytes, easy to spot in a capture.
+NOOP_OPAQUE_BASE: Final = int.from_bytes(b"NO\0\0", "big")
+MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
+MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 # Where a pushed item's opaque sits: a stream's cached items are patched with its stream's opaque there.
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
@@ -182,7 +191,7 @@ class ProducerConnection:
         self.noop_interval = DEFAULT_NOOP_INTERVAL
         self.noop_outstanding = False
         self.last_noop = self.now
-        self.noop_opaque = 0x4E4F0000
+        self.noop_opaque = NOOP_OPAQUE_BASE
         self.last_received = self.now
         self.streams: dict[tuple[int, int], _Stream] = {}
         self._turn = 0
@@ -191,11 +200,11 @@ class ProducerConnection:
     # --- negotiated state -------------------------------------------------------------------------
     @property
     def xerror(self) -> bool:
-        return F_XERROR in self.features
+        return HelloFeature.XERROR in self.features
 
     @property
     def collections(self) -> bool:
-        return F_COLLECTIONS in self.features
+        return HelloFeature.COLLECTIONS in self.features
 
     @property
     def stream_ids(self) -> bool:
@@ -203,9 +212,9 @@ class ProducerConnection:
 
     def encoding(self) -> Encoding:
         flags = self.dcp_flags or 0
-        return Encoding(collections=self.collections, delete_times=bool(flags & OPEN_DELETE_TIMES),
+        return Encoding(collections=self.collections, delete_times=bool(flags & DcpOpenFlag.INCLUDE_DELETE_TIMES),
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
-                        no_value=bool(flags & (OPEN_NO_VALUE | OPEN_NO_VALUE_WITH_DATATYPE)))
+                        no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)))
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
@@ -250,18 +259,18 @@ class ProducerConnection:
         if self.closed is None:
             self.closed = reason
 
-    def _reply(self, msg: Message, status: str = "Success", **fields: Any) -> None:
-        record: dict[str, Any] = {"magic": "ClientResponse", "opcode": msg.opcode, "status": status,
-                                  "opaque": msg.opaque, **fields}
-        self._queue(encode(record, DCP, fix_lengths=True))
+    def _reply(self, msg: Message, status: int = Status.SUCCESS, *, datatype: int = 0, key: bytes = b"",
+               value: bytes = b"", **fields: Any) -> None:
+        self._queue(build.response(msg.opcode, status=status, opaque=msg.opaque, datatype=datatype, key=key,
+                                   value=value, **fields))
 
-    def _error(self, msg: Message, status: str, context: str = "") -> None:
+    def _error(self, msg: Message, status: int, context: str = "") -> None:
         """An error status; without XERROR, the statuses an old client cannot understand disconnect."""
-        if not self.xerror and status in ("Eaccess", "NoBucket", "DcpStreamIdInvalid", "AuthStale"):
-            self.close(f"{msg.opcode_name}: {status} without XERROR: the server disconnects")
+        if not self.xerror and status in DISCONNECT_WITHOUT_XERROR:
+            self.close(f"{msg.opcode_name}: {Status(status).kv_name} without XERROR: the server disconnects")
             return
         if context and self.xerror:
-            self._reply(msg, status, datatype=1, value=json.dumps({"error": {"context": context}}))
+            self._reply(msg, status, datatype=Datatype.JSON, value=_json({"error": {"context": context}}))
         else:
             self._reply(msg, status)
 
@@ -272,26 +281,50 @@ class ProducerConnection:
             return
         opcode = msg.opcode
         if self.user is None and opcode not in BEFORE_AUTH:
-            self._error(msg, "Eaccess", "authenticate first")
+            self._error(msg, Status.EACCESS, "authenticate first")
+            return
+        if opcode in NEEDS_DCP and not self._is_dcp(msg):
             return
         handler = _HANDLERS.get(opcode)
         if handler is None:
-            self._reply(msg, "UnknownCommand")
+            self._unhandled(msg)
             return
         handler(self, msg)
+
+    def _is_dcp(self, msg: Message) -> bool:
+        """Whether this is a DCP connection; if not, the Einval a DCP command gets (reference 3.1)."""
+        if self.dcp_flags is None:
+            self._reply(msg, Status.EINVAL)
+        return self.dcp_flags is not None
+
+    def _unhandled(self, msg: Message) -> None:
+        """A command no handler serves: answered as kv_engine answers it, never a silent close."""
+        opcode = msg.opcode
+        if opcode not in _KNOWN_OPCODES:
+            self._reply(msg, Status.UNKNOWN_COMMAND)
+        elif opcode in (Opcode.NOOP, Opcode.VERSION):
+            self._reply(msg, value=f"dcpctl serve {__version__}".encode() if opcode == Opcode.VERSION else b"")
+        elif opcode == Opcode.DCP_ADD_STREAM:  # reference 3.3: sent to a producer, it disconnects
+            self.close("DCP_ADD_STREAM sent to a producer: the server disconnects (it is for consumers)")
+        elif opcode in FIXED_EXTRAS_LENGTH and msg.extras_length != FIXED_EXTRAS_LENGTH[opcode]:
+            self._error(msg, Status.EINVAL, f"{msg.opcode_name} needs {FIXED_EXTRAS_LENGTH[opcode]} bytes of extras")
+        elif opcode in NEEDS_DCP:
+            self._error(msg, Status.NOT_SUPPORTED, f"{msg.opcode_name} is sent by a producer; dcpctl serve is one")
+        elif self._needs_bucket(msg) is not None:
+            self._error(msg, Status.NOT_SUPPORTED, f"dcpctl serve emulates a DCP producer, not {msg.opcode_name}")
 
     # --- bootstrap commands -----------------------------------------------------------------------
     def _hello(self, msg: Message) -> None:
         wanted = [f for f in msg.hello_features if f in FEATURES]
         self.features = list(dict.fromkeys(wanted))
-        self._reply(msg, features=[HELLO_FEATURES.name(f) for f in self.features])
+        self._reply(msg, features=self.features)
 
     def _list_mechs(self, msg: Message) -> None:
-        self._reply(msg, value=" ".join([*MECHANISMS, PLAIN]))
+        self._reply(msg, value=" ".join([*MECHANISMS, PLAIN]).encode())
 
     def _sasl_auth(self, msg: Message) -> None:
         if self.dcp_flags is not None:
-            self._reply(msg, "NotSupported")  # SASL is disabled once DCP_OPEN succeeded (reference 3.2)
+            self._reply(msg, Status.NOT_SUPPORTED)  # SASL is disabled once DCP_OPEN succeeded (reference 3.2)
             return
         mechanism = canonical(msg.key.decode(errors="replace"))
         users = self.node.cluster.users
@@ -299,45 +332,45 @@ class ProducerConnection:
             try:
                 user, password = parse_plain(msg.value)
             except SaslError:
-                self._reply(msg, "AuthError")
+                self._reply(msg, Status.AUTH_ERROR)
                 return
             if users.get(user) == password:
                 self._authenticated(user)
                 self._reply(msg)
             else:
-                self._reply(msg, "AuthError")
+                self._reply(msg, Status.AUTH_ERROR)
             return
         if mechanism not in MECHANISMS:
-            self._reply(msg, "AuthError")
+            self._reply(msg, Status.AUTH_ERROR)
             return
         self.sasl = ScramServer(mechanism, users, salt_seed=self.node.cluster.bucket.name.encode())
         try:
             challenge = self.sasl.first(msg.value)
         except SaslError:
             self.sasl = None
-            self._reply(msg, "AuthError")
+            self._reply(msg, Status.AUTH_ERROR)
             return
-        self._reply(msg, "AuthContinue", value=challenge.decode())
+        self._reply(msg, Status.AUTH_CONTINUE, value=challenge)
 
     def _sasl_step(self, msg: Message) -> None:
         sasl, self.sasl = self.sasl, None
         if sasl is None or canonical(msg.key.decode(errors="replace")) != sasl.mechanism:
-            self._reply(msg, "AuthError")
+            self._reply(msg, Status.AUTH_ERROR)
             return
         try:
             signature = sasl.final(msg.value)
         except SaslError:
-            self._reply(msg, "AuthError")
+            self._reply(msg, Status.AUTH_ERROR)
             return
         self._authenticated(sasl.user)
-        self._reply(msg, value=signature.decode())
+        self._reply(msg, value=signature)
 
     def _select_bucket(self, msg: Message) -> None:
         name = msg.key.decode(errors="replace")
         if self.dcp_flags is not None:
-            self._reply(msg, "NotSupported")
+            self._reply(msg, Status.NOT_SUPPORTED)
         elif name != self.node.cluster.bucket.name:
-            self._reply(msg, "KeyEnoent")
+            self._reply(msg, Status.KEY_ENOENT)
         else:
             self.bucket = self.node.cluster.bucket
             self._reply(msg)
@@ -346,11 +379,11 @@ class ProducerConnection:
         version = min(2, msg.field("error_map_version") or 1)
         errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": ["success"] if code == 0 else ["item-only"]}
                   for code, name, desc in STATUS_ROWS}
-        self._reply(msg, datatype=1, value=json.dumps({"version": version, "revision": 1, "errors": errors}))
+        self._reply(msg, datatype=Datatype.JSON, value=_json({"version": version, "revision": 1, "errors": errors}))
 
     def _needs_bucket(self, msg: Message) -> Bucket | None:
         if self.bucket is None:
-            self._error(msg, "NoBucket", "select a bucket first")
+            self._error(msg, Status.NO_BUCKET, "select a bucket first")
         return self.bucket
 
     def _cluster_config(self, msg: Message) -> None:
@@ -358,7 +391,7 @@ class ProducerConnection:
             return
         config = self.node.cluster.config(self.peer_host)
         config["nodesExt"][self.node.index]["thisNode"] = True
-        self._reply(msg, datatype=1, value=json.dumps(config))
+        self._reply(msg, datatype=Datatype.JSON, value=_json(config))
 
     def _vbucket(self, number: int) -> VBucket | None:
         """A vbucket whose active copy is on this node."""
@@ -376,10 +409,10 @@ class ProducerConnection:
         state = extras.get("vbucket_state_filter", 0)
         collection = extras.get("collection_id")
         if collection is not None and not self.collections:
-            self._reply(msg, "Einval")
+            self._reply(msg, Status.EINVAL)
             return
         if collection is not None and collection not in bucket.manifest.collections:
-            self._reply(msg, "UnknownCollection")
+            self._reply(msg, Status.UNKNOWN_COLLECTION)
             return
         entries = []
         if state in (0, 1):  # every vbucket here is active: "alive" and "active" list them, others none
@@ -387,44 +420,41 @@ class ProducerConnection:
                 if self._vbucket(vb.vbucket) is not None:
                     seqno = vb.high_seqno if collection is None else _collection_high(bucket, vb, collection)
                     if seqno is not None:
-                        entries.append({"vbucket": vb.vbucket, "seqno": seqno})
+                        entries.append((vb.vbucket, seqno))
         self._reply(msg, vbucket_seqnos=entries)
 
     def _failover_log(self, msg: Message) -> None:
         if self._needs_bucket(msg) is None:
             return
-        if msg.opcode == Opcode.DCP_GET_FAILOVER_LOG and self.dcp_flags is None:
-            self._reply(msg, "Einval")  # DCP_GET_FAILOVER_LOG needs a DCP connection; GET_FAILOVER_LOG does not
-            return
         vb = self._vbucket(msg.vbucket_or_status)
         if vb is None:
-            self._reply(msg, "NotMyVbucket")
+            self._reply(msg, Status.NOT_MY_VBUCKET)
             return
-        self._reply(msg, failover_log=[e.to_json() for e in vb.failover_log])
+        self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
 
     def _observe_seqno(self, msg: Message) -> None:
         if self._needs_bucket(msg) is None:
             return
         vb = self._vbucket(msg.vbucket_or_status)
         if vb is None:
-            self._reply(msg, "NotMyVbucket")
+            self._reply(msg, Status.NOT_MY_VBUCKET)
             return
         if len(msg.value) != 8:
-            self._reply(msg, "Einval")
+            self._reply(msg, Status.EINVAL)
             return
         uuid = int.from_bytes(msg.value, "big")
         log = vb.failover_log
         if uuid == log[0].vbucket_uuid:
-            self._reply(msg, format_type=0, observed_vbucket=vb.vbucket, vbucket_uuid=uuid,
+            self._reply(msg, observed_vbucket=vb.vbucket, vbucket_uuid=uuid,
                         last_persisted_seqno=vb.high_seqno, current_seqno=vb.high_seqno)
             return
         for i, entry in enumerate(log):
             if entry.vbucket_uuid == uuid:
-                self._reply(msg, format_type=1, observed_vbucket=vb.vbucket, vbucket_uuid=log[0].vbucket_uuid,
+                self._reply(msg, observed_vbucket=vb.vbucket, vbucket_uuid=log[0].vbucket_uuid,
                             last_persisted_seqno=vb.high_seqno, current_seqno=vb.high_seqno,
                             old_vbucket_uuid=uuid, last_received_seqno=log[i - 1].seqno)
                 return
-        self._reply(msg, "KeyEnoent")
+        self._reply(msg, Status.KEY_ENOENT)
 
     def _stat(self, msg: Message) -> None:
         bucket = self._needs_bucket(msg)
@@ -458,10 +488,10 @@ class ProducerConnection:
                       (f"eq_dcpq:{name}:items_sent", str(self.stats["items"])),
                       (f"eq_dcpq:{name}:noop_enabled", str(self.noop_enabled).lower())]
         else:
-            self._reply(msg, "KeyEnoent")
+            self._reply(msg, Status.KEY_ENOENT)
             return
         for key, value in stats:
-            self._reply(msg, key=key, value=value)
+            self._reply(msg, key=key.encode(), value=value.encode())
         self._reply(msg)  # the empty terminator
 
     # --- DCP ----------------------------------------------------------------------------------------
@@ -472,33 +502,31 @@ class ProducerConnection:
         flags = extras.get("flags", 0)
         name = msg.key.decode(errors="replace")
         if self.dcp_flags is not None or not name or len(name) > 200:
-            self._reply(msg, "Einval")
+            self._reply(msg, Status.EINVAL)
             return
-        if flags & ~OPEN_KNOWN_FLAGS or (flags & OPEN_NO_VALUE and flags & OPEN_NO_VALUE_WITH_DATATYPE) or (
-                flags & OPEN_DELETED_USER_XATTRS and not flags & OPEN_INCLUDE_XATTRS) or (
-                flags & OPEN_SKIP_DELETES and not flags & OPEN_PRODUCER):
-            self._reply(msg, "Einval")
+        if flags & ~OPEN_KNOWN_FLAGS or (
+                flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE) or (
+                flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS) or (
+                flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER):
+            self._reply(msg, Status.EINVAL)
             return
-        if not flags & OPEN_PRODUCER:
-            self._reply(msg, "NotSupported")  # dcpctl serve emulates producers only
+        if not flags & DcpOpenFlag.PRODUCER:
+            self._reply(msg, Status.NOT_SUPPORTED)  # dcpctl serve emulates producers only
             return
         if msg.value:
-            self._reply(msg, "Einval")  # consumer_name is for consumers
+            self._reply(msg, Status.EINVAL)  # consumer_name is for consumers
             return
         self.dcp_flags = flags
         self.name = name
-        if F_JSON not in self.features:
-            self.features.append(F_JSON)  # DCP_OPEN turns on JSON (reference 3.2)
+        if HelloFeature.JSON not in self.features:
+            self.features.append(HelloFeature.JSON)  # DCP_OPEN turns on JSON (reference 3.2)
         self._reply(msg)
 
     def _dcp_control(self, msg: Message) -> None:
-        if self.dcp_flags is None:
-            self._reply(msg, "Einval")
-            return
         key = msg.key.decode(errors="replace")
         value = msg.value.decode(errors="replace")
         status = _control_status(self, key, value)
-        if status == "Success":
+        if status == Status.SUCCESS:
             self.controls[key] = value
             if key == "connection_buffer_size":
                 self.buffer_size = _u32(value) or 0
@@ -515,14 +543,11 @@ class ProducerConnection:
             return
         if self.now < self.node.cluster.requests_hang_until:
             return  # a scenario's hang: the request is never answered (noops go on), as a stuck backfill
-        if self.dcp_flags is None:
-            self._reply(msg, "Einval")
-            return
         extras = msg.extras
         flags = extras.get("flags", 0) if extras else 0
         if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
-                flags & ~STREAM_KNOWN_FLAGS) or flags & STREAM_NO_VALUE or flags & STREAM_CACHE_TRANSFER:
-            self._reply(msg, "Einval")
+                flags & ~STREAM_KNOWN_FLAGS) or flags & (StreamRequestFlag.NO_VALUE | StreamRequestFlag.CACHE_TRANSFER):
+            self._reply(msg, Status.EINVAL)
             return
         filter_answer, filter_ids, stream_id, purge = self._filter(msg)
         req = StreamRequest(extras["start_seqno"], extras["vbucket_uuid"], extras["snap_start_seqno"],
@@ -535,24 +560,25 @@ class ProducerConnection:
             req, vb.view() if vb is not None else None,
             stream_exists=(number, stream_id) in self.streams,
             noop_enabled=self.noop_enabled,
-            xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & OPEN_INCLUDE_XATTRS),
+            xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & DcpOpenFlag.INCLUDE_XATTRS),
             filter_answer=filter_answer)
         if answer.status == "Rollback":
-            self._reply(msg, "Rollback", rollback_seqno=answer.rollback_seqno)
+            self._reply(msg, Status.ROLLBACK, rollback_seqno=answer.rollback_seqno)
             return
         if answer.status != "Success" or vb is None:
-            if answer.status == "UnknownCollection":
-                self._reply(msg, answer.status, datatype=1,
-                            value=json.dumps({"manifest_uid": f"{bucket.manifest.uid:x}"}))
+            status = STATUSES.code(answer.status)  # the rollback rules name statuses as kv_engine does
+            if status == Status.UNKNOWN_COLLECTION:
+                self._reply(msg, status, datatype=Datatype.JSON,
+                            value=_json({"manifest_uid": f"{bucket.manifest.uid:x}"}))
             else:
-                self._error(msg, answer.status, answer.reason)
+                self._error(msg, status, answer.reason)
             return
         start = answer.start_seqno if answer.start_seqno is not None else req.start_seqno
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
-        self._reply(msg, failover_log=[e.to_json() for e in vb.failover_log])
+        self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
         stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids)
         if start >= end:
-            stream.ending = 0
+            stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
 
     def _filter(self, msg: Message) -> tuple[Answer | None, frozenset[int] | None, int, int | None]:
@@ -597,28 +623,29 @@ class ProducerConnection:
     def _close_stream(self, msg: Message) -> None:
         sid = msg.stream_id or 0
         if bool(sid) != self.stream_ids:
-            self._error(msg, "DcpStreamIdInvalid", "sid and enable_stream_id disagree")
+            self._error(msg, Status.DCP_STREAM_ID_INVALID, "sid and enable_stream_id disagree")
             return
         stream = self.streams.get((msg.vbucket_or_status, sid))
         if stream is None or stream.ending is not None:
-            self._reply(msg, "KeyEnoent")
+            self._reply(msg, Status.KEY_ENOENT)
             return
         self._reply(msg)
         if self.controls.get("send_stream_end_on_client_close_stream") == "true":
-            stream.ending = 1  # Closed
+            stream.ending = StreamEndStatus.CLOSED
         else:
             del self.streams[(stream.vbucket, sid)]
 
     def _buffer_ack(self, msg: Message) -> None:
-        extras = msg.extras or {}
+        if msg.extras_length != FIXED_EXTRAS_LENGTH[Opcode.DCP_BUFFER_ACKNOWLEDGEMENT]:
+            self._error(msg, Status.EINVAL, "DCP_BUFFER_ACKNOWLEDGEMENT needs 4 bytes of extras")
+            return
+        extras = msg.extras or {}  # answered only on error (reference 3.14)
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
     def _noop_request(self, msg: Message) -> None:
-        if self.dcp_flags is not None:  # reference 3.13: a DCP_NOOP request to a producer disconnects the client
-            self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
-                       "(only the server sends noops; the client answers them)")
-            return
-        self._reply(msg)
+        # reference 3.13: a DCP_NOOP request to a producer disconnects the client (NEEDS_DCP answered the rest)
+        self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
+                   "(only the server sends noops; the client answers them)")
 
     # --- output ---------------------------------------------------------------------------------------
     def end_stream(self, vbucket: int, status: int) -> None:
@@ -632,8 +659,7 @@ class ProducerConnection:
         if self.noop_enabled and self.dcp_flags is not None:
             if not self.noop_outstanding and now - self.last_noop >= self.noop_interval:
                 self.noop_opaque += 1
-                self._queue(encode({"magic": "ClientRequest", "opcode": "DCP_NOOP", "opaque": self.noop_opaque},
-                                   DCP, fix_lengths=True))
+                self._queue(build.request(Opcode.DCP_NOOP, opaque=self.noop_opaque))
                 self.noop_outstanding = True
                 self.last_noop = now
             if now - self.last_received > IDLE_TIMEOUT:
@@ -687,9 +713,9 @@ class ProducerConnection:
             if stream.ending is not None:
                 if stream.ending >= 0:
                     status = stream.ending
-                    if status in (7, 8) and not self.collections:
-                        status = 0  # FilterEmpty and LostPrivileges read as Ok to legacy clients (3.7)
-                    data = self._message(stream, {"opcode": "DCP_STREAM_END", "stream_end_status": status})
+                    if status in _COLLECTION_END_STATUSES and not self.collections:
+                        status = StreamEndStatus.OK  # FilterEmpty and LostPrivileges read as Ok to legacy clients (3.7)
+                    data = self._message(stream, Opcode.DCP_STREAM_END, stream_end_status=status)
                     parts.append(data)
                     self._count(len(data))
                     sent += len(data)
@@ -697,14 +723,14 @@ class ProducerConnection:
                 return sent
             last = min(vb.high_seqno, stream.end_seqno)
             if stream.next_seqno > stream.end_seqno:
-                stream.ending = 0
+                stream.ending = StreamEndStatus.OK
                 continue
             if stream.next_seqno > last:
                 return sent  # caught up: wait for new items
             if stream.next_seqno > stream.snapshot_end:
                 flags = MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
-                data = self._message(stream, {"opcode": "DCP_SNAPSHOT_MARKER", "snap_start_seqno": stream.next_seqno,
-                                              "snap_end_seqno": last, "snapshot_flags": flags})
+                data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=stream.next_seqno,
+                                     snap_end_seqno=last, snapshot_flags=flags)
                 parts.append(data)
                 self._count(len(data))
                 sent += len(data)
@@ -718,12 +744,9 @@ class ProducerConnection:
                 sent += self._each_item(stream, vb, upto, parts, budget - sent)
         return sent
 
-    def _message(self, stream: _Stream, fields: dict[str, Any]) -> bytes:
-        record: dict[str, Any] = {"magic": "AltClientRequest" if stream.stream_id else "ClientRequest",
-                                  "vbucket": stream.vbucket, "opaque": stream.opaque, **fields}
-        if stream.stream_id:
-            record["frame_infos"] = [{"id": 2, "stream_id": stream.stream_id, "data": f"{stream.stream_id:04x}"}]
-        return encode(record, DCP, fix_lengths=True)
+    def _message(self, stream: _Stream, opcode: Opcode, **fields: Any) -> bytes:
+        return build.request(opcode, vbucket=stream.vbucket, opaque=stream.opaque,
+                             stream_id=stream.stream_id or None, **fields)
 
     def _image_items(self, stream: _Stream, vb: VBucket, upto: int, parts: list[bytes], budget: int) -> int:
         bucket = self.node.cluster.bucket
@@ -786,6 +809,12 @@ class ProducerConnection:
         return sent
 
 
+def _json(value: Any) -> bytes:
+    """A JSON body as the server sends one (ASCII, as ``json.dumps`` writes it)."""
+    return json.dumps(value).encode()
+
+
+
 def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None:
     """The newest seqno of a collection in a vbucket (items are spread, so the scan is short)."""
     for seqno in range(vb.high_seqno, max(0, vb.high_seqno - 10_000), -1):
@@ -798,7 +827,7 @@ _BOOL: Final = ("true", "false")
 U32_MAX: Final = (1 << 32) - 1
 
 
-def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
+def _control_status(conn: ProducerConnection, key: str, value: str) -> Status:
     """DCP_CONTROL's answer for a key and value (reference 7.2); unknown keys are Einval."""
     flags = conn.dcp_flags or 0
     checks: dict[str, Any] = {
@@ -806,7 +835,7 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
         "enable_noop": lambda: True,
         "set_noop_interval": lambda: _float(value) is not None and _float(value) >= MIN_NOOP_INTERVAL,  # type: ignore[operator]
         "set_priority": lambda: value in ("high", "medium", "low"),
-        "force_value_compression": lambda: value in _BOOL and F_SNAPPY in conn.features,
+        "force_value_compression": lambda: value in _BOOL and HelloFeature.SNAPPY in conn.features,
         "supports_cursor_dropping": lambda: value in _BOOL,
         "supports_cursor_dropping_vulcan": lambda: value in _BOOL,
         "supports_hifi_MFU": lambda: value == "true",
@@ -816,24 +845,25 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> str:
         "enable_sync_writes": lambda: value == "true",
         "consumer_name": lambda: bool(value),
         "enable_out_of_order_snapshots": lambda: value in ("true", "true_with_seqno_advanced"),
-        "include_deleted_user_xattrs": lambda: value == "true" and bool(flags & OPEN_DELETED_USER_XATTRS),
+        "include_deleted_user_xattrs": lambda: value == "true" and bool(
+            flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS),
         "v7_dcp_status_codes": lambda: value == "true",
         "flatbuffers_system_events": lambda: value == "true",
         "backfill_order": lambda: value in ("round-robin", "sequential"),
         "cache_transfer": lambda: True,
     }
     if key in {"stream_buffer_size", "change_streams"}:
-        return "NotSupported"  # never implemented / needs magma's history
+        return Status.NOT_SUPPORTED  # never implemented / needs magma's history
     if key == "max_marker_version":
-        return ("Success" if conn.collections else "NotSupported") if value == "2.2" else "Einval"
+        return (Status.SUCCESS if conn.collections else Status.NOT_SUPPORTED) if value == "2.2" else Status.EINVAL
     if key == "enable_stream_id" and conn.controls.get("enable_sync_writes") == "true":
-        return "NotSupported"
+        return Status.NOT_SUPPORTED
     if key == "enable_sync_writes" and conn.stream_ids:
-        return "NotSupported"
+        return Status.NOT_SUPPORTED
     check = checks.get(key)
     if check is None or not check():
-        return "Einval"
-    return "Success"
+        return Status.EINVAL
+    return Status.SUCCESS
 
 
 def _float(value: str) -> float | None:

@@ -7,7 +7,8 @@ vbucket's state: its high seqno (``--mutation-rate`` appends items), its failove
 an entry at a seqno and the items above it belong to the new branch), its purge seqno, and whether it is
 active here. Encoded items of the common stream shape are kept per vbucket in an append-only image with
 an offset index (``image``), so a stream of a large backfill is a copy plus a 4-byte opaque patch per
-item; every other shape is encoded item by item through the protocol's encoder.
+item; every other shape is built item by item. Both go through the shapes the registry declares
+(``protocol.build``).
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from dcpctl.dcp.rollback import FailoverEntry, VbucketState
-from dcpctl.protocol import grammar
+from dcpctl.protocol import build
 from dcpctl.protocol.constants import Magic, Opcode
-from dcpctl.protocol.encode import encode
-from dcpctl.protocol.registry import DCP, HEADER_LAYOUT, layout
 from dcpctl.protocol.value import leb128_encode
 
-MUTATION: Final = int(Opcode.DCP_MUTATION)
-DELETION: Final = int(Opcode.DCP_DELETION)
-EXPIRATION: Final = int(Opcode.DCP_EXPIRATION)
+MUTATION: Final = Opcode.DCP_MUTATION
+DELETION: Final = Opcode.DCP_DELETION
+EXPIRATION: Final = Opcode.DCP_EXPIRATION
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -120,6 +119,7 @@ class Bucket:
     # --- items ------------------------------------------------------------------------------------
     def item(self, vb: VBucket, seqno: int) -> Item:
         uuid = vb.branch_uuid(seqno)
+        # multiplicative hashing (golden-ratio and murmur3 constants), not protocol codes
         h = (self.seed * 0x9E3779B1 + vb.vbucket * 0x85EBCA77 + seqno * 0xC2B2AE3D + uuid) & 0xFFFFFFFFFFFF
         keyno = (h >> 7) % KEYSPACE
         collection = self.collection_ids[(h >> 3) % len(self.collection_ids)]
@@ -140,30 +140,27 @@ class Bucket:
         return filter_ids is None or item.collection_id in filter_ids
 
     def encode_item(self, item: Item, encoding: Encoding, opaque: int, stream_id: int | None = None) -> bytes:
-        """One stream message for an item, through the protocol's encoder (any shape)."""
-        record: dict[str, object] = {"magic": "AltClientRequest" if stream_id else "ClientRequest",
-                                     "vbucket": item.vbucket, "opaque": opaque, "cas": item.cas,
-                                     "by_seqno": item.seqno, "rev_seqno": item.rev_seqno}
-        if stream_id:
-            record["frame_infos"] = [{"id": 2, "stream_id": stream_id, "data": f"{stream_id:04x}"}]
-        if encoding.collections:
-            record["collection_id"] = item.collection_id
-        record["key"] = item.key.decode()
+        """One stream message for an item, built from its declared shape (any stream shape)."""
+        key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
         opcode = item.opcode
         if opcode == EXPIRATION and not (encoding.expiry_opcode and encoding.delete_times):
             opcode = DELETION  # the server sends expiries as deletions unless both were negotiated
+        datatype, value = 0, b""
+        extras: tuple[int, ...]
         if opcode == MUTATION:
-            record.update(opcode="DCP_MUTATION", flags=0, expiration=0, lock_time=0, nmeta=0, nru=0,
-                          datatype=0 if encoding.no_value else item.datatype,
-                          value="" if encoding.no_value else item.value.decode())
+            shape, extras = _MUTATION, (item.seqno, item.rev_seqno, 0, 0, 0, 0, 0)
+            if not encoding.no_value:
+                datatype, value = item.datatype, item.value
         elif opcode == EXPIRATION:
-            record.update(opcode="DCP_EXPIRATION", delete_time=item.cas // 1_000_000_000, datatype=0, value="")
+            shape, extras = _EXPIRATION, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000)
         elif encoding.delete_times:
-            record.update(opcode="DCP_DELETION", delete_time=item.cas // 1_000_000_000, unused=0, datatype=0,
-                          value="")
+            shape, extras = _DELETION_V2, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000, 0)
         else:
-            record.update(opcode="DCP_DELETION", nmeta=0, datatype=0, value="")
-        return encode(record, DCP, fix_lengths=True)
+            shape, extras = _DELETION_V1, (item.seqno, item.rev_seqno, 0)
+        if stream_id:
+            return shape.pack_framed(Magic.ALT_CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value,
+                                     extras, build.stream_id_frame(stream_id))
+        return shape.pack(Magic.CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value, extras)
 
     def image(self, vb: VBucket, encoding: Encoding, upto: int) -> _Image:
         """The encoded items 1..upto of a vbucket for an unfiltered stream without stream ids (opaque 0)."""
@@ -176,7 +173,7 @@ class Bucket:
             offsets.append(len(data))
             item = self.item(vb, seqno)
             if self.visible(item, encoding, None):
-                data += _fast_encode(item, encoding) or self.encode_item(item, encoding, 0)
+                data += self.encode_item(item, encoding, 0)
         return image
 
     # --- changes over time ------------------------------------------------------------------------
@@ -204,17 +201,9 @@ class Bucket:
         vb.purge_seqno = max(vb.purge_seqno, min(seqno, vb.high_seqno))
 
 
-_HEADER: Final = HEADER_LAYOUT.codec
-_MUTATION_EXTRAS: Final = layout(grammar.mutation_extras).codec
-_REQUEST: Final = int(Magic.CLIENT_REQUEST)
-
-
-def _fast_encode(item: Item, encoding: Encoding) -> bytes | None:
-    """A DCP_MUTATION without frame infos in one ``struct`` call; tests hold it to ``encode_item``."""
-    if item.opcode != MUTATION or encoding.no_value:
-        return None
-    key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
-    body = _MUTATION_EXTRAS.size + len(key) + len(item.value)
-    return b"".join((_HEADER.pack(_REQUEST, MUTATION, len(key), _MUTATION_EXTRAS.size, item.datatype, item.vbucket,
-                                  body, 0, item.cas),
-                     _MUTATION_EXTRAS.pack(item.seqno, item.rev_seqno, 0, 0, 0, 0, 0), key, item.value))
+# The item shapes, planned once from their registry rows (extras in the order of each row's layout).
+_MUTATION: Final = build.shape(Opcode.DCP_MUTATION, "by_seqno", "rev_seqno", "flags", "expiration", "lock_time",
+                               "nmeta", "nru")
+_DELETION_V1: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "nmeta")
+_DELETION_V2: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "delete_time", "unused")
+_EXPIRATION: Final = build.shape(Opcode.DCP_EXPIRATION, "by_seqno", "rev_seqno", "delete_time")

@@ -19,10 +19,7 @@ from dcpctl.protocol.constants import (
     DATATYPE_XATTR,
     MAGIC_CLASS,
     MAGICS,
-    OPCODES,
     RESPONSE_MAGICS,
-    SERVER_MAGICS,
-    SERVER_OPCODES,
     STATUSES,
     Vocabulary,
 )
@@ -120,9 +117,7 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     if "opcode" not in rec or "magic" not in rec:
         raise EncodeError("a record needs at least magic and opcode")
     magic = _code(MAGICS, rec["magic"], "magic", 8)
-    magic_class = MAGIC_CLASS.get(magic)
-    spec = _find_spec(dialect, magic_class, rec["opcode"])
-    opcode = spec.opcode if spec else _opcode_number(rec["opcode"], magic_class)
+    opcode, spec = _opcode(dialect, MAGIC_CLASS.get(magic), rec["opcode"])
     response = magic in RESPONSE_MAGICS
     has_status = response and (spec is None or spec.has_status)
     type_field = spec.type_field if spec else "datatype"
@@ -162,19 +157,15 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     return header + body
 
 
-def _opcode_number(name: Any, magic_class: int | None) -> int:
-    """An opcode outside the registry: a number, or a name from the kv_engine tables (as decode names it)."""
-    vocab = SERVER_OPCODES if magic_class in SERVER_MAGICS else OPCODES
-    return _code(vocab, name, "opcode", 8)
-
-
-def _find_spec(dialect: Dialect, magic_class: int | None, opcode: Any) -> MessageSpec | None:
-    if magic_class is None or isinstance(opcode, bool) or not isinstance(opcode, int | str):
-        return None
-    for (cls, _), spec in dialect.table.items():
-        if cls == magic_class and opcode in (spec.name, spec.opcode):
-            return spec
-    return None
+def _opcode(dialect: Dialect, magic_class: int | None, value: Any) -> tuple[int, MessageSpec | None]:
+    """The opcode's number and row, read back through the dialect's one name table (the one decode names by)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise EncodeError(f"unknown opcode {brief(value)}")
+    try:
+        code, spec = dialect.resolve(magic_class, value)
+    except KeyError:
+        raise EncodeError(f"unknown opcode {brief(value)}") from None
+    return _in_range(code, "opcode", 8), spec
 
 
 def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int, word: int,

@@ -33,10 +33,7 @@ from dcpctl.protocol.constants import (
     DATATYPE_XATTR,
     MAGIC_CLASS,
     MAGICS,
-    OPCODES,
     RESPONSE_MAGICS,
-    SERVER_MAGICS,
-    SERVER_OPCODES,
     STATUSES,
     Magic,
     Opcode,
@@ -250,10 +247,9 @@ class Message:
 
     @property
     def opcode_name(self) -> str:
-        if self.spec is not None:
-            return self.spec.name
-        vocab = SERVER_OPCODES if MAGIC_CLASS.get(self.magic) in SERVER_MAGICS else OPCODES
-        return vocab.name(self.opcode)
+        spec = self.spec
+        return spec.name if spec is not None else self.options.dialect.opcode_name(MAGIC_CLASS.get(self.magic),
+                                                                                   self.opcode)
 
     @property
     def key(self) -> bytes:
@@ -638,7 +634,7 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
         rec = {}
     rec["offset"] = msg.offset
     rec["magic"] = MAGICS.name_of.get(magic) or MAGICS.name(magic)
-    rec["opcode"] = spec.name if spec is not None else msg.opcode_name
+    rec["opcode"] = msg.opcode_name
     type_field = spec.type_field if spec is not None else "datatype"
     if type_field != "datatype":
         rec[type_field] = datatype

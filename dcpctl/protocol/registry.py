@@ -242,9 +242,14 @@ SREQ: Final = int(Magic.SERVER_REQUEST)
 SRES: Final = int(Magic.SERVER_RESPONSE)
 
 
+def opcode_vocabulary(magic_class: int | None) -> Vocabulary:
+    """The kv_engine opcode table a magic class addresses: server requests and their responses have their own."""
+    return SERVER_OPCODES if magic_class in SERVER_MAGICS else OPCODES
+
+
 def _spec(magic_class: int, name: str, *variants: Variant, summary: str = "", pushed: Pushed = Pushed.NO,
           item: Item = Item.NONE, answered: bool = False, before_auth: bool = False) -> MessageSpec:
-    vocabulary = SERVER_OPCODES if magic_class in SERVER_MAGICS else OPCODES
+    vocabulary = opcode_vocabulary(magic_class)
     opcode = vocabulary.code_of[name]
     return MessageSpec(name, opcode, magic_class, variants, summary or vocabulary.meaning_of[opcode],
                        pushed=pushed, item=item, answered=answered, before_auth=before_auth)
@@ -505,15 +510,37 @@ UPR_DRAFT_ROWS: Final[list[MessageSpec]] = [
 
 @dataclass(frozen=True)
 class Dialect:
-    """A registry: which spec describes (magic class, opcode)."""
+    """A registry: which spec describes (magic class, opcode), and the one table of opcode names both
+    directions use: :meth:`opcode_name` is what decode calls an opcode, :meth:`resolve` reads it back."""
 
     name: str
     table: Mapping[tuple[int, int], MessageSpec]
     # documented layouts are authoritative over the header's extras length (the draft's field tables)
     layout_authoritative: bool = False
+    _codes: Mapping[tuple[int, str], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_codes", {(cls, spec.name): code for (cls, code), spec in self.table.items()})
 
     def spec(self, magic_class: int, opcode: int) -> MessageSpec | None:
         return self.table.get((magic_class, opcode))
+
+    def opcode_name(self, magic_class: int | None, opcode: int) -> str:
+        """The row's name, else the kv_engine name of the magic class's table, else ``0x..``."""
+        spec = self.table.get((magic_class, opcode)) if magic_class is not None else None
+        return spec.name if spec is not None else opcode_vocabulary(magic_class).name(opcode)
+
+    def resolve(self, magic_class: int | None, opcode: int | str) -> tuple[int, MessageSpec | None]:
+        """The number and row of an opcode given as a number or as any name :meth:`opcode_name` gives
+        (``0x..`` and decimal strings too); a name that is not this dialect's row name for its number (another
+        dialect's name, a number as text) has no row, as decode gave it none. KeyError for an unknown name."""
+        if isinstance(opcode, int):
+            return opcode, self.table.get((magic_class, opcode)) if magic_class is not None else None
+        if magic_class is not None:
+            code = self._codes.get((magic_class, opcode))
+            if code is not None:
+                return code, self.table[(magic_class, code)]
+        return opcode_vocabulary(magic_class).code(opcode), None
 
 
 def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:

@@ -135,6 +135,14 @@ def _spans(grammar: Construct, stream: io.BytesIO, context: Container, base: int
     yield Span(prefix, base + start, stream.tell() - start, value)
 
 
+def top_fields(grammar: Construct) -> list[tuple[str, Construct]]:
+    """The named top-level fields of a Struct declaration with their constructs, Renamed wrappers taken off."""
+    inner = _unwrap(grammar)
+    if not isinstance(inner, Struct):
+        return []
+    return [(sub.name, _unwrap(sub)) for sub in inner.subcons if sub.name and not sub.name.startswith("_")]
+
+
 def field_names(grammar: Construct) -> list[tuple[str, str]]:
     """``(name, type)`` of the named fields of a declaration, nested lists as ``name[]``."""
     out: list[tuple[str, str]] = []

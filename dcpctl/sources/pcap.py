@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import pcapy
 
-from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS
+from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
 
@@ -193,7 +193,6 @@ _KNOWN_OPCODES: Final = frozenset(opcode for _, opcode in DCP.table)
 # Ports named in the hint: a capture of a whole cluster has a few services; beyond three, the first ones
 # are the ones to try.
 HINT_PORTS_NAMED: Final = 3
-_SERVER_MAGICS: Final = frozenset({0x82, 0x83})  # the server's own requests (HELLO Duplex) and their answers
 
 
 class FrameFilter:
@@ -242,7 +241,7 @@ class FrameFilter:
         payload = segment.payload
         if len(payload) >= HEADER_LENGTH and plausible_length(payload, 0, _KNOWN_OPCODES,
                                                               DEFAULT_MAX_BODY_LENGTH) is not None:
-            pushed = payload[1] in PUSHED_OPCODES or MAGIC_CLASS[payload[0]] in _SERVER_MAGICS
+            pushed = payload[1] in PUSHED_OPCODES or MAGIC_CLASS[payload[0]] in SERVER_MAGICS
             port = segment.src[1] if pushed != (payload[0] in RESPONSE_MAGICS) else segment.dst[1]
             self._protocol_packets[port] = self._protocol_packets.get(port, 0) + 1
 
