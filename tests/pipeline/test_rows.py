@@ -1,5 +1,6 @@
-"""analyze's rows without Spark: the fast item path gives exactly the row the JSON record gives, and the
-columns derived in stream order (previous seqno, stalls) say what happened."""
+"""analyze's rows without Spark: each message read once, by the decoder; a plain item's row taken from the
+decoded message is exactly the row its JSON record gives; the columns are the catalogue's; and the columns
+derived in stream order (previous seqno, stalls) say what happened."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpctl.pipeline import job, schema
+from dcpctl.protocol import itemreader, message
 from dcpctl.protocol.encode import encode
+from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
 from dcpctl.sources.pcapchunks import plan
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
@@ -185,6 +188,42 @@ def test_a_full_window_that_blocks_the_producer_is_a_stall(tmp_path: Path) -> No
 def fast_equals_slow(path: Path) -> bool:
     fast, slow = both_ways(path)
     return fast == slow
+
+
+def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: Any) -> None:
+    """No second reader: the rows come from the messages decode() made, one decode() per row, and the plain
+    item readers (a second reading of the same bytes) are never asked."""
+    import dcpctl.sources.capture  # noqa: PLC0415
+
+    path = tmp_path / "session.pcap"
+    path.write_bytes(write_capture(session_packets()))
+    decoded = []
+
+    def counted(raw: bytes, offset: int = 0, options: DecodeOptions = message.DEFAULT_OPTIONS) -> message.Message:
+        decoded.append(offset)
+        return decode(raw, offset, options)
+
+    def refused(*_: Any) -> None:
+        raise AssertionError("a plain item read again, outside decode()")
+
+    monkeypatch.setattr(dcpctl.sources.capture, "decode", counted)
+    monkeypatch.setattr(itemreader.ItemReaders, "at", refused)
+    monkeypatch.setattr(message, "plain_item_at", refused)
+    for capture in (path, SAMPLE):
+        decoded.clear()
+        rows = rows_of(capture, records=False)
+        assert len(rows) == len(decoded) > 10, capture
+
+
+def test_every_column_is_declared_once() -> None:
+    """The record's columns are named and typed by the field catalogue; the derived ones are not fields of
+    it (diagnostics excepted: the column keeps three of the record's five keys of each)."""
+    known = {f.name: f.type for f in catalogue()}
+    types = dict(schema.COLUMNS)
+    assert all(types[name] == known[name] for name in schema.RECORD_COLUMNS)
+    derived = {name for name, _, _ in schema.DERIVED_COLUMNS}
+    assert derived & known.keys() == {"diagnostics"}
+    assert [name for name, _ in schema.COLUMNS] == [*schema.RECORD_COLUMNS, *(n for n, _, _ in schema.DERIVED_COLUMNS)]
 
 
 def test_columns_are_typed_from_the_catalogue() -> None:
