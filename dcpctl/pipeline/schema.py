@@ -125,6 +125,8 @@ class Rows:
         self.rows: list[tuple[Any, ...]] = []
         self._connections: dict[str, _Connection] = {}
         self._last: _Connection | None = None  # the last plain item's connection (a task's are decoded in turn)
+        self._plan: Any = None  # the last plain item's shape, and its row function (items come in long runs)
+        self._row: ItemRow | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -148,11 +150,36 @@ class Rows:
             self._general(msg, unacked, buffer_size)
             return
         first, last = context  # type: ignore[misc]
-        label = first["connection"]
         connection = self._last
-        if connection is None or connection.label != label:
-            connection = self._last = self.connection(label)
-        self.rows.append(connection.item(msg, first, last, fast[2], fast[3], fast[4], unacked, buffer_size))
+        if connection is None or connection.label != first["connection"]:
+            connection = self._last = self.connection(first["connection"])
+        plan = msg.plan
+        row = self._row
+        if plan is not self._plan or row is None:
+            row = self._row = _item_row(plan)
+            self._plan = plan
+        # the derived columns, as _Connection.derived and blocked make them, written out for the hot path
+        header = msg.header
+        connection.sequence = sequence = connection.sequence + 1
+        snapshot = connection.snapshots.get(header[7]) or _ABSENT_SNAPSHOT
+        stream_vbucket = last.get("stream_vbucket")
+        where = header[5] if stream_vbucket is None else stream_vbucket
+        last_seqno = connection.last_seqno
+        previous = last_seqno.get(where)
+        last_seqno[where] = fast[4]
+        ts = first["ts"]
+        blocked = None
+        full_since = connection.full_since
+        if unacked > connection.unacked and full_since is not None:
+            blocked = round((ts - full_since) * 1000, 3)
+            full_since = None
+        if buffer_size and unacked >= buffer_size and full_since is None:
+            full_since = ts
+        connection.unacked, connection.full_since = unacked, full_since
+        diagnostics = msg.diagnostics
+        self.rows.append((*row(msg, first, last, fast[2], fast[3]), sequence, msg.body_end - msg.value_offset,
+                          snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked,
+                          [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
 
     def _general(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
         """Any message but a plain item: its record columns from its record, by name."""
@@ -174,7 +201,7 @@ class Rows:
 class _Connection:
     """One connection's derived columns and what they need from its earlier messages."""
 
-    __slots__ = ("full_since", "label", "last_seqno", "plan", "row", "sequence", "snapshots", "unacked")
+    __slots__ = ("full_since", "label", "last_seqno", "sequence", "snapshots", "unacked")
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -183,35 +210,11 @@ class _Connection:
         self.last_seqno: dict[int, int] = {}  # vbucket -> the last item's seqno
         self.unacked = 0  # after the last message
         self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
-        self.plan: Any = None  # the last plain item's shape, and its row function (items come in long runs)
-        self.row: ItemRow | None = None
 
     def marker(self, opaque: int, start: Any, end: Any) -> None:
         """A snapshot marker the producer sent: the range of the items after it on its stream."""
         if isinstance(start, int) and isinstance(end, int):
             self.snapshots[opaque] = (start, end)
-
-    def item(self, msg: Message, first: dict[str, Any], last: dict[str, Any], collection_id: int | None,
-             key: str | None, by_seqno: int, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
-        """A plain item's row (``item_key`` gave its collection id, key and seqno): :func:`_item_row`'s
-        record columns, then :meth:`derived`'s, written out for the hot path."""
-        plan = msg.plan
-        row = self.row
-        if plan is not self.plan or row is None:
-            row = self.row = _item_row(plan)
-            self.plan = plan
-        header = msg.header
-        self.sequence = sequence = self.sequence + 1
-        snapshot = self.snapshots.get(header[7]) or _ABSENT_SNAPSHOT
-        stream_vbucket = last.get("stream_vbucket")
-        where = header[5] if stream_vbucket is None else stream_vbucket
-        last_seqno = self.last_seqno
-        previous = last_seqno.get(where)
-        last_seqno[where] = by_seqno
-        diagnostics = msg.diagnostics
-        return (*row(msg, first, last, collection_id, key), sequence, msg.body_end - msg.value_offset, snapshot[0],
-                snapshot[1], unacked, buffer_size, previous, self.blocked(first["ts"], unacked, buffer_size),
-                [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else [])
 
     def derived(self, msg: Message, by_seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
                 ts: float, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
