@@ -74,7 +74,9 @@ _ABSENT_SNAPSHOT: Final = (None, None)
 
 # A plain item's record columns: (message, annotation's first and last keys, collection id, key) -> values
 ItemRow = Callable[[Message, dict[str, Any], dict[str, Any], int | None, str | None], tuple[Any, ...]]
-_ITEM_ROWS: dict[int, tuple[Any, ItemRow]] = {}  # id(plan) -> (plan, its row function); a few shapes
+# (magic and opcode names, extras names) -> the row function: what it depends on, so a few entries in all
+# (plans themselves may be made anew per message once decode's plan cache is full)
+_ITEM_ROWS: dict[tuple[tuple[str, str], tuple[str, ...]], ItemRow] = {}
 
 
 def _item_row(plan: Any) -> ItemRow:
@@ -82,9 +84,10 @@ def _item_row(plan: Any) -> ItemRow:
     ``plan``'s shape, what :meth:`Message.record` would give for each: made once per shape from the names
     (the plan's magic and opcode names, the header grammar's fields, the layout's extras fields, the capture
     context's keys); a column none of these has is None."""
-    found = _ITEM_ROWS.get(id(plan))
-    if found is not None and found[0] is plan:
-        return found[1]
+    shape = (plan.fast, plan.names)
+    found = _ITEM_ROWS.get(shape)
+    if found is not None:
+        return found
     magic, opcode = plan.fast
     sources = []
     for name in RECORD_COLUMNS:
@@ -110,7 +113,7 @@ def _item_row(plan: Any) -> ItemRow:
     namespace: dict[str, Any] = {}
     exec(compile(code, f"<analyze row {opcode}/{len(plan.names)}>", "exec"), namespace)  # noqa: S102 - our text
     made: ItemRow = namespace["row"]
-    _ITEM_ROWS[id(plan)] = (plan, made)
+    _ITEM_ROWS[shape] = made
     return made
 
 

@@ -308,3 +308,19 @@ def test_the_planner_weighs_the_connections_the_runs_name(tmp_path: Path) -> Non
     weights = {connection.rsplit(":", 1)[1]: weight for (_, connection), weight in planned.weights.items()}
     assert weights["50123"] > weights["50124"] > weights["50125"]
     assert 1.5 < weights["50123"] / weights["50124"] < 2.5  # sampled, so near the 2:1 of the bytes
+
+
+def test_item_row_functions_are_made_per_shape_not_per_plan_object() -> None:
+    """Once decode's plan cache is full, a plan is made anew for each message: the row functions must not
+    grow with them (one per magic, opcode and extras layout)."""
+    import dataclasses  # noqa: PLC0415
+
+    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "by_seqno": 1,
+                  "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0, "key": "k",
+                  "value": "v"}, fix_lengths=True)
+    plan = decode(raw).plan
+    first = schema._item_row(plan)
+    before = len(schema._ITEM_ROWS)
+    for _ in range(100):
+        assert schema._item_row(dataclasses.replace(plan)) is first
+    assert len(schema._ITEM_ROWS) == before
