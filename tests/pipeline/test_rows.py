@@ -1,5 +1,6 @@
-"""analyze's rows without Spark: the fast item path gives exactly the row the JSON record gives, and the
-columns derived in stream order (previous seqno, stalls) say what happened."""
+"""analyze's rows without Spark: each message read once, by the decoder; a plain item's row taken from the
+decoded message is exactly the row its JSON record gives; the columns are the catalogue's; and the columns
+derived in stream order (previous seqno, stalls) say what happened."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpctl.pipeline import job, schema
+from dcpctl.protocol import itemreader, message
 from dcpctl.protocol.encode import encode
+from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
 from dcpctl.sources.pcapchunks import plan
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
@@ -47,7 +50,7 @@ def rows_of(path: Path, *, records: bool, batch: int = 1 << 30) -> list[tuple[An
 
 def both_ways(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The rows as analyze builds them, and as the record alone gives them (``--records``, minus the record).
-    Gathered a few rows at a time too (packed plain rows and the others merge back in order), they are the
+    Gathered a few rows at a time too (batches cut anywhere, plain items' rows or not), they are the
     same rows."""
     fast = rows_of(path, records=False)
     assert rows_of(path, records=False, batch=3) == fast
@@ -116,7 +119,7 @@ def test_the_fast_item_row_is_the_records_row(tmp_path_factory: Any, drawn: tupl
     assert fast == slow
 
 
-def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_path: Path) -> None:
+def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_path: Path, monkeypatch: Any) -> None:
     items = [encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "cas": n,
                      "datatype": 1, "by_seqno": n, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0,
                      "nmeta": 0, "nru": 0, "key": b"\x08k".hex(), "key_encoding": "hex", "value": '{"n":1}'},
@@ -126,6 +129,18 @@ def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_
                                                                            seqno, 1)
     path = tmp_path / "plain.pcap"
     path.write_bytes(write_capture(hello(True) + stream_open(3, 9) + [(False, i) for i in items]))
+    recorded: list[str] = []
+    record = message.Message.record
+
+    def counted(msg: message.Message) -> dict[str, Any]:
+        recorded.append(msg.opcode_name)
+        return record(msg)
+
+    monkeypatch.setattr(message.Message, "record", counted)
+    assert len(rows_of(path, records=False)) == 5 + len(items)
+    assert recorded  # the bootstrap's rows come from their records; the items' never build one
+    assert "DCP_MUTATION" not in recorded
+    monkeypatch.undo()
     for capture in (path, SAMPLE):
         fast, slow = both_ways(capture)
         assert fast == slow, capture
@@ -185,6 +200,42 @@ def test_a_full_window_that_blocks_the_producer_is_a_stall(tmp_path: Path) -> No
 def fast_equals_slow(path: Path) -> bool:
     fast, slow = both_ways(path)
     return fast == slow
+
+
+def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: Any) -> None:
+    """No second reader: the rows come from the messages decode() made, one decode() per row, and the plain
+    item readers (a second reading of the same bytes) are never asked."""
+    import dcpctl.sources.capture  # noqa: PLC0415
+
+    path = tmp_path / "session.pcap"
+    path.write_bytes(write_capture(session_packets()))
+    decoded = []
+
+    def counted(raw: bytes, offset: int = 0, options: DecodeOptions = message.DEFAULT_OPTIONS) -> message.Message:
+        decoded.append(offset)
+        return decode(raw, offset, options)
+
+    def refused(*_: Any) -> None:
+        raise AssertionError("a plain item read again, outside decode()")
+
+    monkeypatch.setattr(dcpctl.sources.capture, "decode", counted)
+    monkeypatch.setattr(itemreader.ItemReaders, "at", refused)
+    monkeypatch.setattr(message, "plain_item_at", refused)
+    for capture in (path, SAMPLE):
+        decoded.clear()
+        rows = rows_of(capture, records=False)
+        assert len(rows) == len(decoded) > 10, capture
+
+
+def test_every_column_is_declared_once() -> None:
+    """The record's columns are named and typed by the field catalogue; the derived ones are not fields of
+    it (diagnostics excepted: the column keeps three of the record's five keys of each)."""
+    known = {f.name: f.type for f in catalogue()}
+    types = dict(schema.COLUMNS)
+    assert all(types[name] == known[name] for name in schema.RECORD_COLUMNS)
+    derived = {name for name, _, _ in schema.DERIVED_COLUMNS}
+    assert derived & known.keys() == {"diagnostics"}
+    assert [name for name, _ in schema.COLUMNS] == [*schema.RECORD_COLUMNS, *(n for n, _, _ in schema.DERIVED_COLUMNS)]
 
 
 def test_columns_are_typed_from_the_catalogue() -> None:
@@ -257,3 +308,19 @@ def test_the_planner_weighs_the_connections_the_runs_name(tmp_path: Path) -> Non
     weights = {connection.rsplit(":", 1)[1]: weight for (_, connection), weight in planned.weights.items()}
     assert weights["50123"] > weights["50124"] > weights["50125"]
     assert 1.5 < weights["50123"] / weights["50124"] < 2.5  # sampled, so near the 2:1 of the bytes
+
+
+def test_item_row_functions_are_made_per_shape_not_per_plan_object() -> None:
+    """Once decode's plan cache is full, a plan is made anew for each message: the row functions must not
+    grow with them (one per magic, opcode and extras layout)."""
+    import dataclasses  # noqa: PLC0415
+
+    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "by_seqno": 1,
+                  "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0, "key": "k",
+                  "value": "v"}, fix_lengths=True)
+    plan = decode(raw).plan
+    first = schema._item_row(plan)
+    before = len(schema._ITEM_ROWS)
+    for _ in range(100):
+        assert schema._item_row(dataclasses.replace(plan)) is first
+    assert len(schema._ITEM_ROWS) == before
