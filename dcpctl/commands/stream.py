@@ -40,7 +40,7 @@ from dcpctl.commands._live import (
     tls_of,
     window_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
+from dcpctl.commands._options import Base64Option, LocalTimeOption, env_of, first_signal_stops, parse_ranges
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
@@ -116,6 +116,7 @@ def stream(
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,
+    local_time: LocalTimeOption = False,
 ) -> None:
     """Stream DCP from a cluster: every vbucket from its active node, printed as decode prints captures."""
     env = env_of(ctx)
@@ -194,7 +195,8 @@ def stream(
                 elif template is not None:
                     _print_template(messages, template, env.stdout)
                 else:
-                    emit(messages, output, env, base64=base64)  # flushed whenever the stream waits
+                    # flushed whenever the stream waits
+                    emit(messages, output, env, base64=base64, local_time=local_time)
             except KeyboardInterrupt:
                 notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
                        else "interrupted while connecting")

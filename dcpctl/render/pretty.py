@@ -3,11 +3,14 @@
 Every string from the wire (keys, values, xattrs, names a server gave, diagnostics) is escaped
 (``safetext``): on a terminal an ESC could retitle the window or clear the screen, a newline forge a line.
 A string longer than the bound (``--max-field-bytes``) shows its head, its tail and its length.
+
+For people, not programs: ``ts`` is an ISO-8601 time. JSON output keeps it as seconds since the epoch.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from rich.text import Text
@@ -23,6 +26,17 @@ _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", 
                     "frame_infos", "stream_id", "key", "key_encoding", "collection_id", "value",
                     "value_encoding", "value_compressed", "xattrs", "diagnostics", "ts", "connection",
                     "direction", "request_type", "request_type_name", "frames"}
+
+
+def iso_time(ts: float, *, local: bool = False) -> str:
+    """``ts`` (seconds since the epoch) as ISO-8601 to the microsecond: UTC with ``Z``, or with ``local``
+    the local time with its offset. A time no date can hold (a capture's hostile timestamp) stays seconds."""
+    try:
+        when = datetime.fromtimestamp(ts, UTC)
+        text = (when.astimezone() if local else when).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.6f}"
+    return text if local else text.removesuffix("+00:00") + "Z"
 
 
 def _meaning(msg: Message, name: str, value: Any) -> str:
@@ -50,10 +64,11 @@ def _shown(value: Any, bound: int) -> str:
     return _cut(str(value), bound)
 
 
-def render(msg: Message, record: dict[str, Any], max_field_bytes: int) -> Text:
+def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_time: bool = False) -> Text:
+    """The headline, then the message's lines under it; ``local_time``: ts in the local zone, not UTC."""
     text = Text()
-    if "ts" in record:
-        text.append(f"{record['ts']:.6f} ", style="dim")
+    if isinstance(record.get("ts"), float | int):
+        text.append(iso_time(record["ts"], local=local_time) + " ", style="dim")
     if "connection" in record:
         text.append(f"{record['connection']} {record.get('direction', '')} ", style="dim")
     text.append(f"@{record['offset']} ", style="dim")

@@ -1,0 +1,76 @@
+"""Pretty output for people: ISO-8601 times. JSON output stays as the contract has it."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+
+from dcpctl.cli import app, main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+from dcpctl.render.pretty import iso_time
+
+ROOT = Path(__file__).resolve().parents[2]
+PCAP = ROOT / "samples" / "dcp-session.pcap"
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ")
+
+
+def run(args: list[str], *, stdin: bytes = b"", tty: bool = False, width: int | None = 160,
+        color: bool = False) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(stdin), stdout_isatty=tty, stderr_isatty=False,
+                      color=color, width=width)
+    return main(args, env), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def india() -> Iterator[None]:
+    """The process's local zone is UTC+05:30 (no daylight saving: the offset is the same all year)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TZ", "Asia/Kolkata")
+        time.tzset()
+        yield
+    time.tzset()
+
+
+def test_ts_is_iso_8601_utc_in_pretty_output_and_epoch_seconds_in_json() -> None:
+    code, out, _ = run(["decode", "-F", "pretty", str(PCAP)])
+    assert code == ExitCode.OK
+    headlines = [line for line in out.splitlines() if not line.startswith(" ")]
+    assert headlines[0].startswith("2023-11-14T22:13:20.000040Z 127.0.0.1:50123 > 127.0.0.1:11210 client>server")
+    assert all(ISO_UTC.match(line) for line in headlines), headlines
+    code, out, _ = run(["decode", "-F", "jsonl", str(PCAP)])
+    assert json.loads(out.splitlines()[0])["ts"] == 1700000000.00004
+
+
+@pytest.mark.usefixtures("india")
+def test_local_time_shows_the_local_zone_with_its_offset() -> None:
+    code, out, _ = run(["decode", "-F", "pretty", "--local-time", str(PCAP)])
+    assert code == ExitCode.OK
+    assert out.startswith("2023-11-15T03:43:20.000040+05:30 ")
+    code, out, _ = run(["decode", "-F", "pretty", str(PCAP)])  # UTC unless asked
+    assert out.startswith("2023-11-14T22:13:20.000040Z ")
+    code, out, _ = run(["decode", "-F", "jsonl", "--local-time", str(PCAP)])
+    assert json.loads(out.splitlines()[0])["ts"] == 1700000000.00004
+
+
+@pytest.mark.parametrize("command", ["decode", "stream", "capture"])
+def test_every_command_printing_times_takes_local_time(command: str) -> None:
+    subcommand = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    options = {name for param in subcommand.params for name in param.opts}
+    assert "--local-time" in options
+
+
+def test_a_time_no_date_can_hold_stays_seconds() -> None:
+    """A pcapng's 64-bit timestamp can be far past year 9999: printed as it is, never a traceback."""
+    assert iso_time(1e18) == "1000000000000000000.000000"
+    assert iso_time(float("nan")) == "nan"
+    assert iso_time(-1e18, local=True) == "-1000000000000000000.000000"
+    assert iso_time(0.5) == "1970-01-01T00:00:00.500000Z"
