@@ -4,17 +4,22 @@ Every string from the wire (keys, values, xattrs, names a server gave, diagnosti
 (``safetext``): on a terminal an ESC could retitle the window or clear the screen, a newline forge a line.
 A string longer than the bound (``--max-field-bytes``) shows its head, its tail and its length.
 
-For people, not programs: ``ts`` is an ISO-8601 time. JSON output keeps it as seconds since the epoch.
+For people, not programs: ``ts`` is an ISO-8601 time, and a value the protocol gives a meaning of its own
+(an end seqno of 2**64-1 is "no end") is said by name (:data:`NAMED_VALUES`). JSON output keeps every value
+as it was on the wire.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from rich.text import Text
 
+from dcpctl.dcp.rollback import END_FOREVER
 from dcpctl.protocol.constants import DATATYPES, flag_names
 from dcpctl.protocol.message import Message
 from dcpctl.safetext import shown
@@ -28,6 +33,30 @@ _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", 
                     "direction", "request_type", "request_type_name", "frames"}
 
 
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A field's value that the protocol gives a meaning of its own, and how pretty output says it."""
+
+    value: int
+    text: str
+    opcodes: frozenset[str] = frozenset()  # only in these messages (empty: wherever the field is)
+
+
+_STREAM_REQUESTS: Final = frozenset({"DCP_STREAM_REQ", "UPR_REQUEST"})
+# The special values of the reference (dcp-reference.md) a person would otherwise read as a number: an end
+# seqno of 18446744073709551615 looks like a seqno, a uuid of 0 like a uuid. Keyed by the JSON field name.
+NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
+    "end_seqno": (Named(END_FOREVER, "max (no end)"),),  # §3.4.1: 0xffffffffffffffff streams forever
+    "start_seqno": (Named(0, "0 (from the beginning)", _STREAM_REQUESTS),),  # the client has no item yet
+    "vbucket_uuid": (Named(0, "0 (no history)", _STREAM_REQUESTS),),  # §3.4.1: 0 = "I have nothing"
+    "rollback_seqno": (Named(0, "0 (everything: start again from the beginning)"),),  # §9: purged past start
+    "expiration": (Named(0, "0 (never)"),),  # §3.9: absolute epoch seconds, 0 = none
+    "lock_time": (Named(0, "0 (not locked)"),),  # §3.9: the server sends 0
+}
+# Fields holding absolute epoch seconds (§3.9, §3.10): shown with their time, as ts is.
+EPOCH_SECONDS: Final = frozenset({"expiration", "delete_time"})
+
+
 def iso_time(ts: float, *, local: bool = False) -> str:
     """``ts`` (seconds since the epoch) as ISO-8601 to the microsecond: UTC with ``Z``, or with ``local``
     the local time with its offset. A time no date can hold (a capture's hostile timestamp) stays seconds."""
@@ -37,6 +66,14 @@ def iso_time(ts: float, *, local: bool = False) -> str:
     except (OverflowError, OSError, ValueError):
         return f"{ts:.6f}"
     return text if local else text.removesuffix("+00:00") + "Z"
+
+
+def named(opcode: object, name: str, value: object) -> str | None:
+    """The name :data:`NAMED_VALUES` gives this field's value in this message, if any."""
+    for entry in NAMED_VALUES.get(name, ()):
+        if value == entry.value and type(value) is int and (not entry.opcodes or opcode in entry.opcodes):
+            return entry.text
+    return None
 
 
 def _meaning(msg: Message, name: str, value: Any) -> str:
@@ -92,7 +129,10 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         text.append("\n   ")
         for name, value in fields:
             meaning = _meaning(msg, name, value)
-            text.append(f" {shown(name)}=", style="dim").append(_shown(value, max_field_bytes))
+            if name in EPOCH_SECONDS and isinstance(value, int) and value:
+                meaning = iso_time(value, local=local_time).replace(".000000", "")
+            text.append(f" {shown(name)}=", style="dim")
+            text.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
             if meaning:
                 text.append(f" ({shown(meaning)})", style="dim")
     if "key" in record:

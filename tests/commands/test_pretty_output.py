@@ -1,4 +1,5 @@
-"""Pretty output for people: ISO-8601 times. JSON output stays as the contract has it."""
+"""Pretty output for people: ISO-8601 times, named special values. JSON output stays as the contract has
+it."""
 
 from __future__ import annotations
 
@@ -74,3 +75,49 @@ def test_a_time_no_date_can_hold_stays_seconds() -> None:
     assert iso_time(float("nan")) == "nan"
     assert iso_time(-1e18, local=True) == "-1000000000000000000.000000"
     assert iso_time(0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+def _pretty_of(record: dict[str, object]) -> str:
+    code, hex_lines, err = run(["encode"], stdin=json.dumps(record).encode())
+    assert code == ExitCode.OK, err
+    code, out, err = run(["hexdump", "-F", "pretty"], stdin=hex_lines.encode())
+    assert code == ExitCode.OK, err
+    return out
+
+
+STREAM_REQ = {"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 3, "opaque": 7, "flags": 0,
+              "reserved": 0, "start_seqno": 0, "end_seqno": 18446744073709551615, "vbucket_uuid": 0,
+              "snap_start_seqno": 0, "snap_end_seqno": 0}
+
+
+def test_special_values_are_named_in_pretty_output_only() -> None:
+    out = _pretty_of(STREAM_REQ)
+    assert "end_seqno=max (no end)" in out
+    assert "vbucket_uuid=0 (no history)" in out
+    assert "start_seqno=0 (from the beginning)" in out
+    assert "18446744073709551615" not in out
+    _, hex_lines, _ = run(["encode"], stdin=json.dumps(STREAM_REQ).encode())
+    _, out, _ = run(["hexdump", "-F", "jsonl"], stdin=hex_lines.encode())
+    record = json.loads(out)
+    assert (record["end_seqno"], record["vbucket_uuid"], record["start_seqno"]) == (18446744073709551615, 0, 0)
+
+
+def test_a_value_is_named_only_where_it_means_that() -> None:
+    """end_seqno 5 is a seqno; a uuid of 0 outside a stream request is a number (OBSERVE_SEQNO asks by uuid)."""
+    out = _pretty_of({**STREAM_REQ, "end_seqno": 5, "start_seqno": 1, "vbucket_uuid": 99, "snap_start_seqno": 1,
+                      "snap_end_seqno": 1})
+    assert "end_seqno=5 " in out
+    assert "vbucket_uuid=99 " in out
+    assert "start_seqno=1 " in out
+    out = _pretty_of({"magic": "ClientRequest", "opcode": "OBSERVE_SEQNO", "vbucket": 3, "opaque": 7,
+                      "vbucket_uuid": 0})
+    assert "vbucket_uuid=0" in out
+    assert "no history" not in out
+
+
+def test_item_times_and_never_expiring_items_are_said() -> None:
+    code, out, _ = run(["decode", "-F", "pretty", "--opcode", "DCP_MUTATION", "--opcode", "DCP_DELETION", str(PCAP)])
+    assert code == ExitCode.OK
+    assert "expiration=0 (never)" in out
+    assert "lock_time=0 (not locked)" in out
+    assert "delete_time=1732270000 (2024-11-22T10:06:40Z)" in out
