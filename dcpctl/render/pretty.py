@@ -4,9 +4,9 @@ Every string from the wire (keys, values, xattrs, names a server gave, diagnosti
 (``safetext``): on a terminal an ESC could retitle the window or clear the screen, a newline forge a line.
 A string longer than the bound (``--max-field-bytes``) shows its head, its tail and its length.
 
-For people, not programs: ``ts`` is an ISO-8601 time, and a value the protocol gives a meaning of its own
-(an end seqno of 2**64-1 is "no end") is said by name (:data:`NAMED_VALUES`). JSON output keeps every value
-as it was on the wire.
+For people, not programs: ``ts`` is an ISO-8601 time, a value the protocol gives a meaning of its own (an
+end seqno of 2**64-1 is "no end") is said by name (:data:`NAMED_VALUES`), and each line wraps under its own
+first column. JSON output keeps every value as it was on the wire.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from rich.console import Group
 from rich.text import Text
 
 from dcpctl.dcp.rollback import END_FOREVER
 from dcpctl.protocol.constants import DATATYPES, flag_names
 from dcpctl.protocol.message import Message
+from dcpctl.render.wrap import Hanging
 from dcpctl.safetext import shown
 
 XATTRS_SHOWN: Final = 32  # xattr lines per message; a document rarely has more, a hostile one has millions
@@ -31,6 +33,7 @@ _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", 
                     "frame_infos", "stream_id", "key", "key_encoding", "collection_id", "value",
                     "value_encoding", "value_compressed", "xattrs", "diagnostics", "ts", "connection",
                     "direction", "request_type", "request_type_name", "frames"}
+INDENT: Final = 4  # a message's lines under its headline, and where a wrapped line continues
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,15 @@ def _shown(value: Any, bound: int) -> str:
     return _cut(str(value), bound)
 
 
-def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_time: bool = False) -> Text:
+def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_time: bool = False) -> Group:
     """The headline, then the message's lines under it; ``local_time``: ts in the local zone, not UTC."""
     text = Text()
+    lines = [Hanging(text, hang=INDENT)]
+
+    def line() -> Text:
+        lines.append(Hanging(out := Text(), indent=INDENT))
+        return out
+
     if isinstance(record.get("ts"), float | int):
         text.append(iso_time(record["ts"], local=local_time) + " ", style="dim")
     if "connection" in record:
@@ -126,36 +135,35 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         text.append(" " + "|".join(flag_names(DATATYPES, record["datatype"])), style="blue")
     fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
     if fields:
-        text.append("\n   ")
-        for name, value in fields:
+        out = line()
+        for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
             if name in EPOCH_SECONDS and isinstance(value, int) and value:
                 meaning = iso_time(value, local=local_time).replace(".000000", "")
-            text.append(f" {shown(name)}=", style="dim")
-            text.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
+            out.append(f"{' ' if number else ''}{shown(name)}=", style="dim")
+            out.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
             if meaning:
-                text.append(f" ({shown(meaning)})", style="dim")
+                out.append(f" ({shown(meaning)})", style="dim")
     if "key" in record:
-        text.append("\n    key ", style="dim")
+        text = line().append("key ", style="dim")
         if "collection_id" in record:
             text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")
         key = _cut(record["key"], max_field_bytes)
         text.append(f"'{key}'" if record.get("key_encoding") != "hex" else f"hex:{key}", style="bold")
     xattrs = record.get("xattrs", [])
     for pair in xattrs[:XATTRS_SHOWN]:
-        text.append("\n    xattr ", style="dim").append(_cut(pair["key"], max_field_bytes), style="cyan")
+        text = line().append("xattr ", style="dim").append(_cut(pair["key"], max_field_bytes), style="cyan")
         text.append(" ").append(_cut(pair["value"], max_field_bytes))
     if len(xattrs) > XATTRS_SHOWN:
-        text.append(f"\n    … {len(xattrs) - XATTRS_SHOWN} more xattrs", style="dim")
+        line().append(f"… {len(xattrs) - XATTRS_SHOWN} more xattrs", style="dim")
     if record.get("value"):
         value = record["value"]
         label = "value" + (" (hex)" if record.get("value_encoding") == "hex" else "")
         if "value_compressed" in record:
             label += f" (snappy {len(record['value_compressed']) // 2} bytes)"
-        text.append(f"\n    {label} ", style="dim").append(_cut(value, max_field_bytes))
+        line().append(f"{label} ", style="dim").append(_cut(value, max_field_bytes))
     for diag in record["diagnostics"]:
         style = SEVERITY_STYLE.get(diag["severity"], "")
         where = f" @{diag['offset']}" if "offset" in diag else ""
-        text.append(f"\n    {diag['severity']} {diag['name']}{where}: ", style=style)
-        text.append(shown(diag["message"]))
-    return text
+        line().append(f"{diag['severity']} {diag['name']}{where}: ", style=style).append(shown(diag["message"]))
+    return Group(*lines)

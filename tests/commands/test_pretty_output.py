@@ -1,5 +1,5 @@
-"""Pretty output for people: ISO-8601 times, named special values. JSON output stays as the contract has
-it."""
+"""Pretty output for people: ISO-8601 times, named special values, wrapped lines under their first column.
+JSON output stays as the contract has it."""
 
 from __future__ import annotations
 
@@ -121,3 +121,25 @@ def test_item_times_and_never_expiring_items_are_said() -> None:
     assert "expiration=0 (never)" in out
     assert "lock_time=0 (not locked)" in out
     assert "delete_time=1732270000 (2024-11-22T10:06:40Z)" in out
+
+
+def test_wrapped_lines_continue_under_their_first_column_on_a_narrow_terminal() -> None:
+    code, out, _ = run(["decode", "-F", "pretty", "--opcode", "DCP_STREAM_REQ", str(PCAP)], tty=True, width=60)
+    assert code == ExitCode.OK
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 60
+    # every line is a headline (its time first) or indented under it: nothing wraps back to column 0
+    assert all(ISO_UTC.match(line) or line.startswith("    ") for line in lines), out
+    diagnostic = next(i for i, line in enumerate(lines) if line.startswith("    warning rollback:"))
+    assert lines[diagnostic + 1].startswith("    ")
+    assert not lines[diagnostic + 1].startswith("    warning")
+    assert len([line for line in lines if not line.startswith(" ")]) == 4  # one headline a message
+
+
+def test_piped_pretty_output_keeps_each_line_whole() -> None:
+    """Not a terminal: a long line stays one line for grep and less -S, however wide."""
+    code, out, _ = run(["decode", "-F", "pretty", "--opcode", "DCP_STREAM_REQ", str(PCAP)], width=None)
+    assert code == ExitCode.OK
+    diagnostic = next(line for line in out.splitlines() if "stream opened after rolling back" in line)
+    assert diagnostic.startswith("    warning rollback:")
+    assert diagnostic.endswith("The client retried as a correct client does.")
