@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,19 @@ def test_rollback_negotiate_prints_every_round(tmp_path: Path) -> None:
     assert [(r["status"], r["rollback_seqno"]) for r in report["rounds"]] == [("Rollback", 40), ("Success", None)]
     assert all(r["engine"]["agrees"] for r in report["rounds"])
     assert report["result"]["start_seqno"] == 40
+    with serving("--vbuckets", "1", "--items", "100", "--seed", "5", "--scenario", str(plan)) as server:
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=True,
+                          stderr_isatty=False, color=True, width=200)
+        code = main(["rollback", "negotiate", f"127.0.0.1:{server.port}", "--vbucket", "0", "--uuid", str(uuid),
+                     "--seqno", "90"], env)
+    assert code == ExitCode.OK
+    text = out.getvalue()
+    rule = report["rounds"][0]["engine"]["rule"]
+    reason = report["rounds"][0]["engine"]["reason"]
+    styles = re.findall(r"\x1b\[[0-9;]*m", text[:text.index(f"[{rule}]")])
+    assert styles[-1] == "\x1b[2m"  # the rule id dim
+    assert re.findall(r"\x1b\[[0-9;]*m", text[:text.index(reason)])[-1] == "\x1b[0m"  # its explanation plain
 
 
 def test_passwords_stay_off_the_command_line_and_out_of_output(monkeypatch: pytest.MonkeyPatch,
