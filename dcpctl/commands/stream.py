@@ -294,14 +294,6 @@ def _hex_list(text: str, option: str) -> list[int]:
         raise CommandError(f"{option}: hex ids, comma separated, not {text!r}", ExitCode.USAGE) from None
 
 
-class _Absent:
-    """A field this message does not have: empty, whatever the format spec or index asked of it."""
-
-    def __getitem__(self, _key: object) -> _Absent:
-        return self
-
-
-_ABSENT = _Absent()
 # A template's field: a record field's name, then indexes into it ({key[0]}, {failover_log[0][seqno]}). Never
 # an attribute: str.format's {x.__class__...} walks from any value to the process's globals and environment
 # (the password); indexes go into the record's JSON values only, none of them named with a leading _.
@@ -326,37 +318,42 @@ def _known_field(name: str) -> None:
 
 
 class _Template(string.Formatter):
-    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD); a
-    field the message lacks prints as nothing (a snapshot marker has no by_seqno, even for '{by_seqno:d}')."""
+    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD). A
+    message is printed only when it has every field the template names: '{key} {by_seqno}' prints items,
+    not a line of blanks for each snapshot marker, stream end and noop (as awk prints what matches)."""
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
         first, indexes = _field(field_name)
-        value = kwargs.get(first, _ABSENT)
+        value = kwargs[first]
         for index in indexes:
             value = value[index]
         return value, first
 
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return "" if value is _ABSENT else super().format_field(value, format_spec)
-
-    def check(self, template: str) -> None:
-        """A template whose braces do not parse, that names fields by position or reaches for attributes
-        (in its format specs too) is refused at once."""
+    def check(self, template: str) -> frozenset[str]:
+        """The fields ``template`` names (in its format specs too). A template whose braces do not parse,
+        that names fields by position or reaches for attributes is refused at once."""
+        names: set[str] = set()
         try:
             for _, name, spec, _ in self.parse(template):
                 if name is not None:
                     _known_field(name)
+                    names.add(_field(name)[0])
                 if spec:
-                    self.check(spec)
+                    names |= self.check(spec)
         except ValueError as exc:
             raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
+        return frozenset(names)
 
 
 def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
     formatter = _Template()
+    needed = formatter.check(template)
     for msg in messages:
+        record = msg.record()
+        if not needed <= record.keys():
+            continue
         try:
-            line = formatter.vformat(template, (), msg.record())
+            line = formatter.vformat(template, (), record)
         except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
             raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
         out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats

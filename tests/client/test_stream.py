@@ -419,6 +419,26 @@ def test_templates_print_what_each_message_has() -> None:
         assert "bad template" in err
 
 
+def test_a_template_prints_only_messages_with_every_field_it_names() -> None:
+    """'{key} {by_seqno}': one line per item, none (blank) for snapshot markers, stream ends or noops."""
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    with serving("--vbuckets", "2", "--items", "10") as server:
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{key} {by_seqno}"], env)
+        assert code == ExitCode.OK
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 10
+        assert all(len(line.split()) == 2 and line.split()[1].isdigit() for line in lines), lines
+        out.seek(0)
+        out.truncate()
+        # a field in a format spec counts too; a stream end is the one message with stream_end_status
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f",
+                     "{vbucket:>{stream_end_status}}"], env)
+        assert code == ExitCode.OK
+        assert sorted(out.getvalue().split()) == ["0", "1"]
+
+
 def test_write_masks_the_password_in_the_capture(tmp_path: Path) -> None:
     capture = tmp_path / "s.pcap"
     with serving("--vbuckets", "1", "--items", "3") as server:
