@@ -48,6 +48,7 @@ from dcpctl.protocol.message import Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
 from dcpctl.render.output import Format, emit
+from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -360,11 +361,5 @@ def _print_template(messages: Iterator[Message], template: str, out: Any) -> Non
 
 
 def _print_summary(streamer: Streamer, env: Any) -> None:
-    from rich.table import Table  # noqa: PLC0415 - only when asked for
-
-    rows = streamer.summary()
-    table = Table("vbucket", "items", "seqno range", "items/s", title="dcpctl stream summary")
-    for row in rows:
-        seqnos = "" if row["first_seqno"] is None else f"{row['first_seqno']}-{row['last_seqno']}"
-        table.add_row(str(row["vbucket"]), str(row["items"]), seqnos, f"{row['rate']:,.1f}")
-    env.error_console().print(table)
+    rows, total = streamer.summary()
+    print_stream_summary(rows, total, env.error_console())
