@@ -787,7 +787,7 @@ class Streamer:
         zero = self.first_ts or 0.0
 
         def since(ts: float | None) -> float | None:
-            return None if ts is None else round(max(ts - zero, 0.0), 3)
+            return None if ts is None else max(ts - zero, 0.0)
 
         rows = [{"vbucket": vb, "items": stats["items"], "first_seqno": stats["first_seqno"],
                  "last_seqno": stats["last_seqno"], "rate": round(stats["items"] / elapsed, 1),

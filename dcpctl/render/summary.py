@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dcpctl.dcp.summary import Summary
+from dcpctl.dcp.summary import Row, Summary
 
 
 def print_summary(summary: Summary, console: Console, as_json: bool = False) -> None:
@@ -17,18 +17,30 @@ def print_summary(summary: Summary, console: Console, as_json: bool = False) -> 
     if as_json:
         console.file.write(json.dumps([r.to_json() for r in rows]) + "\n")
         return
+    timed = summary.first_ts is not None  # captures and live streams; hex packets have no times
     table = Table("connection", "vbucket", "messages", "bytes", "items", "seqno range", "snapshots",
-                  "rollbacks", "errors", "diagnostics", title="dcpctl summary")
+                  "rollbacks", "errors", "diagnostics", *(("first", "last") if timed else ()), title="dcpctl summary",
+                  caption="first, last: seconds since the first message" if timed else None)
+
+    def cells(r: Row, vbucket: str, seqnos: str) -> list[str]:
+        times = [_seconds(summary.since_first(r.first_ts)), _seconds(summary.since_first(r.last_ts))]
+        return [r.connection, vbucket, str(r.messages), str(r.bytes),
+                str(r.items), seqnos, str(r.snapshots), str(r.rollbacks), str(r.errors), str(r.diagnostics),
+                *(times if timed else ())]
+
     for r in rows:
         seqnos = "" if r.first_seqno is None else f"{r.first_seqno}-{r.last_seqno}"
-        table.add_row(r.connection, "-" if r.vbucket is None else str(r.vbucket), str(r.messages),
-                      str(r.bytes), str(r.items), seqnos, str(r.snapshots), str(r.rollbacks), str(r.errors),
-                      str(r.diagnostics), style="red" if r.errors or r.rollbacks else None)
+        table.add_row(*cells(r, "-" if r.vbucket is None else str(r.vbucket), seqnos),
+                      style="red" if r.errors or r.rollbacks else None)
+    if len(rows) > 1:
+        table.add_section()
+        table.add_row(*cells(summary.total(), "", ""), style="bold")
     console.print(table)
 
 
 def _seconds(offset: float | None) -> str:
-    return "" if offset is None else f"{offset:.3f}"
+    """Seconds to the microsecond, as ts has them: messages of a burst can be microseconds apart."""
+    return "" if offset is None else f"{offset:.6f}"
 
 
 def print_stream_summary(rows: Sequence[Mapping[str, Any]], total: Mapping[str, Any], console: Console) -> None:

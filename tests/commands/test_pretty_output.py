@@ -143,3 +143,22 @@ def test_piped_pretty_output_keeps_each_line_whole() -> None:
     diagnostic = next(line for line in out.splitlines() if "stream opened after rolling back" in line)
     assert diagnostic.startswith("    warning rollback:")
     assert diagnostic.endswith("The client retried as a correct client does.")
+
+
+def test_decode_summary_times_count_from_the_first_message_and_a_total_follows() -> None:
+    code, out, _ = run(["decode", "--summary", str(PCAP)], width=250)
+    assert code == ExitCode.OK
+    assert "first, last: seconds since the first message" in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    *per_vbucket, total = rows
+    assert total[0] == "total"
+    for column in (2, 3, 4, 6, 7, 8, 9):  # messages, bytes, items, snapshots, rollbacks, errors, diagnostics
+        assert int(total[column]) == sum(int(row[column]) for row in per_vbucket)
+    assert total[2] == "22"
+    # the sample's messages are 10 microseconds apart: HELLO (vbucket 0) first, the stream end last
+    assert [(row[1], row[10], row[11]) for row in per_vbucket] == [
+        ("-", "0.000010", "0.000210"), ("0", "0.000000", "0.000220"), ("12", "0.000100", "0.000230")]
+    assert (total[10], total[11]) == ("0.000000", "0.000230")
+    code, out, _ = run(["decode", "--summary", "-F", "json", str(PCAP)])  # the JSON records are untouched
+    assert code == ExitCode.OK
+    assert len(json.loads(out)) == 22
