@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.text import Text
 
 # Narrower than this, indenting the continuation leaves too little room to read: wrap at this width instead
@@ -23,10 +24,14 @@ class Hanging:
         self.hang = indent if hang is None else hang
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # segments, not Text: a Text yielded here would be wrapped a second time (append_text keeps a
+        # line's own base style as a span, which render would otherwise drop)
         if options.no_wrap:
-            yield Text(" " * self.indent).append_text(self.text)
+            yield from Text(" " * self.indent).append_text(self.text).render(console, end="")
+            yield Segment.line()
             return
         width = max(options.max_width - max(self.indent, self.hang), MIN_WRAP_WIDTH)
         for number, line in enumerate(self.text.wrap(console, width)):
             line.rstrip()  # the space a line broke at
-            yield Text(" " * (self.hang if number else self.indent)).append_text(line)
+            yield from Text(" " * (self.hang if number else self.indent)).append_text(line).render(console, end="")
+            yield Segment.line()
