@@ -196,6 +196,7 @@ class Streamer:
         self.items = 0
         self.stats: dict[int, dict[str, Any]] = {}
         self.started = time.monotonic()
+        self.first_ts: float | None = None  # when the first stream message was read (--summary's time 0)
         self._opaque = 0x1000
         self._last_save = time.monotonic()
         self._save_at = options.save_items  # the item count at which the state is next saved
@@ -451,7 +452,7 @@ class Streamer:
                       and shape(opcode << 8 | extlen) else None)
             if stream is None:
                 self.items, node.unacked, vbucket = items, unacked, -1
-                self._counted(written)
+                self._counted(written, conn.read_ts)
                 message = decode(buf[pos:end], 0, conn.options)
                 conn.framer.consume(end)
                 self._taken(node, message)
@@ -477,7 +478,7 @@ class Streamer:
             if items == stop_at:
                 self._done = True
         self.items, node.unacked = items, unacked
-        self._counted(written)
+        self._counted(written, conn.read_ts)
         conn.framer.consume(pos)
 
     def _taken(self, node: _Node, message: Message) -> None:
@@ -485,20 +486,21 @@ class Streamer:
         self._handle(node, message)
         self._commit(message)
 
-    def _counted(self, written: dict[int, list[int]]) -> None:
+    def _counted(self, written: dict[int, list[int]], ts: float) -> None:
         """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
-        seqno]: their vbuckets' positions and counts move on, and ``written`` is emptied."""
+        seqno], read at ``ts``: their vbuckets' positions and counts move on, and ``written`` is emptied."""
         positions, stats_of, reroutes = self.state.vbuckets, self.stats, self._reroutes
         for vbucket, (count, first, last) in written.items():
             positions[vbucket].seqno = last
             reroutes.pop(vbucket, None)
             stats = stats_of.get(vbucket)
             if stats is None:
-                stats = stats_of[vbucket] = {"items": 0, "first_seqno": first, "last_seqno": None}
+                stats = stats_of[vbucket] = _new_stats(first, ts)
             elif stats["first_seqno"] is None:
                 stats["first_seqno"] = first
             stats["items"] += count
             stats["last_seqno"] = last
+            stats["last_ts"] = ts
         written.clear()
 
     def _lines(self, node: _Node) -> Iterator[Message]:
@@ -564,7 +566,7 @@ class Streamer:
             if out_lines:
                 write(b"".join(out_lines))
                 # written: the positions count (a Ctrl-C only asks the loop to stop, never cuts a write)
-                self._counted(written)
+                self._counted(written, conn.read_ts)
                 if node.unacked >= half:
                     conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=node.unacked)
                     node.unacked = 0
@@ -600,6 +602,8 @@ class Streamer:
     def _handle(self, node: _Node, msg: Message) -> Message | None:
         """Act on one message; returns it when it is for the output (stream data), else None."""
         opcode = msg.opcode
+        if self.first_ts is None:
+            self.first_ts = node.conn.read_ts
         if msg.is_response:
             node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
             if opcode == STREAM_REQ:
@@ -638,8 +642,9 @@ class Streamer:
             self.items += 1
             stats = self.stats.get(vbucket)
             if stats is None:
-                stats = self.stats[vbucket] = {"items": 0, "first_seqno": None, "last_seqno": None}
+                stats = self.stats[vbucket] = _new_stats(None, ts)
             stats["items"] += 1
+            stats["last_ts"] = ts
             if seqno is not None:  # an item cut short has none: it is counted, its seqno is not made up
                 if stats["first_seqno"] is None:
                     stats["first_seqno"] = seqno
@@ -778,10 +783,29 @@ class Streamer:
             for node in self.nodes.values():
                 node.conn.close()
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Per vbucket (in order) and in total: items, seqno range, items a second over the whole run, and
+        when the first and last items were read, in seconds since the first stream message."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        return [{"vbucket": vb, **stats, "rate": round(stats["items"] / elapsed, 1)}
+        zero = self.first_ts or 0.0
+
+        def since(ts: float | None) -> float | None:
+            return None if ts is None else max(ts - zero, 0.0)
+
+        rows = [{"vbucket": vb, "items": stats["items"], "first_seqno": stats["first_seqno"],
+                 "last_seqno": stats["last_seqno"], "rate": round(stats["items"] / elapsed, 1),
+                 "first_offset": since(stats["first_ts"]), "last_offset": since(stats["last_ts"])}
                 for vb, stats in sorted(self.stats.items())]
+        total = sum(stats["items"] for stats in self.stats.values())
+        firsts = [row["first_offset"] for row in rows if row["first_offset"] is not None]
+        lasts = [row["last_offset"] for row in rows if row["last_offset"] is not None]
+        return rows, {"vbucket": "total", "items": total, "rate": round(total / elapsed, 1),
+                      "first_offset": min(firsts, default=None), "last_offset": max(lasts, default=None)}
+
+
+def _new_stats(first_seqno: int | None, ts: float) -> dict[str, Any]:
+    """A vbucket's --summary counts, from its first item (read at ``ts``)."""
+    return {"items": 0, "first_seqno": first_seqno, "last_seqno": None, "first_ts": ts, "last_ts": ts}
 
 
 class ConfigError(ClientError):

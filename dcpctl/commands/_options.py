@@ -78,6 +78,9 @@ MaxFieldBytesOption = Annotated[int, typer.Option(
          "JSON output is always whole).")]
 Base64Option = Annotated[bool, typer.Option(
     "--base64", help="Binary keys and values as base64 instead of hex in JSON output.")]
+LocalTimeOption = Annotated[bool, typer.Option(
+    "--local-time", help="pretty output shows times in the local time zone, with its offset, instead of UTC "
+    "(JSON keeps ts as seconds since the epoch).")]
 
 
 # What asks a command to stop: Ctrl-C; SIGTERM (timeout, systemd, docker stop); SIGHUP (the terminal closed)

@@ -15,6 +15,7 @@ from dcpctl.commands._options import (
     CollectionsOption,
     DialectName,
     DialectOption,
+    LocalTimeOption,
     MaxBodyOption,
     MaxConnectionsOption,
     ShowSecretsOption,
@@ -63,6 +64,7 @@ def capture(
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
     max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     base64: Base64Option = False,
+    local_time: LocalTimeOption = False,
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
     env = env_of(ctx)
@@ -114,7 +116,7 @@ def capture(
         # Ctrl-C is how a live capture normally ends: the first one stops reading, and what was read is
         # decoded and written whole; a second one (output blocked, say) stops at once
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
-            emit(items(), output, env, base64=base64, live=True)
+            emit(items(), output, env, base64=base64, live=True, local_time=local_time)
         if saved is not None and saved.error is not None:
             raise CommandError(f"{write!s}: {saved.error.strerror or saved.error}: the capture stopped; "
                                f"the file holds the {saved.records} frames saved before, whole", ExitCode.INPUT)

@@ -18,6 +18,7 @@ from dcpctl.commands._options import (
     CollectionsOption,
     DialectName,
     DialectOption,
+    LocalTimeOption,
     MaxBodyOption,
     MaxConnectionsOption,
     ShowSecretsOption,
@@ -86,6 +87,7 @@ def decode(
     max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     strict: StrictOption = False,
     base64: Base64Option = False,
+    local_time: LocalTimeOption = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=2, help="Processes: 2 reads and "
                                              "reassembles in one while the other builds the output; 1 "
                                              "decodes in this process alone (default: 2 when two cores are "
@@ -174,18 +176,19 @@ def decode(
             raise CommandError(str(exc), ExitCode.FAILURE) from None
 
     with progress if progress is not None else contextlib.nullcontext():
-        stats = _render(items(), output, env, summary=summary, fmt=fmt, base64=base64, tally=tally)
+        stats = _render(items(), output, env, summary=summary, fmt=fmt, base64=base64, tally=tally,
+                        local_time=local_time)
     if strict and not stats.clean:
         raise typer.Exit(ExitCode.DIAGNOSTICS)
 
 
 def _render(items: Iterator[Item | bytes], output: Format, env: Environment, *, summary: bool, fmt: Format | None,
-            base64: bool, tally: Summary | None) -> Stats:
+            base64: bool, tally: Summary | None, local_time: bool) -> Stats:
     if summary and fmt is None:
         stats = emit(_only_notices(items), output, env)
         print_summary(tally or Summary(), env.console())
     else:
-        stats = emit(items, output, env, base64=base64)
+        stats = emit(items, output, env, base64=base64, local_time=local_time)
         if tally is not None:
             print_summary(tally, env.error_console())
     return stats

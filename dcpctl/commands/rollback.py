@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 from rich.text import Text
@@ -52,6 +52,7 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import DcpOpenFlag, Opcode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
+from dcpctl.render.wrap import Hanging
 from dcpctl.sources.capture import rollback_stories
 from dcpctl.sources.files import open_input
 from dcpctl.sources.pcap import CaptureError, read_segments
@@ -167,16 +168,25 @@ def explain(
     console = env.console()
     for number, step in enumerate(result.rounds, 1):
         req, answer = step.request, step.answer
-        line = Text(f"round {number}: ", style="bold")
+        line = Text().append(f"round {number}: ", style="bold")
         line.append(f"start {req.start_seqno} uuid {req.vbucket_uuid} snapshot {req.snap_start}-{req.snap_end}")
         line.append(" -> ")
         line.append(answer.status + (f" to {answer.rollback_seqno}" if answer.rollback_seqno is not None else ""),
                     style="green" if answer.status == "Success" else "bold red")
-        line.append(f"\n  [{answer.rule}] {answer.reason}", style="dim")
-        console.print(line)
+        console.print(Hanging(line, hang=2), Hanging(_explained("", answer.rule, answer.reason), indent=2))
     if final.answer.status == "Success":
         console.print(f"stream would open at seqno {final.request.start_seqno} with uuid "
                       f"{final.request.vbucket_uuid}", style="bold")
+
+
+_LABELLED: Final = 10  # a capture's story: two columns of indent, then "engine: " and the like
+
+
+def _explained(lead: str, rule: str, reason: str) -> Text:
+    """``lead [rule] reason``: the explanation is what a person reads, so it is plain text; the rule id,
+    for whoever looks it up in the rollback engine, is dim."""
+    text = Text(f"{lead} " if lead else "")
+    return text.append(f"[{rule}]", style="dim").append(f" {reason}")
 
 
 def _explain_captures(env: Environment, paths: list[str], ports: list[int], output: ExplainFormat,
@@ -198,25 +208,26 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
         return
     for path, label, story in stories:
         asked = story.request
-        text = Text(f"{path}: {label} vbucket {story.vbucket}\n", style="bold")
-        text.append(f"  asked:  start {asked.start_seqno} uuid {asked.vbucket_uuid} "
-                    f"snapshot {asked.snap_start}-{asked.snap_end}\n")
-        text.append(f"  server: Rollback to {story.rollback_seqno}\n", style="bold red")
+        # a labelled line wraps under its value, two columns in and past the label ("engine: ")
+        lines = [Text(f"{path}: {label} vbucket {story.vbucket}", style="bold"),
+                 Text(f"asked:  start {asked.start_seqno} uuid {asked.vbucket_uuid} "
+                      f"snapshot {asked.snap_start}-{asked.snap_end}"),
+                 Text(f"server: Rollback to {story.rollback_seqno}", style="bold red")]
         if story.decision is not None:
             agrees = "agrees" if story.engine_agrees else f"would say {story.decision.rollback_seqno}"
-            text.append(f"  engine: {agrees} [{story.decision.rule}] {story.decision.reason}\n", style="dim")
+            lines.append(_explained(f"engine: {agrees}", story.decision.rule, story.decision.reason))
         if story.retry is not None:
             retry = story.retry
-            text.append(f"  retry:  start {retry.start_seqno} uuid {retry.vbucket_uuid} "
-                        f"snapshot {retry.snap_start}-{retry.snap_end} -> {story.retry_status}\n")
+            lines.append(Text(f"retry:  start {retry.start_seqno} uuid {retry.vbucket_uuid} "
+                              f"snapshot {retry.snap_start}-{retry.snap_end} -> {story.retry_status}"))
         else:
-            text.append("  retry:  none in the capture\n", style="yellow")
+            lines.append(Text("retry:  none in the capture", style="yellow"))
         if story.retry_correct is not None:
-            text.append("  the client retried as a correct client does" if story.retry_correct else
-                        "  the retry is not what a correct client sends"
-                        + (f" (start {story.expected_retry.start_seqno})" if story.expected_retry else ""),
-                        style="green" if story.retry_correct else "yellow")
-        console.print(text)
+            lines.append(Text("the client retried as a correct client does" if story.retry_correct else
+                              "the retry is not what a correct client sends"
+                              + (f" (start {story.expected_retry.start_seqno})" if story.expected_retry else ""),
+                              style="green" if story.retry_correct else "yellow"))
+        console.print(Hanging(lines[0], hang=2), *(Hanging(line, indent=2, hang=_LABELLED) for line in lines[1:]))
 
 
 @rollback_app.command("negotiate")
@@ -286,7 +297,7 @@ def negotiate_command(
         console = env.console()
         for number, step in enumerate(rounds, 1):
             req = step.request
-            line = Text(f"round {number}: ", style="bold")
+            line = Text().append(f"round {number}: ", style="bold")
             line.append(f"start {req.start_seqno} uuid {req.vbucket_uuid} snapshot {req.snap_start}-{req.snap_end}")
             line.append(" -> ")
             line.append(step.status + (f" to {step.rollback_seqno}" if step.rollback_seqno is not None else ""),
@@ -294,7 +305,6 @@ def negotiate_command(
             agreement = "the engine agrees" if step.agrees else (
                 f"the engine expected {step.predicted_status}"
                 + (f" to {step.predicted_rollback_seqno}" if step.predicted_rollback_seqno is not None else ""))
-            line.append(f"\n  {agreement} [{step.rule}] {step.reason}", style="dim")
-            console.print(line)
+            console.print(Hanging(line, hang=2), Hanging(_explained(agreement, step.rule, step.reason), indent=2))
     if final.status != "Success":
         raise CommandError(f"vbucket {vbucket}: the stream did not open ({final.status})", ExitCode.PROTOCOL)

@@ -40,7 +40,7 @@ from dcpctl.commands._live import (
     tls_of,
     window_of,
 )
-from dcpctl.commands._options import Base64Option, env_of, first_signal_stops, parse_ranges
+from dcpctl.commands._options import Base64Option, LocalTimeOption, env_of, first_signal_stops, parse_ranges
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -49,6 +49,7 @@ from dcpctl.protocol.message import Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
 from dcpctl.render.output import Format, emit
+from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -117,6 +118,7 @@ def stream(
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,
+    local_time: LocalTimeOption = False,
 ) -> None:
     """Stream DCP from a cluster: every vbucket from its active node, printed as decode prints captures."""
     env = env_of(ctx)
@@ -195,7 +197,8 @@ def stream(
                 elif template is not None:
                     _print_template(messages, template, env.stdout)
                 else:
-                    emit(messages, output, env, base64=base64)  # flushed whenever the stream waits
+                    # flushed whenever the stream waits
+                    emit(messages, output, env, base64=base64, local_time=local_time)
             except KeyboardInterrupt:
                 notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
                        else "interrupted while connecting")
@@ -293,14 +296,6 @@ def _hex_list(text: str, option: str) -> list[int]:
         raise CommandError(f"{option}: hex ids, comma separated, not {text!r}", ExitCode.USAGE) from None
 
 
-class _Absent:
-    """A field this message does not have: empty, whatever the format spec or index asked of it."""
-
-    def __getitem__(self, _key: object) -> _Absent:
-        return self
-
-
-_ABSENT = _Absent()
 # A template's field: a record field's name, then indexes into it ({key[0]}, {failover_log[0][seqno]}). Never
 # an attribute: str.format's {x.__class__...} walks from any value to the process's globals and environment
 # (the password); indexes go into the record's JSON values only, none of them named with a leading _.
@@ -325,48 +320,47 @@ def _known_field(name: str) -> None:
 
 
 class _Template(string.Formatter):
-    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD); a
-    field the message lacks prints as nothing (a snapshot marker has no by_seqno, even for '{by_seqno:d}')."""
+    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD). A
+    message is printed only when it has every field the template names: '{key} {by_seqno}' prints items,
+    not a line of blanks for each snapshot marker, stream end and noop (as awk prints what matches)."""
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
         first, indexes = _field(field_name)
-        value = kwargs.get(first, _ABSENT)
+        value = kwargs[first]
         for index in indexes:
             value = value[index]
         return value, first
 
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return "" if value is _ABSENT else super().format_field(value, format_spec)
-
-    def check(self, template: str) -> None:
-        """A template whose braces do not parse, that names fields by position or reaches for attributes
-        (in its format specs too) is refused at once."""
+    def check(self, template: str) -> frozenset[str]:
+        """The fields ``template`` names (in its format specs too). A template whose braces do not parse,
+        that names fields by position or reaches for attributes is refused at once."""
+        names: set[str] = set()
         try:
             for _, name, spec, _ in self.parse(template):
                 if name is not None:
                     _known_field(name)
+                    names.add(_field(name)[0])
                 if spec:
-                    self.check(spec)
+                    names |= self.check(spec)
         except ValueError as exc:
             raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
+        return frozenset(names)
 
 
 def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
     formatter = _Template()
+    needed = formatter.check(template)
     for msg in messages:
+        record = msg.record()
+        if not needed <= record.keys():
+            continue
         try:
-            line = formatter.vformat(template, (), msg.record())
+            line = formatter.vformat(template, (), record)
         except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
             raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
         out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
 
 
 def _print_summary(streamer: Streamer, env: Any) -> None:
-    from rich.table import Table  # noqa: PLC0415 - only when asked for
-
-    rows = streamer.summary()
-    table = Table("vbucket", "items", "seqno range", "items/s", title="dcpctl stream summary")
-    for row in rows:
-        seqnos = "" if row["first_seqno"] is None else f"{row['first_seqno']}-{row['last_seqno']}"
-        table.add_row(str(row["vbucket"]), str(row["items"]), seqnos, f"{row['rate']:,.1f}")
-    env.error_console().print(table)
+    rows, total = streamer.summary()
+    print_stream_summary(rows, total, env.error_console())

@@ -52,12 +52,13 @@ def notice_text(item: Skipped | Diagnostic) -> str:
 
 def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
          base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
-         | None = None, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES) -> Stats:
+         | None = None, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES, local_time: bool = False) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
 
     ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
     Items may be bytes only in JSONL: JSON lines already written out (a source's fast path for plain items),
     passed through as they are. ``max_field_bytes``: pretty's and hexdump's bound (:data:`MAX_FIELD_BYTES`).
+    ``local_time``: pretty shows times in the local zone instead of UTC (JSON keeps ts as epoch seconds).
     """
     stats = Stats()
     errors = env.error_console()
@@ -117,6 +118,6 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
             record = msg.record()
             if record_hook is not None:
                 record = record_hook(msg, record)
-            console.print(pretty.render(msg, record, max_field_bytes))
+            console.print(pretty.render(msg, record, max_field_bytes, local_time=local_time))
             count_errors(msg)
     return stats

@@ -3,17 +3,27 @@
 Every string from the wire (keys, values, xattrs, names a server gave, diagnostics) is escaped
 (``safetext``): on a terminal an ESC could retitle the window or clear the screen, a newline forge a line.
 A string longer than the bound (``--max-field-bytes``) shows its head, its tail and its length.
+
+For people, not programs: ``ts`` is an ISO-8601 time, a value the protocol gives a meaning of its own (an
+end seqno of 2**64-1 is "no end") is said by name (:data:`NAMED_VALUES`), and each line wraps under its own
+first column. JSON output keeps every value as it was on the wire.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
+from rich.console import Group
 from rich.text import Text
 
+from dcpctl.dcp.rollback import END_FOREVER
 from dcpctl.protocol.constants import DATATYPES, flag_names
 from dcpctl.protocol.message import Message
+from dcpctl.render.wrap import Hanging
 from dcpctl.safetext import shown
 
 XATTRS_SHOWN: Final = 32  # xattr lines per message; a document rarely has more, a hostile one has millions
@@ -23,6 +33,50 @@ _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", 
                     "frame_infos", "stream_id", "key", "key_encoding", "collection_id", "value",
                     "value_encoding", "value_compressed", "xattrs", "diagnostics", "ts", "connection",
                     "direction", "request_type", "request_type_name", "frames"}
+INDENT: Final = 4  # a message's lines under its headline, and where a wrapped line continues
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A field's value that the protocol gives a meaning of its own, and how pretty output says it."""
+
+    value: int
+    text: str
+    opcodes: frozenset[str] = frozenset()  # only in these messages (empty: wherever the field is)
+
+
+_STREAM_REQUESTS: Final = frozenset({"DCP_STREAM_REQ", "UPR_REQUEST"})
+# The special values of the reference (dcp-reference.md) a person would otherwise read as a number: an end
+# seqno of 18446744073709551615 looks like a seqno, a uuid of 0 like a uuid. Keyed by the JSON field name.
+NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
+    "end_seqno": (Named(END_FOREVER, "max (no end)"),),  # §3.4.1: 0xffffffffffffffff streams forever
+    "start_seqno": (Named(0, "0 (from the beginning)", _STREAM_REQUESTS),),  # the client has no item yet
+    "vbucket_uuid": (Named(0, "0 (no history)", _STREAM_REQUESTS),),  # §3.4.1: 0 = "I have nothing"
+    "rollback_seqno": (Named(0, "0 (everything: start again from the beginning)"),),  # §9: purged past start
+    "expiration": (Named(0, "0 (never)"),),  # §3.9: absolute epoch seconds, 0 = none
+    "lock_time": (Named(0, "0 (not locked)"),),  # §3.9: the server sends 0
+}
+# Fields holding absolute epoch seconds (§3.9, §3.10): shown with their time, as ts is.
+EPOCH_SECONDS: Final = frozenset({"expiration", "delete_time"})
+
+
+def iso_time(ts: float, *, local: bool = False) -> str:
+    """``ts`` (seconds since the epoch) as ISO-8601 to the microsecond: UTC with ``Z``, or with ``local``
+    the local time with its offset. A time no date can hold (a capture's hostile timestamp) stays seconds."""
+    try:
+        when = datetime.fromtimestamp(ts, UTC)
+        text = (when.astimezone() if local else when).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.6f}"
+    return text if local else text.removesuffix("+00:00") + "Z"
+
+
+def named(opcode: object, name: str, value: object) -> str | None:
+    """The name :data:`NAMED_VALUES` gives this field's value in this message, if any."""
+    for entry in NAMED_VALUES.get(name, ()):
+        if value == entry.value and type(value) is int and (not entry.opcodes or opcode in entry.opcodes):
+            return entry.text
+    return None
 
 
 def _meaning(msg: Message, name: str, value: Any) -> str:
@@ -50,10 +104,17 @@ def _shown(value: Any, bound: int) -> str:
     return _cut(str(value), bound)
 
 
-def render(msg: Message, record: dict[str, Any], max_field_bytes: int) -> Text:
+def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_time: bool = False) -> Group:
+    """The headline, then the message's lines under it; ``local_time``: ts in the local zone, not UTC."""
     text = Text()
-    if "ts" in record:
-        text.append(f"{record['ts']:.6f} ", style="dim")
+    lines = [Hanging(text, hang=INDENT)]
+
+    def line() -> Text:
+        lines.append(Hanging(out := Text(), indent=INDENT))
+        return out
+
+    if isinstance(record.get("ts"), float | int):
+        text.append(iso_time(record["ts"], local=local_time) + " ", style="dim")
     if "connection" in record:
         text.append(f"{record['connection']} {record.get('direction', '')} ", style="dim")
     text.append(f"@{record['offset']} ", style="dim")
@@ -74,33 +135,35 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int) -> Text:
         text.append(" " + "|".join(flag_names(DATATYPES, record["datatype"])), style="blue")
     fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
     if fields:
-        text.append("\n   ")
-        for name, value in fields:
+        out = line()
+        for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
-            text.append(f" {shown(name)}=", style="dim").append(_shown(value, max_field_bytes))
+            if name in EPOCH_SECONDS and isinstance(value, int) and value:
+                meaning = iso_time(value, local=local_time).replace(".000000", "")
+            out.append(f"{' ' if number else ''}{shown(name)}=", style="dim")
+            out.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
             if meaning:
-                text.append(f" ({shown(meaning)})", style="dim")
+                out.append(f" ({shown(meaning)})", style="dim")
     if "key" in record:
-        text.append("\n    key ", style="dim")
+        text = line().append("key ", style="dim")
         if "collection_id" in record:
             text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")
         key = _cut(record["key"], max_field_bytes)
         text.append(f"'{key}'" if record.get("key_encoding") != "hex" else f"hex:{key}", style="bold")
     xattrs = record.get("xattrs", [])
     for pair in xattrs[:XATTRS_SHOWN]:
-        text.append("\n    xattr ", style="dim").append(_cut(pair["key"], max_field_bytes), style="cyan")
+        text = line().append("xattr ", style="dim").append(_cut(pair["key"], max_field_bytes), style="cyan")
         text.append(" ").append(_cut(pair["value"], max_field_bytes))
     if len(xattrs) > XATTRS_SHOWN:
-        text.append(f"\n    … {len(xattrs) - XATTRS_SHOWN} more xattrs", style="dim")
+        line().append(f"… {len(xattrs) - XATTRS_SHOWN} more xattrs", style="dim")
     if record.get("value"):
         value = record["value"]
         label = "value" + (" (hex)" if record.get("value_encoding") == "hex" else "")
         if "value_compressed" in record:
             label += f" (snappy {len(record['value_compressed']) // 2} bytes)"
-        text.append(f"\n    {label} ", style="dim").append(_cut(value, max_field_bytes))
+        line().append(f"{label} ", style="dim").append(_cut(value, max_field_bytes))
     for diag in record["diagnostics"]:
         style = SEVERITY_STYLE.get(diag["severity"], "")
         where = f" @{diag['offset']}" if "offset" in diag else ""
-        text.append(f"\n    {diag['severity']} {diag['name']}{where}: ", style=style)
-        text.append(shown(diag["message"]))
-    return text
+        line().append(f"{diag['severity']} {diag['name']}{where}: ", style=style).append(shown(diag["message"]))
+    return Group(*lines)

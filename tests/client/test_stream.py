@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,19 @@ def test_rollback_negotiate_prints_every_round(tmp_path: Path) -> None:
     assert [(r["status"], r["rollback_seqno"]) for r in report["rounds"]] == [("Rollback", 40), ("Success", None)]
     assert all(r["engine"]["agrees"] for r in report["rounds"])
     assert report["result"]["start_seqno"] == 40
+    with serving("--vbuckets", "1", "--items", "100", "--seed", "5", "--scenario", str(plan)) as server:
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=True,
+                          stderr_isatty=False, color=True, width=200)
+        code = main(["rollback", "negotiate", f"127.0.0.1:{server.port}", "--vbucket", "0", "--uuid", str(uuid),
+                     "--seqno", "90"], env)
+    assert code == ExitCode.OK
+    text = out.getvalue()
+    rule = report["rounds"][0]["engine"]["rule"]
+    reason = report["rounds"][0]["engine"]["reason"]
+    styles = re.findall(r"\x1b\[[0-9;]*m", text[:text.index(f"[{rule}]")])
+    assert styles[-1] == "\x1b[2m"  # the rule id dim
+    assert re.findall(r"\x1b\[[0-9;]*m", text[:text.index(reason)])[-1] == "\x1b[0m"  # its explanation plain
 
 
 def test_passwords_stay_off_the_command_line_and_out_of_output(monkeypatch: pytest.MonkeyPatch,
@@ -277,11 +291,40 @@ def test_summary_alone_counts_the_same_as_decoding_every_message(tmp_path: Path)
         assert json.loads(quiet.read_text()) == json.loads(loud.read_text())
         table = [line.split("│")[1:4] for line in quiet_err.splitlines() if line.startswith("│")]
         assert table == [line.split("│")[1:4] for line in loud_err.splitlines() if line.startswith("│")]
-        assert [cells[1].strip() for cells in table] == ["300", "300", "300"]
+        assert [cells[1].strip() for cells in table] == ["300", "300", "300", "900"]  # then the total
         code, _, _ = run("stream", f"127.0.0.1:{server.port}", "--summary", "--count", "123", "--state", str(quiet))
         assert code == ExitCode.OK
         saved = json.loads(quiet.read_text())["vbuckets"]
         assert sum(v["seqno"] for v in saved.values()) == 123
+
+
+def _summary_rows(err: str) -> dict[str, list[str]]:
+    """The summary table on standard error: vbucket (or total) -> its cells."""
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in err.splitlines() if line.startswith("│")]
+    return {cells[0]: cells[1:] for cells in rows}
+
+
+def test_summary_times_are_seconds_since_the_first_message_and_a_total_follows() -> None:
+    """Items arriving over about two seconds: each vbucket's first and last items as offsets from the first
+    stream message, not epoch times, and a total row: all the items, the overall rate, the whole span."""
+    with serving("--vbuckets", "2", "--items", "4", "--mutation-rate", "20") as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--summary", "--count", "44", "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert "seconds since the first stream message" in err
+    rows = _summary_rows(err)
+    assert list(rows)[-1] == "total"
+    header = [c.strip() for c in next(line for line in err.splitlines() if "vbucket" in line).split("┃")[1:-1]]
+    assert header == ["vbucket", "items", "seqno range", "items/s", "first item", "last item"]
+    per_vbucket = {vb: cells for vb, cells in rows.items() if vb != "total"}
+    assert sorted(per_vbucket) == ["0", "1"]
+    items, _, rate, first, last = rows["total"]
+    assert int(items) == sum(int(cells[0]) for cells in per_vbucket.values()) == 44
+    assert float(rate.replace(",", "")) > 0
+    assert float(first) == min(float(cells[3]) for cells in per_vbucket.values())
+    assert float(last) == max(float(cells[4]) for cells in per_vbucket.values())
+    assert 0 <= float(first) < 1 < float(last) < 30  # offsets: the live items came over about two seconds
+    for cells in per_vbucket.values():
+        assert float(cells[3]) <= float(cells[4])
 
 
 def test_a_vbucket_that_moves_is_followed_to_its_new_node(tmp_path: Path) -> None:
@@ -403,6 +446,26 @@ def test_templates_print_what_each_message_has() -> None:
         code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{value[pad]")
         assert code == ExitCode.USAGE
         assert "bad template" in err
+
+
+def test_a_template_prints_only_messages_with_every_field_it_names() -> None:
+    """'{key} {by_seqno}': one line per item, none (blank) for snapshot markers, stream ends or noops."""
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    with serving("--vbuckets", "2", "--items", "10") as server:
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{key} {by_seqno}"], env)
+        assert code == ExitCode.OK
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 10
+        assert all(len(line.split()) == 2 and line.split()[1].isdigit() for line in lines), lines
+        out.seek(0)
+        out.truncate()
+        # a field in a format spec counts too; a stream end is the one message with stream_end_status
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f",
+                     "{vbucket:>{stream_end_status}}"], env)
+        assert code == ExitCode.OK
+        assert sorted(out.getvalue().split()) == ["0", "1"]
 
 
 def test_write_masks_the_password_in_the_capture(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,44 @@ def test_the_expected_retrys_uuid_is_unknown_without_the_clients_failover_log() 
     [story] = json.loads(out)
     assert story["expected_retry"]["start_seqno"] == 200
     assert story["expected_retry"]["vbucket_uuid"] is None
+
+
+def _style_at(out: str, phrase: str) -> str:
+    """The last escape sequence (SGR) before ``phrase`` in a coloured output: the style it is printed in."""
+    at = out.index(phrase)
+    return re.findall(r"\x1b\[[0-9;]*m", out[:at])[-1]
+
+
+LOG = b"[[3333,30],[2222,20],[1111,0]]"
+
+
+def test_the_explanation_is_plain_text_and_the_rule_dim() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(LOG), stdout_isatty=True, stderr_isatty=False,
+                      color=True, width=200)
+    assert main(["rollback", "explain", "--failover-log", "-", "--uuid", "2222", "--start", "45", "--high-seqno",
+                 "100"], env) == ExitCode.OK
+    text = out.getvalue()
+    assert _style_at(text, "[consumer_ahead]") == "\x1b[2m"  # dim
+    assert _style_at(text, "uuid 2222's history ends at seqno 30") == "\x1b[0m"  # plain
+    sample = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.pcap"
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=True, stderr_isatty=False,
+                      color=True, width=200)
+    assert main(["rollback", "explain", str(sample)], env) == ExitCode.OK
+    text = out.getvalue()
+    assert _style_at(text, "[consumer_ahead]") == "\x1b[2m"
+    assert _style_at(text, "uuid 209993845321212's history ends") == "\x1b[0m"
+    assert _style_at(text, "engine: agrees") == "\x1b[0m"
+
+
+def test_a_wrapped_explanation_stays_under_its_first_column() -> None:
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(LOG), stdout_isatty=True,
+                      stderr_isatty=False, color=False, width=50)
+    assert main(["rollback", "explain", "--failover-log", "-", "--uuid", "2222", "--start", "45", "--high-seqno",
+                 "100"], env) == ExitCode.OK
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= 50
+    assert all(line.startswith(("round ", "  ", "stream would open")) for line in lines), lines
+    assert len([line for line in lines if line.startswith("  [")]) == 2  # one explanation a round
