@@ -202,6 +202,22 @@ def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -
     assert list((tmp_path / "ds").glob("*.parquet"))
 
 
+def test_the_table_reads_as_a_person_expects(spark: Any, tmp_path: Path) -> None:
+    """Issue 18: the table printed Python's None and False, and the per-second rows were only in the JSON."""
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False)
+    code = main(["analyze", str(SAMPLE), "--out", str(tmp_path / "ds"), "--master", "local[2]", "-F", "table"], env)
+    assert code == ExitCode.OK, err.getvalue()
+    text = out.getvalue()
+    assert "None" not in text
+    assert "False" not in text
+    [flow] = [line for line in text.splitlines() if "1048576" in line]
+    assert flow.rstrip(" │").endswith("│ no")  # stuck_at_end
+    assert "per second (items and bytes the producer pushed)" in text
+    assert "busiest second: 2023-11-14T22:13:20Z (+0 s) 3 items" in text
+
+
 def test_the_job_runs_under_spark_submit(spark_module: None, tmp_path: Path) -> None:
     """spark-submit starts the JVM and runs dcpctl's entry point as its Python driver: the whole job runs
     there and writes the same report and dataset."""
