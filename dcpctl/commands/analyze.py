@@ -154,8 +154,9 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
         if plot_dir is not None:
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
             try:
-                report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"),
-                                                               report["rollbacks"], report["per_second"], windows)]
+                report["plots"] = [str(p) for p in plots.write(
+                    plot_dir, report.pop("span"), report.pop("progress"), report["rollbacks"],
+                    report["per_second"], report.pop("unacked"), windows)]
             except OSError as exc:
                 raise CommandError(f"--plots {plot_dir}: {exc.strerror or exc} (the dataset is in {out})",
                                    ExitCode.INPUT) from None
