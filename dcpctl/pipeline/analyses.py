@@ -10,8 +10,8 @@ The per-second and per-vbucket aggregates, the gaps, the stream requests and the
 the decode tasks from the rows they make (``rollup``). Reading millions of rows back from the dataset
 cost more than decoding them: about 0.3 s per column per 6M rows, and a plan compilation per query in a
 fresh Spark. What needs every row across tasks is a DataFrame query over the dataset: :func:`duplicates`,
-only where the per-vbucket ranges say duplicates can be, and, for the plots, :func:`span`, :func:`progress`
-and :func:`unacked`.
+only where the per-vbucket ranges say duplicates can be, and, for the plots, :func:`progress` and
+:func:`unacked` (over the capture's span, which the tasks found).
 
 Seqnos are 64-bit signed integers in the dataset, as kv_engine holds them; one above 2^63-1 on the wire
 (never a real seqno) reads as negative there, and is left out of the seqno analyses and counted as
@@ -161,14 +161,6 @@ PLOT_POINTS: Final = 2000
 MIN_BUCKET: Final = 1e-6
 
 
-def span(data: Any) -> tuple[float, float] | None:
-    """The times of the capture's first and last message (None: no message)."""
-    from pyspark.sql import functions as f  # noqa: PLC0415
-
-    first, last = data.agg(f.min("ts"), f.max("ts")).first()
-    return None if first is None else (float(first), float(last))
-
-
 def _bucket(frame: Any, bounds: tuple[float, float], points: int) -> Any:
     from pyspark.sql import functions as f  # noqa: PLC0415
 
@@ -218,6 +210,6 @@ def report(frame: Any, partials: Partials, *, plots: bool) -> dict[str, Any]:
     }
     if plots:  # the plots' series: not in the JSON report (the caller pops them)
         data = prepared(frame)
-        bounds = span(data)
+        bounds = (partials.span[0], partials.span[1]) if partials.span else None
         out.update(span=bounds, progress=progress(data, bounds), unacked=unacked(data, bounds))
     return out

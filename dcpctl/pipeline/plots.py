@@ -55,6 +55,10 @@ class Clock:
     def end(self) -> float:
         return self.length * self.scale
 
+    def described(self) -> str:
+        """The capture's length, as the axis counts it."""
+        return f"{self.end:,.1f} {self.unit}" if self.end >= 10 else f"{self.end:.3g} {self.unit}"
+
     def label(self) -> str:
         start = datetime.datetime.fromtimestamp(self.start, datetime.UTC).isoformat().replace("+00:00", "Z")
         return f"time since the capture's start, {start} ({self.unit})"
@@ -66,10 +70,11 @@ def _marker(points: int) -> str:
 
 def _frame(axes: Any, clock: Clock, title: str, ylabel: str, series: int) -> None:
     """Title, units, plain numbers (no offset, no exponent), the axis from 0 to the capture's end, a legend."""
-    from matplotlib.ticker import MaxNLocator, StrMethodFormatter  # noqa: PLC0415
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, StrMethodFormatter  # noqa: PLC0415
 
     axes.set(title=title, xlabel=clock.label(), ylabel=ylabel)
-    axes.ticklabel_format(axis="both", style="plain", useOffset=False)
+    # plain numbers: no offset ("+1.7e9"), no exponent
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _position: f"{x:,g}"))
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # seqnos, items and bytes are whole numbers
     axes.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     margin = clock.end * 0.02 or 0.001
@@ -86,11 +91,18 @@ def _progress(axes: Any, clock: Clock, progress: list[dict[str, Any]], rollbacks
     series: dict[Any, list[tuple[float, int]]] = defaultdict(list)
     for point in progress:
         series[point["vb"]].append((clock.at(point["ts"]), point["seqno"]))
-    crowded = len(series) > LEGEND_ENTRIES  # a line per vbucket, thin and without markers, shows the spread
-    for vb, points in sorted(series.items(), key=lambda kv: (kv[0] is None, kv[0])):
-        axes.plot([p[0] for p in points], [p[1] for p in points], label=f"vbucket {vb}",
-                  linewidth=0.6 if crowded else 1, alpha=0.5 if crowded else 1,
-                  marker="" if crowded else _marker(len(points)), markersize=4)
+    ordered = sorted(series.items(), key=lambda kv: (kv[0] is None, kv[0]))
+    crowded = len(series) > LEGEND_ENTRIES
+    if crowded:  # a thin line per vbucket shows the spread; one collection draws a thousand of them at once
+        from matplotlib.collections import LineCollection  # noqa: PLC0415
+
+        axes.add_collection(LineCollection([points for _, points in ordered], linewidths=0.6, alpha=0.5,
+                                           colors=[f"C{index % 10}" for index in range(len(ordered))]))
+        axes.autoscale_view()
+    else:
+        for vb, points in ordered:
+            axes.plot([p[0] for p in points], [p[1] for p in points], label=f"vbucket {vb}", linewidth=1,
+                      marker=_marker(len(points)), markersize=4)
     for rollback in rollbacks:
         at = clock.at(rollback["ts"])
         axes.axvline(at, color="red", linestyle="--", linewidth=1)
@@ -174,7 +186,7 @@ def figures(span: tuple[float, float] | None, progress: list[dict[str, Any]], ro
         axes.set_xlabel("")
     connections = len({row["connection"] for row in per_second})
     figure.suptitle(f"dcpctl analyze: {connections} connection{'s' * (connections != 1)}, "
-                    f"{clock.end:.4g} {clock.unit} of capture", fontsize=11)
+                    f"{clock.described()} of capture", fontsize=11)
     made.append((NAMES[-1], figure))
     return made
 
