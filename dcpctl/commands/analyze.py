@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from dcpctl.commands._options import env_of
 from dcpctl.commands.decode import expand
@@ -23,6 +21,7 @@ from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
+from dcpctl.render.analysis import print_report
 from dcpctl.render.env import Environment
 from dcpctl.safetext import shown
 from dcpctl.sources.pcap import CaptureError
@@ -101,7 +100,7 @@ def analyze(
         if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
             env.stdout.write(json.dumps(report, default=str) + "\n")
         else:
-            _tables(env.console(), report)
+            print_report(env.console(), report)
         env.stdout.flush()
         done = True
     finally:
@@ -158,8 +157,9 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
         if plot_dir is not None:
             windows = {row["connection"]: row["buffer_size"] for row in report["flow_control"]}
             try:
-                report["plots"] = [str(p) for p in plots.write(plot_dir, report.pop("progress"),
-                                                               report["rollbacks"], report["per_second"], windows)]
+                report["plots"] = [str(p) for p in plots.write(
+                    plot_dir, report.pop("span"), report.pop("progress"), report["rollbacks"],
+                    report["per_second"], report.pop("unacked"), windows)]
             except OSError as exc:
                 raise CommandError(f"--plots {plot_dir}: {exc.strerror or exc} (the dataset is in {out})",
                                    ExitCode.INPUT) from None
@@ -223,34 +223,3 @@ def _ctrl_c_deferred() -> Iterator[list[bool]]:
         if signal.getsignal(signal.SIGINT) is note:
             signal.signal(signal.SIGINT, previous)
 
-
-SECTIONS = (
-    ("per vbucket", "vbuckets", ["connection", "vb", "items", "first_seqno", "last_seqno", "gaps", "repeated",
-                                 "backwards", "outside_snapshot", "before_marker"]),
-    ("seqno gaps", "gaps", ["connection", "vb", "previous", "by_seqno", "missing", "kind"]),
-    ("duplicates", "duplicates", ["vb", "by_seqno", "times", "key", "connections"]),
-    ("rollbacks", "rollbacks", ["connection", "vb", "start_seqno", "rollback_seqno", "explanation"]),
-    ("stream request latency (ms)", "latency", ["connection", "responses", "mean_ms", "p99_ms", "max_ms"]),
-    ("flow control", "flow_control", ["connection", "buffer_size", "max_unacked", "acks", "exceeded", "stalls",
-                                      "longest_stall_ms", "stuck_at_end"]),
-    ("flow-control stalls", "stalls", ["connection", "ts", "stalled_ms", "unacked_bytes", "buffer_size"]),
-)
-TABLE_ROWS = 200  # rows of a section shown as a table (--format json has them all)
-
-
-def _tables(console: Any, report: dict[str, Any]) -> None:
-    console.print(f"{report['messages']} messages in {report['dataset']}")
-    for title, key, columns in SECTIONS:
-        rows = report[key]
-        if not rows:
-            console.print(f"{title}: none")
-            continue
-        table = Table(*columns, title=title)
-        for row in rows[:TABLE_ROWS]:
-            # keys come from the wire (safetext), and "[rule]" is text, not markup
-            table.add_row(*[escape(shown(str(row.get(c, "")))) for c in columns])
-        console.print(table)
-        if len(rows) > TABLE_ROWS:
-            console.print(f"... {len(rows) - TABLE_ROWS} more (--format json has them all)")
-    for path in report.get("plots", []):
-        console.print(f"plot: {path}")

@@ -10,7 +10,8 @@ The per-second and per-vbucket aggregates, the gaps, the stream requests and the
 the decode tasks from the rows they make (``rollup``). Reading millions of rows back from the dataset
 cost more than decoding them: about 0.3 s per column per 6M rows, and a plan compilation per query in a
 fresh Spark. What needs every row across tasks is a DataFrame query over the dataset: :func:`duplicates`,
-only where the per-vbucket ranges say duplicates can be, and :func:`progress`, for the plots.
+only where the per-vbucket ranges say duplicates can be, and, for the plots, :func:`progress` and
+:func:`unacked` (over the capture's span, which the tasks found).
 
 Seqnos are 64-bit signed integers in the dataset, as kv_engine holds them; one above 2^63-1 on the wire
 (never a real seqno) reads as negative there, and is left out of the seqno analyses and counted as
@@ -153,18 +154,44 @@ def flow_control(seconds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def progress(data: Any, seconds: list[dict[str, Any]], points: int = 2000) -> list[dict[str, Any]]:
-    """Highest seqno per vbucket per time bucket (for the seqno-progress plot), at most ``points`` buckets
-    over the capture's span (known from the per-second rows)."""
+# Time buckets of the plots' series over the capture's span: about a point per pixel of a plot's width.
+PLOT_POINTS: Final = 2000
+# The narrowest bucket (seconds): a pcap's timestamps are microseconds, so a finer one holds nothing more.
+MIN_BUCKET: Final = 1e-6
+
+
+def _bucket(frame: Any, bounds: tuple[float, float], points: int) -> Any:
     from pyspark.sql import functions as f  # noqa: PLC0415
 
-    if not seconds:
+    low, high = bounds
+    width = max((high - low) / points, MIN_BUCKET)
+    return frame.withColumn("bucket", f.floor((f.col("ts") - low) / width))
+
+
+def progress(data: Any, bounds: tuple[float, float] | None, points: int = PLOT_POINTS) -> list[dict[str, Any]]:
+    """Highest seqno per vbucket per time bucket (for the seqno-progress plot), at most ``points`` buckets
+    over the capture's span (``bounds``: its first and last message's times)."""
+    from pyspark.sql import functions as f  # noqa: PLC0415
+
+    if bounds is None:
         return []
-    low = min(r["second"] for r in seconds)
-    width = max((max(r["second"] for r in seconds) + 1 - low) / points, 1e-3)
-    rows = _plain(data.where(f.col("item")).withColumn("bucket", f.floor((f.col("ts") - low) / width))
+    rows = _plain(_bucket(data.where(f.col("item")), bounds, points)
                   .groupBy("vb", "bucket").agg(f.max("ts").alias("ts"), f.max("seqno").alias("seqno")).collect())
     rows.sort(key=lambda r: (r["vb"], r["ts"]))
+    return rows
+
+
+def unacked(data: Any, bounds: tuple[float, float] | None, points: int = PLOT_POINTS) -> list[dict[str, Any]]:
+    """Most unacknowledged bytes per connection per time bucket (for the unacked-bytes plot): finer than the
+    per-second rows, so that a short capture's flow control shows its shape."""
+    from pyspark.sql import functions as f  # noqa: PLC0415
+
+    if bounds is None:
+        return []
+    rows = _plain(_bucket(data.where(f.col("unacked_bytes").isNotNull()), bounds, points)
+                  .groupBy("connection", "bucket")
+                  .agg(f.max("ts").alias("ts"), f.max("unacked_bytes").alias("unacked")).collect())
+    rows.sort(key=lambda r: (r["connection"], r["ts"]))
     return rows
 
 
@@ -180,6 +207,8 @@ def report(frame: Any, partials: Partials, *, plots: bool) -> dict[str, Any]:
         "latency": latency(partials.requests), "per_second": seconds, "flow_control": flow_control(seconds),
         "stalls": sorted(partials.stalls, key=lambda r: (r["connection"], r["ts"]))[:ROWS_LIMIT],
     }
-    if plots:
-        out["progress"] = progress(prepared(frame), seconds)
+    if plots:  # the plots' series: not in the JSON report (the caller pops them)
+        data = prepared(frame)
+        bounds = (partials.span[0], partials.span[1]) if partials.span else None
+        out.update(span=bounds, progress=progress(data, bounds), unacked=unacked(data, bounds))
     return out

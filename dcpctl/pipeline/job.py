@@ -242,12 +242,14 @@ def spark_session(master: str | None, app: str = "dcpctl analyze", java_options:
 
     log4j = Path(__file__).with_name("log4j2.properties")
     driver_options = f"-Dlog4j2.configurationFile={log4j.as_uri()} {DRIVER_JIT} {java_options}".strip()
-    builder = SparkSession.builder.appName(app).config("spark.ui.enabled", "false") \
-        .config("spark.driver.extraJavaOptions", driver_options) \
-        .config("spark.ui.showConsoleProgress", "false") \
-        .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "8")
-    if master:
-        builder = builder.master(master)
+    settings = {"spark.app.name": app, "spark.ui.enabled": "false", "spark.driver.extraJavaOptions": driver_options,
+                "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
+                "spark.sql.shuffle.partitions": "8", **({"spark.master": master} if master else {})}
+    if not jvm_started():  # the JVM's standard error without its incubator notice (jvmcache.launch)
+        jvmcache.launch(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -19,6 +19,11 @@ switched off: an archive it cannot use is ignored, and the run is only as slow a
 
 Only when dcpctl starts the JVM itself: not under spark-submit, nor in a process whose JVM already runs.
 ``DCPCTL_JVM_CACHE=off`` turns it off; the archives live in ``$XDG_CACHE_HOME/dcpctl`` (``~/.cache/dcpctl``).
+
+Spark's launcher always adds ``--add-modules=jdk.incubator.vector``, and the JVM then prints
+``WARNING: Using incubator modules: jdk.incubator.vector`` on every start, with no option to silence it.
+:func:`launch` starts the JVM with its standard error on a pipe that a thread copies to dcpctl's, line by
+line, all but exactly that line: the JVM's real errors and Spark's log still reach the user.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -42,6 +48,10 @@ CHECK_WAIT: Final = 30.0
 OFF_VALUES: Final = frozenset({"off", "0", "no", "false"})
 # The JVM's unified-logging tags about archives: silent, whatever it finds (see the module docstring).
 QUIET: Final = "-Xlog:cds*=off"
+# Lines of the JVM's standard error that say nothing to a dcpctl user (see the module docstring)
+NOISE: Final = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
+# Seconds to wait for the JVM's last lines to be copied once it has exited (a pipe drains in microseconds)
+DRAIN_WAIT: Final = 5.0
 _FINAL: Final = re.compile(r"spark-classes-([0-9a-f]{16})-([0-9]+)\.jsa")
 _TEMPORARY: Final = re.compile(r"\.spark-classes-([0-9a-f]{16})\.([0-9]+)\.jsa")
 
@@ -185,3 +195,41 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def copy_lines(source: int, sink: int, dropped: Iterable[bytes] = NOISE) -> None:
+    """Copy file descriptor ``source`` to ``sink`` line by line, but for the lines in ``dropped``, until
+    ``source`` ends; then close ``source``. A line is written as soon as it is whole."""
+    dropped = frozenset(dropped)
+    with os.fdopen(source, "rb") as lines:
+        for line in lines:
+            if line.rstrip(b"\r\n") not in dropped:
+                with contextlib.suppress(OSError):  # standard error closed: the JVM's lines go nowhere
+                    os.write(sink, line)
+
+
+def launch(settings: Mapping[str, str]) -> Any:
+    """Start Spark's JVM as pyspark would for a session with ``settings`` (spark.* properties), its standard
+    error filtered by :func:`copy_lines` (see the module docstring), and make it the process's gateway, which
+    the session then uses. Returns the thread that copies the lines (it ends when the JVM does)."""
+    from pyspark import SparkConf, SparkContext  # noqa: PLC0415
+    from pyspark.java_gateway import launch_gateway  # noqa: PLC0415
+
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    read, write = os.pipe()
+    copier = threading.Thread(target=copy_lines, args=(read, 2), name="jvm-stderr", daemon=True)
+    copier.start()  # before the JVM starts: a JVM that fails to start may say more than a pipe holds
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})  # type: ignore[no-untyped-call]
+    except BaseException:
+        os.close(write)
+        copier.join(DRAIN_WAIT)  # its last words before dcpctl's one line
+        raise
+    os.close(write)
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
+    return copier

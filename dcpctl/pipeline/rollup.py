@@ -40,8 +40,12 @@ class Partials:
     gaps: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     stalls: list[dict[str, Any]] = field(default_factory=list)
+    span: list[float] = field(default_factory=list)  # the first and last message's ts (empty: no message)
 
     def extend(self, other: Partials) -> None:
+        if other.span:
+            self.span = [min(self.span[0], other.span[0]), max(self.span[1], other.span[1])] if self.span \
+                else list(other.span)
         self.seconds += other.seconds
         self.vbuckets += other.vbuckets
         self.gaps = sorted(self.gaps + other.gaps, key=_gap_order)[:LIST_LIMIT]
@@ -119,7 +123,9 @@ def partial(batch: Any, stall_ms: float) -> Partials:
     rollback = [next((d["message"] for d in found if d["name"] == "rollback"), None)
                 for found in requests.column("diagnostics").to_pylist()]
     stalls = table.filter(stalled).select(["connection", "ts", "blocked_ms", "unacked_bytes", "buffer_size"])
+    bounds = pc.min_max(column("ts")).as_py()
     return Partials(
+        span=[] if bounds["min"] is None else [bounds["min"], bounds["max"]],
         seconds=[_renamed(row) for row in seconds.to_pylist()],
         vbuckets=[_renamed(row) for row in vbuckets.to_pylist()],
         gaps=sorted(({"connection": row["connection"], "vb": vb, "previous": row["previous_seqno"],

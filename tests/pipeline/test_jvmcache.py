@@ -200,3 +200,36 @@ def test_analyze_saves_the_archive_once_then_starts_from_it(tmp_path: Path) -> N
     saved.chmod(0o600)
     saved.write_bytes(os.urandom(saved.stat().st_size))  # an archive the JVM cannot use, of the right size
     assert finished(analyze(tmp_path, "three")) == (first, [])
+
+
+def test_copy_lines_drops_exactly_the_incubator_notice() -> None:
+    """A real process's standard error through copy_lines: the notice goes, every other line stays, in
+    order, a last line without its newline included."""
+    read, write = os.pipe()
+    out_read, out_write = os.pipe()
+    lines = (b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+             b"spark: ERROR SparkContext: a real error\n"
+             b"WARNING: Using incubator modules: jdk.incubator.vector and more\n"
+             b"Exception in thread main")
+    child = subprocess.Popen(["/bin/sh", "-c", 'printf "%s" "$1" >&2', "sh", lines.decode()],
+                             stderr=write)
+    os.close(write)
+    jvmcache.copy_lines(read, out_write)
+    os.close(out_write)
+    assert child.wait(30) == 0
+    with os.fdopen(out_read, "rb") as copied:
+        assert copied.read() == lines.split(b"\n", 1)[1]
+
+
+def test_analyze_says_nothing_of_incubator_modules_but_the_jvms_own_lines_remain(tmp_path: Path) -> None:
+    """Issue 18: every run printed the JVM's incubator notice. The JVM's other lines still reach standard
+    error (here, the one it prints for JAVA_TOOL_OPTIONS)."""
+    java_or_skip()
+    env = {**os.environ, "DCPCTL_JVM_CACHE": "off", "JAVA_TOOL_OPTIONS": "-Ddcpctl.test=1"}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),
+                           "--master", "local[1]", "-F", "json"], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "incubator" not in done.stderr
+    assert "Picked up JAVA_TOOL_OPTIONS: -Ddcpctl.test=1" in done.stderr.splitlines()
+    assert json.loads(done.stdout)["messages"] == 22
