@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -96,8 +96,35 @@ def _help_rendered_at(width: int | None) -> Iterator[None]:
             setattr(loaded, "MAX_WIDTH", saved_width)  # noqa: B010 - as above
 
 
+def _name_the_values(command: Any) -> Any:
+    """Help names what an option takes, as git's and kcat's do: a flag takes nothing, so it shows no type (typer
+    would show ``<bool>``), and an argument's name already says what it is (``HOST[:PORT] <str>`` was
+    doubled). Options that take a value declare their metavar (``FILE``, ``N``, ``NAME``) where they are
+    declared; tests/commands/test_help.py holds every command to that."""
+    for param in command.params:
+        if param.param_type_name == "argument" or getattr(param, "is_flag", False):
+            # an instance attribute, read by typer's help in place of its method
+            setattr(param, "display_type_rich", _no_type)  # noqa: B010 - a method replaced on one object
+    made = command.get_help_option  # -h/--help is made per context, outside params
+
+    def help_option(ctx: Any) -> Any:
+        option = made(ctx)
+        if option is not None:
+            setattr(option, "display_type_rich", _no_type)  # noqa: B010 - as above
+        return option
+
+    setattr(command, "get_help_option", help_option)  # noqa: B010 - as above
+    for sub in getattr(command, "commands", {}).values():
+        _name_the_values(sub)
+    return command
+
+
+def _no_type(ctx: object) -> None:  # typer passes ctx by name
+    return None
+
+
 def _main(args: list[str], environment: Environment) -> int:
-    command = typer.main.get_command(app)
+    command = _name_the_values(typer.main.get_command(app))
     try:
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:

@@ -59,23 +59,25 @@ def window_of(value: str, option: str) -> int:
 HostArgument = Annotated[str, typer.Argument(help="A data node: HOST, HOST:PORT or [IPv6]:PORT (default port "
                                              "11210, 11207 with --tls).", metavar="HOST[:PORT]",
                                              callback=_checked_host)]
-BucketOption = Annotated[str, typer.Option("--bucket", "-b", help="The bucket.")]
-UserOption = Annotated[str, typer.Option("--user", "-u", help="The user to authenticate as.")]
+BucketOption = Annotated[str, typer.Option("--bucket", "-b", help="The bucket.", metavar="BUCKET")]
+UserOption = Annotated[str, typer.Option("--user", "-u", help="The user to authenticate as.", metavar="USER")]
 PasswordEnvOption = Annotated[str, typer.Option("--password-env", help="Environment variable holding the "
-                                                "password.")]
+                                                "password.", metavar="VAR")]
 PasswordFileOption = Annotated[Path | None, typer.Option("--password-file", help="File whose first line is the "
-                                                         "password.")]
+                                                         "password.", metavar="FILE")]
 MechanismOption = Annotated[str | None, typer.Option("--sasl-mech", help="SASL mechanism (default: the strongest "
                                                      "offered: SCRAM-SHA512, SCRAM-SHA256, SCRAM-SHA1, PLAIN).",
-                                                     callback=_checked_mechanism)]
+                                                     callback=_checked_mechanism, metavar="MECH")]
 MaxScramOption = Annotated[int, typer.Option(
     "--max-scram-iterations", min=1, metavar="N",
     help=f"Refuse a server that asks for more SCRAM iterations (default {MAX_SCRAM_ITERATIONS}; Couchbase asks "
          "15000): a hostile server could otherwise hold the client in PBKDF2 for minutes.")]
 TlsOption = Annotated[bool, typer.Option("--tls", help="Connect with TLS (default port 11207).")]
-CaOption = Annotated[Path | None, typer.Option("--cacert", help="CA certificate (PEM) to trust; implies --tls.")]
-CertOption = Annotated[Path | None, typer.Option("--cert", help="Client certificate (PEM); implies --tls.")]
-KeyOption = Annotated[Path | None, typer.Option("--key", help="Private key of --cert.")]
+CaOption = Annotated[Path | None, typer.Option("--cacert", help="CA certificate (PEM) to trust; implies --tls.",
+                                               metavar="PEM")]
+CertOption = Annotated[Path | None, typer.Option("--cert", help="Client certificate (PEM); implies --tls.",
+                                                 metavar="PEM")]
+KeyOption = Annotated[Path | None, typer.Option("--key", help="Private key of --cert.", metavar="PEM")]
 NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Do not verify the server's certificate "
                                               "(only when asked for: never by default).")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for a connection and "

@@ -39,13 +39,15 @@ def analyze(
     ctx: typer.Context,
     files: Annotated[list[str], typer.Argument(help="Captures (pcap, pcapng) or globs.", metavar="FILE")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Parquet dataset (an earlier dcpctl "
-                                      "dataset there is replaced; a directory holding anything else is refused).")]
+                                      "dataset there is replaced; a directory holding anything else is refused).",
+                                      metavar="DIR")]
     = Path("dcpctl-analysis"),
     master: Annotated[str | None, typer.Option("--master", help="Spark master: local[*] (default), local[2], "
-                                               "spark://host:7077, yarn. Under spark-submit, its own.")] = None,
+                                               "spark://host:7077, yarn. Under spark-submit, its own.",
+                                               metavar="URL")] = None,
     fmt: Annotated[AnalyzeFormat | None, typer.Option("--format", "-F", help="table on a terminal, json when "
                                                       "piped.")] = None,
-    plot_dir: Annotated[Path | None, typer.Option("--plots", help="Also write PNG plots here.")] = None,
+    plot_dir: Annotated[Path | None, typer.Option("--plots", help="Also write PNG plots here.", metavar="DIR")] = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable; "
                                                    "default 11210).", metavar="PORT", min=1, max=65535)] = None,
     records: Annotated[bool, typer.Option("--records", help="Also keep each message's whole JSON record "

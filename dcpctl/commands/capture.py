@@ -46,10 +46,13 @@ def _privilege_hint(reason: str) -> str:
 
 def capture(
     ctx: typer.Context,
-    interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on (any, lo, eth0).")],
-    write: Annotated[Path | None, typer.Option("--write", "-w", help="Also save the raw frames to this pcap.")]
+    interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on (any, lo, eth0).",
+                                           metavar="IFACE")],
+    write: Annotated[Path | None, typer.Option("--write", "-w", help="Also save the raw frames to this pcap.",
+                                               metavar="FILE")]
     = None,
-    bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).")]
+    bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).",
+                                            metavar="FILTER")]
     = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode (repeatable).",
                                                    metavar="PORT", min=1, max=65535)]

@@ -70,12 +70,13 @@ def decode(
                                                       "(repeatable).", metavar="RANGES")] = None,
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
                                                      "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.",
+                                            metavar="GLOB")] = None,
     stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.",
                                                         metavar="N")] = None,
     filter_expr: Annotated[str | None, typer.Option(
         "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
-        "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).")] = None,
+        "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).", metavar="EXPR")] = None,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
                                               metavar="N")] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print a table per connection and vbucket "

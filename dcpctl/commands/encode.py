@@ -83,7 +83,8 @@ def _records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def encode_command(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="JSON or JSON-lines input, or - for standard input.")] = "-",
+    file: Annotated[str, typer.Argument(help="JSON or JSON-lines input, or - for standard input.",
+                                        metavar="FILE")] = "-",
     binary: Annotated[bool, typer.Option("--binary", help="Write raw bytes instead of hex lines.")] = False,
     fix_lengths: Annotated[bool, typer.Option(
         "--fix-lengths", help="Recompute the header's length fields from the content.")] = False,

@@ -64,7 +64,7 @@ def failover(
     fmt: Annotated[FailoverFormat | None, typer.Option("--format", "-F", help="table on a terminal, json when "
                                                        "piped.")] = None,
     compare_with: Annotated[Path | None, typer.Option("--compare", help="An earlier --format json dump: name "
-                                                      "new entries and divergent histories.")] = None,
+                                                      "new entries and divergent histories.", metavar="FILE")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
 ) -> None:

@@ -15,7 +15,8 @@ from dcpctl.render import jsonl
 
 def fields(
     ctx: typer.Context,
-    fmt: Annotated[str, typer.Option("--format", "-F", help="table, tsv or jsonl.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", "-F", help="table, tsv or jsonl.",
+                                     metavar="table|tsv|jsonl")] = "table",
     diagnostics: Annotated[bool, typer.Option(
         "--diagnostics", help="List the named diagnostics instead of the fields.")] = False,
 ) -> None:

@@ -28,7 +28,7 @@ from dcpctl.sources.packets import read_items
 
 def hexdump(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="Input file, or - for standard input.")] = "-",
+    file: Annotated[str, typer.Argument(help="Input file, or - for standard input.", metavar="FILE")] = "-",
     fmt: Annotated[Format, typer.Option("--format", "-F", help="Output format.")] = Format.HEXDUMP,
     dialect: DialectOption = DialectName.DCP,
     collections: CollectionsOption = None,

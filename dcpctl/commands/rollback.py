@@ -84,20 +84,24 @@ def explain(
         help="Captures (pcap, pcapng): explain every rollback negotiation in them instead.", metavar="CAPTURE")] = None,
     failover_log: Annotated[str | None, typer.Option(
         "--failover-log", help="The server's failover log: JSON from dcpctl failover/decode, [{vbucket_uuid, "
-        "seqno}] or [[uuid, seqno]], newest first; - for standard input.")] = None,
+        "seqno}] or [[uuid, seqno]], newest first; - for standard input.", metavar="JSON")] = None,
     uuid: Annotated[str | None, typer.Option("--uuid", help="The vbucket uuid the client sends (decimal or 0x "
-                                             "hex).")] = None,
-    start: Annotated[str | None, typer.Option("--start", help="The client's start seqno.")] = None,
-    snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: start).")]
+                                             "hex).", metavar="UUID")] = None,
+    start: Annotated[str | None, typer.Option("--start", help="The client's start seqno.", metavar="SEQNO")] = None,
+    snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: start).",
+                                                   metavar="SEQNO")]
     = None,
-    snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: start).")] = None,
+    snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: start).",
+                                                 metavar="SEQNO")] = None,
     high_seqno: Annotated[str | None, typer.Option(
-        "--high-seqno", help="The vbucket's high seqno (default: the larger of start and the newest entry's seqno)."
-    )] = None,
-    purge_seqno: Annotated[str | None, typer.Option("--purge-seqno", help="The server's purge seqno (default 0).")]
+        "--high-seqno", help="The vbucket's high seqno (default: the larger of start and the newest entry's seqno).",
+        metavar="SEQNO")] = None,
+    purge_seqno: Annotated[str | None, typer.Option("--purge-seqno", help="The server's purge seqno (default 0).",
+                                                    metavar="SEQNO")]
     = None,
     client_purge_seqno: Annotated[str | None, typer.Option(
-        "--client-purge-seqno", help="The purge_seqno the client sends in the stream-request value.")] = None,
+        "--client-purge-seqno", help="The purge_seqno the client sends in the stream-request value.",
+        metavar="SEQNO")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Set the StrictVbUuid flag.")] = False,
     ignore_purged: Annotated[bool, typer.Option("--ignore-purged-tombstones",
                                                 help="Set the IgnorePurgedTombstones flag.")] = False,
@@ -235,10 +239,13 @@ def negotiate_command(
     ctx: typer.Context,
     host: HostArgument,
     vbucket: Annotated[int, typer.Option("--vbucket", min=0, max=1023, help="The vbucket.", metavar="N")],
-    uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client has (decimal or 0x hex).")],
-    seqno: Annotated[str, typer.Option("--seqno", help="The client's start seqno.")],
-    snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: seqno).")] = None,
-    snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: seqno).")] = None,
+    uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client has (decimal or 0x hex).",
+                                      metavar="UUID")],
+    seqno: Annotated[str, typer.Option("--seqno", help="The client's start seqno.", metavar="SEQNO")],
+    snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: seqno).",
+                                                   metavar="SEQNO")] = None,
+    snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: seqno).",
+                                                 metavar="SEQNO")] = None,
     bucket: BucketOption = "default",
     user: UserOption = "Administrator",
     password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,

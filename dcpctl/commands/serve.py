@@ -28,19 +28,21 @@ DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, passwor
 
 def serve(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")]
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).", metavar="ADDRESS")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port of the first node (0: any "
                                       "free port; the chosen ports are printed).", metavar="PORT")] = 11210,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="Nodes in the emulated cluster, on "
                                        "consecutive ports; vbucket v is active on node v mod N.", metavar="N")] = 1,
-    bucket: Annotated[str, typer.Option("--bucket", help="The bucket's name.")] = "default",
-    user: Annotated[str, typer.Option("--user", "-u", help="The one user SASL accepts.")] = "Administrator",
+    bucket: Annotated[str, typer.Option("--bucket", help="The bucket's name.", metavar="BUCKET")] = "default",
+    user: Annotated[str, typer.Option("--user", "-u", help="The one user SASL accepts.",
+                                      metavar="USER")] = "Administrator",
     password: Annotated[str, typer.Option("--password", help="Its password (development default; see "
-                                          "--password-env to keep a real one off the command line).")]
+                                          "--password-env to keep a real one off the command line).",
+                                          metavar="PASSWORD")]
     = "password",  # noqa: S107 - the documented development default, like Couchbase's own samples
     password_env: Annotated[str | None, typer.Option("--password-env", help="Read the password from this "
-                                                     "environment variable instead.")] = None,
+                                                     "environment variable instead.", metavar="VAR")] = None,
     vbuckets: Annotated[int, typer.Option("--vbuckets", min=1, max=1024, help="vbuckets in the bucket.",
                                           metavar="N")] = 64,
     items: Annotated[int, typer.Option("--items", min=0, help="Items at start, spread over the vbuckets.",
@@ -51,14 +53,16 @@ def serve(
                                                  "round robin over the vbuckets.", metavar="N")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Makes uuids, keys and values reproducible.", metavar="N")] = 0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: also listen with "
-                                                  "TLS.")] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+                                                  "TLS.", metavar="PEM")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.",
+                                                 metavar="PEM")] = None,
     tls_port: Annotated[int, typer.Option("--tls-port", min=0, max=65535, help="TLS port of the first "
                                           "node (0: any free port).", metavar="PORT")] = 11207,
     collections: Annotated[Path | None, typer.Option("--collections", help="Collections manifest (JSON as "
-                                                     "the REST API returns it).")] = None,
+                                                     "the REST API returns it).", metavar="FILE")] = None,
     scenario_file: Annotated[Path | None, typer.Option("--scenario", help="Events to play: failovers, "
-                                                       "purges, disconnects, delays, moves (TOML).")] = None,
+                                                       "purges, disconnects, delays, moves (TOML).",
+                                                       metavar="FILE")] = None,
     max_send_queue_size: Annotated[int, typer.Option("--max-send-queue-size", min=1, help="Bytes of answers "
                                                      "queued for a client before its further requests wait (and "
                                                      "its socket is not read) until it reads them (kv_engine's "

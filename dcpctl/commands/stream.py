@@ -77,13 +77,15 @@ def stream(
     no_verify: NoVerifyOption = False,
     vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets to stream: 0-1023,5 "
                                                        "(repeatable; default all).", metavar="RANGES")] = None,
-    start: Annotated[str, typer.Option("--from", help="beginning, now, resume (from --state) or a seqno.")]
+    start: Annotated[str, typer.Option("--from", help="beginning, now, resume (from --state) or a seqno.",
+                                       metavar="beginning|now|resume|SEQNO")]
     = "beginning",
     until: Annotated[str, typer.Option("--until", help="forever, now (the high seqnos at start; then exit 0) or "
-                                       "a seqno.")] = "forever",
+                                       "a seqno.", metavar="forever|now|SEQNO")] = "forever",
     collections: Annotated[str | None, typer.Option("--collections", help="Only these collection ids (hex, "
-                                                    "comma separated); needs HELLO Collections.")] = None,
-    scope: Annotated[str | None, typer.Option("--scope", help="Only this scope id (hex).")] = None,
+                                                    "comma separated); needs HELLO Collections.",
+                                                    metavar="IDS")] = None,
+    scope: Annotated[str | None, typer.Option("--scope", help="Only this scope id (hex).", metavar="ID")] = None,
     stream_id: Annotated[int | None, typer.Option("--stream-id", min=1, max=65535, help="Enable stream ids and "
                                                   "use this one.", metavar="N")] = None,
     no_value: Annotated[bool, typer.Option("--no-value", help="Keys and metadata only (DCP_OPEN NoValue).")]
@@ -98,7 +100,7 @@ def stream(
     noop_interval: Annotated[int, typer.Option("--noop-interval", min=1, help="Seconds between the server's "
                                                "noops.", metavar="SECONDS")] = DEFAULT_NOOP_INTERVAL,
     state: Annotated[Path | None, typer.Option("--state", help="Where each vbucket got to, saved atomically; "
-                                               "--from resume continues from it.")] = None,
+                                               "--from resume continues from it.", metavar="FILE")] = None,
     save_items: Annotated[int, typer.Option("--save-items", min=1, metavar="N", help="Save --state at least every "
                                             "N items (and every second): at most what a kill -9 repeats.")]
     = SAVE_EVERY_ITEMS,
@@ -112,9 +114,10 @@ def stream(
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="pretty on a terminal, jsonl when piped.")]
     = None,
     template: Annotated[str | None, typer.Option("-f", help="One line per message from a template over the JSON "
-                                                 "field names: '{vbucket} {by_seqno} {key}'.")] = None,
+                                                 "field names: '{vbucket} {by_seqno} {key}'.",
+                                                 metavar="TEMPLATE")] = None,
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Save the whole exchange as a pcap that "
-                                               "dcpctl decode and Wireshark read.")] = None,
+                                               "dcpctl decode and Wireshark read.", metavar="FILE")] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,

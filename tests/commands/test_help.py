@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,19 @@ def test_the_commands_panel_gives_each_command_one_row() -> None:
     names = [line.split()[1] for line in panel if line.startswith("│ ") and line[2] != " "]
     assert names == list(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     assert len(panel) == len(names), "\n".join(panel)  # no summary wraps onto a second row
+
+
+@pytest.mark.parametrize(("words", "command"), _commands(), ids=lambda c: " ".join(c) if isinstance(c, list) else "")
+def test_help_names_what_each_option_takes(words: list[str], command: object) -> None:
+    """Help showed type names (``<bool>`` on flags, ``<str>``, ``<path>``, ``<list[str]>`` beside an argument
+    already named FILE); now a flag shows nothing and a value is named as git and kcat name theirs."""
+    text = piped_help(words)
+    shown_types = re.findall(r"<(?:bool|str|path|int|float|list\[[^\]]*\]|[a-z ]*range)>", text)
+    assert not shown_types, f"dcpctl {' '.join(words)} --help shows {shown_types}"
+    for param in command.params:  # type: ignore[attr-defined]
+        if param.param_type_name == "option" and not param.is_flag:
+            choices = getattr(getattr(param, "type_descriptor", None), "is_choice", False)  # shown as a|b|c
+            assert param.metavar or choices, f"{param.opts} of dcpctl {' '.join(words)} names no value"
+            name = re.escape(param.opts[0])
+            row = next(line for line in text.splitlines() if re.match(rf"│\s{{1,40}}(\*\s+)?{name}\s", line))
+            assert (param.metavar or "|") in row, row
