@@ -55,7 +55,7 @@ def dialect_of(name: DialectName) -> Dialect:
 
 
 DialectOption = Annotated[DialectName, typer.Option(
-    "--dialect", help="Registry to decode with: current DCP, or the 2013 UPR transport draft.")]
+    "--dialect", help="The protocol's version: current DCP, or the 2013 UPR transport draft.")]
 CollectionsOption = Annotated[bool | None, typer.Option(
     "--collections/--no-collections",
     help="HELLO Collections in effect: split the LEB128 collection id off document keys "

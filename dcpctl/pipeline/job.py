@@ -59,8 +59,7 @@ from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
 
 # Rows turned into Arrow, and through the partial aggregates, at a time, whatever the capture. Each batch costs
-# the aggregates' kernels a fixed time: at 8192 rows a batch, stage two took 4.4-4.6 us a message, at 32768
-# 4.2-4.3, and a task's worker peaked at 277-284 MB instead of about 260.
+# the aggregates' kernels a fixed time, so batches are large; larger still would only hold more memory.
 ROWS_PER_BATCH: Final = 32768
 # Rows per Parquet row group: Spark pays for each row group it scans, so not one per batch; 4 batches are a
 # few tens of MB of Arrow held before writing.
@@ -71,8 +70,7 @@ SLOTS_PER_CORE: Final = 4
 
 # Stage one's rows: runs of one connection's consecutive segments (or a reader's notice). ``segments`` packs
 # each segment as RUN_SEGMENT; ``payloads`` holds the payloads of a pcapng run (a pcap run says where they lie
-# in the file instead). Spark then shuffles and sorts a row per run, not per segment: at 1 GB, about a
-# thousand rows instead of 750,000.
+# in the file instead). Spark then shuffles and sorts a row per run, not per segment: a thousandth of the rows.
 RUN_FIELDS: Final = ("file", "connection", "first_frame", "a_host", "a_port", "b_host", "b_port", "segments",
                      "payloads", "notice")
 # ts, frame, seq, ack, TCP flags, whether the source is endpoint a, payload offset in the file (-1: in
@@ -81,9 +79,9 @@ RUN_FIELDS: Final = ("file", "connection", "first_frame", "a_host", "a_port", "b
 RUN_SEGMENT: Final = struct.Struct("<dQIIBBqIIB")
 RUN_SEGMENTS: Final = 4096  # segments per run: a run row is then about 170 KB of metadata
 RUN_PAYLOAD_BYTES: Final = 8 * 1024 * 1024  # payload bytes a pcapng run carries at most
-# How the tasks write Parquet: what Spark reads fastest (measured on 6M rows: a report of 12.4 s against 16.7 s
-# with pyarrow's defaults). Snappy, not zstd (half the size, but slower to decompress); a dictionary only for
-# the low-cardinality strings (pyarrow's default, a dictionary for every column, makes Spark's scans slower).
+# How the tasks write Parquet: what Spark reads fastest (benchmarks/README.md). Snappy, not zstd (half the size,
+# but slower to decompress); a dictionary only for the low-cardinality strings (pyarrow's default, a
+# dictionary for every column, makes Spark's scans slower).
 PARQUET_COMPRESSION: Final = "snappy"
 PARQUET_DICTIONARY: Final = ("connection", "direction", "magic", "opcode", "status")
 # catalogue type -> Spark SQL type. u64 -> bigint holding the 64 bits, as the JVM's DCP clients hold seqnos,
@@ -97,9 +95,8 @@ SPARK_TYPES: Final = {"u8": "int", "u16": "int", "u32": "long", "int": "long", "
 
 # The driver JVM compiles with C1 only. In local mode it shares the cores with the Python tasks, which do the
 # work; its own work (scheduling, a shuffle of run metadata, the analyses' scans of the dataset) is small, and
-# C2's compiler threads took about 5 s of CPU from the tasks in a run over 1 GB. Measured on two cores: 1.08 GB
-# in 19.9-20.9 s against 21.5-23.2 s, 2.16 GB in 35.5-38.1 s against 37.3-41.5 s, the analyses' queries as
-# fast. On a cluster the executors' JVMs keep their own settings.
+# C2's compiler threads would take CPU from the tasks (benchmarks/README.md has the figures). On a cluster
+# the executors' JVMs keep their own settings.
 DRIVER_JIT: Final = "-XX:TieredStopAtLevel=1"
 
 

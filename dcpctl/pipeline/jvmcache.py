@@ -1,19 +1,19 @@
 """Spark's driver JVM started from a class-data archive: seconds off every ``analyze`` after the first.
 
 Theory of operation. Starting Spark's driver JVM and running a first job loads, links and verifies
-thousands of classes from Spark's jars: measured here, a session took 4.3-5.2 s to start and a first job
-3.2-4.0 s more. Java's class-data sharing for applications (JDK 13 and later) maps those classes from an
-archive instead: 2.5-3.0 s and 2.1-2.4 s. An archive holds what one Java runtime loaded from one set of
+thousands of classes from Spark's jars, seconds of every run. Java's class-data sharing for applications
+(JDK 13 and later) maps those classes from an archive instead, which takes about half as long
+(benchmarks/README.md). An archive holds what one Java runtime loaded from one set of
 jars, so its name holds a digest of both (the java executable's path, size and time; pyspark's version and
 Spark's home): another Java or Spark gets its own archive, and the others are removed when it is saved.
 
 The first run without an archive has the JVM write one when it exits (``-XX:ArchiveClassesAtExit``), under a
 temporary name. When the command is done and its output written, :meth:`ClassArchive.finish` ends the JVM
-itself, waits for the dump (10-20 s after a run over 1 GB, once), and renames the file into place. A later
+itself, waits for the dump (once, seconds after a big run), and renames the file into place. A later
 run therefore never maps a half-written archive, which would crash the JVM (a truncated one gives it SIGBUS,
 with or without ``-XX:+VerifySharedSpaces``); the final name also holds the file's size, and a file of
 another size is not used. A damaged archive of the right size would crash it too, so before Spark's JVM maps
-an archive, ``java -version`` does (0.1-0.2 s): if that one crashes, the archive is deleted and this run
+an archive, ``java -version`` does (a fraction of a second): if that one crashes, the archive is deleted and this run
 writes a new one. The JVM's own messages about archives (signed jars it skips, an archive it cannot use) are
 switched off: an archive it cannot use is ignored, and the run is only as slow as without one.
 
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-# Seconds to wait for the JVM to write the archive when it exits (7-20 s here, about 150 MB): a JVM that
+# Seconds to wait for the JVM to write the archive when it exits (some seconds for about 150 MB): a JVM that
 # takes longer is killed, and the run simply saves no archive.
 ARCHIVE_WAIT: Final = 120.0
-# Seconds for ``java -version`` on an archive before Spark's JVM maps it (0.1-0.2 s here).
+# Seconds for ``java -version`` on an archive before Spark's JVM maps it (normally well under one).
 CHECK_WAIT: Final = 30.0
 OFF_VALUES: Final = frozenset({"off", "0", "no", "false"})
 # The JVM's unified-logging tags about archives: silent, whatever it finds (see the module docstring).
