@@ -1,9 +1,11 @@
 """dcpctl analyze on Spark (local[1], local[2]) against single-process decode and tshark, on one capture.
 
-    python benchmarks/bench_analyze.py [--messages N] [--connections K] [--runs R] [--commands decode,local2,...]
+    python benchmarks/bench_analyze.py [--messages N] [--shape realistic|sessions] [--runs R] [--commands ...]
 
-Writes a capture of N mutations in whole DCP sessions over K connections (make_capture.py --sessions;
-6,000,000 over 6 is 1.08 GB), then runs each command R times, interleaved so that the machine's drift
+Writes a capture of N messages shaped like one taken on a data node (make_capture.py's realistic shape:
+several DCP connections and an SDK connection, the receiver's ACKs, mixed messages; 1,500,000 is about
+1 GB), or, labelled as such, N mutations in whole DCP sessions over K connections (``--shape sessions``,
+the shape of earlier figures), then runs each command R times, interleaved so that the machine's drift
 hits every command alike, and prints the median and range of the wall times. Analyze runs with a cache
 directory of its own: a first run, timed on its own, saves the JVM's class-data archive the others start
 from (local2-nocache runs without it, as DCPCTL_JVM_CACHE=off). For analyze it also polls
@@ -49,8 +51,9 @@ def peak_memory(process: subprocess.Popen[bytes]) -> tuple[float, dict[str, int]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=6_000_000)
-    parser.add_argument("--connections", type=int, default=6)
+    parser.add_argument("--messages", type=int, default=1_500_000)
+    parser.add_argument("--shape", choices=["realistic", "sessions"], default="realistic")
+    parser.add_argument("--connections", type=int, default=6, help="connections of the sessions shape")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--commands", default="decode,local1,local2,local2-nocache,tshark",
                         help="which of decode, local1, local2, local2-nocache, tshark to run (decode is the "
@@ -59,10 +62,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         capture = Path(tmp) / "m.pcap"
         subprocess.run([sys.executable, str(Path(__file__).with_name("make_capture.py")), str(capture),
-                        "--messages", str(args.messages), "--connections", str(args.connections), "--sessions"],
-                       check=True)
-        print(f"capture: {args.messages:,} mutations in DCP sessions on {args.connections} connections, "
-              f"{capture.stat().st_size:,} bytes")
+                        "--messages", str(args.messages), "--connections", str(args.connections), "--shape",
+                        args.shape], check=True)
+        print(f"capture: {args.messages:,} messages, {args.shape} shape, {capture.stat().st_size:,} bytes")
         analyze = ["dcpctl", "analyze", str(capture), "-F", "json", "--out"]
         # key: (what the line says, argv, environment); the JVM's class-data archive goes to a cache of this
         # run's own, made by a first run outside the timed ones (timed and reported on its own)
