@@ -5,9 +5,35 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES, names
+from dcpctl.protocol.constants import Opcode, Status
+from dcpctl.protocol.registry import (
+    DOCUMENT_ITEM_OPCODES,
+    PUSHED_OPCODES,
+    STREAM_OPCODES,
+    VBUCKET_OPCODES,
+    names,
+    request_opcodes,
+)
 
 ITEM_OPCODES: Final = names(DOCUMENT_ITEM_OPCODES)
+MARKER: Final = Opcode.DCP_SNAPSHOT_MARKER.name
+# Statuses that are a step or a result, never a failure of the connection: a SASL exchange that goes on, a
+# range scan's progress, and the rollback a stream request may get (counted as a rollback).
+NOT_ERRORS: Final = frozenset(s.kv_name for s in (Status.SUCCESS, Status.AUTH_CONTINUE, Status.RANGE_SCAN_MORE,
+                                                  Status.RANGE_SCAN_COMPLETE, Status.ROLLBACK))
+# What a document operation answers about its document (the SDKs' DocumentNotFound, DocumentExists or
+# CasMismatch, DocumentLocked, NotStored): the application's business, not an error of the connection. For
+# anything else (KeyEexists to a stream request: the stream is already open) they are errors.
+DOCUMENT_OUTCOMES: Final = frozenset(s.kv_name for s in (Status.KEY_ENOENT, Status.KEY_EEXISTS, Status.NOT_STORED,
+                                                         Status.LOCKED, Status.NOT_LOCKED))
+DOCUMENT_OPERATIONS: Final = names(request_opcodes(lambda spec: spec.document_key) - PUSHED_OPCODES)
+# Requests remembered until their response, per summary, so that a response counts where its request did;
+# beyond this many unanswered ones the oldest are forgotten (the session tracker's own bound is similar).
+MAX_PENDING: Final = 4096
+# Requests counted in the row of the vbucket their header names: stream setup and document operations, and
+# what a producer pushes on a stream (when the capture missed the stream request that says which stream).
+VBUCKET_REQUESTS: Final = names(VBUCKET_OPCODES | STREAM_OPCODES)
+_OTHER: Final = {"client>server": "server>client", "server>client": "client>server"}
 
 
 @dataclass
@@ -38,11 +64,12 @@ class Summary:
     def __init__(self) -> None:
         self.rows: dict[tuple[str, int | None], Row] = {}
         self.first_ts: float | None = None  # the first message's: the table's times count from it
+        # (connection, direction, offset) of a request -> the vbucket of the row it counted in
+        self.requests: dict[tuple[str, str, int], int | None] = {}
 
     def add(self, record: dict[str, Any], size: int) -> None:
         connection = str(record.get("connection", "-"))
-        vbucket = record.get("stream_vbucket", record.get("vbucket"))
-        key = (connection, vbucket if isinstance(vbucket, int) else None)
+        key = (connection, self._vbucket_of(connection, record))
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = Row(*key)
@@ -61,14 +88,38 @@ class Summary:
             row.items += 1
             row.first_seqno = seqno if row.first_seqno is None else min(row.first_seqno, seqno)
             row.last_seqno = seqno if row.last_seqno is None else max(row.last_seqno, seqno)
-        if opcode == "DCP_SNAPSHOT_MARKER":
+        if opcode == MARKER:
             row.snapshots += 1
         status = record.get("status")
-        if status == "Rollback":
+        if status == Status.ROLLBACK.kv_name:
             row.rollbacks += 1
-        elif status not in (None, "Success"):
+        elif status is not None and status not in NOT_ERRORS and not (
+                status in DOCUMENT_OUTCOMES and opcode in DOCUMENT_OPERATIONS):
             row.errors += 1
         row.diagnostics += len(record.get("diagnostics", ()))
+
+    def _vbucket_of(self, connection: str, record: dict[str, Any]) -> int | None:
+        """The vbucket row a message counts in: its stream's, for what belongs to a stream; a response's
+        request's, so an exchange is never split; a request's vbucket when it is about one (stream setup, a
+        document operation, a stream's item); else the connection's own row (HELLO, SASL, DCP_OPEN,
+        controls, noops), whose requests say vbucket 0 and whose responses say none."""
+        stream = record.get("stream_vbucket")
+        asked = record.get("request_offset")  # in the other direction: offsets count per direction
+        direction = str(record.get("direction", ""))
+        if isinstance(asked, int) and (connection, _OTHER.get(direction, ""), asked) in self.requests:
+            return self.requests.pop((connection, _OTHER.get(direction, ""), asked))
+        if isinstance(stream, int):
+            return stream
+        if "status" in record:
+            return None
+        vbucket = record.get("vbucket")
+        found = vbucket if isinstance(vbucket, int) and record.get("opcode") in VBUCKET_REQUESTS else None
+        offset = record.get("offset")
+        if isinstance(offset, int):
+            if len(self.requests) >= MAX_PENDING:
+                self.requests.pop(next(iter(self.requests)))
+            self.requests[connection, direction, offset] = found
+        return found
 
     def sorted_rows(self) -> list[Row]:
         return sorted(self.rows.values(), key=lambda r: (r.connection, -1 if r.vbucket is None else r.vbucket))

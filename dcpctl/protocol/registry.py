@@ -196,6 +196,7 @@ class MessageSpec:
     item: Item = Item.NONE  # pushed on a stream: a stream item, and which kind
     answered: bool = False  # pushed, and the consumer answers it (so a response is matched to it)
     before_auth: bool = False  # a server runs it before SASL authentication succeeds (kv_engine)
+    per_vbucket: bool = False  # requests: about the vbucket its header names, not the connection (stream setup)
 
     @property
     def by_seqno(self) -> bool:
@@ -216,6 +217,11 @@ class MessageSpec:
     def on_stream(self) -> bool:
         """Pushed on a stream the consumer opened (items, markers, stream ends...)."""
         return self.pushed is Pushed.STREAM
+
+    @property
+    def addresses_vbucket(self) -> bool:
+        """A request about the vbucket its header names: stream setup, or an operation on a document."""
+        return self.per_vbucket or (self.document_key and self.pushed is Pushed.NO)
 
     @property
     def document_item(self) -> bool:
@@ -248,11 +254,13 @@ def opcode_vocabulary(magic_class: int | None) -> Vocabulary:
 
 
 def _spec(magic_class: int, name: str, *variants: Variant, summary: str = "", pushed: Pushed = Pushed.NO,
-          item: Item = Item.NONE, answered: bool = False, before_auth: bool = False) -> MessageSpec:
+          item: Item = Item.NONE, answered: bool = False, before_auth: bool = False,
+          per_vbucket: bool = False) -> MessageSpec:
     vocabulary = opcode_vocabulary(magic_class)
     opcode = vocabulary.code_of[name]
     return MessageSpec(name, opcode, magic_class, variants, summary or vocabulary.meaning_of[opcode],
-                       pushed=pushed, item=item, answered=answered, before_auth=before_auth)
+                       pushed=pushed, item=item, answered=answered, before_auth=before_auth,
+                       per_vbucket=per_vbucket)
 
 
 def _response(name: str, *success: Variant) -> MessageSpec:
@@ -269,8 +277,8 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
                               value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
                               vocabularies={"flags": DCP_OPEN_FLAGS})),
     _spec(REQ, "DCP_ADD_STREAM", _x(name="add_stream", extras=g.add_stream_extras, when=_when_ext(4),
-                                    vocabularies=_STREAM_FLAGS)),
-    _spec(REQ, "DCP_CLOSE_STREAM", EMPTY),
+                                    vocabularies=_STREAM_FLAGS), per_vbucket=True),
+    _spec(REQ, "DCP_CLOSE_STREAM", EMPTY, per_vbucket=True),
     _spec(REQ, "DCP_STREAM_REQ",
           _x(name="stream_req", extras=g.stream_req_extras, when=_when_ext(48),
              value=ValueKind.STREAM_REQUEST_JSON, value_presence=Presence.OPTIONAL,
@@ -280,8 +288,8 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
                    "40-byte extras: the Oct 2013 - Apr 2014 layout, whose last field is the high seqno "
                    "at the time the vbucket uuid was generated (MB-10640 replaced it by the snapshot "
                    "range); current servers accept only 48 bytes"),
-             vocabularies=_STREAM_FLAGS)),
-    _spec(REQ, "DCP_GET_FAILOVER_LOG", EMPTY),
+             vocabularies=_STREAM_FLAGS), per_vbucket=True),
+    _spec(REQ, "DCP_GET_FAILOVER_LOG", EMPTY, per_vbucket=True),
     _spec(REQ, "DCP_STREAM_END", _x(name="stream_end", extras=g.stream_end_extras, when=_when_ext(4),
                                     vocabularies={"stream_end_status": STREAM_END_STATUSES}), pushed=Pushed.STREAM),
     _spec(REQ, "DCP_SNAPSHOT_MARKER",
@@ -384,8 +392,8 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="get_all_vb_seqnos_collection", extras=g.get_all_vb_seqnos_extras, when=_when_ext(8))),
     _spec(REQ, "OBSERVE_SEQNO", _x(name="observe_seqno", when=_when_ext(0), value=ValueKind.GRAMMAR,
                                    value_presence=Presence.REQUIRED,
-                                   value_grammar=g.observe_seqno_request_value)),
-    _spec(REQ, "GET_FAILOVER_LOG", EMPTY),
+                                   value_grammar=g.observe_seqno_request_value), per_vbucket=True),
+    _spec(REQ, "GET_FAILOVER_LOG", EMPTY, per_vbucket=True),
     _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
                           value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
     _spec(REQ, "VERSION", EMPTY, before_auth=True),
@@ -588,6 +596,8 @@ BY_SEQNO_OPCODES: Final = request_opcodes(lambda spec: spec.on_stream and spec.b
 ANSWERED_OPCODES: Final = request_opcodes(lambda spec: spec.answered)
 # Requests a server runs before SASL authentication succeeds.
 BEFORE_AUTH_OPCODES: Final = request_opcodes(lambda spec: spec.before_auth)
+# Client requests about one vbucket (stream setup, document operations), not about the connection.
+VBUCKET_OPCODES: Final = request_opcodes(lambda spec: spec.addresses_vbucket)
 
 
 _OPCODE_VOCABULARIES: Final = (OPCODES, SERVER_OPCODES, UPR_OPCODES)

@@ -108,8 +108,10 @@ class Environment:
 
     def error_console(self) -> Console:
         color = self.stderr_isatty and not os.environ.get("NO_COLOR")
+        # not a terminal (decode --summary -F json > out 2> summary.txt): as wide as stdout's, not rich's 80
+        # columns, which cut every cell of the summary table
         return _Console(file=self.stderr, force_terminal=color, no_color=not color, highlight=False,
-                       soft_wrap=True)
+                       soft_wrap=True, width=self.width or (None if self.stderr_isatty else 200))
 
     def default_format(self) -> str:
         """pretty on a terminal, JSON lines when piped (kcat, httpie)."""
