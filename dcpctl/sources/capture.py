@@ -14,23 +14,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
-
-import orjson
+from typing import Any, Final, Protocol, cast
 
 from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
 from dcpctl.protocol.itemreader import ItemReader, ItemReaders
-from dcpctl.protocol.message import (
-    DecodeOptions,
-    ItemLines,
-    Message,
-    PlainItem,
-    decode,
-    plain_value,
-)
+from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 
@@ -314,100 +305,44 @@ def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: i
     return ts, list(frames)
 
 
+class PlainSinks(Protocol):
+    """Where a consumer of every message takes plain items instead of messages (``render.lines.PlainLines``
+    writes their JSON lines): a sink per connection, and what the sinks made, in its place among the
+    decoder's other items."""
+
+    def sink(self, label: str) -> ItemSink: ...
+
+    def between(self, events: Iterable[Any]) -> Iterator[Any]: ...
+
+    def take(self) -> Any: ...
+
+    @property
+    def parts(self) -> list[Any]: ...
+
+
 def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
                     server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
-                    max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item]:
-    """Every message and notice of a capture, in order."""
-    # not deferred: only Items come out
-    decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
-    for item in items:
-        yield from cast(Iterator[Item], decoder.feed(item))
-    yield from cast(Iterator[Item], decoder.finish())
-
-
-def decode_segments_to_lines(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
-                             server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
-                             max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
-    """:func:`decode_segments`, with plain items as their JSON lines (:class:`PlainLines`: bytes, many lines
-    at a time, in their place in the order) for a consumer that prints every message as its JSON line."""
-    plain = PlainLines()
+                    max_connections: int = DEFAULT_MAX_CONNECTIONS, plain: PlainSinks | None = None
+                    ) -> Iterator[Any]:
+    """Every message and notice of a capture, in order. ``plain``: plain items go to its sinks (see
+    :class:`CaptureDecoder`'s ``items``), and what those made comes out in their place (bytes of JSON lines
+    for ``render.lines.PlainLines``)."""
+    if plain is None:  # not deferred: only Items come out
+        decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
+        for item in items:
+            yield from cast(Iterator[Item], decoder.feed(item))
+        yield from cast(Iterator[Item], decoder.finish())
+        return
     decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink,
                              max_connections=max_connections)
     try:
         for item in items:
-            yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
-        yield from plain.between(cast(Iterator[Item], decoder.finish()))
+            yield from plain.between(decoder.feed(item))
+        yield from plain.between(decoder.finish())
     except Exception:
-        if plain.parts:  # the lines decoded before a failure are output before it
+        if plain.parts:  # what the sinks made before a failure is output before it
             yield plain.take()
         raise
-
-
-class PlainLines:
-    """Item sinks (:class:`CaptureDecoder`'s ``items``) that write each plain item as its JSON line, the
-    bytes ``orjson.dumps(record)`` and a newline would give for the message decoded and annotated the usual
-    way (from :func:`item_line_template`; a test holds them equal): ``decode --format jsonl``'s fast path.
-    The lines gather in one buffer in capture order; :meth:`between` hands them over in their place among
-    the messages that come out of the decoder."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def between(self, events: Iterable[Any]) -> Iterator[Any]:
-        """``events`` (from feed() or finish()), each after the lines written before it, and then the rest."""
-        parts = self.parts
-        for event in events:
-            if parts:
-                yield self.take()
-            yield event
-        if parts:
-            yield self.take()
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts.clear()
-        return out
-
-    def sink(self, label: str) -> ItemSink:
-        """A connection's sink."""
-        line, parts = plain_item_lines(label), self.parts
-
-        def add(item: PlainItem, offset: int, ts: float, _label: str, frames: list[int], stream_vbucket: int | None,
-                tracker: ConnectionTracker, buf: bytes) -> None:
-            parts.append(line(item, offset, ts, frames, stream_vbucket, tracker.options(), buf))
-
-        return add
-
-
-# A plain item's JSON line, from plain_item_at()'s reading, its stream offset, ts, frames, stream vbucket,
-# the options it was read with and the buffer it was read from.
-LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOptions, bytes], bytes]
-
-
-def plain_item_lines(label: str) -> LineMaker:
-    """A connection's plain items (server to client) as their JSON lines: the bytes ``orjson.dumps(record)``
-    and a newline give for the message decoded and annotated as :meth:`CaptureDecoder.feed` does. ts and
-    frames are written once while they stay the same (frames are compared by identity: one list per capture
-    span, held here so that its identity is not reused)."""
-    lines = ItemLines({"ts": None, "connection": label, "direction": _SERVER, "frames": None}, ("ts", "frames"))
-    seen: list[Any] = [None, b"", None, b""]  # ts, its JSON, frames, its JSON
-
-    def line(item: PlainItem, offset: int, ts: float, frames: list[int], stream_vbucket: int | None,
-             options: DecodeOptions, buf: bytes) -> bytes:
-        end, header, value_offset = item[0], item[1], item[10]
-        value = plain_value(buf, value_offset, end)
-        if value is None:  # shown as hex: the record, the usual way
-            msg = decode(bytes(buf[end - HEADER_LENGTH - header[6]:end]), offset, options)
-            fields = {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket}
-            finish_message(msg, ts, label, False, frames, fields, [])  # noqa: FBT003
-            return orjson.dumps(msg.record(), option=orjson.OPT_APPEND_NEWLINE)
-        if ts != seen[0]:
-            seen[0], seen[1] = ts, orjson.dumps(ts)
-        if frames is not seen[2]:
-            seen[2], seen[3] = frames, orjson.dumps(frames)
-        return lines.line(item, (seen[1], seen[3]), offset, value, stream_vbucket)
-
-    return line
 
 
 def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,

@@ -13,7 +13,7 @@ With ``lines`` (every message printed as its JSON line, unfiltered), plain strea
 altogether: the child hands the decoder's item sink runs of them (:class:`_Runs`: the bytes of items back
 to back, each one's stream vbucket, its capture time and frames), and this process walks each run again
 with the compiled readers of ``plain_item_at`` (``itemreader``) and writes the lines from templates
-(``capture.plain_item_lines``), byte for byte the records' lines (a test holds them equal).
+(``render.lines.plain_item_lines``, given by the command), byte for byte the records' lines (a test holds them equal).
 
 The child never writes to standard output. Errors reading a file travel as items and are raised here as
 the serial path raises them. When this side stops early (``--count``, a closed pipe, Ctrl-C), the child is
@@ -40,7 +40,7 @@ from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
 from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode
-from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, LineMaker, finish_message, plain_item_lines
+from dcpctl.sources.capture import CaptureDecoder, Item, ItemSink, finish_message
 from dcpctl.sources.pcap import CaptureError, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
@@ -49,6 +49,9 @@ BATCH: Final = 2048  # items per pipe message: large enough to amortise, small e
 # item tags (first element of every non-message tuple; messages are the untagged 10-tuples)
 _SKIPPED, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _RUN, _CRASH = range(8)
 RUNS_BATCH: Final = 1 << 20  # bytes of item runs per pipe message (``lines``)
+# A plain item's JSON line (``render.lines.LineMaker``): the reading, its stream offset, ts, frames, stream
+# vbucket, the options it was read with and the buffer it was read from.
+LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOptions, bytes], bytes]
 
 
 class ChildError(Exception):
@@ -220,18 +223,20 @@ def _plain(item: Any) -> Any:
 def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int],
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  on_file: Callable[[str], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None, lines: bool = False,
+                 on_progress: Callable[[int], None] | None = None,
+                 plain_lines: Callable[[str], LineMaker] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
-    """The items ``decode_segments`` gives for each file in turn, decoded on two cores. ``lines``: as
-    ``decode_segments``'s; the lines of plain items are written in the child, which then does all the work
-    of a plain item while this process copies its lines out.
+    """The items ``decode_segments`` gives for each file in turn, decoded on two cores. ``plain_lines``: a
+    connection's line maker, given its label (``render.lines.plain_item_lines``): plain items come out as
+    their JSON lines (bytes, many at a time), as ``decode_segments`` gives them with ``PlainLines``.
 
     Raises what reading a file raises (``CaptureError``, ``FileNotFoundError``), after the items before it.
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
+    lines = plain_lines is not None
     child = context.Process(target=_produce, args=(sender, paths, options, ports, max_body_length, lines,
-                                                                max_connections),
+                                                   max_connections),
                             name="dcpctl-decode", daemon=True)
     child.start()
     sender.close()
@@ -241,7 +246,8 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
     def lines_of(label: str) -> LineMaker:
         found = makers.get(label)
         if found is None:
-            found = makers[label] = plain_item_lines(label)
+            assert plain_lines is not None
+            found = makers[label] = plain_lines(label)
         return found
 
     def variant(collections: bool | None) -> tuple[DecodeOptions, ItemReaders]:

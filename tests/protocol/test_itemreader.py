@@ -16,8 +16,9 @@ from test_plain_item import ITEM_VARIANTS, drawn_item, stream_options
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.itemreader import ItemReaders, LineReaders, compile_reader
-from dcpctl.protocol.message import DecodeOptions, ItemLines, decode, plain_item_at, plain_value
+from dcpctl.protocol.itemreader import ItemReaders
+from dcpctl.protocol.message import DecodeOptions, decode, plain_item_at
+from dcpctl.render.lines import ItemLines, LineReaders, compile_reader, plain_value
 
 FIRST = {"ts": None, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client", "frames": None}
 LEAD = (b"1795458637.25", b"[3,4]")

@@ -13,16 +13,9 @@ from strategies import every_variant, variant_records
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import (
-    DecodeOptions,
-    decode,
-    item_key,
-    item_line_template,
-    plain_item_at,
-    plain_line,
-    plain_value,
-)
+from dcpctl.protocol.message import DecodeOptions, decode, item_key, plain_item_at
 from dcpctl.protocol.registry import DIALECTS
+from dcpctl.render.lines import item_line_template, plain_line, plain_value
 
 ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
                  and v[2].layout is not None and v[0].startswith("dcp:")]

@@ -25,8 +25,9 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
+from dcpctl.render.lines import PlainLines, plain_item_lines
 from dcpctl.sources import parallel
-from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
+from dcpctl.sources.capture import CaptureDecoder, decode_segments
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -138,8 +139,9 @@ def test_plain_items_as_lines_are_their_records_lines(tmp_path: Path) -> None:
     variety.write_bytes(write_capture(item_variety(), segment_size=700))
     for path in [*damaged_captures(tmp_path), variety]:
         usual = as_lines(decode_segments(read_segments(str(path), PORTS), options, PORTS))
-        assert as_lines(decode_segments_to_lines(read_segments(str(path), PORTS), options, PORTS)) == usual, path
-        assert as_lines(parallel.decode_files([str(path)], options, PORTS, lines=True)) == usual, path
+        serial = decode_segments(read_segments(str(path), PORTS), options, PORTS, plain=PlainLines())
+        assert as_lines(serial) == usual, path
+        assert as_lines(parallel.decode_files([str(path)], options, PORTS, plain_lines=plain_item_lines)) == usual, path
     assert any(isinstance(item, bytes) and b'"value_encoding":"hex"' in item for item in usual)  # the fallback ran
 
 
