@@ -37,7 +37,7 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
-from dcpctl.render.lines import PlainLines, plain_item_lines
+from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
@@ -144,7 +144,7 @@ def decode(
 
             yield from decode_files(paths, options, ports, max_body_length, on_file=on_file,
                                     on_progress=progress.advance if progress is not None else None,
-                                    plain_lines=plain_item_lines if lines else None,
+                                    plain=PlainLines if lines else None,
                                     max_connections=max_connections)
             return
         for path in paths:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
@@ -58,14 +58,6 @@ ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
 
-# A message observed but not yet annotated (``defer``): everything another process needs to finish it,
-# as plain data: (raw, offset, collections option, ts, connection label, from client, frames, tracker
-# fields, diagnostics as (name, message, offset, length)). The packet's own diagnostics come before the
-# tracker's whenever they are checked, so the other process need not know what the tracker looked at.
-Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str, Any],
-                 list[tuple[str, str, int | None, int]]]
-
-
 def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
     """A capture reader's notice as the diagnostic decode reports (damage of any kind is a capture gap). The
     port hint is about the whole capture: no frame number."""
@@ -88,10 +80,9 @@ class CaptureDecoder:
     """Stateful: feed it segments and notices, get messages and notices back (see the module docstring)."""
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
-                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False,
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  items: ItemSinks | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-        """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``).
-        ``items``: each connection's sink (asked for once per connection, with its label) for plain items
+        """``items``: each connection's sink (asked for once per connection, with its label) for plain items
         (a producer's pushed mutation, deletion or expiration about which
         :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
         so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
@@ -99,7 +90,6 @@ class CaptureDecoder:
         other message comes out as usual. ``max_connections``: connections followed at once (the
         reassembler's limit); a connection's state is kept from its first data to its end."""
         self.options = options
-        self.defer = defer
         self.items = items
         self.max_body_length = max_body_length
         self.reassembler = Reassembler(server_ports, max_connections=max_connections)
@@ -126,14 +116,21 @@ class CaptureDecoder:
             self.connections[conn] = found
         return found
 
-    def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item | Deferred]:
+    def feed(self, item: TcpSegment | CaptureNotice | StreamData | StreamEvent) -> Iterator[Item]:
+        """What a segment or notice of the capture brings out; or, reassembled elsewhere (``parallel``), what
+        one of the reassembler's events brings out."""
+        cls = type(item)
+        if cls is StreamData or cls is StreamEvent:
+            yield from self._event(item)  # type: ignore[arg-type]
+            return
         if isinstance(item, CaptureNotice):
             yield notice_diagnostic(item)
             return
+        assert isinstance(item, TcpSegment)
         for event in self.reassembler.push(item):
             yield from self._event(event)
 
-    def finish(self) -> Iterator[Item | Deferred]:
+    def finish(self) -> Iterator[Item]:
         for event in self.reassembler.flush():
             yield from self._event(event)
         for conn, state in self.connections.items():
@@ -142,7 +139,7 @@ class CaptureDecoder:
             yield diagnostic("connection_limit", f"{self.dropped} connections in all were no longer followed "
                              "(more than --max-connections open at once)")
 
-    def _tails(self, conn: ConnectionId, state: _Connection) -> Iterator[Item | Deferred]:
+    def _tails(self, conn: ConnectionId, state: _Connection) -> Iterator[Item]:
         """What is left in a connection's framers: a packet cut short, or garbage."""
         for from_client, direction in state.directions.items():
             offset, tail = direction.framer.remainder()
@@ -150,7 +147,7 @@ class CaptureDecoder:
             if out is not None:
                 yield out
 
-    def _end(self, event: StreamEvent) -> Iterator[Item | Deferred]:
+    def _end(self, event: StreamEvent) -> Iterator[Item]:
         """The reassembler forgot a connection (closed, reset, reused, or over the limit): so does this."""
         self.opened.discard(event.conn)
         state = self.connections.pop(event.conn, None)
@@ -161,7 +158,7 @@ class CaptureDecoder:
         if stories and len(self.stories) < MAX_ENDED_STORIES:
             self.stories += [(state.label, story) for story in stories[:MAX_ENDED_STORIES - len(self.stories)]]
 
-    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item | Deferred]:
+    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
         if isinstance(event, StreamEvent):
             name = event.name
             if name == "connection_open":
@@ -209,7 +206,7 @@ class CaptureDecoder:
                 if out is not None:
                     yield out
 
-    def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item | Deferred]:
+    def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item]:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to
         the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
         general way, then the walk resumes."""
@@ -266,7 +263,7 @@ class CaptureDecoder:
                 yield out
 
     def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
-                 data: bytes, offset: int) -> Message | Skipped | Deferred | None:
+                 data: bytes, offset: int) -> Message | Skipped | None:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
             return Skipped(offset, len(data), "truncated")
         end = offset + len(data)
@@ -284,9 +281,6 @@ class CaptureDecoder:
         if direction.gap is not None:
             diags = [diagnostic("capture_gap", direction.gap), *diags]
             direction.gap = None
-        if self.defer:
-            return (data, offset, msg.options.collections, ts, state.label, from_client, frames, note.fields,
-                    [(d.name, d.message, d.offset, d.length) for d in diags] if diags else [])
         return finish_message(msg, ts, state.label, from_client, frames, note.fields, diags)
 
 
@@ -320,18 +314,18 @@ class PlainSinks(Protocol):
     def parts(self) -> list[Any]: ...
 
 
-def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+def decode_segments(items: Iterable[TcpSegment | CaptureNotice | StreamData | StreamEvent], options: DecodeOptions,
                     server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, plain: PlainSinks | None = None
                     ) -> Iterator[Any]:
-    """Every message and notice of a capture, in order. ``plain``: plain items go to its sinks (see
-    :class:`CaptureDecoder`'s ``items``), and what those made comes out in their place (bytes of JSON lines
-    for ``render.lines.PlainLines``)."""
-    if plain is None:  # not deferred: only Items come out
+    """Every message and notice of a capture (its segments, or its reassembled streams), in order.
+    ``plain``: plain items go to its sinks (see :class:`CaptureDecoder`'s ``items``), and what those made
+    comes out in their place (bytes of JSON lines for ``render.lines.PlainLines``)."""
+    if plain is None:
         decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
         for item in items:
-            yield from cast(Iterator[Item], decoder.feed(item))
-        yield from cast(Iterator[Item], decoder.finish())
+            yield from decoder.feed(item)
+        yield from decoder.finish()
         return
     decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink,
                              max_connections=max_connections)

@@ -25,11 +25,12 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
-from dcpctl.render.lines import PlainLines, plain_item_lines
+from dcpctl.render.lines import PlainLines
 from dcpctl.sources import parallel
-from dcpctl.sources.capture import CaptureDecoder, decode_segments
+from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+from dcpctl.sources.tcp import Reassembler
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
 PORTS = frozenset({11210})
@@ -141,7 +142,7 @@ def test_plain_items_as_lines_are_their_records_lines(tmp_path: Path) -> None:
         usual = as_lines(decode_segments(read_segments(str(path), PORTS), options, PORTS))
         serial = decode_segments(read_segments(str(path), PORTS), options, PORTS, plain=PlainLines())
         assert as_lines(serial) == usual, path
-        assert as_lines(parallel.decode_files([str(path)], options, PORTS, plain_lines=plain_item_lines)) == usual, path
+        assert as_lines(parallel.decode_files([str(path)], options, PORTS, plain=PlainLines)) == usual, path
     assert any(isinstance(item, bytes) and b'"value_encoding":"hex"' in item for item in usual)  # the fallback ran
 
 
@@ -201,20 +202,21 @@ def test_stopping_early_reaps_the_child(tmp_path: Path) -> None:
 
 def test_a_bug_in_the_child_keeps_the_output_before_it_and_says_why(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
-    """An exception while decoding (a bug): --jobs 2 prints what --jobs 1 prints before it, then the cause
-    in one line, exit 1 (the child used to die silently, its last batch lost, as 'exit None')."""
+    """An exception while reading or reassembling (a bug; the child's half): --jobs 2 prints what --jobs 1
+    prints before it, then the cause in one line, exit 1 (the child used to die silently, its last batch
+    lost, as 'exit None')."""
     variety = tmp_path / "variety.pcap"
     variety.write_bytes(write_capture(item_variety() * 5))
-    original = CaptureDecoder._message
+    original = Reassembler.push
     seen = [0]
 
-    def failing(self: CaptureDecoder, *args: Any) -> Any:
+    def failing(self: Reassembler, *args: Any) -> Any:
         seen[0] += 1
-        if seen[0] > 40:
+        if seen[0] > 60:
             raise IndexError("an injected bug")
         return original(self, *args)
 
-    monkeypatch.setattr(CaptureDecoder, "_message", failing)
+    monkeypatch.setattr(Reassembler, "push", failing)
     for fmt in ("jsonl", "pretty"):
         out, err = io.StringIO(), io.StringIO()
         env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
