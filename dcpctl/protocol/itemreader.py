@@ -1,21 +1,23 @@
-"""Plain stream items read by functions compiled per item shape.
+"""Plain stream items read in place by a function compiled per item shape from the registry's plan.
 
-Theory of operation. :func:`~dcpctl.protocol.message.plain_item_at` reads a plain item (a producer's
-mutation, deletion or expiration that decoding would find clean) in place, interpreting the item's plan:
-it looks the plan up, unpacks the header and then the extras, loops over the plan's flag checks and calls a
-helper for the key and value. Consumers of millions of items spend much of their time there. So, per item
-shape (opcode and extras length, under one set of decode options), a function is generated from the same
-plan, as construct compiles a declaration: the header and the extras in one ``struct`` unpack, only the
-checks that shape's plan has, with its constants folded in, the key and value read inline.
+Theory of operation. A plain item is a producer's mutation, deletion or expiration that :func:`decode` would
+find clean: a request of its opcode, the declared extras layout (nmeta 0, a by_seqno, defined flag bits),
+key and value present as the registry says, a key that is text (after a one-byte collection id when
+collections are on), raw or JSON datatype and a JSON value that parses. Consumers of millions of items
+(``decode``, ``capture``, ``analyze``) read those in place, without building a :class:`Message`. Per item
+shape (opcode and extras length, under one set of decode options) a function is generated from decode's own
+plan (:func:`~dcpctl.protocol.message.item_plan`), as construct compiles a declaration: the header and the
+extras in one ``struct`` unpack, only the checks that shape's plan has, with its constants folded in, the
+key and value read inline. It returns a :data:`~dcpctl.protocol.message.PlainItem` (what :func:`decode` and
+:func:`~dcpctl.protocol.message.item_key` together say of the item), or None for anything else (the
+caller then decodes the packet).
 
-:class:`ItemReaders`: ``read(buf, pos, n)`` is exactly ``plain_item_at(buf, pos, n, options)`` for items of
-its shape (the same :data:`~dcpctl.protocol.message.PlainItem`, or None), for the capture decoder
-(``decode`` and ``analyze``). :func:`reader_head` is the generated function's head (the unpack and every
-stateless check up to the key's), which ``render.lines`` also compiles its line readers from: the checks
-are the wire format's, the line is rendering.
+:class:`ItemReaders` keeps a connection's readers by shape. :func:`reader_head` is the generated function's
+head (the unpack and every stateless check up to the key's), which ``render.lines`` also compiles its line
+readers from: the checks are the wire format's, the line is rendering.
 
-Tests hold every reader to ``plain_item_at``, None for None, on the golden vectors and on generated items of
-every item layout.
+Tests hold the reader to the interpreted :func:`decode` (None exactly when decode has something to say, or
+the item is not plain), on every golden vector and on generated items of every item layout.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class ShapeReaders:
 
 
 class ItemReaders(ShapeReaders):
-    """Item readers: ``at(...)(buf, pos, n)`` is ``plain_item_at(buf, pos, n, options)``."""
+    """Item readers: ``at(...)(buf, pos, n)`` is the plain item at ``buf[pos:n]``, or None."""
 
     def _make(self, options: DecodeOptions, opcode: int, extlen: int) -> ItemReader | None:
         return compile_item_reader(options, opcode, extlen)
@@ -80,7 +82,7 @@ class ItemReaders(ShapeReaders):
 def reader_head(options: DecodeOptions, opcode: int, extlen: int, found: ItemPlan, signature: str,
             max_body: int | None) -> tuple[list[str], str, bool]:
     """The generated function's head, shared by both kinds: the unpack and every stateless check of the
-    shape's plan as plain_item_at makes them, up to and including the key's (the value's checks differ by
+    shape's plan as decode makes them, up to and including the key's (the value's checks differ by
     kind and follow). Returns (source lines, the extras' variable names, whether the key has a collection
     prefix)."""
     (plan, _, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, _, _, _, datatypes) = found
@@ -149,7 +151,7 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
         return None
     plan, seqno_at, rev_seqno_at, names = found[0], found[7], found[8], found[9]
     lines, extras, document_key = reader_head(options, opcode, extlen, found, "buf, pos, n", None)
-    # plain_item_at's (collection_id, key): None where the item has no key, or its key no collection prefix
+    # item_key's (collection_id, key): None where the item has no key, or its key no collection prefix
     lines += ["    if not keylen:", "        collection_id = key = None"] if document_key else \
         ["    collection_id = None", "    if not keylen:", "        key = None"]
     lines += [

@@ -6,8 +6,8 @@ newline. Building each record to dump it is most of that cost, yet per item shap
 key present or not, stream vbucket known or not) the line is the same bytes but for a few values. So the
 line is kept per shape as a bytes %-template (:func:`item_line_template`) and filled from the item's reading:
 
-- :class:`ItemLines` / :func:`plain_item_lines` / :class:`PlainLines`: from the reading of
-  :func:`~dcpctl.protocol.message.plain_item_at` (or its compiled readers), for ``decode`` and ``capture``:
+- :class:`ItemLines` / :func:`plain_item_lines` / :class:`PlainLines`: from the item readers' reading
+  (``protocol.itemreader``), for ``decode`` and ``capture``:
   :class:`PlainLines` is the capture decoder's item sink that gathers the lines in capture order.
 - :class:`LineReaders`: ``read(buf, pos, n, lead, base, accept)`` reads the item and writes its line in one
   function compiled per shape, for ``stream``. It is None unless a whole plain item of its shape is framed at
@@ -49,7 +49,7 @@ LineReader = Callable[[bytes, int, int, tuple[bytes, ...], int, Accept], LineIte
 # stream offset, ts, connection label, frames, stream vbucket, the connection's tracker (its ``options()``
 # are those the item was read with) and the buffer it was read from (valid only during the call).
 ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, Any, bytes], None]
-# A plain item's JSON line, from plain_item_at()'s reading, its stream offset, ts, frames, stream vbucket,
+# A plain item's JSON line, from the item reader's reading, its stream offset, ts, frames, stream vbucket,
 # the options it was read with and the buffer it was read from.
 LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOptions, bytes], bytes]
 _SERVER = "server>client"  # a capture's direction of the producer's items, as the record names it
@@ -86,7 +86,7 @@ def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: boo
 
 def plain_line(template: bytes, item: PlainItem, lead: tuple[bytes, ...], offset: int, value: bytes,
                last: tuple[int, ...]) -> bytes:
-    """A plain item's JSON line: ``template`` (:func:`item_line_template`) filled from :func:`plain_item_at`'s
+    """A plain item's JSON line: ``template`` (:func:`item_line_template`) filled from the item reader's
     reading, the values of the template's ``slots`` (``lead``: JSON bytes), the item's stream ``offset``, its
     :func:`plain_value` and the values of the template's ``last`` keys."""
     _, (_, _, keylen, _, datatype, vbucket, total, opaque, cas), _, values, _, _, collection_id, key, _, _, _ = item

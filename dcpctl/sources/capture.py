@@ -50,7 +50,7 @@ class _Connection:
 
 
 Item = Message | Skipped | Diagnostic
-# Where plain items go instead of coming out of feed() (see CaptureDecoder): plain_item_at()'s reading, the
+# Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's reading, the
 # packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's
 # tracker, and the buffer the item was read from (valid only during the call).
 ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker, bytes], None]
@@ -83,9 +83,9 @@ class CaptureDecoder:
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  items: ItemSinks | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         """``items``: each connection's sink (asked for once per connection, with its label) for plain items
-        (a producer's pushed mutation, deletion or expiration about which
-        :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
-        so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
+        (a producer's pushed mutation, deletion or expiration about which the compiled item reader
+        (``protocol.itemreader``) and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to
+        say, so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
         :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
         other message comes out as usual. ``max_connections``: connections followed at once (the
         reassembler's limit); a connection's state is kept from its first data to its end."""
@@ -208,7 +208,7 @@ class CaptureDecoder:
 
     def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item]:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to
-        the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
+        the sink; at the first packet the item reader or the tracker declines, one event goes the
         general way, then the walk resumes."""
         framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
         readers = state.readers
@@ -222,7 +222,7 @@ class CaptureDecoder:
                 span: tuple[int, int, float, tuple[int, ...]] | None = None
                 frames: list[int] = []
                 reader: ItemReader | None = None
-                while True:  # plain_item_at, through the reader compiled for the item's shape
+                while True:  # through the reader compiled for the item's shape
                     item = reader(buf, pos, n) if reader is not None else None
                     if item is None:
                         shaped = readers.at(buf, pos, n, options)
