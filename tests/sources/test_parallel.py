@@ -26,7 +26,7 @@ from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
 from dcpctl.render.lines import PlainLines
-from dcpctl.sources import parallel
+from dcpctl.sources import capture, parallel
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
@@ -252,3 +252,26 @@ def test_a_killed_child_is_named_and_the_lines_before_it_are_whole(tmp_path: Pat
     assert len(lines) < 2000 * len(session_packets())
     assert err.decode().endswith("dcpctl: error: the decoding process ended unexpectedly (killed by SIGKILL); "
                                  "the output above is complete up to that point\n")
+
+
+def test_each_message_is_decoded_once_across_both_processes(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    """Issue 14 item 6: one representation crosses the pipe and each message is decoded once, in one of the
+    two processes (the child used to decode every message to track it and this process decode it again)."""
+    calls = tmp_path / "calls"  # one byte per decode() call, appended by whichever process makes it
+    original = capture.decode
+
+    def counted(raw: bytes, offset: int = 0, options: DecodeOptions = DecodeOptions()) -> Message:  # noqa: B008
+        with calls.open("ab") as out:
+            out.write(b".")
+        return original(raw, offset, options)
+
+    monkeypatch.setattr(capture, "decode", counted)
+    if hasattr(parallel, "decode"):  # where a second decode would be made
+        monkeypatch.setattr(parallel, "decode", counted)
+    path = tmp_path / "variety.pcap"
+    path.write_bytes(write_capture(item_variety()))
+    messages = [item for item in parallel.decode_files([str(path)], DecodeOptions(), PORTS)
+                if isinstance(item, Message)]
+    assert len(messages) > 40
+    assert calls.read_bytes().count(b".") == len(messages)
