@@ -37,7 +37,7 @@ from dcpctl.sources.pcap import CaptureError, CaptureNotice, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
-# Bytes of stream data per pipe message: a batch of full-sized segments stays a few MB in each process.
+# Bytes of stream data per pipe message: some 700 full-sized segments, about a megabyte held in each process.
 BATCH_BYTES: Final = 1 << 20
 
 # item tags (first element of every tuple but stream data's, which are untagged 6-tuples)
