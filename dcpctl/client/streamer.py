@@ -72,9 +72,9 @@ from dcpctl.protocol.constants import (
     StreamEndStatus,
 )
 from dcpctl.protocol.framer import HEADER_LENGTH
-from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
+from dcpctl.render.lines import LineReader, LineReaders
 
 # Plain ints, compared per message (an enum class's attribute is slow to look up).
 REQUEST: Final = int(Magic.CLIENT_REQUEST)

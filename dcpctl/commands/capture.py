@@ -27,8 +27,9 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
-from dcpctl.sources.capture import Item, decode_segments, decode_segments_to_lines
+from dcpctl.sources.capture import Item, decode_segments
 from dcpctl.sources.pcap import CaptureError, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -107,8 +108,8 @@ def capture(
             printed = 0
             segments = live_segments(reader, ports, frozenset({11207}), save if writer is not None else None,
                                      stop=lambda: bool(stopping))
-            for item in (decode_segments_to_lines if lines else decode_segments)(
-                    segments, options, ports, max_body_length, max_connections):
+            for item in decode_segments(segments, options, ports, max_body_length, max_connections,
+                                        PlainLines() if lines else None):
                 yield item
                 if isinstance(item, Message):
                     printed += 1

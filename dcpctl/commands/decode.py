@@ -37,9 +37,10 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
+from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.summary import print_summary
-from dcpctl.sources.capture import decode_segments, decode_segments_to_lines
+from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -143,14 +144,15 @@ def decode(
                     progress.start_file(path)
 
             yield from decode_files(paths, options, ports, max_body_length, on_file=on_file,
-                                    on_progress=progress.advance if progress is not None else None, lines=lines,
+                                    on_progress=progress.advance if progress is not None else None,
+                                    plain=PlainLines if lines else None,
                                     max_connections=max_connections)
             return
         for path in paths:
             current[0] = path
             tap = progress.tap(path) if progress is not None else None
-            yield from (decode_segments_to_lines if lines else decode_segments)(
-                read_segments(path, ports, tap=tap), options, ports, max_body_length, max_connections)
+            yield from decode_segments(read_segments(path, ports, tap=tap), options, ports, max_body_length,
+                                       max_connections, PlainLines() if lines else None)
 
     def items() -> Iterator[Item | bytes]:
         shown = 0

@@ -778,56 +778,13 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     return magic, opcode, key[0], key[1], values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
-# What plain_item_at() gives: the packet's end, its header, its plan, the extras values, then item_key()'s
-# six fields and where the value starts.
+# A plain stream item (a producer's mutation, deletion or expiration that decode() finds clean) as the
+# compiled item readers (``itemreader``) read it in place: the packet's end, its header, its plan, the extras
+# values, then item_key()'s six fields and where the value starts.
 PlainItem = tuple[int, tuple[int, ...], "_Plan", tuple[int, ...], str, str, int | None, str | None, int, int, int]
 
 
-def plain_item_at(buf: bytes, pos: int, end: int, options: DecodeOptions) -> PlainItem | None:
-    """The plain stream item (a producer's mutation, deletion or expiration) framed at ``buf[pos:]``, read
-    in place: what :func:`decode` and :func:`item_key` together would say of it, when :func:`decode` would
-    add no diagnostic and the record needs nothing more than :func:`item_key` gives. None otherwise (the
-    caller then decodes the packet): another opcode or magic, a packet not whole before ``end``, a layout
-    that is not the declared one, any of decode's checks failing. The same plans as :func:`decode`; tests
-    hold the two to the same results on vectors and generated packets. The plan is looked up by (dialect,
-    opcode, extras length) only: for these opcodes nothing else of the header changes it (decode's plan key
-    has the status word of responses, the extras' first byte of 1-byte extras and the UPR draft's type
-    byte; none applies). This is the interpreted reading: consumers of millions of items call the readers
-    ``itemreader`` compiles from the same plans, and the tests hold every one of those to this."""
-    if end - pos < HEADER_LENGTH:
-        return None
-    header = HEADER.unpack_from(buf, pos)
-    magic, opcode, keylen, extlen, datatype, _, total, _, _ = header
-    stop = pos + HEADER_LENGTH + total
-    if magic != _REQUEST or stop > end or datatype > 1 or extlen + keylen > total:
-        return None
-    found = item_plan(options.dialect, opcode, extlen)
-    if found is None:
-        return None
-    (plan, unpack, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, seqno_at, rev_seqno_at, names,
-     datatypes) = found
-    if datatype not in datatypes:
-        return None
-    values = unpack(buf, pos + HEADER_LENGTH)
-    if (nmeta_at >= 0 and values[nmeta_at]) or (zero_seqno_at >= 0 and not values[zero_seqno_at]):
-        return None
-    for at, mask in flag_checks:
-        if values[at] & ~mask:
-            return None
-    key_offset = pos + HEADER_LENGTH + extlen
-    value_offset = key_offset + keylen
-    # presence rules as decode's: 0 optional, 1 required, 2 forbidden
-    if (key_rule == 1 and not keylen) or (key_rule == 2 and keylen) or (value_rule == 1 and stop == value_offset) \
-            or (value_rule == 2 and stop > value_offset):
-        return None
-    key = _plain_key(buf, plan, datatype, key_offset, value_offset, stop, options.collections)
-    if key is None:
-        return None
-    return (stop, header, plan, values, names[0], names[1], key[0], key[1], values[seqno_at], values[rev_seqno_at],
-            value_offset)
-
-
-# What plain_item_at() needs of a plan, unpacked once: the plan, its extras unpacker, where nmeta and a
+# What a plain-item reader needs of a plan, unpacked once: the plan, its extras unpacker, where nmeta and a
 # by_seqno that must not be 0 are (-1: nowhere), the flag fields' positions and defined bits, the key and
 # value presence rules (0 optional, 1 required, 2 forbidden), where by_seqno and rev_seqno are, the
 # record's (magic, opcode) names, and the datatypes decode() allows (a deletion's are restricted).
@@ -837,8 +794,10 @@ _RULE_CODES: Final = {Presence.OPTIONAL: 0, Presence.REQUIRED: 1, Presence.FORBI
 
 
 def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
-    """plain_item_at()'s view of decode()'s plan for a plain item shape (None: not one); also what the
-    compiled readers (``itemreader``) are made from."""
+    """decode()'s plan for a plain item shape, as the compiled item readers (``itemreader``) are made from it
+    (None: not a plain item's shape). The plan is looked up by (dialect, opcode, extras length) only: for
+    these opcodes nothing else of the header changes it (decode's plan key has the status word of
+    responses, the extras' first byte of 1-byte extras and the UPR draft's type byte; none applies)."""
     found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
     if found is not None:
         return found
@@ -856,7 +815,7 @@ def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
     return item
 
 
-_ITEM_PLANS: dict[tuple[str, int, int], ItemPlan] = {}  # plain_item_at's plans (a few shapes per dialect)
+_ITEM_PLANS: dict[tuple[str, int, int], ItemPlan] = {}  # item readers' plans (a few shapes per dialect)
 
 
 def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_offset: int, body_end: int,
@@ -886,88 +845,6 @@ def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_of
         except ValueError:
             return None
     return collection_id, key
-
-
-def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: bool, key: bool,
-                       last: tuple[str, ...], slots: tuple[str, ...] = ("ts",)) -> bytes:
-    """The JSON line (``orjson.dumps(record)`` plus a newline) of a plain stream item's record as a bytes
-    %-template, for consumers that print millions of them: the keys :meth:`Message.record` gives, in its
-    order. ``first`` are the annotation's leading keys with their values, except those named in ``slots``
-    (per item: ``ts``, a capture's ``frames``), which become the template's first slots, in ``first``'s
-    order; ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
-    ``slots``' values (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length,
-    every extras value, then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then
-    ``last``'s values. A test holds it to the record on every shape it is used for."""
-    assert plan.fast is not None
-    magic, opcode = plan.fast
-    parts = [b"," + orjson.dumps(name) + b":" + (b"%b" if name in slots else orjson.dumps(value).replace(b"%", b"%%"))
-             for name, value in first.items()]
-    parts[0] = b"{" + parts[0][1:]
-    parts.append(b',"offset":%d,"magic":' + orjson.dumps(magic) + b',"opcode":' + orjson.dumps(opcode)
-                 + b',"vbucket":%d,"opaque":%d,"cas":%d,"datatype":%d,"key_length":%d,"extras_length":'
-                 + str(plan.extras_size).encode() + b',"total_body_length":%d')
-    parts += [b"," + orjson.dumps(name) + b":%d" for name in plan.names]
-    if collection_id:
-        parts.append(b',"collection_id":%d')
-    if key:
-        parts.append(b',"key":%b')
-    parts.append(b',"value":%b')
-    parts += [b"," + orjson.dumps(name) + b":%d" for name in last]
-    parts.append(b',"diagnostics":[]}\n')
-    return b"".join(parts)
-
-
-def plain_line(template: bytes, item: PlainItem, lead: tuple[bytes, ...], offset: int, value: bytes,
-               last: tuple[int, ...]) -> bytes:
-    """A plain item's JSON line: ``template`` (:func:`item_line_template`) filled from :func:`plain_item_at`'s
-    reading, the values of the template's ``slots`` (``lead``: JSON bytes), the item's stream ``offset``, its
-    :func:`plain_value` and the values of the template's ``last`` keys."""
-    _, (_, _, keylen, _, datatype, vbucket, total, opaque, cas), _, values, _, _, collection_id, key, _, _, _ = item
-    head = (*lead, offset, vbucket, opaque, cas, datatype, keylen, total)
-    if collection_id is not None:
-        tail: tuple[Any, ...] = (collection_id, orjson.dumps(key), value) if key is not None else (collection_id, value)
-    else:
-        tail = (orjson.dumps(key), value) if key is not None else (value,)
-    return template % (head + values + tail + last)
-
-
-class ItemLines:
-    """One connection's plain items as JSON lines: an :func:`item_line_template` per item shape (plan,
-    collection id, key and stream vbucket present or not), made when the shape is first seen; the last
-    shape's is kept at hand, as items come in long runs of one shape. ``first`` and ``slots`` as
-    :func:`item_line_template` takes them."""
-
-    def __init__(self, first: dict[str, Any], slots: tuple[str, ...] = ("ts",)) -> None:
-        self.first, self.slots = first, slots
-        self.templates: dict[tuple[int, bool, bool, bool], bytes] = {}
-        self.shape: tuple[int, bool, bool, bool] | None = None
-        self.template = b""
-
-    def line(self, item: PlainItem, lead: tuple[bytes, ...], offset: int, value: bytes,
-             stream_vbucket: int | None) -> bytes:
-        """:func:`plain_line` of ``item`` with its shape's template; ``lead``: the slots' JSON values."""
-        plan = item[2]
-        shape = (id(plan), item[6] is not None, item[7] is not None, stream_vbucket is not None)
-        if shape != self.shape:
-            template = self.templates.get(shape)
-            if template is None:
-                template = self.templates[shape] = item_line_template(
-                    self.first, plan, collection_id=shape[1], key=shape[2],
-                    last=("stream_vbucket",) if shape[3] else (), slots=self.slots)
-            self.shape, self.template = shape, template
-        return plain_line(self.template, item, lead, offset, value, () if stream_vbucket is None else (stream_vbucket,))
-
-
-def plain_value(raw: bytes, value_offset: int, end: int) -> bytes | None:
-    """A plain item's value as the record's JSON string (bytes), when the record shows it as text; None when
-    the record shows it otherwise (hex: not UTF-8, or not printable)."""
-    try:
-        text = raw[value_offset:end].decode()
-    except UnicodeDecodeError:
-        return None
-    if not (text.isprintable() or printable(text)):
-        return None
-    return orjson.dumps(text)
 
 
 def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:

@@ -14,23 +14,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
-
-import orjson
+from typing import Any, Final, Protocol
 
 from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
 from dcpctl.protocol.itemreader import ItemReader, ItemReaders
-from dcpctl.protocol.message import (
-    DecodeOptions,
-    ItemLines,
-    Message,
-    PlainItem,
-    decode,
-    plain_value,
-)
+from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
 from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 
@@ -59,21 +50,13 @@ class _Connection:
 
 
 Item = Message | Skipped | Diagnostic
-# Where plain items go instead of coming out of feed() (see CaptureDecoder): plain_item_at()'s reading, the
+# Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's reading, the
 # packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's
 # tracker, and the buffer the item was read from (valid only during the call).
 ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker, bytes], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
-
-# A message observed but not yet annotated (``defer``): everything another process needs to finish it,
-# as plain data: (raw, offset, collections option, ts, connection label, from client, frames, tracker
-# fields, diagnostics as (name, message, offset, length)). The packet's own diagnostics come before the
-# tracker's whenever they are checked, so the other process need not know what the tracker looked at.
-Deferred = tuple[bytes, int, bool | None, float, str, bool, list[int], dict[str, Any],
-                 list[tuple[str, str, int | None, int]]]
-
 
 def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
     """A capture reader's notice as the diagnostic decode reports (damage of any kind is a capture gap). The
@@ -97,18 +80,16 @@ class CaptureDecoder:
     """Stateful: feed it segments and notices, get messages and notices back (see the module docstring)."""
 
     def __init__(self, options: DecodeOptions, server_ports: frozenset[int],
-                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *, defer: bool = False,
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  items: ItemSinks | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-        """``defer``: messages come out as :data:`Deferred` data, annotated elsewhere (``parallel``).
-        ``items``: each connection's sink (asked for once per connection, with its label) for plain items
-        (a producer's pushed mutation, deletion or expiration about which
-        :func:`plain_item_at` and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to say,
-        so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
+        """``items``: each connection's sink (asked for once per connection, with its label) for plain items
+        (a producer's pushed mutation, deletion or expiration about which the compiled item reader
+        (``protocol.itemreader``) and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to
+        say, so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
         :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
         other message comes out as usual. ``max_connections``: connections followed at once (the
         reassembler's limit); a connection's state is kept from its first data to its end."""
         self.options = options
-        self.defer = defer
         self.items = items
         self.max_body_length = max_body_length
         self.reassembler = Reassembler(server_ports, max_connections=max_connections)
@@ -135,14 +116,21 @@ class CaptureDecoder:
             self.connections[conn] = found
         return found
 
-    def feed(self, item: TcpSegment | CaptureNotice) -> Iterator[Item | Deferred]:
+    def feed(self, item: TcpSegment | CaptureNotice | StreamData | StreamEvent) -> Iterator[Item]:
+        """What a segment or notice of the capture brings out; or, reassembled elsewhere (``parallel``), what
+        one of the reassembler's events brings out."""
+        cls = type(item)
+        if cls is StreamData or cls is StreamEvent:
+            yield from self._event(item)  # type: ignore[arg-type]
+            return
         if isinstance(item, CaptureNotice):
             yield notice_diagnostic(item)
             return
+        assert isinstance(item, TcpSegment)
         for event in self.reassembler.push(item):
             yield from self._event(event)
 
-    def finish(self) -> Iterator[Item | Deferred]:
+    def finish(self) -> Iterator[Item]:
         for event in self.reassembler.flush():
             yield from self._event(event)
         for conn, state in self.connections.items():
@@ -151,7 +139,7 @@ class CaptureDecoder:
             yield diagnostic("connection_limit", f"{self.dropped} connections in all were no longer followed "
                              "(more than --max-connections open at once)")
 
-    def _tails(self, conn: ConnectionId, state: _Connection) -> Iterator[Item | Deferred]:
+    def _tails(self, conn: ConnectionId, state: _Connection) -> Iterator[Item]:
         """What is left in a connection's framers: a packet cut short, or garbage."""
         for from_client, direction in state.directions.items():
             offset, tail = direction.framer.remainder()
@@ -159,7 +147,7 @@ class CaptureDecoder:
             if out is not None:
                 yield out
 
-    def _end(self, event: StreamEvent) -> Iterator[Item | Deferred]:
+    def _end(self, event: StreamEvent) -> Iterator[Item]:
         """The reassembler forgot a connection (closed, reset, reused, or over the limit): so does this."""
         self.opened.discard(event.conn)
         state = self.connections.pop(event.conn, None)
@@ -170,7 +158,7 @@ class CaptureDecoder:
         if stories and len(self.stories) < MAX_ENDED_STORIES:
             self.stories += [(state.label, story) for story in stories[:MAX_ENDED_STORIES - len(self.stories)]]
 
-    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item | Deferred]:
+    def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
         if isinstance(event, StreamEvent):
             name = event.name
             if name == "connection_open":
@@ -218,9 +206,9 @@ class CaptureDecoder:
                 if out is not None:
                     yield out
 
-    def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item | Deferred]:
+    def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item]:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to
-        the sink; at the first packet :func:`plain_item_at` or the tracker declines, one event goes the
+        the sink; at the first packet the item reader or the tracker declines, one event goes the
         general way, then the walk resumes."""
         framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
         readers = state.readers
@@ -234,7 +222,7 @@ class CaptureDecoder:
                 span: tuple[int, int, float, tuple[int, ...]] | None = None
                 frames: list[int] = []
                 reader: ItemReader | None = None
-                while True:  # plain_item_at, through the reader compiled for the item's shape
+                while True:  # through the reader compiled for the item's shape
                     item = reader(buf, pos, n) if reader is not None else None
                     if item is None:
                         shaped = readers.at(buf, pos, n, options)
@@ -275,7 +263,7 @@ class CaptureDecoder:
                 yield out
 
     def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
-                 data: bytes, offset: int) -> Message | Skipped | Deferred | None:
+                 data: bytes, offset: int) -> Message | Skipped | None:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
             return Skipped(offset, len(data), "truncated")
         end = offset + len(data)
@@ -293,9 +281,6 @@ class CaptureDecoder:
         if direction.gap is not None:
             diags = [diagnostic("capture_gap", direction.gap), *diags]
             direction.gap = None
-        if self.defer:
-            return (data, offset, msg.options.collections, ts, state.label, from_client, frames, note.fields,
-                    [(d.name, d.message, d.offset, d.length) for d in diags] if diags else [])
         return finish_message(msg, ts, state.label, from_client, frames, note.fields, diags)
 
 
@@ -314,100 +299,44 @@ def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: i
     return ts, list(frames)
 
 
-def decode_segments(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+class PlainSinks(Protocol):
+    """Where a consumer of every message takes plain items instead of messages (``render.lines.PlainLines``
+    writes their JSON lines): a sink per connection, and what the sinks made, in its place among the
+    decoder's other items."""
+
+    def sink(self, label: str) -> ItemSink: ...
+
+    def between(self, events: Iterable[Any]) -> Iterator[Any]: ...
+
+    def take(self) -> Any: ...
+
+    @property
+    def parts(self) -> list[Any]: ...
+
+
+def decode_segments(items: Iterable[TcpSegment | CaptureNotice | StreamData | StreamEvent], options: DecodeOptions,
                     server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
-                    max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item]:
-    """Every message and notice of a capture, in order."""
-    # not deferred: only Items come out
-    decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
-    for item in items:
-        yield from cast(Iterator[Item], decoder.feed(item))
-    yield from cast(Iterator[Item], decoder.finish())
-
-
-def decode_segments_to_lines(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
-                             server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
-                             max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Item | bytes]:
-    """:func:`decode_segments`, with plain items as their JSON lines (:class:`PlainLines`: bytes, many lines
-    at a time, in their place in the order) for a consumer that prints every message as its JSON line."""
-    plain = PlainLines()
+                    max_connections: int = DEFAULT_MAX_CONNECTIONS, plain: PlainSinks | None = None
+                    ) -> Iterator[Any]:
+    """Every message and notice of a capture (its segments, or its reassembled streams), in order.
+    ``plain``: plain items go to its sinks (see :class:`CaptureDecoder`'s ``items``), and what those made
+    comes out in their place (bytes of JSON lines for ``render.lines.PlainLines``)."""
+    if plain is None:
+        decoder = CaptureDecoder(options, server_ports, max_body_length, max_connections=max_connections)
+        for item in items:
+            yield from decoder.feed(item)
+        yield from decoder.finish()
+        return
     decoder = CaptureDecoder(options, server_ports, max_body_length, items=plain.sink,
                              max_connections=max_connections)
     try:
         for item in items:
-            yield from plain.between(cast(Iterator[Item], decoder.feed(item)))
-        yield from plain.between(cast(Iterator[Item], decoder.finish()))
+            yield from plain.between(decoder.feed(item))
+        yield from plain.between(decoder.finish())
     except Exception:
-        if plain.parts:  # the lines decoded before a failure are output before it
+        if plain.parts:  # what the sinks made before a failure is output before it
             yield plain.take()
         raise
-
-
-class PlainLines:
-    """Item sinks (:class:`CaptureDecoder`'s ``items``) that write each plain item as its JSON line, the
-    bytes ``orjson.dumps(record)`` and a newline would give for the message decoded and annotated the usual
-    way (from :func:`item_line_template`; a test holds them equal): ``decode --format jsonl``'s fast path.
-    The lines gather in one buffer in capture order; :meth:`between` hands them over in their place among
-    the messages that come out of the decoder."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def between(self, events: Iterable[Any]) -> Iterator[Any]:
-        """``events`` (from feed() or finish()), each after the lines written before it, and then the rest."""
-        parts = self.parts
-        for event in events:
-            if parts:
-                yield self.take()
-            yield event
-        if parts:
-            yield self.take()
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts.clear()
-        return out
-
-    def sink(self, label: str) -> ItemSink:
-        """A connection's sink."""
-        line, parts = plain_item_lines(label), self.parts
-
-        def add(item: PlainItem, offset: int, ts: float, _label: str, frames: list[int], stream_vbucket: int | None,
-                tracker: ConnectionTracker, buf: bytes) -> None:
-            parts.append(line(item, offset, ts, frames, stream_vbucket, tracker.options(), buf))
-
-        return add
-
-
-# A plain item's JSON line, from plain_item_at()'s reading, its stream offset, ts, frames, stream vbucket,
-# the options it was read with and the buffer it was read from.
-LineMaker = Callable[[PlainItem, int, float, list[int], int | None, DecodeOptions, bytes], bytes]
-
-
-def plain_item_lines(label: str) -> LineMaker:
-    """A connection's plain items (server to client) as their JSON lines: the bytes ``orjson.dumps(record)``
-    and a newline give for the message decoded and annotated as :meth:`CaptureDecoder.feed` does. ts and
-    frames are written once while they stay the same (frames are compared by identity: one list per capture
-    span, held here so that its identity is not reused)."""
-    lines = ItemLines({"ts": None, "connection": label, "direction": _SERVER, "frames": None}, ("ts", "frames"))
-    seen: list[Any] = [None, b"", None, b""]  # ts, its JSON, frames, its JSON
-
-    def line(item: PlainItem, offset: int, ts: float, frames: list[int], stream_vbucket: int | None,
-             options: DecodeOptions, buf: bytes) -> bytes:
-        end, header, value_offset = item[0], item[1], item[10]
-        value = plain_value(buf, value_offset, end)
-        if value is None:  # shown as hex: the record, the usual way
-            msg = decode(bytes(buf[end - HEADER_LENGTH - header[6]:end]), offset, options)
-            fields = {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket}
-            finish_message(msg, ts, label, False, frames, fields, [])  # noqa: FBT003
-            return orjson.dumps(msg.record(), option=orjson.OPT_APPEND_NEWLINE)
-        if ts != seen[0]:
-            seen[0], seen[1] = ts, orjson.dumps(ts)
-        if frames is not seen[2]:
-            seen[2], seen[3] = frames, orjson.dumps(frames)
-        return lines.line(item, (seen[1], seen[3]), offset, value, stream_vbucket)
-
-    return line
 
 
 def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,

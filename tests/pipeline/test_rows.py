@@ -220,7 +220,6 @@ def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: A
 
     monkeypatch.setattr(dcpctl.sources.capture, "decode", counted)
     monkeypatch.setattr(itemreader.ItemReaders, "at", refused)
-    monkeypatch.setattr(message, "plain_item_at", refused)
     for capture in (path, SAMPLE):
         decoded.clear()
         rows = rows_of(capture, records=False)

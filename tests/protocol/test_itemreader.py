@@ -1,7 +1,7 @@
-"""The compiled readers say exactly what the interpreted functions say: an item reader what plain_item_at()
-says; a line reader what plain_item_at(), plain_value() and plain_line() say together (the same line for the
-same item, None for the same items, and the caller's accept asked only when the stateless checks have
-passed)."""
+"""A line reader (``render.lines``) says what the item reader, plain_value() and the item's template say
+together: the same line for the same item, None for the same items, and the caller's accept asked only when
+the stateless checks have passed; the item reader is held to the interpreted decode() on the same packets
+(``test_plain_item.agrees``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import variant_records
-from test_plain_item import ITEM_VARIANTS, drawn_item, stream_options
+from test_plain_item import ITEM_VARIANTS, drawn_item, read_item, stream_options
+from test_plain_item import agrees as reads_as_decode
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.itemreader import ItemReaders, LineReaders, compile_reader
-from dcpctl.protocol.message import DecodeOptions, ItemLines, decode, plain_item_at, plain_value
+from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.render.lines import ItemLines, LineReaders, compile_reader, plain_value
 
 FIRST = {"ts": None, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client", "frames": None}
 LEAD = (b"1795458637.25", b"[3,4]")
@@ -41,15 +42,12 @@ class Accept:
 
 
 def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept, *, max_body: int = MAX_BODY) -> bool:
-    """The readers of the packet's shape, if any, against the interpreted functions."""
-    item_reader = ItemReaders().at(raw, pos, n, options)
-    if item_reader is None:
-        assert plain_item_at(raw, pos, n, options) is None, raw.hex()
-    else:
-        assert item_reader(raw, pos, n) == plain_item_at(raw, pos, n, options), raw.hex()
+    """The line reader of the packet's shape, if any, against the item reader and the template, the item
+    reader against decode()."""
+    assert reads_as_decode(raw, options, pos, n)
     readers = LineReaders(FIRST, ("ts", "frames"), max_body)
     reader = readers.at(raw, pos, n, options)
-    found = plain_item_at(raw, pos, n, options)
+    found = read_item(raw, pos, n, options)
     value = plain_value(raw, found[10], found[0]) if found is not None else None
     plain = found is not None and value is not None and found[0] - pos - 24 <= max_body
     if reader is None:

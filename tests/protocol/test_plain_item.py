@@ -1,5 +1,6 @@
-"""plain_item_at() reads a stream item in place exactly as decode() and item_key() read it, and only
-when decode() has nothing to say about it."""
+"""The plain-item reader (compiled per item shape from the registry's plan, ``protocol.itemreader``) reads a
+stream item in place exactly as the interpreted decode() and item_key() read it, and only when decode() has
+nothing to say about it: on every golden vector and on generated items of every item layout."""
 
 from __future__ import annotations
 
@@ -13,25 +14,28 @@ from strategies import every_variant, variant_records
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import (
-    DecodeOptions,
-    decode,
-    item_key,
-    item_line_template,
-    plain_item_at,
-    plain_line,
-    plain_value,
-)
+from dcpctl.protocol.itemreader import ItemReaders
+from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, item_key
 from dcpctl.protocol.registry import DIALECTS
+from dcpctl.render.lines import item_line_template, plain_line, plain_value
 
 ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
                  and v[2].layout is not None and v[0].startswith("dcp:")]
 
 
-def agrees(raw: bytes, options: DecodeOptions) -> bool:
-    """plain_item_at's reading is decode's, and it reads exactly the clean plain items."""
+def read_item(buf: bytes, pos: int, n: int, options: DecodeOptions) -> PlainItem | None:
+    """The plain item at ``buf[pos:n]`` as the capture decoder reads it: with the reader compiled for its
+    shape (None: no reader for that shape, or not a plain item)."""
+    reader = ItemReaders().at(buf, pos, n, options)
+    return reader(buf, pos, n) if reader is not None else None
+
+
+def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = None) -> bool:
+    """The reader's reading of ``buf[pos:n]`` is decode's, and it reads exactly the clean plain items."""
+    n = len(buf) if n is None else n
+    raw = buf[pos:n]
     message = decode(raw, 0, options)
-    found = plain_item_at(raw, 0, len(raw), options)
+    found = read_item(buf, pos, n, options)
     fields = item_key(message) if message.magic == 0x80 else None
     clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
     if found is None:
@@ -39,11 +43,11 @@ def agrees(raw: bytes, options: DecodeOptions) -> bool:
         return True
     assert clean, (raw.hex(), message.record())
     end, header, _, values, *rest = found
-    assert end == len(raw)
+    assert end == n
     assert header == message.header
     assert values == message._extras_values
     assert tuple(rest[:6]) == fields
-    assert rest[6] == message.value_offset
+    assert rest[6] == pos + message.value_offset
     return True
 
 
@@ -86,9 +90,9 @@ def test_a_packet_not_whole_is_not_read() -> None:
     raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 2, "cas": 3,
                   "datatype": 0, "by_seqno": 4, "rev_seqno": 5, "flags": 0, "expiration": 0, "lock_time": 0,
                   "nmeta": 0, "nru": 0, "key": "k", "value": "v"}, fix_lengths=True)
-    assert plain_item_at(raw, 0, len(raw), DecodeOptions()) is not None
-    assert plain_item_at(raw + raw, len(raw), 2 * len(raw) - 1, DecodeOptions()) is None
-    assert plain_item_at(raw + raw, len(raw), 2 * len(raw), DecodeOptions())[0] == 2 * len(raw)  # type: ignore[index]
+    assert read_item(raw, 0, len(raw), DecodeOptions()) is not None
+    assert read_item(raw + raw, len(raw), 2 * len(raw) - 1, DecodeOptions()) is None
+    assert read_item(raw + raw, len(raw), 2 * len(raw), DecodeOptions())[0] == 2 * len(raw)  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("name", "spec", "variant"), ITEM_VARIANTS, ids=[v[0] for v in ITEM_VARIANTS])
@@ -107,7 +111,7 @@ def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: A
         record.pop("xattrs", None)
     raw = encode(record, fix_lengths=True)
     options = DecodeOptions(collections=collections)
-    found = plain_item_at(raw, 0, len(raw), options)
+    found = read_item(raw, 0, len(raw), options)
     text = plain_value(raw, found[10], found[0]) if found is not None else None
     if text is None:
         return  # the usual path's: not what the template is for

@@ -17,7 +17,8 @@ from capturekit import session_packets, write_capture
 
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions
-from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
+from dcpctl.render.lines import PlainLines
+from dcpctl.sources.capture import CaptureDecoder, decode_segments
 from dcpctl.sources.pcap import TcpSegment, read_segments
 from dcpctl.sources.tcp import Reassembler
 
@@ -56,8 +57,7 @@ def assert_linear(make: Callable[[int], Callable[[], object]], n: int) -> None:
 
 
 def decode_all(segments: list[TcpSegment], lines: bool = True) -> list[object]:
-    decode = decode_segments_to_lines if lines else decode_segments
-    return list(decode(segments, DecodeOptions(), PORTS))
+    return list(decode_segments(segments, DecodeOptions(), PORTS, plain=PlainLines() if lines else None))
 
 
 def noops(count: int) -> bytes:

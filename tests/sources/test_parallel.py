@@ -25,10 +25,12 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
-from dcpctl.sources import parallel
-from dcpctl.sources.capture import CaptureDecoder, decode_segments, decode_segments_to_lines
+from dcpctl.render.lines import PlainLines
+from dcpctl.sources import capture, parallel
+from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import read_segments
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+from dcpctl.sources.tcp import Reassembler
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
 PORTS = frozenset({11210})
@@ -138,8 +140,9 @@ def test_plain_items_as_lines_are_their_records_lines(tmp_path: Path) -> None:
     variety.write_bytes(write_capture(item_variety(), segment_size=700))
     for path in [*damaged_captures(tmp_path), variety]:
         usual = as_lines(decode_segments(read_segments(str(path), PORTS), options, PORTS))
-        assert as_lines(decode_segments_to_lines(read_segments(str(path), PORTS), options, PORTS)) == usual, path
-        assert as_lines(parallel.decode_files([str(path)], options, PORTS, lines=True)) == usual, path
+        serial = decode_segments(read_segments(str(path), PORTS), options, PORTS, plain=PlainLines())
+        assert as_lines(serial) == usual, path
+        assert as_lines(parallel.decode_files([str(path)], options, PORTS, plain=PlainLines)) == usual, path
     assert any(isinstance(item, bytes) and b'"value_encoding":"hex"' in item for item in usual)  # the fallback ran
 
 
@@ -199,20 +202,21 @@ def test_stopping_early_reaps_the_child(tmp_path: Path) -> None:
 
 def test_a_bug_in_the_child_keeps_the_output_before_it_and_says_why(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
-    """An exception while decoding (a bug): --jobs 2 prints what --jobs 1 prints before it, then the cause
-    in one line, exit 1 (the child used to die silently, its last batch lost, as 'exit None')."""
+    """An exception while reading or reassembling (a bug; the child's half): --jobs 2 prints what --jobs 1
+    prints before it, then the cause in one line, exit 1 (the child used to die silently, its last batch
+    lost, as 'exit None')."""
     variety = tmp_path / "variety.pcap"
     variety.write_bytes(write_capture(item_variety() * 5))
-    original = CaptureDecoder._message
+    original = Reassembler.push
     seen = [0]
 
-    def failing(self: CaptureDecoder, *args: Any) -> Any:
+    def failing(self: Reassembler, *args: Any) -> Any:
         seen[0] += 1
-        if seen[0] > 40:
+        if seen[0] > 60:
             raise IndexError("an injected bug")
         return original(self, *args)
 
-    monkeypatch.setattr(CaptureDecoder, "_message", failing)
+    monkeypatch.setattr(Reassembler, "push", failing)
     for fmt in ("jsonl", "pretty"):
         out, err = io.StringIO(), io.StringIO()
         env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
@@ -248,3 +252,26 @@ def test_a_killed_child_is_named_and_the_lines_before_it_are_whole(tmp_path: Pat
     assert len(lines) < 2000 * len(session_packets())
     assert err.decode().endswith("dcpctl: error: the decoding process ended unexpectedly (killed by SIGKILL); "
                                  "the output above is complete up to that point\n")
+
+
+def test_each_message_is_decoded_once_across_both_processes(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    """Issue 14 item 6: one representation crosses the pipe and each message is decoded once, in one of the
+    two processes (the child used to decode every message to track it and this process decode it again)."""
+    calls = tmp_path / "calls"  # one byte per decode() call, appended by whichever process makes it
+    original = capture.decode
+
+    def counted(raw: bytes, offset: int = 0, options: DecodeOptions = DecodeOptions()) -> Message:  # noqa: B008
+        with calls.open("ab") as out:
+            out.write(b".")
+        return original(raw, offset, options)
+
+    monkeypatch.setattr(capture, "decode", counted)
+    if hasattr(parallel, "decode"):  # where a second decode would be made
+        monkeypatch.setattr(parallel, "decode", counted)
+    path = tmp_path / "variety.pcap"
+    path.write_bytes(write_capture(item_variety()))
+    messages = [item for item in parallel.decode_files([str(path)], DecodeOptions(), PORTS)
+                if isinstance(item, Message)]
+    assert len(messages) > 40
+    assert calls.read_bytes().count(b".") == len(messages)
