@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
+import orjson
 import typer
 
 from dcpctl.client.connection import Connection
@@ -45,6 +46,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
+from dcpctl.protocol.itemreader import LineReaders
 from dcpctl.protocol.message import Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
@@ -155,7 +157,7 @@ def stream(
     output = fmt or Format(env.default_format())
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
-        options.lines = binary.write  # plain items go out as lines from a template (the JSON of their record)
+        options.line_maker = _JsonLines()  # plain items go out as lines from a template (the JSON of their record)
     errors = env.error_console()
 
     def notice(message: str) -> None:
@@ -229,6 +231,18 @@ def stream(
                     capture.close(quiet=failing)
     if summary:
         _print_summary(streamer, env)
+
+
+class _JsonLines:
+    """--format jsonl's plain items, written straight from their bytes: each item shape's line reader fills
+    its record's template (what ``Message.record`` would give, a test holds them to it)."""
+
+    def readers(self, connection: str, max_body_length: int) -> LineReaders:
+        return LineReaders({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",),
+                           max_body_length)
+
+    def lead(self, ts: float) -> tuple[bytes, ...]:
+        return (orjson.dumps(ts),)
 
 
 class _OutputError(CommandError):
@@ -347,10 +361,11 @@ class _Template(string.Formatter):
         return frozenset(names)
 
 
-def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
+def _print_template(messages: Iterator[Message | bytes], template: str, out: Any) -> None:
     formatter = _Template()
     needed = formatter.check(template)
     for msg in messages:
+        assert isinstance(msg, Message), "lines come only for --format jsonl"
         record = msg.record()
         if not needed <= record.keys():
             continue
