@@ -28,7 +28,7 @@ once (read ahead by a call of the streamer's, they come back through :meth:`Cons
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -47,7 +47,6 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build, grammar
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
-from dcpctl.protocol.itemreader import LineReader, LineReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
 
@@ -99,9 +98,23 @@ class Reroute:
 Event = Message | bytes | Notice | RollbackAsked | Reroute
 
 
+# How the caller's renderer reads one plain item straight to its output, as protocol.itemreader's line
+# readers do: (buffer, position, end of the bytes, the lead's values, stream offset of the buffer, accept) ->
+# None, or (end of the item, its opaque, its by_seqno, its rendering). ``accept(opaque, by_seqno, length)`` is
+# the tracker's say on the item (ConnectionTracker.plain_item), asked once every stateless check passed.
+Accept = Callable[[int, int, int], tuple[bool, int | None]]
+LineReader = Callable[[bytes, int, int, tuple[bytes, ...], int, Accept], tuple[int, int, int, bytes] | None]
+
+
+class LineReaders(Protocol):
+    def at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> LineReader | None:
+        """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
+        item's (or too little is there to tell)."""
+
+
 class LineMaker(Protocol):
     """How the command turns plain items into output straight from their bytes (its renderer's choice): a
-    connection's line readers, and the values of their slots for bytes read at ``ts``."""
+    connection's line readers, and the values of their lead slots for bytes read at ``ts``."""
 
     def readers(self, connection: str, max_body_length: int) -> LineReaders: ...
 
