@@ -198,6 +198,9 @@ def stream(
                         pass
                 elif template is not None:
                     _print_template(messages, template, env.stdout)
+                elif options.line_maker is not None and binary is not None:
+                    # plain items come as their lines, written as they are; the rest is rendered as usual
+                    emit(_lines_written(messages, binary.write), output, env, base64=base64, local_time=local_time)
                 else:
                     # flushed whenever the stream waits
                     emit(messages, output, env, base64=base64, local_time=local_time)
@@ -374,6 +377,16 @@ def _print_template(messages: Iterator[Message | bytes], template: str, out: Any
         except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
             raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
         out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
+
+
+def _lines_written(events: Iterator[Message | bytes], write: Callable[[bytes], object]) -> Iterator[Message]:
+    """The runs of JSON lines among the streamer's events written at once (the LineMaker's), the messages
+    passed on; a run is written before the streamer asks for more, so its positions count it."""
+    for event in events:
+        if isinstance(event, bytes):
+            write(event)
+        else:
+            yield event
 
 
 def _print_summary(streamer: Streamer, env: Any) -> None:
