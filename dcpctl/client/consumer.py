@@ -351,11 +351,12 @@ class Consumer:
             return None
         total = HEADER_LENGTH + _BODY.unpack_from(buf, pos + _BODY_AT)[0]
         if total > HEADER_LENGTH + framer.max_body_length:
-            for event in framer.events():  # the framer's own checks say what is wrong with it
-                if not isinstance(event, Frame):
-                    raise ClientError(f"{self.label}: the server sent bytes that are not a packet",
-                                      ExitCode.PROTOCOL)
-            return None
+            event = next(framer.events(), None)  # the framer's own checks say what is wrong with it
+            if event is None:
+                return None
+            if not isinstance(event, Frame):
+                raise ClientError(f"{self.label}: the server sent bytes that are not a packet", ExitCode.PROTOCOL)
+            return decode(event.data, event.offset, self.options)
         if len(buf) - pos < total:
             return None
         base = framer.offset - pos
@@ -518,6 +519,17 @@ class Consumer:
             magic, opcode, keylen, extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
             end = pos + header + body
             if end > n:
+                if body > framer.max_body_length:  # never whole: the usual road says what is wrong with it
+                    progress.items, self.unacked = items, unacked
+                    progress.counted(written, ts)
+                    framer.consume(pos)
+                    message = self._next()
+                    if message is None:
+                        return
+                    self._taken(message)
+                    buf, pos = framer.window()
+                    n, items, unacked = len(buf), progress.items, self.unacked
+                    continue
                 break
             # counted in place only when its by_seqno is where decoding reads it: an item of a declared shape
             # whose extras fit its body; anything else (a cut body) is decoded and handled the usual way

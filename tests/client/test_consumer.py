@@ -356,3 +356,16 @@ def test_close_asks_to_close_the_open_streams_only() -> None:
     consumer.close_streams()
     [closing] = sent(consumer.data_to_send())
     assert (closing.opcode, closing.vbucket) == (Opcode.DCP_CLOSE_STREAM, 3)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_body_longer_than_the_limit_is_a_protocol_error_not_a_wait(quiet: bool) -> None:
+    consumer, opaque = one_stream()
+    consumer.quiet = quiet
+    header = bytearray(build.request(Opcode.DCP_MUTATION, opaque=opaque, vbucket=3, key=b"k", value=b"v",
+                                     by_seqno=6, rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0,
+                                     nru=0)[:24])
+    header[8:12] = (consumer.framer.max_body_length + 1).to_bytes(4, "big")  # total_body_length
+    with pytest.raises(ClientError) as raised:
+        drained(consumer, bytes(header) + b"x" * 100)
+    assert raised.value.code == ExitCode.PROTOCOL
