@@ -213,7 +213,6 @@ class Consumer:
             tracker.negotiated(collections=bool(options.collections))  # HELLO came before tracking
         self.tracker = tracker
         self.streams: dict[int, Stream] = {}  # opaque -> stream
-        self.vbuckets: list[int] = []
         self.unacked = 0
         self.ts = 0.0  # when the bytes being handled were read: their messages' ts, as a capture's
         self._lines = lines.readers(connection, self.framer.max_body_length) if lines is not None else None
@@ -273,8 +272,6 @@ class Consumer:
     def request(self, vbucket: int, now: float) -> Stream:
         """Ask for a vbucket's stream from its position: queues a DCP_STREAM_REQ."""
         progress = self.progress
-        if vbucket not in self.vbuckets:
-            self.vbuckets.append(vbucket)
         position = progress.state.vbuckets[vbucket]
         # Asked even when already at the end: only the server can say whether that history is still its own
         # (a rollback); an end below the start would be Erange, so it is raised to the start.
