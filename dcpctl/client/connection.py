@@ -238,27 +238,33 @@ class Connection:
             self._frames()
         return bool(self.pending)
 
-    def receive(self, wait: float | None) -> bool:
-        """Read what the socket has (waiting up to ``wait`` seconds); False on timeout."""
+    def read(self, wait: float | None) -> bytes:
+        """What the socket has (waiting up to ``wait`` seconds; empty on timeout), shown to the tap, for the
+        caller to frame (the streamer's consumer shares :attr:`framer`); ``read_ts`` says when."""
         self.sock.settimeout(wait)
         try:
             data = self.sock.recv(RECV_SIZE)
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
-            return False
+            return b""
         except OSError as exc:
             raise ConnectError(f"{self.label}: the connection broke ({exc.strerror or exc})") from None
         if not data:
             raise ConnectError(f"{self.label}: the server closed the connection")
         self.read_ts = time.time()
+        if self.tap is not None:
+            self.tap(self, False, data)  # noqa: FBT003 - as above
+        return data
+
+    def receive(self, wait: float | None) -> bool:
+        """Read what the socket has (waiting up to ``wait`` seconds) into the framer; False on timeout."""
+        data = self.read(wait)
         self.framer.feed(data)
-        return True
+        return bool(data)
 
     def _frames(self) -> None:
         for event in self.framer.events():
             if not isinstance(event, Frame):
                 raise ClientError(f"{self.label}: the server sent bytes that are not a packet", ExitCode.PROTOCOL)
-            if self.tap is not None:
-                self.tap(self, False, event.data)  # noqa: FBT003 - as above
             self.pending.append(decode(event.data, event.offset, self.options))
 
     def take(self) -> Message | None:

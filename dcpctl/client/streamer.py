@@ -3,24 +3,23 @@
 Theory of operation. A seed connection authenticates and reads the cluster map (GET_CLUSTER_CONFIG;
 a node without one serves every vbucket itself). Each node that owns wanted vbuckets gets a DCP
 connection: SASL, HELLO, SELECT_BUCKET, the high seqnos and failover logs it needs for ``--from`` and
-``--until``, DCP_OPEN, the controls. Stream requests for all of its vbuckets are pipelined. Then one loop
-reads every connection: noops are answered at once; every stream message counts towards the
-flow-control window and is acknowledged when half of it is used (what dcpdrain and gocbcore do);
-markers, items and stream ends update the per-vbucket position; items are handed to the caller annotated
-exactly as a captured message is (``ts``, ``connection``, ``direction`` and the tracker's fields).
-A Rollback answer goes through the rollback engine (``--on-rollback``): follow (explain it, roll the
-position back, ask again), fail, or report and leave the vbucket. NotMyVbucket refreshes the map and asks
-the right node. A stream ending with StateChanged, Slow or Disconnected is asked again from its position
-(unless it was to end now). The position (``--state``) is saved atomically every second, every
-``save_items`` items and at the end, after the caller's output is flushed, so a stop and a resume deliver
-every item exactly once; a kill -9 repeats at most the items written since the last save. When the output
-fails, nothing more is saved: the last save counts only what was flushed before it.
+``--until``, DCP_OPEN, the controls; then a sans-IO :class:`~dcpctl.client.consumer.Consumer` takes the
+connection's protocol over (flow control, noops, positions, ``--count``, the rollback policy, stream ends)
+and the stream requests for all of its vbuckets are pipelined. This module keeps the sockets, TLS and the
+topology, and one loop: it reads every connection, feeds each consumer what its socket gave, sends what
+the consumer queued, and hands the caller the consumer's stream data (messages annotated as a captured
+message is, or runs of lines the caller's LineMaker rendered). The consumer's requests for I/O are met
+here: a rollback is explained with the failover log and high seqno the server has now, and a vbucket
+answered NotMyVbucket, or whose stream ended early, is asked again from the node the cluster map now
+names. The position (``--state``) is saved atomically every second, every ``save_items`` items and at the
+end, after the caller's output is flushed, so a stop and a resume deliver every item exactly once; a
+kill -9 repeats at most the items written since the last save. When the output fails, nothing more is
+saved: the last save counts only what was flushed before it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import time
@@ -41,47 +40,30 @@ from dcpctl.client.connection import (
     ClientTimeoutError,
     Connection,
     FloodError,
-    StatusError,
     TlsOptions,
     join_host,
     queue_limit,
     server_address,
     split_host,
 )
-from dcpctl.client.state import State, VbucketPosition
-from dcpctl.dcp.rollback import (
-    END_FOREVER,
-    FailoverEntry,
-    StreamRequest,
-    VbucketState,
-    failover_entries,
-    needs_rollback,
+from dcpctl.client.consumer import (
+    Consumer,
+    LineMaker,
+    Notice,
+    Progress,
+    Reroute,
+    RollbackAsked,
+    RollbackRefusedError,
 )
+from dcpctl.client.state import State, VbucketPosition
+from dcpctl.dcp.rollback import FailoverEntry, failover_entries
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
-from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol import build, grammar
-from dcpctl.protocol.constants import (
-    MAX_VBUCKETS,
-    STREAM_END_STATUSES,
-    DcpOpenFlag,
-    Magic,
-    Opcode,
-    Status,
-    StreamEndStatus,
-)
-from dcpctl.protocol.framer import HEADER_LENGTH
-from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
-from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
-from dcpctl.render.lines import LineReader, LineReaders
+from dcpctl.protocol import stream_request_value
+from dcpctl.protocol.constants import MAX_VBUCKETS, DcpOpenFlag, Opcode, Status
+from dcpctl.protocol.message import Message
 
-# Plain ints, compared per message (an enum class's attribute is slow to look up).
-REQUEST: Final = int(Magic.CLIENT_REQUEST)
-NOOP: Final = int(Opcode.DCP_NOOP)
-MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
-STREAM_END: Final = int(Opcode.DCP_STREAM_END)
-STREAM_REQ: Final = int(Opcode.DCP_STREAM_REQ)
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
 # writes and fsyncs every vbucket's position (hundreds of kB for 1024): saving more often would cost a stream
@@ -90,20 +72,10 @@ SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = DEFAULT_WINDOW  # connection_buffer_size
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
-MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
-# Stream ends (reference 3.7) after which the vbucket is asked again from where it got to; FilterEmpty (7)
-# ends it for good (its collections are gone), LostPrivileges (8) stops dcpctl (exit 7)
-REOPEN_STATUSES: Final = frozenset({StreamEndStatus.STATE_CHANGED, StreamEndStatus.DISCONNECTED,
-                                    StreamEndStatus.SLOW, StreamEndStatus.BACKFILL_FAIL})
 # A vbucket asked again (NotMyVbucket, a reopened stream) this many times in a row without an item is given
 # up on: the cluster map keeps pointing at a node that does not have it. The waits double from the first.
 MAX_REROUTES: Final = 10
 REROUTE_WAIT: Final = 0.1  # seconds before the second try; 0.1 * 2**9 = 51 s before the tenth
-_SCAN: Final = HEADER_LAYOUT.prefix("opaque")  # the header up to the opaque: what the quiet path reads
-# by_seqno, read at the start of the extras: the quiet path takes only item shapes whose by_seqno is there
-_SEQNO: Final = layout(grammar.mutation_extras).field("by_seqno")
-_BODY: Final = HEADER_LAYOUT.field("total_body_length")
-_BODY_AT: Final = HEADER_LAYOUT.offset("total_body_length")
 
 
 @dataclass
@@ -131,45 +103,16 @@ class StreamOptions:
     save_items: int = SAVE_EVERY_ITEMS  # --state is saved at least every this many items (and every second)
     name: str = ""
     quiet: bool = False  # nobody reads the messages (--summary alone): items are counted from their headers
-    # JSON lines are wanted and go here (bytes): plain items are then written from a template in place
-    lines: Callable[[bytes], object] | None = None
+    # the caller renders plain items itself, straight from their bytes: they are handed out as its lines
+    line_maker: LineMaker | None = None
     max_scram_iterations: int = MAX_SCRAM_ITERATIONS  # a server asking for more is refused (sasl.py)
-
-
-@dataclass
-class _Stream:
-    vbucket: int
-    opaque: int
-    request: StreamRequest
-    sent: float  # monotonic time of the request: unanswered past --timeout is an error
-    open: bool = False
-    ended: bool = False
-    rollbacks: int = 0
 
 
 @dataclass
 class _Node:
     conn: Connection
-    tracker: ConnectionTracker
-    vbuckets: list[int]
-    unacked: int = 0
+    consumer: Consumer
     last_heard: float = 0.0
-    lines: LineReaders | None = None  # the JSON-lines path's compiled readers, made on first use
-    shapes: _SeqnoShapes | None = None  # the quiet path's item shapes, made on first use
-
-
-class _SeqnoShapes(dict[int, bool]):
-    """``opcode << 8 | extras length`` -> whether decoding reads that item shape's by_seqno from the first 8
-    bytes of its extras (a declared item layout, from the decoder's plan); filled as shapes are seen."""
-
-    def __init__(self, dialect: Dialect) -> None:
-        super().__init__()
-        self.dialect = dialect
-
-    def __missing__(self, shape: int) -> bool:
-        plan = item_plan(self.dialect, shape >> 8, shape & 0xFF)
-        found = self[shape] = plan is not None and plan[0].seqno_at == 0
-        return found
 
 
 class Streamer:
@@ -186,35 +129,34 @@ class Streamer:
         self.before_wait = before_wait
         default_port = 11207 if options.tls else 11210
         self.seed_host, self.seed_port = split_host(address, default_port)
-        self.state = State(options.bucket)
+        state = State(options.bucket)
         if options.state_path is not None:
-            self.state = state_file.load(options.state_path, options.bucket)
+            state = state_file.load(options.state_path, options.bucket)
+        self.progress = Progress(state, options.count, options.save_items)
         self.nodes: dict[tuple[str, int], _Node] = {}
-        self.streams: dict[tuple[int, int], _Stream] = {}  # (id of node, opaque) -> stream
         self.owner: dict[int, tuple[str, int]] = {}
-        self.ends: dict[int, int] = {}
-        self.items = 0
-        self.stats: dict[int, dict[str, Any]] = {}
         self.started = time.monotonic()
-        self.first_ts: float | None = None  # when the first stream message was read (--summary's time 0)
-        self._opaque = 0x1000
         self._last_save = time.monotonic()
-        self._save_at = options.save_items  # the item count at which the state is next saved
-        self._done = False
         self.interrupted = False  # stop() was called
         self.requested = False  # a stream request was sent: from then on a stop closes streams and saves state
         self._prepared: set[int] = set()
-        self._reroutes: dict[int, int] = {}  # vbucket -> times asked again since its last item
-        self._uncommitted: tuple[VbucketPosition, int] | None = None  # the item handed out, not yet taken
+        self._value = _stream_value(options)
+        # a tap sees every message: the fast paths, which decode none, are for when nobody else looks
+        self._quiet = options.quiet and tap is None
+        self._lines = options.line_maker if tap is None else None
         if "connection_buffer_size" in options.controls:  # the window acks are sent for is the one negotiated
             try:
                 options.buffer_size = int(options.controls["connection_buffer_size"])
             except ValueError:
                 raise ClientError("--control connection_buffer_size: a number of bytes", ExitCode.USAGE) from None
 
+    @property
+    def state(self) -> State:
+        return self.progress.state
+
     # --- topology --------------------------------------------------------------------------------
     def _connect(self, host: str, port: int) -> Connection:
-        conn = Connection(host, port, tls=self.options.tls, timeout=self.options.timeout, tap=self._tapped,
+        conn = Connection(host, port, tls=self.options.tls, timeout=self.options.timeout, tap=self.tap,
                           max_scram_iterations=self.options.max_scram_iterations)
         try:
             conn.bootstrap(self.options.user, self.options.password, self.options.bucket, self.options.mechanism,
@@ -224,20 +166,15 @@ class Streamer:
             raise
         return conn
 
-    def _tapped(self, conn: Connection, from_client: bool, data: bytes) -> None:
-        if self.tap is not None:
-            self.tap(conn, from_client, data)
-        node = self.nodes.get((conn.host, conn.port))
-        if from_client and node is not None and node.conn is conn:
-            node.tracker.observe(decode(data, 0, node.tracker.options()), from_client=True, ts=time.time())
-
     def _map(self, seed: Connection) -> int:
         """Read the vbucket map; returns the number of vbuckets."""
         count, self.owner = vbucket_map(seed, self.seed_host, self.seed_port, tls=self.options.tls is not None)
         return count
 
     # --- the stream -----------------------------------------------------------------------------
-    def messages(self) -> Iterator[Message]:
+    def messages(self) -> Iterator[Message | bytes]:
+        """Stream data, annotated as a captured message is; runs of plain items as the LineMaker's lines
+        when there is one (bytes). The caller asks for the next once it has written the last."""
         seed = self._connect(self.seed_host, self.seed_port)
         try:
             count = self._map(seed)
@@ -258,35 +195,37 @@ class Streamer:
         node = self.nodes.get(address)
         if node is None:
             conn = self._connect(*address)
-            tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
-            tracker.negotiated(collections=bool(conn.options.collections))  # HELLO came before tracking
-            node = _Node(conn, tracker, [], last_heard=time.monotonic())
-            self._prepare(node, vbuckets)
-            self._dcp_open(node)
+            self._prepare(conn, vbuckets)
+            self._dcp_open(conn)
+            consumer = Consumer(self.progress, options=conn.options, label=conn.label, connection=conn.connection,
+                                framer=conn.framer, buffer_size=self.options.buffer_size,
+                                on_rollback=self.options.on_rollback, value=self._value, quiet=self._quiet,
+                                lines=self._lines)
+            node = _Node(conn, consumer, last_heard=time.monotonic())
             self.nodes[address] = node
         else:
-            self._prepare(node, vbuckets)
+            self._prepare(node.conn, vbuckets)
+        node.consumer.read_ahead(node.conn.pending, node.conn.read_ts)
         for vb in vbuckets:
-            if vb not in node.vbuckets:
-                node.vbuckets.append(vb)
-            self._request(node, vb)
+            node.consumer.request(vb, time.time())
+        self.requested = True
+        self._send(node)
         return node
 
-    def _prepare(self, node: _Node, vbuckets: list[int]) -> None:
+    def _prepare(self, conn: Connection, vbuckets: list[int]) -> None:
         """Positions and end seqnos for these vbuckets (what --from and --until need from the server); a
         vbucket asked again (it moved, its stream ended early) keeps the position it got to."""
         vbuckets = [vb for vb in vbuckets if vb not in self._prepared]
         if not vbuckets:
             return
         self._prepared.update(vbuckets)
-        options = self.options
-        conn = node.conn
+        options, progress = self.options, self.progress
         need_seqnos = options.start == "now" or options.until == "now"
         high: dict[int, int] = {}
         if need_seqnos:
             high = self._high_seqnos(conn)
         for vb in vbuckets:
-            position = self.state.vbuckets.get(vb)
+            position = progress.state.vbuckets.get(vb)
             if options.start == "resume" and position is not None:
                 pass
             elif options.start in ("beginning", "resume"):
@@ -295,11 +234,11 @@ class Streamer:
                 log = self._failover_log(conn, vb)
                 seqno = high.get(vb, 0) if options.start == "now" else int(options.start)
                 position = VbucketPosition(log[0].vbucket_uuid if log else 0, seqno, seqno, seqno, log)
-            self.state.vbuckets[vb] = position
+            progress.state.vbuckets[vb] = position
             if options.until == "now":
-                self.ends[vb] = high.get(vb, 0)
+                progress.ends[vb] = high.get(vb, 0)
             elif options.until != "forever":
-                self.ends[vb] = int(options.until)
+                progress.ends[vb] = int(options.until)
 
     def _high_seqnos(self, conn: Connection) -> dict[int, int]:
         reply = conn.check(Opcode.GET_ALL_VB_SEQNOS)
@@ -308,7 +247,7 @@ class Streamer:
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
         return failover_entries(conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}", vbucket=vb))
 
-    def _dcp_open(self, node: _Node) -> None:
+    def _dcp_open(self, conn: Connection) -> None:
         options = self.options
         flags = DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES
         if options.xattrs:
@@ -316,7 +255,7 @@ class Streamer:
         if options.no_value:
             flags |= DcpOpenFlag.NO_VALUE
         name = options.name or f"dcpctl:{os.getpid()}:{len(self.nodes)}"
-        node.conn.check(Opcode.DCP_OPEN, key=name.encode(), seqno=0, flags=flags)
+        conn.check(Opcode.DCP_OPEN, key=name.encode(), seqno=0, flags=flags)
         controls = {"enable_noop": "true", "set_noop_interval": str(options.noop_interval),
                     "connection_buffer_size": str(options.buffer_size),
                     "send_stream_end_on_client_close_stream": "true", "enable_expiry_opcode": "true"}
@@ -324,81 +263,88 @@ class Streamer:
             controls["enable_stream_id"] = "true"
         controls.update(options.controls)
         for key, value in controls.items():
-            node.conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
+            conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
         # stream data may now come while a call waits (a rollback asks for the failover log): its window
-        node.conn.queue_limit = queue_limit(options.buffer_size, node.conn.framer.max_body_length)
-
-    def _request(self, node: _Node, vb: int) -> None:
-        position = self.state.vbuckets[vb]
-        # Asked even when already at the end: only the server can say whether that history is still its own
-        # (a rollback); an end below the start would be Erange, so it is raised to the start.
-        end = max(self.ends.get(vb, END_FOREVER), position.seqno)
-        snap_start, snap_end = position.resume_snapshot()
-        request = StreamRequest(position.seqno, position.vbucket_uuid, snap_start, snap_end, end)
-        self._opaque += 1
-        self.requested = True
-        value = self._value()
-        node.conn.send(Opcode.DCP_STREAM_REQ, opaque=self._opaque, vbucket=vb, value=value.encode() if value else b"",
-                       flags=0, reserved=0, start_seqno=request.start_seqno, end_seqno=end,
-                       vbucket_uuid=request.vbucket_uuid, snap_start_seqno=snap_start, snap_end_seqno=snap_end)
-        self.streams[(id(node), self._opaque)] = _Stream(vb, self._opaque, request, time.monotonic())
-
-    def _value(self) -> str | None:
-        options = self.options
-        value: dict[str, Any] = {}
-        if options.stream_id is not None:
-            value["sid"] = options.stream_id
-        if options.collections:
-            value["collections"] = [f"{c:x}" for c in options.collections]
-        elif options.scope is not None:
-            value["scope"] = f"{options.scope:x}"
-        return json.dumps(value, separators=(",", ":")) if value else None
+        conn.queue_limit = queue_limit(options.buffer_size, conn.framer.max_body_length)
 
     def _active(self) -> bool:
-        return any(not s.ended for s in self.streams.values())
+        return any(node.consumer.active for node in self.nodes.values())
 
-    def _loop(self) -> Iterator[Message]:
+    @staticmethod
+    def _send(node: _Node) -> None:
+        data = node.consumer.data_to_send()
+        if data:
+            node.conn.send_bytes(data)
+
+    def _loop(self) -> Iterator[Message | bytes]:
         selector = selectors.DefaultSelector()
         registered: set[int] = set()
         dead_after = 2.5 * self.options.noop_interval
-        quiet = self.options.quiet and self.tap is None
-        lines = self.options.lines is not None and self.tap is None
+        progress = self.progress
+        quiet = self._quiet
         try:
-            while self._active() and not self._done:
+            while self._active() and not progress.done:
                 for node in list(self.nodes.values()):
                     if id(node) not in registered:
                         selector.register(node.conn.sock, selectors.EVENT_READ, node)
                         registered.add(id(node))
-                ready = [n for n in self.nodes.values()
-                         if (n.conn.pending if quiet else n.conn.buffered()) or _tls_pending(n.conn)]
+                ready = [n for n in self.nodes.values() if n.consumer.buffered() or _tls_pending(n.conn)]
                 if not ready:
                     self.before_wait()  # the output reaches its reader before dcpctl waits for the network
                     ready = [key.data for key, _ in selector.select(WAKE_EVERY)]
                 now = time.monotonic()
                 for node in ready:  # one turn each: what one read brought, so no connection starves the rest
-                    if quiet or not node.conn.buffered():
-                        node.conn.receive(0.0)
+                    if quiet or not node.consumer.buffered():
+                        data = node.conn.read(0.0)
+                        if data:
+                            node.consumer.feed(data, node.conn.read_ts)
                     node.last_heard = now
-                    if quiet:
-                        self._scan(node)
-                        continue
-                    if lines:
-                        yield from self._lines(node)
-                        continue
-                    while not self._done:
-                        msg = node.conn.take()
-                        if msg is None:
-                            break
-                        out = self._handle(node, msg)
-                        if out is not None:
-                            yield out
-                            # the caller asked for the next message: this one is written, its position counts
-                            self._commit(out)
+                    yield from self._turn(node)
                 self._check_deadlines(now, dead_after)
-                if now - self._last_save > SAVE_EVERY or self.items >= self._save_at:
+                if now - self._last_save > SAVE_EVERY or progress.items >= progress.save_at:
                     self.save()
         finally:
             selector.close()
+
+    def _turn(self, node: _Node) -> Iterator[Message | bytes]:
+        """What the node's consumer makes of the bytes it was fed: its stream data to the caller (committed
+        once the caller asks for more: written), its notes and requests for I/O met here."""
+        consumer, progress = node.consumer, self.progress
+        for event in consumer.events():
+            self._send(node)  # acks and noop answers go before anything waits
+            if isinstance(event, (Message, bytes)):
+                yield event
+                # the caller asked for the next message: this one is written, its position counts
+                consumer.commit()
+                if progress.items >= progress.save_at:  # every item handed out so far is written: all counted
+                    self.save()
+            elif isinstance(event, Notice):
+                self.notice(event.text)
+            elif isinstance(event, RollbackAsked):
+                self._rollback(node, event)
+            elif isinstance(event, Reroute):
+                self._reroute(event.vbucket)
+        self._send(node)
+
+    def _rollback(self, node: _Node, asked: RollbackAsked) -> None:
+        """Explain the rollback with what the server has now, then let the consumer apply the policy."""
+        vb, conn = asked.vbucket, node.conn
+        try:
+            log = self._failover_log(conn, vb)
+            high = self._high_seqnos(conn).get(vb)
+        except FloodError:
+            raise  # the connection is given up: nothing to explain the rollback with, or to retry on
+        except ClientError:
+            log, high = [], None
+        node.consumer.read_ahead(conn.pending, conn.read_ts)
+        try:
+            told = node.consumer.rollback(vb, asked.seqno, log, high, time.time(),
+                                          until_now=self.options.until == "now")
+        except RollbackRefusedError as exc:
+            self.notice(exc.story)
+            raise
+        self.notice(told.text)
+        self._send(node)
 
     def _check_deadlines(self, now: float, dead_after: float) -> None:
         """A node silent past the noop deadline is dead; a stream request unanswered past --timeout is an error
@@ -408,333 +354,17 @@ class Streamer:
                 raise ClientError(f"{node.conn.label}: nothing received for {dead_after:g} s, noops included: "
                                   "the connection is dead", ExitCode.CONNECTION)
         timeout = self.options.timeout
-        for stream in self.streams.values():
-            if not stream.open and not stream.ended and now - stream.sent > timeout:
+        for node in self.nodes.values():
+            stream = node.consumer.overdue(time.time(), timeout)
+            if stream is not None:
                 raise ClientTimeoutError(f"no answer to the stream request for vbucket {stream.vbucket} within "
                                          f"{timeout:g} s (--timeout)")
-
-    def _commit(self, _msg: Message) -> None:
-        """The caller took the message (it asks for the next one after writing it): an item's seqno is now
-        where its vbucket got to, which --state saves. Committed only now, a stop between receiving an item
-        and writing it resumes from before it, so it is written exactly once."""
-        pending = self._uncommitted
-        if pending is not None:
-            self._uncommitted = None
-            position, seqno = pending
-            position.seqno = seqno
-        if self.items >= self._save_at:  # every item handed out so far is written: a save counts them all
-            self.save()
-
-    def _scan(self, node: _Node) -> None:
-        """The quiet path: items are counted from their headers, in place; anything else is decoded and
-        handled as usual. Positions, acknowledgements and --count are exactly the usual path's."""
-        conn = node.conn
-        while conn.pending and not self._done:  # read ahead by a call(): already decoded
-            self._taken(node, conn.pending.popleft())
-        if node.shapes is None:
-            node.shapes = _SeqnoShapes(conn.options.dialect)
-        shape = node.shapes.__getitem__
-        buf, pos = conn.framer.window()
-        n = len(buf)
-        streams, key, half = self.streams, id(node), self.options.buffer_size // 2
-        request, changes, header = REQUEST, CHANGE_OPCODES, HEADER_LENGTH  # locals: read per item
-        stop_at = -1 if self.options.count is None else self.options.count  # --count: the item that ends it
-        written: dict[int, list[int]] = {}  # per vbucket, the items counted since the last flush
-        items, unacked, vbucket, run = self.items, node.unacked, -1, [0, 0, 0]
-        while pos + header <= n and not self._done:
-            magic, opcode, keylen, extlen, _datatype, _vbucket, body, opaque = _SCAN.unpack_from(buf, pos)
-            end = pos + header + body
-            if end > n:
-                break
-            # counted in place only when its by_seqno is where decoding reads it: an item of a declared shape
-            # whose extras fit its body; anything else (a cut body) is decoded and handled the usual way
-            stream = (streams.get((key, opaque)) if magic == request and opcode in changes and keylen + extlen <= body
-                      and shape(opcode << 8 | extlen) else None)
-            if stream is None:
-                self.items, node.unacked, vbucket = items, unacked, -1
-                self._counted(written, conn.read_ts)
-                message = decode(buf[pos:end], 0, conn.options)
-                conn.framer.consume(end)
-                self._taken(node, message)
-                # handling may have called the server (a rollback asks for the failover log): what that
-                # read ahead was decoded into ``pending`` and comes before the rest of the buffer
-                while conn.pending and not self._done:
-                    self._taken(node, conn.pending.popleft())
-                buf, pos = conn.framer.window()
-                n, items, unacked = len(buf), self.items, node.unacked
-                continue
-            seqno = _SEQNO.unpack_from(buf, pos + header)[0]
-            if stream.vbucket != vbucket:
-                vbucket = stream.vbucket
-                run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
-            run[0] += 1
-            run[2] = seqno
-            items += 1
-            unacked += end - pos
-            if unacked >= half:
-                conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=unacked)
-                unacked = 0
-            pos = end
-            if items == stop_at:
-                self._done = True
-        self.items, node.unacked = items, unacked
-        self._counted(written, conn.read_ts)
-        conn.framer.consume(pos)
-
-    def _taken(self, node: _Node, message: Message) -> None:
-        """The quiet path's usual road: nothing is written, so a handled message is taken at once."""
-        self._handle(node, message)
-        self._commit(message)
-
-    def _counted(self, written: dict[int, list[int]], ts: float) -> None:
-        """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
-        seqno], read at ``ts``: their vbuckets' positions and counts move on, and ``written`` is emptied."""
-        positions, stats_of, reroutes = self.state.vbuckets, self.stats, self._reroutes
-        for vbucket, (count, first, last) in written.items():
-            positions[vbucket].seqno = last
-            reroutes.pop(vbucket, None)
-            stats = stats_of.get(vbucket)
-            if stats is None:
-                stats = stats_of[vbucket] = _new_stats(first, ts)
-            elif stats["first_seqno"] is None:
-                stats["first_seqno"] = first
-            stats["items"] += count
-            stats["last_seqno"] = last
-            stats["last_ts"] = ts
-        written.clear()
-
-    def _lines(self, node: _Node) -> Iterator[Message]:
-        """The JSON-lines path: plain items (about which the compiled line reader of their shape and the
-        tracker have nothing to say, whose value the record shows as text) are written in place as lines
-        (``itemreader``); anything else is decoded, handled and yielded for the output as usual. Positions,
-        acknowledgements and --count are exactly the usual path's, and a test holds every line to the usual
-        path's record. An item's position counts once its line is written."""
-        conn, tracker, write = node.conn, node.tracker, self.options.lines
-        assert write is not None
-        streams, stop_at = self.streams, -1 if self.options.count is None else self.options.count
-        half, key = self.options.buffer_size // 2, id(node)
-        if node.lines is None:
-            node.lines = LineReaders({"ts": None, "connection": conn.connection, "direction": "server>client"},
-                                     ("ts",), conn.framer.max_body_length)
-        readers, plain = node.lines, tracker.plain_item
-        reader: LineReader | None = None
-        # per vbucket, the items written in this window: [items, first seqno, last seqno]
-        written: dict[int, list[int]] = {}
-        while not self._done:
-            while conn.pending and not self._done:  # read ahead by a call(): already decoded, handled first
-                out = self._handle(node, conn.pending.popleft())
-                if out is not None:
-                    yield out
-                    self._commit(out)
-            buf, pos = conn.framer.window()
-            n, base, options = len(buf), conn.framer.offset - pos, conn.options
-            lead = (orjson.dumps(conn.read_ts),)
-            out_lines: list[bytes] = []
-            append = out_lines.append
-            items, unacked, run, save_at = self.items, node.unacked, [0, 0, 0], self._save_at
-            last_opaque, stream = -1, None
-            while True:
-                got = reader(buf, pos, n, lead, base, plain) if reader is not None else None
-                if got is None:
-                    shaped = readers.at(buf, pos, n, options)
-                    if shaped is None or shaped is reader:
-                        break
-                    reader = shaped
-                    got = reader(buf, pos, n, lead, base, plain)
-                    if got is None:
-                        break
-                end, opaque, seqno, line = got
-                append(line)
-                unacked += end - pos
-                pos = end
-                if opaque != last_opaque:  # items come in runs of one stream
-                    last_opaque, stream = opaque, streams.get((key, opaque))
-                    if stream is not None:
-                        vbucket = stream.vbucket
-                        run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
-                if stream is None:  # not one of ours (the usual path writes it and counts it nowhere)
-                    continue
-                run[0] += 1
-                run[2] = seqno
-                items += 1
-                if items == stop_at:
-                    self._done = True
-                    break
-                if items >= save_at:  # written and saved before more: a kill -9 repeats save_items at most
-                    break
-            self.items, node.unacked = items, unacked
-            if out_lines:
-                write(b"".join(out_lines))
-                # written: the positions count (a Ctrl-C only asks the loop to stop, never cuts a write)
-                self._counted(written, conn.read_ts)
-                if node.unacked >= half:
-                    conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=node.unacked)
-                    node.unacked = 0
-            conn.framer.consume(pos)
-            if self._done:
-                return
-            if items >= save_at:
-                self.save()
-                continue
-            msg = self._one(conn)  # the packet the walk stopped at, the usual way
-            if msg is None:
-                return  # nothing whole left: the caller reads the socket again
-            out = self._handle(node, msg)
-            if out is not None:
-                yield out
-                self._commit(out)
-
-    @staticmethod
-    def _one(conn: Connection) -> Message | None:
-        """The next whole packet in the connection's buffer, decoded (None when there is none)."""
-        buf, pos = conn.framer.window()
-        if len(buf) - pos < HEADER_LENGTH:
-            return None
-        total = HEADER_LENGTH + _BODY.unpack_from(buf, pos + _BODY_AT)[0]
-        if total > HEADER_LENGTH + conn.framer.max_body_length:
-            return conn.take()  # the framer's own checks say what is wrong with it
-        if len(buf) - pos < total:
-            return None
-        base = conn.framer.offset - pos
-        conn.framer.consume(pos + total)
-        return decode(buf[pos:pos + total], base + pos, conn.options)
-
-    def _handle(self, node: _Node, msg: Message) -> Message | None:
-        """Act on one message; returns it when it is for the output (stream data), else None."""
-        opcode = msg.opcode
-        if self.first_ts is None:
-            self.first_ts = node.conn.read_ts
-        if msg.is_response:
-            node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
-            if opcode == STREAM_REQ:
-                self._stream_response(node, msg)
-            return None
-        if opcode == NOOP:
-            node.tracker.observe(msg, from_client=False, ts=node.conn.read_ts)
-            node.conn.send_bytes(build.response(Opcode.DCP_NOOP, opaque=msg.opaque))
-            return None
-        node.unacked += len(msg.raw)
-        if node.unacked >= self.options.buffer_size // 2:
-            node.conn.send(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, bytes_to_ack=node.unacked)
-            node.unacked = 0
-        stream = self.streams.get((id(node), msg.opaque))
-        ts = node.conn.read_ts  # when its bytes were read, as a capture's ts is when they were seen
-        note = node.tracker.observe(msg, from_client=False, ts=ts)
-        msg.annotate({"ts": ts, "connection": node.conn.connection, "direction": "server>client"}, note.fields,
-                     note.diagnostics)
-        if stream is None or opcode not in STREAM_OPCODES:
-            return msg
-        vbucket = stream.vbucket
-        position = self.state.vbuckets[vbucket]
-        if opcode == MARKER:
-            start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")  # extras, or a v2.x value
-            position.snap_start_seqno = position.seqno if start is None else int(start)
-            position.snap_end_seqno = position.seqno if end is None else int(end)
-            return msg
-        if opcode == STREAM_END:
-            self._stream_end(node, stream, int((msg.extras or {}).get("stream_end_status", 0)))
-            return msg
-        seqno = msg.by_seqno
-        if seqno is not None:
-            self._uncommitted = (position, seqno)  # see _commit
-            self._reroutes.pop(vbucket, None)
-        if opcode in CHANGE_OPCODES:
-            self.items += 1
-            stats = self.stats.get(vbucket)
-            if stats is None:
-                stats = self.stats[vbucket] = _new_stats(None, ts)
-            stats["items"] += 1
-            stats["last_ts"] = ts
-            if seqno is not None:  # an item cut short has none: it is counted, its seqno is not made up
-                if stats["first_seqno"] is None:
-                    stats["first_seqno"] = seqno
-                stats["last_seqno"] = seqno
-            if self.options.count is not None and self.items >= self.options.count:
-                self._done = True
-        return msg
-
-    def _stream_response(self, node: _Node, msg: Message) -> None:
-        stream = self.streams.get((id(node), msg.opaque))
-        if stream is None:
-            return
-        status = msg.status
-        vb = stream.vbucket
-        position = self.state.vbuckets[vb]
-        if status == Status.SUCCESS:
-            stream.open = True
-            log = failover_entries(msg)
-            if log:
-                position.failover_log = log
-                position.vbucket_uuid = log[0].vbucket_uuid
-            return
-        del self.streams[(id(node), msg.opaque)]
-        if status == Status.ROLLBACK:
-            self._rollback(node, stream, int(msg.field("rollback_seqno") or 0))
-        elif status == Status.NOT_MY_VBUCKET:
-            self.notice(f"vbucket {vb}: {node.conn.label} answered NotMyVbucket; reading the cluster map again")
-            self._reroute(vb)
-        else:
-            raise StatusError(f"stream request for vbucket {vb} on {node.conn.label}", str(msg.status_name))
-
-    def _rollback(self, node: _Node, stream: _Stream, seqno: int) -> None:
-        vb = stream.vbucket
-        position = self.state.vbuckets[vb]
-        request = stream.request
-        why = ""
-        try:
-            log = self._failover_log(node.conn, vb)
-            high = self._high_seqnos(node.conn).get(vb)
-        except FloodError:
-            raise  # the connection is given up: nothing to explain the rollback with, or to retry on
-        except ClientError:
-            log, high = [], None
-        if high is not None and vb in self.ends and self.options.until == "now":
-            # --until now: the history the start's high seqno belonged to is gone; the vbucket's own now ends it
-            self.ends[vb] = min(self.ends[vb], high)
-        if log:
-            decision = needs_rollback(request, VbucketState(tuple(log), high if high is not None else
-                                                            max(request.start_seqno, request.snap_end, log[0].seqno)))
-            # each a sentence of its own: the notice goes on with "Retrying ..." or "Not following it ..."
-            why = f" [{decision.rule}] {decision.reason}." if decision.rollback_seqno == seqno else \
-                " The server's purge or high seqno decided: the failover log alone does not explain it."
-        story = (f"vbucket {vb}: the server asks to roll back from {request.start_seqno} "
-                 f"(uuid {request.vbucket_uuid}, snapshot {request.snap_start}-{request.snap_end}) to {seqno}.{why}")
-        policy = self.options.on_rollback
-        if policy == "fail":
-            self.notice(story)
-            raise ClientError(f"vbucket {vb}: rollback to {seqno} required (--on-rollback fail)", ExitCode.ROLLBACK)
-        if policy == "report":
-            self.notice(story + " Not following it (--on-rollback report): the vbucket is left out.")
-            return
-        stream.rollbacks += 1
-        if stream.rollbacks > MAX_ROLLBACKS:
-            raise ClientError(f"vbucket {vb}: still asked to roll back after {MAX_ROLLBACKS} rounds",
-                              ExitCode.ROLLBACK)
-        position.rolled_back(seqno)
-        self.notice(story + f" Retrying from {position.seqno} with uuid {position.vbucket_uuid}.")
-        self._request(node, vb)
-        new = self.streams.get((id(node), self._opaque))
-        if new is not None:
-            new.rollbacks = stream.rollbacks
-
-    def _stream_end(self, node: _Node, stream: _Stream, status: int) -> None:
-        stream.ended = True
-        vb = stream.vbucket
-        reason = STREAM_END_STATUSES.name(status)
-        if status == StreamEndStatus.LOST_PRIVILEGES:
-            raise ClientError(f"vbucket {vb}: the server ended the stream: {reason} (the user's access to the bucket "
-                              "or collection was revoked)", ExitCode.AUTH)
-        if status == StreamEndStatus.FILTER_EMPTY:
-            self.notice(f"vbucket {vb}: stream ended ({reason}: every collection it was filtered to was dropped)")
-        elif status in REOPEN_STATUSES and (self.ends.get(vb) is None
-                                            or self.state.vbuckets[vb].seqno < self.ends[vb]):
-            self.notice(f"vbucket {vb}: stream ended ({reason}); asking again from {self.state.vbuckets[vb].seqno}")
-            self._reroute(vb)
 
     def _reroute(self, vb: int) -> None:
         """Ask a vbucket again, from the node the cluster map now says owns it; after a few tries without an
         item, waiting longer each time, give up (MAX_REROUTES)."""
-        tries = self._reroutes[vb] = self._reroutes.get(vb, 0) + 1
+        reroutes = self.progress.reroutes
+        tries = reroutes[vb] = reroutes.get(vb, 0) + 1
         if tries > MAX_REROUTES:
             raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without an item (NotMyVbucket or "
                               "ended streams): the cluster map keeps pointing at a node that does not serve it",
@@ -757,15 +387,16 @@ class Streamer:
     def stop(self) -> None:
         """Stop at the next safe point (Ctrl-C): between messages, never inside a write."""
         self.interrupted = True
-        self._done = True
+        self.progress.done = True
 
     def save(self) -> None:
         """Flush the caller's output (``before_save``), then save the positions: what they count is written."""
+        progress = self.progress
         if self.options.state_path is not None:
             self.before_save()
-            state_file.save(self.options.state_path, self.state)
+            state_file.save(self.options.state_path, progress.state)
         self._last_save = time.monotonic()
-        self._save_at = self.items + self.options.save_items
+        progress.save_at = progress.items + self.options.save_items
 
     def close(self, *, save: bool = True) -> None:
         """Save the position (unless the output or the state file failed: then the last save stands, which
@@ -775,11 +406,10 @@ class Streamer:
             if save:
                 self.save()
         finally:
-            for (key, _), stream in self.streams.items():
-                node = next((n for n in self.nodes.values() if id(n) == key), None)
-                if node is not None and stream.open and not stream.ended:
-                    with contextlib.suppress(ClientError):
-                        node.conn.send(Opcode.DCP_CLOSE_STREAM, vbucket=stream.vbucket)
+            for node in self.nodes.values():
+                node.consumer.close_streams()
+                with contextlib.suppress(ClientError):
+                    self._send(node)
             for node in self.nodes.values():
                 node.conn.close()
 
@@ -787,7 +417,8 @@ class Streamer:
         """Per vbucket (in order) and in total: items, seqno range, items a second over the whole run, and
         when the first and last items were read, in seconds since the first stream message."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        zero = self.first_ts or 0.0
+        zero = self.progress.first_ts or 0.0
+        stats_of = self.progress.stats
 
         def since(ts: float | None) -> float | None:
             return None if ts is None else max(ts - zero, 0.0)
@@ -795,17 +426,17 @@ class Streamer:
         rows = [{"vbucket": vb, "items": stats["items"], "first_seqno": stats["first_seqno"],
                  "last_seqno": stats["last_seqno"], "rate": round(stats["items"] / elapsed, 1),
                  "first_offset": since(stats["first_ts"]), "last_offset": since(stats["last_ts"])}
-                for vb, stats in sorted(self.stats.items())]
-        total = sum(stats["items"] for stats in self.stats.values())
+                for vb, stats in sorted(stats_of.items())]
+        total = sum(stats["items"] for stats in stats_of.values())
         firsts = [row["first_offset"] for row in rows if row["first_offset"] is not None]
         lasts = [row["last_offset"] for row in rows if row["last_offset"] is not None]
         return rows, {"vbucket": "total", "items": total, "rate": round(total / elapsed, 1),
                       "first_offset": min(firsts, default=None), "last_offset": max(lasts, default=None)}
 
 
-def _new_stats(first_seqno: int | None, ts: float) -> dict[str, Any]:
-    """A vbucket's --summary counts, from its first item (read at ``ts``)."""
-    return {"items": 0, "first_seqno": first_seqno, "last_seqno": None, "first_ts": ts, "last_ts": ts}
+def _stream_value(options: StreamOptions) -> bytes:
+    """The stream requests' JSON value: the stream id and the collections or scope asked for (none: empty)."""
+    return stream_request_value.encode(options.stream_id, tuple(options.collections or ()), options.scope)
 
 
 class ConfigError(ClientError):

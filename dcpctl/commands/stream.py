@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
+import orjson
 import typer
 
 from dcpctl.client.connection import Connection
@@ -48,6 +49,7 @@ from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.render.env import OutputError
+from dcpctl.render.lines import LineReaders
 from dcpctl.render.output import Format, emit
 from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
@@ -158,7 +160,7 @@ def stream(
     output = fmt or Format(env.default_format())
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
-        options.lines = binary.write  # plain items go out as lines from a template (the JSON of their record)
+        options.line_maker = _JsonLines()  # plain items go out as lines from a template (the JSON of their record)
     errors = env.error_console()
 
     def notice(message: str) -> None:
@@ -199,6 +201,9 @@ def stream(
                         pass
                 elif template is not None:
                     _print_template(messages, template, env.stdout)
+                elif options.line_maker is not None and binary is not None:
+                    # plain items come as their lines, written as they are; the rest is rendered as usual
+                    emit(_lines_written(messages, binary.write), output, env, base64=base64, local_time=local_time)
                 else:
                     # flushed whenever the stream waits
                     emit(messages, output, env, base64=base64, local_time=local_time)
@@ -232,6 +237,18 @@ def stream(
                     capture.close(quiet=failing)
     if summary:
         _print_summary(streamer, env)
+
+
+class _JsonLines:
+    """--format jsonl's plain items, written straight from their bytes: each item shape's line reader fills
+    its record's template (what ``Message.record`` would give, a test holds them to it)."""
+
+    def readers(self, connection: str, max_body_length: int) -> LineReaders:
+        return LineReaders({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",),
+                           max_body_length)
+
+    def lead(self, ts: float) -> tuple[bytes, ...]:
+        return (orjson.dumps(ts),)
 
 
 class _OutputError(CommandError):
@@ -350,10 +367,11 @@ class _Template(string.Formatter):
         return frozenset(names)
 
 
-def _print_template(messages: Iterator[Message], template: str, out: Any) -> None:
+def _print_template(messages: Iterator[Message | bytes], template: str, out: Any) -> None:
     formatter = _Template()
     needed = formatter.check(template)
     for msg in messages:
+        assert isinstance(msg, Message), "lines come only for --format jsonl"
         record = msg.record()
         if not needed <= record.keys():
             continue
@@ -362,6 +380,16 @@ def _print_template(messages: Iterator[Message], template: str, out: Any) -> Non
         except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
             raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
         out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
+
+
+def _lines_written(events: Iterator[Message | bytes], write: Callable[[bytes], object]) -> Iterator[Message]:
+    """The runs of JSON lines among the streamer's events written at once (the LineMaker's), the messages
+    passed on; a run is written before the streamer asks for more, so its positions count it."""
+    for event in events:
+        if isinstance(event, bytes):
+            write(event)
+        else:
+            yield event
 
 
 def _print_summary(streamer: Streamer, env: Any) -> None:

@@ -36,6 +36,19 @@ class StreamRequestValue(NamedTuple):
     purge_seqno: int | None
 
 
+def encode(sid: int | None = None, collections: tuple[int, ...] = (), scope: int | None = None) -> bytes:
+    """The value a client sends: the stream id, and the collections or the scope it asks for (hex strings, as
+    the server reads them); empty when it asks for none of these."""
+    value: dict[str, Any] = {}
+    if sid is not None:
+        value["sid"] = sid
+    if collections:
+        value["collections"] = [f"{c:x}" for c in collections]
+    elif scope is not None:
+        value["scope"] = f"{scope:x}"
+    return orjson.dumps(value) if value else b""
+
+
 def _sid(obj: dict[str, Any]) -> int | None:
     sid = obj.get("sid")
     return sid if isinstance(sid, int) and not isinstance(sid, bool) and 1 <= sid <= MAX_STREAM_ID else None

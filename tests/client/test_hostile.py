@@ -7,19 +7,33 @@ import io
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from hostilekit import cluster_config, flood, hostile, noops_never_reading, rollback_then_flood, scram_challenge
+from hostilekit import (
+    cluster_config,
+    flood,
+    hostile,
+    noops_never_reading,
+    response,
+    rollback_then_flood,
+    scram_challenge,
+)
 from servekit import free_port, serving
 
 from dcpctl.cli import main
 from dcpctl.client.connection import BOOTSTRAP_QUEUE_LIMIT, queue_limit
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import ExitCode
+from dcpctl.protocol import build
+from dcpctl.protocol.constants import Opcode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
+from dcpctl.protocol.message import Message
+from dcpctl.protocol.registry import HEADER_LAYOUT
 from dcpctl.render.env import Environment
 
 
@@ -72,6 +86,38 @@ def test_a_flood_while_a_stream_waits_for_an_answer_is_bounded_by_the_window() -
     assert "Traceback" not in done.stderr
     assert f"waited for the answer to GET_FAILOVER_LOG vbucket 0, more than flow control allows " \
         f"({queue_limit(window)})" in done.stderr
+
+
+def oversized_item(request: Message, sock: socket.socket) -> bytes | None:
+    """One vbucket, whose stream opens; then an item whose header announces a body past the client's limit,
+    and a little of that body, and nothing more (the connection stays open)."""
+    name = request.opcode_name
+    if name == "GET_ALL_VB_SEQNOS":
+        return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+    if name == "DCP_STREAM_REQ":
+        header = bytearray(build.request(Opcode.DCP_MUTATION, opaque=request.opaque, key=b"k", value=b"v",
+                                         by_seqno=1, rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0,
+                                         nru=0)[:HEADER_LAYOUT.size])
+        at = HEADER_LAYOUT.offset("total_body_length")
+        header[at:at + 4] = (DEFAULT_MAX_BODY_LENGTH + 1).to_bytes(4, "big")
+        sock.sendall(response(request, failover_log=[{"vbucket_uuid": 1, "seqno": 0}]) + bytes(header) + b"x" * 999)
+        return b""
+    return None
+
+
+@pytest.mark.parametrize("mode", [["--summary"], ["-F", "jsonl"], ["-F", "json"]])
+def test_an_item_longer_than_the_limit_ends_every_path_at_once(mode: list[str]) -> None:
+    """The quiet path (--summary) used to wait for the rest of such a body (until the noop deadline, holding
+    whatever came): every path now says at once that the server sent something that is not a packet."""
+    with hostile(oversized_item) as server:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--timeout",
+                               "5", *mode], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "DCPCTL_PASSWORD": "x"}, check=False)
+    assert done.returncode == ExitCode.PROTOCOL, done.stderr
+    assert "the server sent bytes that are not a packet" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30
 
 
 def test_a_server_that_stops_reading_gets_the_timeout_not_a_broken_connection() -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import HelloFeature, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message, decode
@@ -82,3 +86,19 @@ def test_stream_request_value_as_the_server_reads_it() -> None:
     assert (bad.sid, bad.scope, bad.purge_seqno) == (None, None, None)
     assert _stream_request('{"x":"\\"sid\\":5"}').stream_request_value.sid is None  # type: ignore[union-attr]
     assert _stream_request("[1]").stream_request_value is None
+
+
+@given(sid=st.none() | st.integers(1, 0xFFFF), collections=st.lists(st.integers(0, 0xFFFFFFFF), max_size=4),
+       scope=st.none() | st.integers(0, 0xFFFFFFFF))
+def test_the_value_a_client_sends_reads_back_as_the_server_reads_it(sid: int | None, collections: list[int],
+                                                                     scope: int | None) -> None:
+    value = srv.encode(sid, tuple(collections), scope)
+    parsed = srv.parse(value)
+    if sid is None and not collections and scope is None:
+        assert value == b""
+        return
+    assert parsed is not None
+    assert parsed.sid == sid
+    assert parsed.collections == (tuple(collections) if collections else None)
+    assert parsed.scope == (None if collections else scope)
+    assert not srv.validate(value)[1]  # no diagnostics: the server takes it as it is
