@@ -16,7 +16,7 @@ from vectorfile import all_vectors
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, item_key
-from dcpctl.protocol.registry import DIALECTS
+from dcpctl.protocol.registry import DIALECTS, HEADER_LAYOUT
 from dcpctl.render.lines import item_line_template, plain_line, plain_value
 
 ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
@@ -33,9 +33,16 @@ def read_item(buf: bytes, pos: int, n: int, options: DecodeOptions) -> PlainItem
 def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = None) -> bool:
     """The reader's reading of ``buf[pos:n]`` is decode's, and it reads exactly the clean plain items."""
     n = len(buf) if n is None else n
+    found = read_item(buf, pos, n, options)
+    # the reader reads the packet framed at pos, as a capture's stream has it: bytes after it are the next
+    # packet's, and a packet cut short by n is not read at all
+    if n - pos < HEADER_LAYOUT.size:
+        assert found is None
+        return True
+    at = pos + HEADER_LAYOUT.offset("total_body_length")
+    n = min(n, pos + HEADER_LAYOUT.size + int.from_bytes(buf[at:at + 4], "big"))
     raw = buf[pos:n]
     message = decode(raw, 0, options)
-    found = read_item(buf, pos, n, options)
     fields = item_key(message) if message.magic == 0x80 else None
     clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
     if found is None:
