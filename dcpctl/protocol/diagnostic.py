@@ -80,7 +80,7 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "flow_control_exceeded": (WARNING, "unacknowledged bytes above the negotiated connection buffer size"),
     "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
     "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),
-    "tls_port": (NOTE, "traffic on the TLS port cannot be decoded"),
+    "tls_port": (NOTE, "a TLS connection (port 11207, or a stream opening with a TLS hello) cannot be decoded"),
     "protocol_on_other_port": (WARNING, "nothing on the decoded ports, but another port carries what looks like "
                                "the protocol: decode it with --port"),
     "overlap_conflict": (WARNING, "a retransmitted TCP segment differs from the bytes delivered; the first was kept"),

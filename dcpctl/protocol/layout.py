@@ -11,16 +11,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from dcpctl.protocol import frameinfo, grammar, walk
-from dcpctl.protocol.constants import (
-    ALT_MAGICS,
-    DATATYPE_SNAPPY,
-    DATATYPE_XATTR,
-    DATATYPES,
-    MAGICS,
-    STATUSES,
-    flag_names,
-)
+from dcpctl.protocol.constants import ALT_MAGICS, DATATYPE_SNAPPY, DATATYPE_XATTR
 from dcpctl.protocol.message import Message, value_grammar
+from dcpctl.protocol.naming import value_names
 from dcpctl.protocol.registry import KeyKind, ValueKind
 from dcpctl.protocol.value import leb128_decode, parse_xattrs
 
@@ -66,25 +59,7 @@ def _header_grammar(msg: Message) -> object:
 
 
 def _meaning(msg: Message, name: str, value: object) -> str:
-    if not isinstance(value, int):
-        return ""
-    if name == "magic":
-        return MAGICS.name(value)
-    if name == "opcode":
-        return msg.opcode_name
-    if name == "status":
-        return STATUSES.name(value, 4)
-    if name == "datatype":
-        return ",".join(flag_names(DATATYPES, value)) or "RAW"
-    if name == "request_type" and msg.variant is not None:
-        return msg.variant.label or ""
-    if msg.variant is not None:
-        vocab = msg.variant.vocabularies.get(name)
-        if vocab is not None:
-            if name.endswith("flags"):
-                return ",".join(flag_names(vocab, value)) or "none"
-            return vocab.name(value)
-    return ""
+    return ",".join(value_names(msg, name, value))
 
 
 def spans(msg: Message, walk_limit: int | None = None) -> list[FieldSpan]:

@@ -20,6 +20,12 @@ from dcpctl.protocol.constants import HELLO_FEATURES, Vocabulary
 NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
 
 
+def list_item_name(field: str, value: int) -> str | None:
+    """The name an item of a named list field has in JSON (a HELLO feature's), or None for other fields."""
+    vocab = NAMED_LIST_FIELDS.get(field)
+    return vocab.name(int(value), 4) if vocab is not None else None
+
+
 def _unwrap(sub: Construct) -> Construct:
     while isinstance(sub, Renamed):
         sub = sub.subcon
@@ -36,9 +42,8 @@ def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
                 out[sub.name] = to_json(sub, obj[sub.name], sub.name)
         return out
     if isinstance(inner, GreedyRange):
-        vocab = NAMED_LIST_FIELDS.get(name)
-        if vocab is not None:
-            return [vocab.name(int(v), 4) for v in obj]
+        if name in NAMED_LIST_FIELDS:
+            return [list_item_name(name, v) for v in obj]
         return [to_json(inner.subcon, item) for item in obj]
     if isinstance(obj, bytes | bytearray):
         return bytes(obj).hex()

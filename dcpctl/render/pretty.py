@@ -21,8 +21,8 @@ from rich.console import Group
 from rich.text import Text
 
 from dcpctl.dcp.rollback import END_FOREVER
-from dcpctl.protocol.constants import DATATYPES, flag_names
 from dcpctl.protocol.message import Message
+from dcpctl.protocol.naming import value_names
 from dcpctl.render.wrap import Hanging
 from dcpctl.safetext import shown
 
@@ -80,14 +80,7 @@ def named(opcode: object, name: str, value: object) -> str | None:
 
 
 def _meaning(msg: Message, name: str, value: Any) -> str:
-    if msg.variant is None or not isinstance(value, int):
-        return ""
-    vocab = msg.variant.vocabularies.get(name)
-    if vocab is None:
-        return ""
-    if name.endswith("flags"):
-        return "|".join(flag_names(vocab, value)) or "none"
-    return vocab.name(value)
+    return "|".join(value_names(msg, name, value))
 
 
 def _cut(text: str, bound: int) -> str:
@@ -132,7 +125,7 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
     if "stream_id" in record:
         text.append(f" sid {record['stream_id']}", style="cyan")
     if record.get("datatype"):
-        text.append(" " + "|".join(flag_names(DATATYPES, record["datatype"])), style="blue")
+        text.append(" " + _meaning(msg, "datatype", record["datatype"]), style="blue")
     fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
     if fields:
         out = line()

@@ -7,6 +7,11 @@ decoded with the options its connection's tracker gives (collections as negotiat
 capture time of its first byte, its connection, direction and the frame numbers it came from, and then
 observed by the tracker. Connection-level findings (a TLS port, the capture ending inside a packet) come
 out as :class:`Diagnostic` notices for standard error.
+
+The first bytes of each direction's stream are held back from the framer's events until they say whether
+the connection is TLS (``sources.tls``: at most six bytes, and one byte for a memcached stream, whose magic
+is no TLS record type). A TLS connection gets one ``tls_port`` notice, the one the pcap reader gives for
+port 11207, and none of its bytes are framed from then on, in either direction.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
 from dcpctl.protocol.itemreader import ItemReader, ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
-from dcpctl.sources.pcap import CaptureNotice, TcpSegment
+from dcpctl.sources.pcap import CaptureNotice, TcpSegment, tls_notice
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
+from dcpctl.sources.tls import TLS_PROBE_LENGTH, tls_hello
 
 # Byte ranges remembered per direction to name the frames a message came from; older ones are dropped
 # once the framer has consumed them, so this only bounds pathological captures.
@@ -38,6 +44,7 @@ class _Direction:
     framer: Framer
     spans: deque[tuple[int, int, float, tuple[int, ...]]] = field(default_factory=deque)
     gap: str | None = None  # a gap not yet reported on a message
+    probe: bytes | None = b""  # the stream's first bytes while they may still open TLS; None once decided
 
 
 @dataclass
@@ -47,6 +54,7 @@ class _Connection:
     label: str
     sink: ItemSink | None = None
     readers: ItemReaders = field(default_factory=ItemReaders)  # the producer's plain items, compiled per shape
+    tls: bool = False  # its stream opened with a TLS handshake: nothing of it is framed
 
 
 Item = Message | Skipped | Diagnostic
@@ -176,7 +184,10 @@ class CaptureDecoder:
             if name not in ("gap", "reassembly_overflow", "snaplen_truncated") or event.from_client is None:
                 return
             state = self._connection(event.conn)
+            if state.tls:
+                return
             direction = state.directions[event.from_client]
+            direction.probe = None  # bytes after a gap are not the stream's first
             offset, tail = direction.framer.remainder()
             out = self._message(event.conn, state, event.from_client, direction, tail, offset) if tail else None
             if out is not None:
@@ -188,12 +199,21 @@ class CaptureDecoder:
                              f"{'client>server' if event.from_client else 'server>client'}: {event.message}")
             return
         state = self._connection(event.conn)
+        if state.tls:
+            return
         direction = state.directions[event.from_client]
         if len(direction.spans) >= MAX_SPANS:
             direction.spans.popleft()
         direction.spans.append((event.offset, event.offset + len(event.data), event.ts, event.frames))
         framer = direction.framer
         framer.feed(event.data)
+        if direction.probe is not None:
+            found = self._probe(event, state, direction)
+            if found is not None:
+                yield found
+                return
+            if direction.probe is not None:
+                return  # the first bytes may still open TLS: nothing is framed yet
         if self.items is not None and not event.from_client:
             yield from self._items(event.conn, state, direction)
             return
@@ -205,6 +225,25 @@ class CaptureDecoder:
                 out = message(conn, state, from_client, direction, item.data, item.offset)
                 if out is not None:
                     yield out
+
+    def _probe(self, event: StreamData, state: _Connection, direction: _Direction) -> Diagnostic | None:
+        """The TLS notice when a direction's first bytes open TLS (the connection is then set aside); else
+        None, with ``direction.probe`` left as it is while too few bytes are in to say."""
+        assert direction.probe is not None
+        if not direction.probe and event.offset:  # the stream's start was not captured
+            direction.probe = None
+            return None
+        direction.probe += event.data[:TLS_PROBE_LENGTH - len(direction.probe)]
+        hello = tls_hello(direction.probe)
+        if hello is None:
+            return None
+        direction.probe = None
+        if not hello:
+            return None
+        state.tls = True
+        for side in state.directions:  # the bytes held are TLS: no message, no tail
+            state.directions[side] = _Direction(self._framer(synced=True), probe=None)
+        return notice_diagnostic(tls_notice(event.frames[0] if event.frames else 0, event.ts, state.label, hello))
 
     def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item]:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to

@@ -187,6 +187,13 @@ def parse_any_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts
                       truncated, wire_payload, start)
 
 
+def tls_notice(frame: int, ts: float, connection: str, why: str) -> CaptureNotice:
+    """The one notice for a TLS connection, whichever way it was known: its port (Couchbase's 11207, whose
+    segments :class:`FrameFilter` drops unread) or, on any other port, its first bytes
+    (``sources.tls``, which ``sources.capture`` reads at the start of each connection's stream)."""
+    return CaptureNotice(frame, ts, "tls_port", f"{connection} is TLS ({why}) and cannot be decoded")
+
+
 # Opcodes a segment on a port not decoded must start with to count as the protocol (either dialect's
 # table: the UPR draft's overlay adds none): with the magic and lengths, random payloads rarely pass.
 _KNOWN_OPCODES: Final = frozenset(opcode for _, opcode in DCP.table)
@@ -227,8 +234,8 @@ class FrameFilter:
             if key not in self._tls_seen:
                 self._tls_seen.add(key)
                 port = min(parsed.src[1], parsed.dst[1])
-                return CaptureNotice(frame, ts, "tls_port", f"{parsed.src[0]}:{parsed.src[1]} > "
-                                     f"{parsed.dst[0]}:{parsed.dst[1]} is TLS (port {port}) and cannot be decoded")
+                return tls_notice(frame, ts, f"{parsed.src[0]}:{parsed.src[1]} > {parsed.dst[0]}:{parsed.dst[1]}",
+                                  f"port {port}")
             return None
         if not self.decoded:
             self._look(parsed)
