@@ -227,6 +227,33 @@ observe_seqno_v1_value = Struct(
 clustermap_notification_extras = Struct("revision" / Int32ub)
 clustermap_notification_epoch_extras = Struct("epoch" / Int64ub, "revision" / Int64ub)
 
+# --- 5. KV commands (kv_engine docs/BinaryProtocol.md and its per-command pages) -------------------
+# GET family responses, GET_RANDOM_KEY, GET_LOCKED, GET_REPLICA: the document's user flags.
+get_response_extras = Struct("flags" / Int32ub)
+# GAT, GATQ, TOUCH requests: the new expiry; GET_LOCKED's optional lock timeout (Wireshark shows it so).
+expiration_request_extras = Struct("expiration" / Int32ub)
+# SET, ADD, REPLACE (+quiet) requests.
+store_extras = Struct("flags" / Int32ub, "expiration" / Int32ub)
+# INCREMENT, DECREMENT (+quiet) requests; an expiration of 0xffffffff means "fail if the counter is missing".
+arithmetic_extras = Struct("delta" / Int64ub, "initial" / Int64ub, "expiration" / Int32ub)
+arithmetic_response_value = Struct("counter" / Int64ub)
+# Mutation responses when HELLO MutationSeqno is on: the mutation token.
+mutation_token_extras = Struct("vbucket_uuid" / Int64ub, "mutation_seqno" / Int64ub)
+# GET_RANDOM_KEY with collections: the collection to pick from (Wireshark: no field; kv_engine's name).
+random_key_extras = Struct("collection_id" / Int32ub)
+# GET_META request: 1 = the 20-byte response, 2 = with the document's datatype (21 bytes).
+get_meta_request_extras = Struct("meta_version" / Int8ub)
+get_meta_response_extras = Struct(
+    "deleted" / Int32ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "seqno" / Int64ub,
+)
+# Version 2 adds the document's datatype; named apart from the header's datatype, which a record also has.
+get_meta_v2_response_extras = Struct(*get_meta_response_extras.subcons, "meta_datatype" / Int8ub)
+collections_get_id_response_extras = Struct("manifest_uid" / Int64ub, "collection_id" / Int32ub)
+collections_get_scope_id_response_extras = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+
 # --- UPR transport draft (seed 001) -------------------------------------------------------------------
 upr_stream_req_extras = Struct(
     "start_seqno" / Int64ub,

@@ -396,6 +396,73 @@ _FAILOVER_LOG = _x(name="failover_log", when=SUCCESS + _when_ext(0), value=Value
                    value_presence=Presence.OPTIONAL, value_grammar=g.failover_log_value)
 _EMPTY_OK = _x(name="ok", when=SUCCESS + _when_ext(0))
 
+# --- KV commands (kv_engine docs/BinaryProtocol.md): the document operations an SDK sends --------------
+_DOC_VALUE = {"value": ValueKind.DOCUMENT, "value_presence": Presence.OPTIONAL}
+_GET = _x(name="get", when=_when_ext(0), **_DOC_KEY)
+_TOUCH = _x(name="touch", extras=g.expiration_request_extras, when=_when_ext(4), **_DOC_KEY)
+_STORE = _x(name="store", extras=g.store_extras, when=_when_ext(8), **_DOC_VALUE, **_DOC_KEY)
+_DELETE = _x(name="delete", when=_when_ext(0), **_DOC_KEY)
+_ARITHMETIC = _x(name="arithmetic", extras=g.arithmetic_extras, when=_when_ext(20), **_DOC_KEY)
+_CONCAT = _x(name="concat", when=_when_ext(0), value=ValueKind.DOCUMENT, value_presence=Presence.REQUIRED,
+             **_DOC_KEY)
+_GET_META = (_x(name="get_meta", when=_when_ext(0), **_DOC_KEY),
+             _x(name="get_meta_versioned", extras=g.get_meta_request_extras, when=_when_ext(1), **_DOC_KEY))
+
+KV_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, _GET) for name in ("GET", "GETQ", "GETK", "GETKQ", "GET_REPLICA")),
+    *(_spec(REQ, name, _TOUCH) for name in ("GAT", "GATQ", "TOUCH")),
+    _spec(REQ, "GET_LOCKED", _GET, _x(name="get_locked_timeout", extras=g.expiration_request_extras,
+                                      when=_when_ext(4), **_DOC_KEY)),
+    _spec(REQ, "UNLOCK_KEY", _x(name="unlock_key", when=_when_ext(0), **_DOC_KEY)),
+    _spec(REQ, "GET_RANDOM_KEY", EMPTY, _x(name="get_random_key_collection", extras=g.random_key_extras,
+                                           when=_when_ext(4))),
+    *(_spec(REQ, name, _STORE) for name in ("SET", "SETQ", "ADD", "ADDQ", "REPLACE", "REPLACEQ")),
+    *(_spec(REQ, name, _DELETE) for name in ("DELETE", "DELETEQ")),
+    *(_spec(REQ, name, _ARITHMETIC) for name in ("INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ")),
+    *(_spec(REQ, name, _CONCAT) for name in ("APPEND", "APPENDQ", "PREPEND", "PREPENDQ")),
+    *(_spec(REQ, name, *_GET_META) for name in ("GET_META", "GETQ_META")),
+    # the path (scope.collection) is the key in 7.0's first form, the value since (MB-42701)
+    *(_spec(REQ, name, _x(name="collections_path", when=_when_ext(0), key=KeyKind.TEXT,
+                          key_presence=Presence.OPTIONAL, value=ValueKind.TEXT, value_presence=Presence.OPTIONAL))
+      for name in ("COLLECTIONS_GET_ID", "COLLECTIONS_GET_SCOPE_ID")),
+    _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
+]
+
+_FOUND = _x(name="found", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE)
+_FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE,
+                **_DOC_KEY)
+# GETK and GETKQ send the key back with a miss too
+_MISS_KEY = _x(name="error_key", when=_when_ext(0), key=KeyKind.DOCUMENT, key_presence=Presence.OPTIONAL,
+               value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
+# a mutation's success: empty, or the mutation token when HELLO MutationSeqno is on
+_MUTATED = (_x(name="mutated", when=SUCCESS + _when_ext(0)),
+            _x(name="mutation_token", extras=g.mutation_token_extras, when=SUCCESS + _when_ext(16)))
+_COUNTED = (_x(name="counter", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+               value_presence=Presence.REQUIRED, value_grammar=g.arithmetic_response_value),
+            _x(name="counter_token", extras=g.mutation_token_extras, when=SUCCESS + _when_ext(16),
+               value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+               value_grammar=g.arithmetic_response_value))
+_META = (_x(name="meta", extras=g.get_meta_response_extras, when=SUCCESS + _when_ext(20)),
+         _x(name="meta_v2", extras=g.get_meta_v2_response_extras, when=SUCCESS + _when_ext(21)))
+
+KV_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, _FOUND) for name in ("GET", "GETQ", "GAT", "GATQ", "GET_LOCKED", "GET_REPLICA")),
+    *(_spec(RES, name, _FOUND_KEY, _MISS_KEY) for name in ("GETK", "GETKQ")),
+    _response("TOUCH", _EMPTY_OK),
+    _response("UNLOCK_KEY", _EMPTY_OK),
+    _response("GET_RANDOM_KEY", _FOUND_KEY),
+    *(_response(name, *_MUTATED) for name in ("SET", "SETQ", "ADD", "ADDQ", "REPLACE", "REPLACEQ", "DELETE",
+                                              "DELETEQ", "APPEND", "APPENDQ", "PREPEND", "PREPENDQ")),
+    *(_response(name, *_COUNTED) for name in ("INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ")),
+    *(_response(name, *_META) for name in ("GET_META", "GETQ_META")),
+    _response("COLLECTIONS_GET_ID", _x(name="collection_id", extras=g.collections_get_id_response_extras,
+                                       when=SUCCESS + _when_ext(12))),
+    _response("COLLECTIONS_GET_SCOPE_ID", _x(name="scope_id", extras=g.collections_get_scope_id_response_extras,
+                                             when=SUCCESS + _when_ext(12))),
+    _response("COLLECTIONS_GET_MANIFEST", _x(name="manifest", when=SUCCESS + _when_ext(0), value=ValueKind.JSON,
+                                             value_presence=Presence.REQUIRED)),
+]
+
 RESPONSES: Final[list[MessageSpec]] = [
     _response("DCP_OPEN", _EMPTY_OK),
     _response("DCP_ADD_STREAM", _x(name="add_stream_response", extras=g.add_stream_response_extras,
@@ -554,7 +621,8 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
     return table
 
 
-DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, RESPONSES, SERVER_REQUESTS))
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, RESPONSES, KV_RESPONSES,
+                                   SERVER_REQUESTS))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)

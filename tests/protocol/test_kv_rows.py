@@ -1,0 +1,143 @@
+"""The KV commands an SDK sends have rows: their extras are named fields, their keys document keys.
+
+Each packet is built here from its layout in kv_engine's docs/BinaryProtocol.md (header, extras, key, value),
+decoded, checked for its named fields and no ``unknown_opcode``, and encoded back to the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+import pytest
+
+from dcpctl.cli import main
+from dcpctl.protocol.constants import Magic, Opcode, Status
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.registry import DCP, REQ, RES, KeyKind
+from dcpctl.render.env import Environment
+
+# Issue 15's first list: the document operations `dcpctl serve` answers for the SDK.
+KV_OPCODES = ("GET", "GETQ", "GETK", "GETKQ", "GAT", "GATQ", "TOUCH", "GET_LOCKED", "UNLOCK_KEY", "GET_REPLICA",
+              "GET_RANDOM_KEY", "SET", "SETQ", "ADD", "ADDQ", "REPLACE", "REPLACEQ", "DELETE", "DELETEQ",
+              "INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ", "APPEND", "APPENDQ", "PREPEND", "PREPENDQ",
+              "GET_META", "COLLECTIONS_GET_ID", "COLLECTIONS_GET_SCOPE_ID", "COLLECTIONS_GET_MANIFEST")
+
+
+def packet(magic: int, opcode: int, extras: bytes = b"", key: bytes = b"", value: bytes = b"", word: int = 0,
+           datatype: int = 0, cas: int = 0, opaque: int = 0xABCD) -> bytes:
+    body = extras + key + value
+    return struct.pack(">BBHBBHIIQ", magic, opcode, len(key), len(extras), datatype, word, len(body), opaque,
+                       cas) + body
+
+
+def req(opcode: Opcode, extras: bytes = b"", key: bytes = b"", value: bytes = b"", **kw: Any) -> bytes:
+    return packet(Magic.CLIENT_REQUEST, opcode, extras, key, value, **kw)
+
+
+def res(opcode: Opcode, extras: bytes = b"", key: bytes = b"", value: bytes = b"",
+        status: Status = Status.SUCCESS, **kw: Any) -> bytes:
+    return packet(Magic.CLIENT_RESPONSE, opcode, extras, key, value, word=status, **kw)
+
+
+FLAGS = struct.pack(">I", 0xDEADBEEF)
+TOKEN = struct.pack(">QQ", 0x1122334455667788, 42)
+
+# (packet, the fields it must decode to)
+CASES: list[tuple[str, bytes, dict[str, Any]]] = [
+    ("get", req(Opcode.GET, key=b"Hello"), {"opcode": "GET", "key": "Hello"}),
+    ("get_hit", res(Opcode.GET, FLAGS, value=b"World", cas=1),
+     {"opcode": "GET", "status": "Success", "flags": 0xDEADBEEF, "value": "World"}),
+    ("get_miss", res(Opcode.GET, value=b"Not found", status=Status.KEY_ENOENT),
+     {"status": "KeyEnoent", "value": "Not found"}),
+    ("getk_hit", res(Opcode.GETK, FLAGS, b"Hello", b"World"), {"flags": 0xDEADBEEF, "key": "Hello"}),
+    ("getk_miss", res(Opcode.GETK, key=b"Hello", status=Status.KEY_ENOENT), {"key": "Hello"}),
+    ("gat", req(Opcode.GAT, struct.pack(">I", 3600), b"Hello"), {"opcode": "GAT", "expiration": 3600}),
+    ("touch", req(Opcode.TOUCH, struct.pack(">I", 10), b"Hello"), {"expiration": 10}),
+    ("get_locked", req(Opcode.GET_LOCKED, struct.pack(">I", 15), b"Hello"), {"expiration": 15}),
+    ("get_locked_default", req(Opcode.GET_LOCKED, key=b"Hello"), {"opcode": "GET_LOCKED", "key": "Hello"}),
+    ("unlock", req(Opcode.UNLOCK_KEY, key=b"Hello", cas=7), {"opcode": "UNLOCK_KEY", "cas": 7}),
+    ("get_replica", res(Opcode.GET_REPLICA, FLAGS, value=b"{}", datatype=1), {"flags": 0xDEADBEEF}),
+    ("random_key", req(Opcode.GET_RANDOM_KEY, struct.pack(">I", 8)), {"collection_id": 8}),
+    ("random_key_hit", res(Opcode.GET_RANDOM_KEY, FLAGS, b"k", b"v"), {"key": "k", "value": "v"}),
+    ("set", req(Opcode.SET, struct.pack(">II", 0xDEADBEEF, 0xE10), b"Hello", b"World"),
+     {"opcode": "SET", "flags": 0xDEADBEEF, "expiration": 0xE10, "key": "Hello", "value": "World"}),
+    ("addq", req(Opcode.ADDQ, struct.pack(">II", 1, 2), b"k", b"v"), {"opcode": "ADDQ", "flags": 1}),
+    ("set_ok", res(Opcode.SET, cas=1), {"opcode": "SET", "status": "Success"}),
+    ("set_token", res(Opcode.REPLACE, TOKEN, cas=1),
+     {"vbucket_uuid": 0x1122334455667788, "mutation_seqno": 42}),
+    ("delete", req(Opcode.DELETE, key=b"Hello"), {"opcode": "DELETE", "key": "Hello"}),
+    ("delete_token", res(Opcode.DELETE, TOKEN), {"mutation_seqno": 42}),
+    ("incr", req(Opcode.INCREMENT, struct.pack(">QQI", 1, 0, 0xE10), b"counter"),
+     {"delta": 1, "initial": 0, "expiration": 0xE10}),
+    ("decr_response", res(Opcode.DECREMENT, value=struct.pack(">Q", 9)), {"counter": 9}),
+    ("incr_token", res(Opcode.INCREMENTQ, TOKEN, value=struct.pack(">Q", 10)),
+     {"counter": 10, "mutation_seqno": 42}),
+    ("append", req(Opcode.APPEND, key=b"Hello", value=b"!"), {"opcode": "APPEND", "value": "!"}),
+    ("prependq_ok", res(Opcode.PREPENDQ), {"opcode": "PREPENDQ"}),
+    ("get_meta", req(Opcode.GET_META, b"\x02", b"Hello"), {"meta_version": 2}),
+    ("get_meta_response", res(Opcode.GET_META, struct.pack(">IIIQ", 0, 5, 0, 3)),
+     {"deleted": 0, "flags": 5, "expiration": 0, "seqno": 3}),
+    ("get_meta_v2_response", res(Opcode.GET_META, struct.pack(">IIIQB", 1, 5, 0, 3, 1)),
+     {"deleted": 1, "seqno": 3, "meta_datatype": 1}),
+    ("get_cid", req(Opcode.COLLECTIONS_GET_ID, value=b"_default.c1"), {"value": "_default.c1"}),
+    ("get_cid_key", req(Opcode.COLLECTIONS_GET_ID, key=b"_default.c1"), {"key": "_default.c1"}),
+    ("get_cid_response", res(Opcode.COLLECTIONS_GET_ID, struct.pack(">QI", 4, 8)),
+     {"opcode": "COLLECTIONS_GET_ID", "manifest_uid": 4, "collection_id": 8}),
+    ("get_sid_response", res(Opcode.COLLECTIONS_GET_SCOPE_ID, struct.pack(">QI", 4, 9)),
+     {"manifest_uid": 4, "scope_id": 9}),
+    ("manifest", req(Opcode.COLLECTIONS_GET_MANIFEST), {"opcode": "COLLECTIONS_GET_MANIFEST"}),
+    ("manifest_response", res(Opcode.COLLECTIONS_GET_MANIFEST, value=b'{"uid":"0"}', datatype=1),
+     {"value": '{"uid":"0"}'}),
+]
+
+
+@pytest.mark.parametrize("name", KV_OPCODES)
+def test_each_kv_opcode_has_a_request_and_a_response_row(name: str) -> None:
+    code = int(Opcode[name])
+    assert DCP.spec(REQ, code) is not None
+    assert DCP.spec(RES, code) is not None
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_kv_packet_decodes_to_named_fields_and_encodes_back(name: str, raw: bytes, expected: dict[str, Any]) -> None:
+    message = decode(raw)
+    record = message.record()
+    assert record["diagnostics"] == [], record["diagnostics"]
+    assert "extras" not in record  # every extras byte is a named field
+    for field, value in expected.items():
+        assert record[field] == value, field
+    assert encode(record, DCP) == raw
+
+
+def test_getk_key_is_a_document_key_split_with_collections() -> None:
+    raw = res(Opcode.GETK, FLAGS, b"\x08Hello", b"World")
+    record = decode(raw, 0, DecodeOptions(collections=True)).record()
+    assert (record["collection_id"], record["key"]) == (8, "Hello")
+    assert encode(record, DCP) == raw
+
+
+@pytest.mark.parametrize("name", KV_OPCODES)
+def test_key_carrying_kv_requests_have_document_keys(name: str) -> None:
+    spec = DCP.spec(REQ, int(Opcode[name]))
+    assert spec is not None
+    kinds = {variant.key for variant in spec.variants}
+    if name.startswith("COLLECTIONS_"):
+        assert KeyKind.DOCUMENT not in kinds  # a scope.collection path, not a document
+    elif name != "GET_RANDOM_KEY":
+        assert kinds == {KeyKind.DOCUMENT}
+
+
+def test_fields_lists_the_kv_fields() -> None:
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=160)
+    assert main(["fields", "-F", "jsonl"], env) == 0
+    rows = {r["name"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    for name in ("delta", "initial", "counter", "mutation_seqno", "meta_version", "meta_datatype", "deleted"):
+        assert rows[name]["meaning"], name
+    assert "SET/store" in rows["expiration"]["messages"]
+    assert "INCREMENT/arithmetic" in rows["delta"]["messages"]
