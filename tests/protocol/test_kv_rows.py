@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
+from capturekit import write_capture
 
 from dcpctl.cli import main
 from dcpctl.protocol.constants import Magic, Opcode, Status
@@ -141,3 +143,43 @@ def test_fields_lists_the_kv_fields() -> None:
         assert rows[name]["meaning"], name
     assert "SET/store" in rows["expiration"]["messages"]
     assert "INCREMENT/arithmetic" in rows["delta"]["messages"]
+
+
+def _decode_capture(tmp_path: Path, packets: list[tuple[bool, bytes]]) -> list[dict[str, Any]]:
+    capture = tmp_path / "kv.pcap"
+    capture.write_bytes(write_capture(packets))
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=160)
+    assert main(["decode", "-F", "jsonl", str(capture)], env) == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _hello(features: list[str]) -> list[tuple[bool, bytes]]:
+    return [(True, encode({"magic": "ClientRequest", "opcode": "HELLO", "key": "sdk", "features": features})),
+            (False, encode({"magic": "ClientResponse", "opcode": "HELLO", "status": "Success",
+                            "features": features}))]
+
+
+# Every key-carrying KV command: the collection id comes off its key when the connection's HELLO said so.
+KEYED = [
+    (True, req(Opcode.GET, key=b"\x08Hello")),
+    (False, res(Opcode.GETK, FLAGS, b"\x08Hello", b"World")),
+    (True, req(Opcode.SET, struct.pack(">II", 0, 0), b"\x08Hello", b"World")),
+    (True, req(Opcode.DELETEQ, key=b"\x08Hello")),
+    (True, req(Opcode.INCREMENT, struct.pack(">QQI", 1, 0, 0), b"\x08Hello")),
+    (True, req(Opcode.TOUCH, struct.pack(">I", 1), b"\x08Hello")),
+    (True, req(Opcode.GET_META, key=b"\x08Hello")),
+]
+
+
+def test_hello_collections_splits_the_collection_id_off_kv_keys(tmp_path: Path) -> None:
+    records = _decode_capture(tmp_path, _hello(["Collections"]) + KEYED)[2:]
+    assert [(r["collection_id"], r["key"]) for r in records] == [(8, "Hello")] * len(KEYED)
+    assert all(r["diagnostics"] == [] for r in records)
+
+
+def test_without_hello_collections_kv_keys_are_whole(tmp_path: Path) -> None:
+    records = _decode_capture(tmp_path, _hello(["MutationSeqno"]) + KEYED)[2:]
+    assert [(r["key"], r["key_encoding"]) for r in records] == [("0848656c6c6f", "hex")] * len(KEYED)
+    assert not any("collection_id" in r for r in records)
