@@ -82,6 +82,7 @@ GLOSSARY: Final[dict[str, str]] = {
     "high_completed_seqno": "high completed seqno (disk snapshots)",
     "high_prepared_seqno": "high prepared seqno (disk snapshots, sync replication)",
     "high_seqno": "high seqno when the vbucket uuid was generated (early layouts)",
+    "include_xattrs": "GET_RANDOM_KEY: non-zero to return the document's xattrs too",
     "initial": "INCREMENT/DECREMENT: the counter's value if it does not exist",
     "last_persisted_seqno": "last persisted seqno",
     "last_received_seqno": "last seqno of the old uuid's branch",

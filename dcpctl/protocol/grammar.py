@@ -241,6 +241,8 @@ arithmetic_response_value = Struct("counter" / Int64ub)
 mutation_token_extras = Struct("vbucket_uuid" / Int64ub, "mutation_seqno" / Int64ub)
 # GET_RANDOM_KEY with collections: the collection to pick from (Wireshark: no field; kv_engine's name).
 random_key_extras = Struct("collection_id" / Int32ub)
+# ... and with a non-zero byte after it, the document's xattrs too (HELLO GetRandomKeyIncludeXattr).
+random_key_xattr_extras = Struct("collection_id" / Int32ub, "include_xattrs" / Int8ub)
 # GET_META request: 1 = the 20-byte response, 2 = with the document's datatype (21 bytes).
 get_meta_request_extras = Struct("meta_version" / Int8ub)
 get_meta_response_extras = Struct(
