@@ -29,6 +29,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "illegal_frame_info_length": (ERROR, "frame info has the wrong length for its id"),
     "non_canonical_frame_info": (NOTE, "frame info uses a longer encoding than needed"),
     "stream_id_zero": (ERROR, "DCP stream id 0 is invalid"),
+    "invalid_durability_level": (ERROR, "durability requirement frame info with a level other than 1, 2 or 3"),
+    "reserved_durability_timeout": (ERROR, "durability timeout 0 or 65535 ms: reserved, the server answers Einval"),
     # layout
     "illegal_extras_length": (ERROR, "extras length not allowed for this message"),
     "extras_length_mismatch": (ERROR, "header extras length differs from the documented layout"),

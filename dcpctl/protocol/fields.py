@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dcpctl.protocol import walk
+from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.registry import all_variants
 
 # Fields every record has, or that come from the header, frame infos, key and value handling.
@@ -136,6 +136,48 @@ GLOSSARY: Final[dict[str, str]] = {
 }
 
 
+# What each frame info object holds besides id, name and data: its grammar's fields (derived below), and these.
+FRAME_GLOSSARY: Final[dict[str, str]] = {
+    "durability_level": "durability requirement: 1 Majority, 2 MajorityAndPersistOnMaster, 3 PersistToMajority",
+    "durability_level_name": "the durability level's name",
+    "durability_timeout": "durability requirement timeout, ms (absent: the server's default)",
+    "stream_id": "DCP stream id",
+    "token_id": "impersonate with token auth id: the token id",
+    "text": "text of an impersonated user, an extra privilege or the retired tracing context",
+    "server_duration_encoded": "server recv->send duration as sent (variable precision)",
+    "server_duration_us": "server recv->send duration, microseconds (kv_engine's decodeMicros)",
+    "read_units": "read units the command used",
+    "write_units": "write units the command used",
+    "throttle_duration_encoded": "time the command was throttled, as sent (variable precision)",
+    "throttle_duration_us": "time the command was throttled, microseconds (kv_engine's decodeMicros)",
+}
+
+
+def frame_info_fields() -> list[FieldInfo]:
+    """``frame_infos[].*``: each frame info's fields, with the frame infos (by kv_engine name) that carry them."""
+    seen: dict[str, tuple[str, list[str]]] = {}
+
+    def add(name: str, kind: str, where: str) -> None:
+        entry = seen.setdefault(name, (kind, []))
+        if where not in entry[1]:
+            entry[1].append(where)
+
+    for response, table in ((False, frameinfo.REQUEST_FRAME_GRAMMARS), (True, frameinfo.RESPONSE_FRAME_GRAMMARS)):
+        vocab = frameinfo.vocabulary(response)
+        for frame_id, by_length in table.items():
+            for grammar in by_length.values():
+                for name, kind in walk.field_names(grammar):
+                    add(name, kind, vocab.name(frame_id))
+                    if name in frameinfo.ENCODED_DURATIONS:
+                        add(name.replace("_encoded", "_us"), "int", vocab.name(frame_id))
+                    if name == "durability_level":
+                        add("durability_level_name", "str", vocab.name(frame_id))
+    for frame_id in sorted(frameinfo.TEXT_FRAMES):
+        add("text", "str", frameinfo.vocabulary(response=False).name(frame_id))
+    return [FieldInfo(f"frame_infos[].{name}", kind, FRAME_GLOSSARY.get(name, ""), tuple(messages))
+            for name, (kind, messages) in seen.items()]
+
+
 @dataclass(frozen=True, slots=True)
 class FieldInfo:
     name: str
@@ -162,6 +204,7 @@ def catalogue() -> list[FieldInfo]:
                 entry[1].append(where)
     common = {name for name, _, _ in COMMON_FIELDS}
     out = [FieldInfo(name, kind, meaning, ()) for name, kind, meaning in COMMON_FIELDS]
+    out += frame_info_fields()
     for name in sorted(seen):
         kind, messages = seen[name]
         if name in common:
