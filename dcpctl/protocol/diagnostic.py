@@ -68,6 +68,7 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "stream_request_seqno_range": (WARNING, "snap_start <= start <= snap_end or start <= end violated"),
     # documents and dialects (errata)
     "legacy_stream_request_layout": (NOTE, "40-byte stream request (2013-2014 layout ending in high seqno)"),
+    "legacy_expiration_layout": (NOTE, "18-byte expiration extras (the deletion v1 layout, no expiry time)"),
     "rollback_seqno_in_extras": (WARNING, "rollback seqno sent as extras; servers send it as the value"),
     "marker_v2_1_retired": (NOTE, "snapshot marker v2.1 (timestamp) was removed from servers in 2024"),
     "obsolete_opcode": (WARNING, "opcode is obsolete and unsupported by current servers"),

@@ -24,7 +24,7 @@ from dcpctl.protocol.constants import (
     Vocabulary,
 )
 from dcpctl.protocol.message import HEADER, select_variant, value_grammar
-from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant
+from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant, reads_as_document
 from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
 from dcpctl.safetext import brief
 
@@ -286,7 +286,7 @@ def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
         return built + _hex(rec.get("value_trailing", ""), "value_trailing")
     if kind is ValueKind.SECRET and rec.get("value_redacted"):
         raise EncodeError("the SASL value was redacted; decode with --show-secrets to re-encode it")
-    if kind is ValueKind.DOCUMENT:
+    if reads_as_document(kind, datatype):
         if "value_compressed" in rec:
             return _hex(rec["value_compressed"], "value_compressed")
         body = _bytes(rec, "value")

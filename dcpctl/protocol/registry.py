@@ -17,6 +17,8 @@ from construct import Construct, FormatField, Struct
 
 from dcpctl.protocol import grammar as g
 from dcpctl.protocol.constants import (
+    DATATYPE_SNAPPY,
+    DATATYPE_XATTR,
     DCP_OPEN_FLAGS,
     DURABILITY_LEVELS,
     OPCODES,
@@ -52,6 +54,19 @@ class ValueKind(Enum):
     STREAM_REQUEST_JSON = "stream_request_json"  # JSON validated per reference 3.4.4
     AUTO = "auto"  # error bodies and unknowns: JSON if it parses, else text, else hex
     RAW = "raw"
+
+
+# Values a server sends compressed, or with xattrs first, when its datatype says so: HELLO SnappyEverywhere
+# compresses any response value (a cluster map, an error body), not only documents; such a value is read as a
+# document body is (decompressed, xattrs split off), whatever its row's kind.
+DATATYPE_VALUE_KINDS: Final = frozenset({ValueKind.JSON, ValueKind.TEXT, ValueKind.AUTO})
+
+
+def reads_as_document(kind: ValueKind, datatype: int) -> bool:
+    """A value of ``kind`` with this datatype is a document body: DOCUMENT rows, and any text-like value the
+    datatype marks SNAPPY or XATTR."""
+    return kind is ValueKind.DOCUMENT or (
+        kind in DATATYPE_VALUE_KINDS and bool(datatype & (DATATYPE_SNAPPY | DATATYPE_XATTR)))
 
 
 class Presence(Enum):
@@ -314,7 +329,14 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
           pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_EXPIRATION", _x(name="expiration", extras=g.expiration_extras, when=_when_ext(20),
                                     value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
-                                    **_DOC_KEY), pushed=Pushed.STREAM, item=Item.CHANGE),
+                                    **_DOC_KEY),
+          _x(name="expiration_v1", extras=g.deletion_v1_extras, when=_when_ext(18),
+             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
+             note=("legacy_expiration_layout",
+                   "18-byte expiration extras (by_seqno, rev_seqno, nmeta: the deletion v1 layout), as servers "
+                   "before delete times (5.5) sent them; current servers send 20 bytes ending in the expiry "
+                   "time"), **_DOC_KEY),
+          pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_FLUSH", _x(name="flush", when=_when_ext(0),
                                note=("obsolete_opcode", "DCP_FLUSH is obsolete; current servers answer "
                                      "NotSupported (DcpFlush_Unsupported)")), pushed=Pushed.STREAM),

@@ -16,10 +16,11 @@ import pytest
 from capturekit import write_capture
 
 from dcpctl.cli import main
-from dcpctl.protocol.constants import Magic, Opcode, Status
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DCP, REQ, RES, KeyKind
+from dcpctl.protocol.value import Xattr, build_xattrs, snappy_compress
 from dcpctl.render.env import Environment
 
 # Issue 15's first list: the document operations `dcpctl serve` answers for the SDK.
@@ -183,3 +184,39 @@ def test_without_hello_collections_kv_keys_are_whole(tmp_path: Path) -> None:
     records = _decode_capture(tmp_path, _hello(["MutationSeqno"]) + KEYED)[2:]
     assert [(r["key"], r["key_encoding"]) for r in records] == [("0848656c6c6f", "hex")] * len(KEYED)
     assert not any("collection_id" in r for r in records)
+
+
+def test_a_compressed_get_response_is_decompressed() -> None:
+    body = b'{"greeting":"hello, world, hello, world"}'
+    raw = res(Opcode.GET, FLAGS, value=snappy_compress(body), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
+    record = decode(raw).record()
+    assert (record["value"], record["value_compressed"]) == (body.decode(), snappy_compress(body).hex())
+    assert record["diagnostics"] == []
+    assert encode(record, DCP) == raw
+
+
+@pytest.mark.parametrize("opcode", [Opcode.GET_CLUSTER_CONFIG, Opcode.COLLECTIONS_GET_MANIFEST])
+def test_snappy_everywhere_json_responses_are_decompressed(opcode: Opcode) -> None:
+    body = b'{"rev":1,"name":"default","nodes":["a","a","a","a"]}'
+    raw = res(opcode, value=snappy_compress(body), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
+    record = decode(raw).record()
+    assert record["value"] == body.decode()
+    assert record["diagnostics"] == []
+    assert encode(record, DCP) == raw
+
+
+def test_a_compressed_error_body_is_decompressed() -> None:
+    body = b'{"error":{"context":"Not found, not found, not found"}}'
+    raw = res(Opcode.GET, value=snappy_compress(body), status=Status.KEY_ENOENT,
+              datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
+    record = decode(raw).record()
+    assert record["value"] == body.decode()
+    assert encode(record, DCP) == raw
+
+
+def test_xattrs_are_split_off_a_kv_value() -> None:
+    value = build_xattrs([Xattr("_sync", '{"rev":"1"}')]) + b'{"a":1}'
+    raw = res(Opcode.GET_REPLICA, FLAGS, value=value, datatype=DATATYPE_JSON | DATATYPE_XATTR)
+    record = decode(raw).record()
+    assert (record["xattrs"], record["value"]) == ([{"key": "_sync", "value": '{"rev":"1"}'}], '{"a":1}')
+    assert encode(record, DCP) == raw

@@ -93,9 +93,9 @@ def _compiled(name: str, declaration: Construct) -> Construct:
     return _COMPILED[name]
 
 
-# The fast path is for items with a declared extras layout (a stream's); APPEND/PREPEND carry a document
-# value without extras and take the general path.
-FAST = [v for v in VARIANTS if v[2].value.value == "document" and v[2].layout is not None
+# The fast path is for items with a declared extras layout (a stream's) and nothing to note; APPEND/PREPEND
+# carry a document value without extras, the 18-byte expiration a legacy-layout note: the general path.
+FAST = [v for v in VARIANTS if v[2].value.value == "document" and v[2].layout is not None and v[2].note is None
         and id(v[1]) not in UPR_SPECS]
 
 
