@@ -451,6 +451,66 @@ KV_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
 ]
 
+# --- subdocument commands (kv_engine docs/SubDocument.md) --------------------------------------------
+_SUBDOC_VALUE = {"value": ValueKind.TEXT, "value_presence": Presence.OPTIONAL}  # the path, then the value
+_SUBDOC_LOOKUP = (_x(name="subdoc", extras=g.subdoc_extras, when=_when_ext(3), **_SUBDOC_VALUE, **_DOC_KEY),
+                  _x(name="subdoc_doc_flags", extras=g.subdoc_doc_flags_extras, when=_when_ext(4), **_SUBDOC_VALUE,
+                     **_DOC_KEY))
+_SUBDOC_MUTATION = (*_SUBDOC_LOOKUP,
+                    _x(name="subdoc_expiry", extras=g.subdoc_expiry_extras, when=_when_ext(7), **_SUBDOC_VALUE,
+                       **_DOC_KEY),
+                    _x(name="subdoc_expiry_doc_flags", extras=g.subdoc_expiry_doc_flags_extras, when=_when_ext(8),
+                       **_SUBDOC_VALUE, **_DOC_KEY))
+_MULTI = {"value": ValueKind.GRAMMAR, "value_presence": Presence.REQUIRED, **_DOC_KEY}
+SUBDOC_LOOKUPS: Final = ("SUBDOC_GET", "SUBDOC_EXISTS", "SUBDOC_GET_COUNT")
+SUBDOC_MUTATIONS: Final = ("SUBDOC_DICT_ADD", "SUBDOC_DICT_UPSERT", "SUBDOC_DELETE", "SUBDOC_REPLACE",
+                           "SUBDOC_ARRAY_PUSH_LAST", "SUBDOC_ARRAY_PUSH_FIRST", "SUBDOC_ARRAY_INSERT",
+                           "SUBDOC_ARRAY_ADD_UNIQUE", "SUBDOC_COUNTER", "SUBDOC_REPLACE_BODY_WITH_XATTR")
+
+SUBDOC_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_SUBDOC_LOOKUP) for name in SUBDOC_LOOKUPS),
+    *(_spec(REQ, name, *_SUBDOC_MUTATION) for name in SUBDOC_MUTATIONS),
+    _spec(REQ, "SUBDOC_MULTI_LOOKUP",
+          _x(name="multi_lookup", when=_when_ext(0), value_grammar=g.multi_lookup_value, **_MULTI),
+          _x(name="multi_lookup_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_lookup_value, **_MULTI)),
+    _spec(REQ, "SUBDOC_MULTI_MUTATION",
+          _x(name="multi_mutation", when=_when_ext(0), value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry", extras=g.multi_expiry_extras, when=_when_ext(4),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry_doc_flags", extras=g.multi_expiry_doc_flags_extras, when=_when_ext(5),
+             value_grammar=g.multi_mutation_value, **_MULTI)),
+]
+
+# the statuses whose body is the per-path results: success, on a deleted document, and some paths failed
+_RESULTS = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED), int(Status.SUBDOC_MULTI_PATH_FAILURE),
+            int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_DONE = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED))
+_FAILED = (int(Status.SUBDOC_MULTI_PATH_FAILURE), int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_FRAGMENT = {"value": ValueKind.AUTO, "value_presence": Presence.OPTIONAL}  # a JSON fragment, a count
+
+SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, _x(name="subdoc_result", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT))
+      for name in SUBDOC_LOOKUPS),
+    *(_response(name, _x(name="subdoc_mutated", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT),
+                _x(name="subdoc_mutation_token", extras=g.mutation_token_extras,
+                   when=(("status", _DONE), ("extras_length", 16)), **_FRAGMENT))
+      for name in SUBDOC_MUTATIONS),
+    _response("SUBDOC_MULTI_LOOKUP", _x(name="lookup_results", when=(("status", _RESULTS), ("extras_length", 0)),
+                                        value=ValueKind.GRAMMAR, value_presence=Presence.OPTIONAL,
+                                        value_grammar=g.multi_lookup_response_value)),
+    _response("SUBDOC_MULTI_MUTATION",
+              _x(name="mutation_results", when=(("status", _DONE), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_results_token", extras=g.mutation_token_extras,
+                 when=(("status", _DONE), ("extras_length", 16)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_failure", when=(("status", _FAILED), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.REQUIRED, value_grammar=g.multi_mutation_failure_value)),
+]
+
 _FOUND = _x(name="found", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE)
 _FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE,
                 **_DOC_KEY)
@@ -644,8 +704,8 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
     return table
 
 
-DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, RESPONSES, KV_RESPONSES,
-                                   SERVER_REQUESTS))
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, RESPONSES,
+                                   KV_RESPONSES, SUBDOC_RESPONSES, SERVER_REQUESTS))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)

@@ -350,3 +350,48 @@ def test_kv_fields_agree_with_wireshark_and_where_it_is_wrong(tmp_path: Path) ->
     miss = next(f for f, r in mine.items() if r.get("status") == "KeyEnoent")
     assert mine[miss]["value"] == "Not found"
     assert "must have Extras" in theirs[miss]["_ws.expert.message"]
+
+
+SUBDOC = ("SUBDOC_GET", "SUBDOC_EXISTS", "SUBDOC_GET_COUNT", "SUBDOC_DICT_ADD", "SUBDOC_DICT_UPSERT", "SUBDOC_DELETE",
+          "SUBDOC_REPLACE", "SUBDOC_ARRAY_PUSH_LAST", "SUBDOC_ARRAY_PUSH_FIRST", "SUBDOC_ARRAY_INSERT",
+          "SUBDOC_ARRAY_ADD_UNIQUE", "SUBDOC_COUNTER", "SUBDOC_REPLACE_BODY_WITH_XATTR", "SUBDOC_MULTI_LOOKUP",
+          "SUBDOC_MULTI_MUTATION")
+
+
+@pytest.mark.parametrize("name", SUBDOC)
+def test_each_subdoc_opcode_has_rows_and_a_document_key(name: str) -> None:
+    for magic in (REQ, RES):
+        assert DCP.spec(magic, int(Opcode[name])) is not None
+    spec = DCP.spec(REQ, int(Opcode[name]))
+    assert spec is not None
+    assert spec.document_key
+
+
+def test_each_path_spec_is_decoded_and_shown_in_the_hexdump() -> None:
+    from dcpctl.protocol.layout import spans  # noqa: PLC0415
+
+    specs = struct.pack(">BBH", 0xC5, 0x04, 5) + b"_sync" + struct.pack(">BBH", 0x00, 0, 0)
+    raw = req(Opcode.SUBDOC_MULTI_LOOKUP, b"\x04", b"doc", specs)
+    message = decode(raw)
+    record = message.record()
+    assert record["doc_flags"] == 4
+    assert record["lookup_specs"] == [{"opcode": 0xC5, "flags": 4, "path_length": 5, "path": "_sync"},
+                                      {"opcode": 0, "flags": 0, "path_length": 0, "path": ""}]
+    assert ("lookup_specs.0.path", "_sync") in {(s.name, s.value) for s in spans(message)}
+    assert encode(record, DCP) == raw
+
+
+def test_a_failed_multi_mutation_names_its_spec_and_status() -> None:
+    raw = res(Opcode.SUBDOC_MULTI_MUTATION, value=struct.pack(">BH", 2, Status.SUBDOC_PATH_EEXISTS),
+              status=Status.SUBDOC_MULTI_PATH_FAILURE)
+    record = decode(raw).record()
+    assert (record["status"], record["failed_index"], record["failed_status"]) == ("SubdocMultiPathFailure", 2, 0xC9)
+    assert record["diagnostics"] == []
+    assert encode(record, DCP) == raw
+
+
+def test_a_path_that_is_not_utf8_leaves_the_value_raw() -> None:
+    raw = req(Opcode.SUBDOC_MULTI_LOOKUP, key=b"doc", value=struct.pack(">BBH", 0xC5, 0, 2) + b"\xff\xfe")
+    record = decode(raw).record()
+    assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
+    assert encode(record, DCP) == raw
