@@ -54,6 +54,18 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
 ]
 
 GLOSSARY: Final[dict[str, str]] = {
+    "meta_cas": "*_WITH_META: the document's CAS on the source cluster",
+    "options": "*_WITH_META options: 0x02 ForceAcceptWithMetaOps, 0x04 RegenerateCas, 0x08 SkipConflictResolution...",
+    "observe_keys": "OBSERVE: the keys asked about",
+    "observe_keys[].vbucket": "the key's vbucket",
+    "observe_keys[].key_length": "key length",
+    "observe_keys[].key": "the key (hex)",
+    "observe_states": "OBSERVE response: each key's state",
+    "observe_states[].vbucket": "the key's vbucket",
+    "observe_states[].key_length": "key length",
+    "observe_states[].key": "the key (hex)",
+    "observe_states[].key_state": "0x00 found, not persisted; 0x01 persisted; 0x80 not found; 0x81 logically deleted",
+    "observe_states[].cas": "the key's CAS",
     "doc_flags": "subdoc document flags: 0x01 Mkdoc, 0x02 Add, 0x04 AccessDeleted, 0x08 CreateAsDeleted, 0x10 Revive",
     "failed_index": "subdoc multi-mutation failure: the index of the first spec that failed",
     "failed_status": "subdoc multi-mutation failure: that spec's status",

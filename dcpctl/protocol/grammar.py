@@ -257,6 +257,25 @@ get_meta_v2_response_extras = Struct(*get_meta_response_extras.subcons, "meta_da
 collections_get_id_response_extras = Struct("manifest_uid" / Int64ub, "collection_id" / Int32ub)
 collections_get_scope_id_response_extras = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
 
+# --- XDCR's *_WITH_META commands (kv_engine include/memcached/protocol_binary.h, SetWithMetaPayload and
+# DelWithMetaPayload): the document's metadata as the source cluster had it, then options and/or an nmeta
+# length (26, 28, 30 bytes). The CAS is meta_cas: a record's cas is the header's.
+with_meta_extras = Struct("flags" / Int32ub, "expiration" / Int32ub, "seqno" / Int64ub, "meta_cas" / Int64ub)
+with_meta_nmeta_extras = Struct(*with_meta_extras.subcons, "nmeta" / Int16ub)
+with_meta_options_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub)
+with_meta_options_nmeta_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub, "nmeta" / Int16ub)
+# OBSERVE (0x92): keys by vbucket; the answer adds each key's state and CAS.
+observe_key = Struct("vbucket" / Int16ub, "key_length" / Int16ub, "key" / Bytes(this.key_length))
+observe_request_value = Struct("observe_keys" / GreedyRange(observe_key))
+observe_key_state = Struct(
+    "vbucket" / Int16ub,
+    "key_length" / Int16ub,
+    "key" / Bytes(this.key_length),
+    "key_state" / Int8ub,
+    "cas" / Int64ub,
+)
+observe_response_value = Struct("observe_states" / GreedyRange(observe_key_state))
+
 # --- 6. subdocument commands (kv_engine docs/SubDocument.md) -----------------------------------------
 # Single-path requests: the path's length and the path flags, then optionally the expiry and the document
 # flags; the value is the path followed by the operation's value.

@@ -511,6 +511,19 @@ SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
                  value_presence=Presence.REQUIRED, value_grammar=g.multi_mutation_failure_value)),
 ]
 
+_WITH_META = tuple(_x(name=name, extras=extras, when=_when_ext(extras.sizeof()), **_DOC_VALUE, **_DOC_KEY)
+                   for name, extras in (("with_meta", g.with_meta_extras),
+                                        ("with_meta_nmeta", g.with_meta_nmeta_extras),
+                                        ("with_meta_options", g.with_meta_options_extras),
+                                        ("with_meta_options_nmeta", g.with_meta_options_nmeta_extras)))
+WITH_META: Final = ("SET_WITH_META", "SETQ_WITH_META", "ADD_WITH_META", "ADDQ_WITH_META", "DEL_WITH_META",
+                    "DELQ_WITH_META")
+META_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_WITH_META) for name in WITH_META),
+    _spec(REQ, "OBSERVE", _x(name="observe", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                             value_presence=Presence.REQUIRED, value_grammar=g.observe_request_value)),
+]
+
 _FOUND = _x(name="found", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE)
 _FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE,
                 **_DOC_KEY)
@@ -602,6 +615,12 @@ RESPONSES: Final[list[MessageSpec]] = [
     _response("NOOP", _EMPTY_OK),
 ]
 
+META_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, *_MUTATED) for name in WITH_META),
+    _response("OBSERVE", _x(name="observe_response", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+                            value_presence=Presence.OPTIONAL, value_grammar=g.observe_response_value)),
+]
+
 SERVER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(SREQ, "ClustermapChangeNotification",
           _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
@@ -610,6 +629,20 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
              when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
              value_presence=Presence.OPTIONAL)),
+    # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
+    _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
+                                   value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
+                                          value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,
+                                       key_presence=Presence.REQUIRED)),
+]
+
+# The client's answers to them (magic 0x83): a status, and for the provider's requests a JSON body.
+SERVER_RESPONSES: Final[list[MessageSpec]] = [
+    _spec(SRES, name, _x(name="server_request_answer", when=_when_ext(0), value=ValueKind.AUTO,
+                         value_presence=Presence.OPTIONAL))
+    for name in ("ClustermapChangeNotification", "Authenticate", "ActiveExternalUsers", "GetAuthorization")
 ]
 
 
@@ -704,8 +737,9 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
     return table
 
 
-DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, RESPONSES,
-                                   KV_RESPONSES, SUBDOC_RESPONSES, SERVER_REQUESTS))
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, META_REQUESTS,
+                                   RESPONSES, KV_RESPONSES, SUBDOC_RESPONSES, META_RESPONSES, SERVER_REQUESTS,
+                                   SERVER_RESPONSES))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)

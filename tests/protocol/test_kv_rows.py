@@ -395,3 +395,41 @@ def test_a_path_that_is_not_utf8_leaves_the_value_raw() -> None:
     record = decode(raw).record()
     assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
     assert encode(record, DCP) == raw
+
+
+@pytest.mark.parametrize(("extras", "expected"), [
+    (struct.pack(">IIQQ", 1, 2, 3, 4), {"flags": 1, "expiration": 2, "seqno": 3, "meta_cas": 4}),
+    (struct.pack(">IIQQH", 1, 2, 3, 4, 0), {"meta_cas": 4, "nmeta": 0}),
+    (struct.pack(">IIQQI", 1, 2, 3, 4, 8), {"meta_cas": 4, "options": 8}),
+    (struct.pack(">IIQQIH", 1, 2, 3, 4, 8, 0), {"options": 8, "nmeta": 0}),
+])
+def test_with_meta_extras_are_named(extras: bytes, expected: dict[str, int]) -> None:
+    raw = req(Opcode.SET_WITH_META, extras, b"doc", b"{}", datatype=DATATYPE_JSON, cas=99)
+    record = decode(raw).record()
+    assert record["diagnostics"] == []
+    assert record["cas"] == 99  # the header's; the source cluster's is meta_cas
+    assert {k: record[k] for k in expected} == expected
+    assert encode(record, DCP) == raw
+
+
+def test_observe_keys_and_states() -> None:
+    raw = req(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc")
+    assert decode(raw).record()["observe_keys"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex()}]
+    answer = res(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc" + struct.pack(">BQ", 1, 77))
+    record = decode(answer).record()
+    assert record["observe_states"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex(), "key_state": 1,
+                                         "cas": 77}]
+    assert encode(record, DCP) == answer
+
+
+@pytest.mark.parametrize(("opcode", "value"), [(2, b'{"step":false,"context":"","challenge":"AGZvbwBiYXI="}'),
+                                               (3, b'["joe","smith"]')])
+def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) -> None:
+    raw = packet(Magic.SERVER_REQUEST, opcode, value=value, datatype=DATATYPE_JSON)
+    record = decode(raw).record()
+    assert (record["opcode"], record["value"], record["diagnostics"]) == (
+        {2: "Authenticate", 3: "ActiveExternalUsers"}[opcode], value.decode(), [])
+    answer = packet(Magic.SERVER_RESPONSE, opcode, value=b'{"rbac":{}}', datatype=DATATYPE_JSON)
+    reply = decode(answer).record()
+    assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
+    assert encode(reply, DCP) == answer
