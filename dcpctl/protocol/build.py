@@ -91,7 +91,13 @@ def request(opcode: int, *, vbucket: int = 0, opaque: int = 0, cas: int = 0, dat
             key: bytes = b"", value: bytes = b"", collection_id: int | None = None, stream_id: int | None = None,
             frame_infos: Sequence[FrameInfo] = (), dialect: Dialect = DCP, **fields: FieldValue) -> bytes:
     """A request (magic 0x80, or 0x08 with frame infos): ``stream_id`` adds the DCP stream-id frame info,
-    ``collection_id`` the LEB128 prefix of a document key."""
+    ``collection_id`` the LEB128 prefix of a document key, or the extras field of that name of a request
+    without one (GET_RANDOM_KEY), as decode names both."""
+    spec = dialect.spec(Magic.CLIENT_REQUEST, int(opcode))
+    if collection_id is not None and spec is not None and not spec.document_key and any(
+            v.layout is not None and "collection_id" in v.layout.names for v in spec.variants):
+        fields = {**fields, "collection_id": collection_id}
+        collection_id = None
     plan = _plan(dialect, Magic.CLIENT_REQUEST, int(opcode), None, tuple(sorted(fields)))
     framing = _framing(frame_infos, stream_id)
     return _build(plan, Magic.ALT_CLIENT_REQUEST if framing else Magic.CLIENT_REQUEST, vbucket, opaque, cas,

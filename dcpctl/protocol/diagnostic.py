@@ -29,6 +29,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "illegal_frame_info_length": (ERROR, "frame info has the wrong length for its id"),
     "non_canonical_frame_info": (NOTE, "frame info uses a longer encoding than needed"),
     "stream_id_zero": (ERROR, "DCP stream id 0 is invalid"),
+    "invalid_durability_level": (ERROR, "durability requirement frame info with a level other than 1, 2 or 3"),
+    "reserved_durability_timeout": (ERROR, "durability timeout 0 or 65535 ms: reserved, the server answers Einval"),
     # layout
     "illegal_extras_length": (ERROR, "extras length not allowed for this message"),
     "extras_length_mismatch": (ERROR, "header extras length differs from the documented layout"),
@@ -66,6 +68,7 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "stream_request_seqno_range": (WARNING, "snap_start <= start <= snap_end or start <= end violated"),
     # documents and dialects (errata)
     "legacy_stream_request_layout": (NOTE, "40-byte stream request (2013-2014 layout ending in high seqno)"),
+    "legacy_expiration_layout": (NOTE, "18-byte expiration extras (the deletion v1 layout, no expiry time)"),
     "rollback_seqno_in_extras": (WARNING, "rollback seqno sent as extras; servers send it as the value"),
     "marker_v2_1_retired": (NOTE, "snapshot marker v2.1 (timestamp) was removed from servers in 2024"),
     "obsolete_opcode": (WARNING, "opcode is obsolete and unsupported by current servers"),

@@ -24,7 +24,7 @@ from dcpctl.protocol.constants import (
     Vocabulary,
 )
 from dcpctl.protocol.message import HEADER, select_variant, value_grammar
-from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant
+from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant, reads_as_document
 from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
 from dcpctl.safetext import brief
 
@@ -222,14 +222,20 @@ def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
                 raise EncodeError(f"frame info {frame_id} data of {len(data)} bytes: at most {MAX_FRAME_DATA}")
         else:
             grammars = frameinfo.RESPONSE_FRAME_GRAMMARS if response else frameinfo.REQUEST_FRAME_GRAMMARS
-            options = grammars.get(frame_id, {})
-            for grammar in options.values():
+            # the layout with the most fields the object gives (a durability level with its timeout: 3 bytes)
+            options = sorted(grammars.get(frame_id, {}).values(), key=lambda g: -len(walk.field_names(g)))
+            for grammar in options:
                 names = [n for n, _ in walk.field_names(grammar)]
                 if all(n in info for n in names):
                     data = grammar.build(walk.from_json(grammar, info))
                     break
             else:
-                raise EncodeError(f"frame info {info.get('id')} needs its data")
+                if not response and frame_id in frameinfo.TEXT_FRAMES and isinstance(info.get("text"), str):
+                    data = _text(info["text"], "frame info text")
+                elif not response and frame_id in frameinfo.EMPTY_FRAMES:
+                    data = b""
+                else:
+                    raise EncodeError(f"frame info {info.get('id')} needs its data")
         out += frameinfo.encode_element(frame_id, data)
     if not out and "stream_id" in rec and not response:
         out = frameinfo.encode_element(frameinfo.DCP_STREAM_ID, struct.pack(">H", _int(rec, "stream_id", bits=16)))
@@ -280,7 +286,7 @@ def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
         return built + _hex(rec.get("value_trailing", ""), "value_trailing")
     if kind is ValueKind.SECRET and rec.get("value_redacted"):
         raise EncodeError("the SASL value was redacted; decode with --show-secrets to re-encode it")
-    if kind is ValueKind.DOCUMENT:
+    if reads_as_document(kind, datatype):
         if "value_compressed" in rec:
             return _hex(rec["value_compressed"], "value_compressed")
         body = _bytes(rec, "value")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dcpctl.protocol import walk
+from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.registry import all_variants
 
 # Fields every record has, or that come from the header, frame infos, key and value handling.
@@ -54,6 +54,44 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
 ]
 
 GLOSSARY: Final[dict[str, str]] = {
+    "meta_cas": "*_WITH_META: the document's CAS on the source cluster",
+    "options": "*_WITH_META options: 0x02 ForceAcceptWithMetaOps, 0x04 RegenerateCas, 0x08 SkipConflictResolution...",
+    "observe_keys": "OBSERVE: the keys asked about",
+    "observe_keys[].vbucket": "the key's vbucket",
+    "observe_keys[].key_length": "key length",
+    "observe_keys[].key": "the key (hex)",
+    "observe_states": "OBSERVE response: each key's state",
+    "observe_states[].vbucket": "the key's vbucket",
+    "observe_states[].key_length": "key length",
+    "observe_states[].key": "the key (hex)",
+    "observe_states[].key_state": "0x00 found, not persisted; 0x01 persisted; 0x80 not found; 0x81 logically deleted",
+    "observe_states[].cas": "the key's CAS",
+    "doc_flags": "subdoc document flags: 0x01 Mkdoc, 0x02 Add, 0x04 AccessDeleted, 0x08 CreateAsDeleted, 0x10 Revive",
+    "failed_index": "subdoc multi-mutation failure: the index of the first spec that failed",
+    "failed_status": "subdoc multi-mutation failure: that spec's status",
+    "lookup_results": "subdoc multi-lookup: one result per spec, in request order",
+    "lookup_results[].status": "the spec's status (0 Success, 0xc0 SubdocPathEnoent...)",
+    "lookup_results[].value": "the spec's result (a JSON fragment, or a count)",
+    "lookup_results[].value_length": "length of the result",
+    "lookup_specs": "subdoc multi-lookup: the path specs",
+    "lookup_specs[].flags": "path flags: 0x04 XattrPath, 0x08 binary value...",
+    "lookup_specs[].opcode": "the spec's subdoc opcode (0xc5 SUBDOC_GET, 0xc6 SUBDOC_EXISTS, 0x00 the whole body)",
+    "lookup_specs[].path": "the path (a JSON path or an xattr key)",
+    "lookup_specs[].path_length": "length of the path",
+    "mutation_results": "subdoc multi-mutation: the results of the specs that return a value (counters)",
+    "mutation_results[].index": "index of the spec",
+    "mutation_results[].status": "the spec's status",
+    "mutation_results[].value": "the spec's result",
+    "mutation_results[].value_length": "length of the result",
+    "mutation_specs": "subdoc multi-mutation: the path specs",
+    "mutation_specs[].flags": "path flags: 0x01 MkdirP, 0x04 XattrPath, 0x10 ExpandMacros...",
+    "mutation_specs[].opcode": "the spec's subdoc opcode (0xc8 SUBDOC_DICT_UPSERT, 0x01 SET the whole body...)",
+    "mutation_specs[].path": "the path (a JSON path or an xattr key)",
+    "mutation_specs[].path_length": "length of the path",
+    "mutation_specs[].value": "the spec's value",
+    "mutation_specs[].value_length": "length of the value",
+    "path_length": "subdoc: length of the path that starts the value",
+    "subdoc_flags": "subdoc path flags: 0x01 MkdirP, 0x04 XattrPath, 0x10 ExpandMacros",
     "abort_seqno": "seqno of the abort",
     "by_seqno": "sequence number of this item in its vbucket",
     "bytes_to_ack": "bytes the consumer has processed (flow control)",
@@ -61,14 +99,17 @@ GLOSSARY: Final[dict[str, str]] = {
     "commit_seqno": "seqno of the commit",
     "current_seqno": "current high seqno",
     "delete_time": "deletion time, epoch seconds (expirations: the item's expiry time)",
-    "deleted": "1 when this prepare is a delete",
+    "counter": "INCREMENT/DECREMENT response: the counter's new value",
+    "deleted": "non-zero when the document is deleted (a prepare of a delete, GET_META of a tombstone)",
+    "delta": "INCREMENT/DECREMENT: the amount to add or subtract",
     "durability_level": "1 Majority, 2 MajorityAndPersistOnMaster, 3 PersistToMajority",
     "end_seqno": "stream ends after this seqno (0xffffffffffffffff: never)",
     "epoch": "cluster map epoch",
     "error_map_version": "highest error map version the client understands",
     "event_id": "system event: 0 BeginCollection, 1 EndCollection, 3 CreateScope, 4 DropScope, 5 Modify",
     "event_version": "system event layout version (2: FlatBuffers)",
-    "expiration": "expiry time, epoch seconds (0: none)",
+    "expiration": "expiry, epoch seconds (0: none; in a request below 30 days: seconds from now; "
+                  "GET_LOCKED: the lock timeout)",
     "failover_log": "failover log, newest entry first",
     "failover_log[].high_seqno": "UPR draft: high seqno when the uuid was generated",
     "failover_log[].seqno": "seqno at which this uuid's history began",
@@ -79,6 +120,8 @@ GLOSSARY: Final[dict[str, str]] = {
     "high_completed_seqno": "high completed seqno (disk snapshots)",
     "high_prepared_seqno": "high prepared seqno (disk snapshots, sync replication)",
     "high_seqno": "high seqno when the vbucket uuid was generated (early layouts)",
+    "include_xattrs": "GET_RANDOM_KEY: non-zero to return the document's xattrs too",
+    "initial": "INCREMENT/DECREMENT: the counter's value if it does not exist",
     "last_persisted_seqno": "last persisted seqno",
     "last_received_seqno": "last seqno of the old uuid's branch",
     "lock_time": "lock time (servers send 0)",
@@ -86,6 +129,9 @@ GLOSSARY: Final[dict[str, str]] = {
     "marker_version": "snapshot marker version: 0 v2.0, 1 v2.1, 2 v2.2",
     "max_ttl": "collection maximum TTL, seconds",
     "max_visible_seqno": "max visible seqno (prepares and aborts hidden)",
+    "meta_datatype": "GET_META version 2 response: the stored document's datatype bits",
+    "meta_version": "GET_META request: 1 the 20-byte response, 2 with the document's datatype",
+    "mutation_seqno": "a mutation response's seqno (HELLO MutationSeqno): the mutation token with vbucket_uuid",
     "nmeta": "extended meta length (must be 0)",
     "nru": "NRU / MFU hotness (ignore)",
     "observed_vbucket": "vbucket the observe-seqno response describes",
@@ -110,7 +156,7 @@ GLOSSARY: Final[dict[str, str]] = {
     "revision": "cluster map revision",
     "rollback_seqno": "seqno the client must roll back to",
     "scope_id": "scope id",
-    "seqno": "DCP_OPEN: reserved sequence number (0)",
+    "seqno": "DCP_OPEN: reserved sequence number (0); GET_META: the document's revision seqno",
     "snap_end_seqno": "snapshot end seqno",
     "snap_start_seqno": "snapshot start seqno",
     "snapshot_flags": "0x01 Memory, 0x02 Disk, 0x04 Checkpoint, 0x08 Acknowledge, 0x10 History, 0x20 Dups",
@@ -124,8 +170,50 @@ GLOSSARY: Final[dict[str, str]] = {
     "vbucket_seqnos[].vbucket": "vbucket id",
     "vbucket_state": "1 active, 2 replica, 3 pending, 4 dead",
     "vbucket_state_filter": "vbucket state asked for (0 all alive)",
-    "vbucket_uuid": "vbucket uuid (client's latest failover entry, or the entry's)",
+    "vbucket_uuid": "vbucket uuid (client's latest failover entry, the entry's, or a mutation token's)",
 }
+
+
+# What each frame info object holds besides id, name and data: its grammar's fields (derived below), and these.
+FRAME_GLOSSARY: Final[dict[str, str]] = {
+    "durability_level": "durability requirement: 1 Majority, 2 MajorityAndPersistOnMaster, 3 PersistToMajority",
+    "durability_level_name": "the durability level's name",
+    "durability_timeout": "durability requirement timeout, ms (absent: the server's default)",
+    "stream_id": "DCP stream id",
+    "token_id": "impersonate with token auth id: the token id",
+    "text": "text of an impersonated user, an extra privilege or the retired tracing context",
+    "server_duration_encoded": "server recv->send duration as sent (variable precision)",
+    "server_duration_us": "server recv->send duration, microseconds (kv_engine's decodeMicros)",
+    "read_units": "read units the command used",
+    "write_units": "write units the command used",
+    "throttle_duration_encoded": "time the command was throttled, as sent (variable precision)",
+    "throttle_duration_us": "time the command was throttled, microseconds (kv_engine's decodeMicros)",
+}
+
+
+def frame_info_fields() -> list[FieldInfo]:
+    """``frame_infos[].*``: each frame info's fields, with the frame infos (by kv_engine name) that carry them."""
+    seen: dict[str, tuple[str, list[str]]] = {}
+
+    def add(name: str, kind: str, where: str) -> None:
+        entry = seen.setdefault(name, (kind, []))
+        if where not in entry[1]:
+            entry[1].append(where)
+
+    for response, table in ((False, frameinfo.REQUEST_FRAME_GRAMMARS), (True, frameinfo.RESPONSE_FRAME_GRAMMARS)):
+        vocab = frameinfo.vocabulary(response)
+        for frame_id, by_length in table.items():
+            for grammar in by_length.values():
+                for name, kind in walk.field_names(grammar):
+                    add(name, kind, vocab.name(frame_id))
+                    if name in frameinfo.ENCODED_DURATIONS:
+                        add(name.replace("_encoded", "_us"), "int", vocab.name(frame_id))
+                    if name == "durability_level":
+                        add("durability_level_name", "str", vocab.name(frame_id))
+    for frame_id in sorted(frameinfo.TEXT_FRAMES):
+        add("text", "str", frameinfo.vocabulary(response=False).name(frame_id))
+    return [FieldInfo(f"frame_infos[].{name}", kind, FRAME_GLOSSARY.get(name, ""), tuple(messages))
+            for name, (kind, messages) in seen.items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +242,7 @@ def catalogue() -> list[FieldInfo]:
                 entry[1].append(where)
     common = {name for name, _, _ in COMMON_FIELDS}
     out = [FieldInfo(name, kind, meaning, ()) for name, kind, meaning in COMMON_FIELDS]
+    out += frame_info_fields()
     for name in sorted(seen):
         kind, messages = seen[name]
         if name in common:

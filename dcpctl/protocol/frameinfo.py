@@ -14,7 +14,7 @@ from typing import Any, Final
 from construct import Struct
 
 from dcpctl.protocol import grammar as g
-from dcpctl.protocol.constants import REQUEST_FRAMES, RESPONSE_FRAMES, Vocabulary
+from dcpctl.protocol.constants import DURABILITY_LEVELS, REQUEST_FRAMES, RESPONSE_FRAMES, Vocabulary
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 
 # id -> the grammar of its data, for requests (client or DCP producer) and responses.
@@ -29,10 +29,22 @@ RESPONSE_FRAME_GRAMMARS: Final[Mapping[int, Mapping[int, Struct]]] = {
     2: {2: g.write_units_frame},
     3: {2: g.throttle_duration_frame},
 }
-# Frame ids whose data is text, and those whose data must be empty.
-TEXT_FRAMES: Final = frozenset({4, 6})
+# Frame ids whose data is text (the retired tracing context, the impersonated user, an extra privilege), and
+# those whose data must be empty (barrier, preserve TTL).
+TEXT_FRAMES: Final = frozenset({3, 4, 6})
 EMPTY_FRAMES: Final = frozenset({0, 5})
 DCP_STREAM_ID: Final = 2
+DURABILITY: Final = 1
+# Response frame fields kv_engine encodes as variable-precision durations (cb::tracing::Tracer::encodeMicros).
+ENCODED_DURATIONS: Final = ("server_duration_encoded", "throttle_duration_encoded")
+# A durability timeout of 0 or 0xffff is reserved: kv_engine answers Einval (docs/BinaryProtocol.md, ID:1).
+RESERVED_DURABILITY_TIMEOUTS: Final = frozenset({0, 0xFFFF})
+
+
+def decode_micros(encoded: int) -> int:
+    """Microseconds of a variable-precision duration, as kv_engine's ``Tracer::decodeMicros`` reads them:
+    ``encoded ** 1.74 / 2``, truncated to a whole microsecond."""
+    return int(encoded ** 1.74 / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +60,11 @@ class FrameInfo:
         if grammar is not None:
             parsed = grammar.parse(self.data)
             out = {k: v for k, v in parsed.items() if not k.startswith("_")}
-            for key in ("server_duration_encoded", "throttle_duration_encoded"):
+            for key in ENCODED_DURATIONS:
                 if key in out:
-                    out[key.replace("_encoded", "_us")] = round((out[key] ** 1.74) / 2, 1)
+                    out[key.replace("_encoded", "_us")] = decode_micros(out[key])
+            if "durability_level" in out:
+                out["durability_level_name"] = DURABILITY_LEVELS.name(out["durability_level"])
             return out
         if not response and self.id in TEXT_FRAMES:
             return {"text": self.data.decode("utf-8", "backslashreplace")}
@@ -117,8 +131,21 @@ def parse(buf: bytes, start: int, end: int, response: bool) -> tuple[list[FrameI
                                     info.length))
         if not response and frame_id == DCP_STREAM_ID and info.data == b"\x00\x00":
             diags.append(diagnostic("stream_id_zero", "DCP stream id 0 is invalid", element, info.length))
+        if not response and frame_id == DURABILITY and length in grammars[DURABILITY]:
+            _durability(info, diags)
     else:
         return infos, diags
     diags.append(diagnostic("bad_frame_info", f"frame info at byte {element} runs past the framing "
                             f"extras (ends at byte {end})", element, end - element))
     return infos, diags
+
+
+def _durability(info: FrameInfo, diags: list[Diagnostic]) -> None:
+    level = info.data[0]
+    if level not in DURABILITY_LEVELS.name_of:
+        diags.append(diagnostic("invalid_durability_level", f"durability level {level} is not defined (1 Majority, "
+                                "2 MajorityAndPersistOnMaster, 3 PersistToMajority)", info.offset, info.length))
+    if len(info.data) == 3 and int.from_bytes(info.data[1:], "big") in RESERVED_DURABILITY_TIMEOUTS:
+        diags.append(diagnostic("reserved_durability_timeout", f"durability timeout "
+                                f"{int.from_bytes(info.data[1:], 'big')} ms is reserved (0 and 65535); the server "
+                                "answers Einval", info.offset, info.length))

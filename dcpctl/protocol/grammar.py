@@ -15,6 +15,7 @@ from construct import (
     Int16ub,
     Int32ub,
     Int64ub,
+    StringEncoded,
     Struct,
     this,
 )
@@ -226,6 +227,95 @@ observe_seqno_v1_value = Struct(
 )
 clustermap_notification_extras = Struct("revision" / Int32ub)
 clustermap_notification_epoch_extras = Struct("epoch" / Int64ub, "revision" / Int64ub)
+
+# --- 5. KV commands (kv_engine docs/BinaryProtocol.md and its per-command pages) -------------------
+# GET family responses, GET_RANDOM_KEY, GET_LOCKED, GET_REPLICA: the document's user flags.
+get_response_extras = Struct("flags" / Int32ub)
+# GAT, GATQ, TOUCH requests: the new expiry; GET_LOCKED's optional lock timeout (Wireshark shows it so).
+expiration_request_extras = Struct("expiration" / Int32ub)
+# SET, ADD, REPLACE (+quiet) requests.
+store_extras = Struct("flags" / Int32ub, "expiration" / Int32ub)
+# INCREMENT, DECREMENT (+quiet) requests; an expiration of 0xffffffff means "fail if the counter is missing".
+arithmetic_extras = Struct("delta" / Int64ub, "initial" / Int64ub, "expiration" / Int32ub)
+arithmetic_response_value = Struct("counter" / Int64ub)
+# Mutation responses when HELLO MutationSeqno is on: the mutation token.
+mutation_token_extras = Struct("vbucket_uuid" / Int64ub, "mutation_seqno" / Int64ub)
+# GET_RANDOM_KEY with collections: the collection to pick from (Wireshark: no field; kv_engine's name).
+random_key_extras = Struct("collection_id" / Int32ub)
+# ... and with a non-zero byte after it, the document's xattrs too (HELLO GetRandomKeyIncludeXattr).
+random_key_xattr_extras = Struct("collection_id" / Int32ub, "include_xattrs" / Int8ub)
+# GET_META request: 1 = the 20-byte response, 2 = with the document's datatype (21 bytes).
+get_meta_request_extras = Struct("meta_version" / Int8ub)
+get_meta_response_extras = Struct(
+    "deleted" / Int32ub,
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "seqno" / Int64ub,
+)
+# Version 2 adds the document's datatype; named apart from the header's datatype, which a record also has.
+get_meta_v2_response_extras = Struct(*get_meta_response_extras.subcons, "meta_datatype" / Int8ub)
+collections_get_id_response_extras = Struct("manifest_uid" / Int64ub, "collection_id" / Int32ub)
+collections_get_scope_id_response_extras = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+
+# --- XDCR's *_WITH_META commands (kv_engine include/memcached/protocol_binary.h, SetWithMetaPayload and
+# DelWithMetaPayload): the document's metadata as the source cluster had it, then options and/or an nmeta
+# length (26, 28, 30 bytes). The CAS is meta_cas: a record's cas is the header's.
+with_meta_extras = Struct("flags" / Int32ub, "expiration" / Int32ub, "seqno" / Int64ub, "meta_cas" / Int64ub)
+with_meta_nmeta_extras = Struct(*with_meta_extras.subcons, "nmeta" / Int16ub)
+with_meta_options_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub)
+with_meta_options_nmeta_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub, "nmeta" / Int16ub)
+# OBSERVE (0x92): keys by vbucket; the answer adds each key's state and CAS.
+observe_key = Struct("vbucket" / Int16ub, "key_length" / Int16ub, "key" / Bytes(this.key_length))
+observe_request_value = Struct("observe_keys" / GreedyRange(observe_key))
+observe_key_state = Struct(
+    "vbucket" / Int16ub,
+    "key_length" / Int16ub,
+    "key" / Bytes(this.key_length),
+    "key_state" / Int8ub,
+    "cas" / Int64ub,
+)
+observe_response_value = Struct("observe_states" / GreedyRange(observe_key_state))
+
+# --- 6. subdocument commands (kv_engine docs/SubDocument.md) -----------------------------------------
+# Single-path requests: the path's length and the path flags, then optionally the expiry and the document
+# flags; the value is the path followed by the operation's value.
+subdoc_extras = Struct("path_length" / Int16ub, "subdoc_flags" / Int8ub)
+subdoc_doc_flags_extras = Struct(*subdoc_extras.subcons, "doc_flags" / Int8ub)
+subdoc_expiry_extras = Struct(*subdoc_extras.subcons, "expiration" / Int32ub)
+subdoc_expiry_doc_flags_extras = Struct(*subdoc_extras.subcons, "expiration" / Int32ub, "doc_flags" / Int8ub)
+# Multi-path requests: optionally the expiry (mutations) and the document flags.
+multi_doc_flags_extras = Struct("doc_flags" / Int8ub)
+multi_expiry_extras = Struct("expiration" / Int32ub)
+multi_expiry_doc_flags_extras = Struct("expiration" / Int32ub, "doc_flags" / Int8ub)
+# A path is UTF-8 text (a JSON path or an xattr key); a spec that is not UTF-8 leaves the value raw.
+_path = "path" / StringEncoded(Bytes(this.path_length), "utf8")
+lookup_spec = Struct("opcode" / Int8ub, "flags" / Int8ub, "path_length" / Int16ub, _path)
+multi_lookup_value = Struct("lookup_specs" / GreedyRange(lookup_spec))
+mutation_spec = Struct(
+    "opcode" / Int8ub,
+    "flags" / Int8ub,
+    "path_length" / Int16ub,
+    "value_length" / Int32ub,
+    _path,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_mutation_value = Struct("mutation_specs" / GreedyRange(mutation_spec))
+# Each lookup's result in request order; each mutation's that returns a value (a counter), by spec index.
+lookup_result = Struct(
+    "status" / Int16ub,
+    "value_length" / Int32ub,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_lookup_response_value = Struct("lookup_results" / GreedyRange(lookup_result))
+mutation_result = Struct(
+    "index" / Int8ub,
+    "status" / Int16ub,
+    "value_length" / Int32ub,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_mutation_response_value = Struct("mutation_results" / GreedyRange(mutation_result))
+# SubdocMultiPathFailure of a mutation: the first spec that failed and its status.
+multi_mutation_failure_value = Struct("failed_index" / Int8ub, "failed_status" / Int16ub)
 
 # --- UPR transport draft (seed 001) -------------------------------------------------------------------
 upr_stream_req_extras = Struct(

@@ -14,7 +14,7 @@ from dcpctl.protocol import frameinfo, grammar, walk
 from dcpctl.protocol.constants import ALT_MAGICS, DATATYPE_SNAPPY, DATATYPE_XATTR
 from dcpctl.protocol.message import Message, value_grammar
 from dcpctl.protocol.naming import value_names
-from dcpctl.protocol.registry import KeyKind, ValueKind
+from dcpctl.protocol.registry import KeyKind, ValueKind, reads_as_document
 from dcpctl.protocol.value import leb128_decode, parse_xattrs
 
 HEADER_LABELS: Final = {
@@ -138,7 +138,8 @@ def _value_spans(msg: Message, walk_limit: int | None) -> list[FieldSpan]:
     if kind is ValueKind.SECRET and not msg.options.show_secrets:
         return [FieldSpan("value", "value", "value (redacted)", start, len(value), "<redacted>", secret=True)]
     datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
-    if kind is ValueKind.DOCUMENT and datatype & DATATYPE_XATTR and not datatype & DATATYPE_SNAPPY:
+    document = reads_as_document(kind, datatype)
+    if document and datatype & DATATYPE_XATTR and not datatype & DATATYPE_SNAPPY:
         parsed = parse_xattrs(value)
         if not isinstance(parsed, str):
             pairs, body = parsed
@@ -148,7 +149,7 @@ def _value_spans(msg: Message, walk_limit: int | None) -> list[FieldSpan]:
             return [FieldSpan("value", "xattrs", "xattrs", start, body, shown),
                     FieldSpan("value", "value", "value", start + body, len(value) - body,
                               _text_head(msg.raw, start + body, msg.body_end))]
-    label = "value (snappy)" if kind is ValueKind.DOCUMENT and datatype & DATATYPE_SNAPPY else "value"
+    label = "value (snappy)" if document and datatype & DATATYPE_SNAPPY else "value"
     return [FieldSpan("value", "value", label, start, len(value), _text_head(msg.raw, start, msg.body_end))]
 
 

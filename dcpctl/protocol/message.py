@@ -42,6 +42,7 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.registry import (
     CHANGE_OPCODES,
+    DATATYPE_VALUE_KINDS,
     DCP,
     DOCUMENT_ITEM_OPCODES,
     HEADER_LAYOUT,
@@ -63,6 +64,7 @@ from dcpctl.protocol.value import (
 # Enum members as module constants: attribute access on an Enum class is slow on the per-message path.
 _VALUE_AUTO: Final = ValueKind.AUTO
 _VALUE_DOCUMENT: Final = ValueKind.DOCUMENT
+_SNAPPY_OR_XATTR: Final = DATATYPE_SNAPPY | DATATYPE_XATTR
 _VALUE_GRAMMAR: Final = ValueKind.GRAMMAR
 _VALUE_JSON: Final = ValueKind.JSON
 _VALUE_RAW: Final = ValueKind.RAW
@@ -883,7 +885,8 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
             rec.update(walk.to_json(variant.value_grammar, variant.value_grammar.parse(b"")))
         return
     start = msg.value_offset
-    if kind is _VALUE_DOCUMENT:
+    if kind is _VALUE_DOCUMENT or (kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR
+                                   and (msg.spec is None or msg.spec.type_field == "datatype")):
         _document(msg, rec, value)
     elif kind is _VALUE_GRAMMAR and variant is not None:
         _grammar_value(msg, rec, variant, value)

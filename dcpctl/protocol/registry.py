@@ -17,6 +17,8 @@ from construct import Construct, FormatField, Struct
 
 from dcpctl.protocol import grammar as g
 from dcpctl.protocol.constants import (
+    DATATYPE_SNAPPY,
+    DATATYPE_XATTR,
     DCP_OPEN_FLAGS,
     DURABILITY_LEVELS,
     OPCODES,
@@ -52,6 +54,19 @@ class ValueKind(Enum):
     STREAM_REQUEST_JSON = "stream_request_json"  # JSON validated per reference 3.4.4
     AUTO = "auto"  # error bodies and unknowns: JSON if it parses, else text, else hex
     RAW = "raw"
+
+
+# Values a server sends compressed, or with xattrs first, when its datatype says so: HELLO SnappyEverywhere
+# compresses any response value (a cluster map, an error body), not only documents; such a value is read as a
+# document body is (decompressed, xattrs split off), whatever its row's kind.
+DATATYPE_VALUE_KINDS: Final = frozenset({ValueKind.JSON, ValueKind.TEXT, ValueKind.AUTO})
+
+
+def reads_as_document(kind: ValueKind, datatype: int) -> bool:
+    """A value of ``kind`` with this datatype is a document body: DOCUMENT rows, and any text-like value the
+    datatype marks SNAPPY or XATTR."""
+    return kind is ValueKind.DOCUMENT or (
+        kind in DATATYPE_VALUE_KINDS and bool(datatype & (DATATYPE_SNAPPY | DATATYPE_XATTR)))
 
 
 class Presence(Enum):
@@ -322,7 +337,14 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
           pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_EXPIRATION", _x(name="expiration", extras=g.expiration_extras, when=_when_ext(20),
                                     value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
-                                    **_DOC_KEY), pushed=Pushed.STREAM, item=Item.CHANGE),
+                                    **_DOC_KEY),
+          _x(name="expiration_v1", extras=g.deletion_v1_extras, when=_when_ext(18),
+             value=ValueKind.DOCUMENT, value_presence=Presence.OPTIONAL,
+             note=("legacy_expiration_layout",
+                   "18-byte expiration extras (by_seqno, rev_seqno, nmeta: the deletion v1 layout), as servers "
+                   "before delete times (5.5) sent them; current servers send 20 bytes ending in the expiry "
+                   "time"), **_DOC_KEY),
+          pushed=Pushed.STREAM, item=Item.CHANGE),
     _spec(REQ, "DCP_FLUSH", _x(name="flush", when=_when_ext(0),
                                note=("obsolete_opcode", "DCP_FLUSH is obsolete; current servers answer "
                                      "NotSupported (DcpFlush_Unsupported)")), pushed=Pushed.STREAM),
@@ -404,6 +426,147 @@ _FAILOVER_LOG = _x(name="failover_log", when=SUCCESS + _when_ext(0), value=Value
                    value_presence=Presence.OPTIONAL, value_grammar=g.failover_log_value)
 _EMPTY_OK = _x(name="ok", when=SUCCESS + _when_ext(0))
 
+# --- KV commands (kv_engine docs/BinaryProtocol.md): the document operations an SDK sends --------------
+_DOC_VALUE = {"value": ValueKind.DOCUMENT, "value_presence": Presence.OPTIONAL}
+_GET = _x(name="get", when=_when_ext(0), **_DOC_KEY)
+_TOUCH = _x(name="touch", extras=g.expiration_request_extras, when=_when_ext(4), **_DOC_KEY)
+_STORE = _x(name="store", extras=g.store_extras, when=_when_ext(8), **_DOC_VALUE, **_DOC_KEY)
+_DELETE = _x(name="delete", when=_when_ext(0), **_DOC_KEY)
+_ARITHMETIC = _x(name="arithmetic", extras=g.arithmetic_extras, when=_when_ext(20), **_DOC_KEY)
+_CONCAT = _x(name="concat", when=_when_ext(0), value=ValueKind.DOCUMENT, value_presence=Presence.REQUIRED,
+             **_DOC_KEY)
+_GET_META = (_x(name="get_meta", when=_when_ext(0), **_DOC_KEY),
+             _x(name="get_meta_versioned", extras=g.get_meta_request_extras, when=_when_ext(1), **_DOC_KEY))
+
+KV_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, _GET) for name in ("GET", "GETQ", "GETK", "GETKQ", "GET_REPLICA")),
+    *(_spec(REQ, name, _TOUCH) for name in ("GAT", "GATQ", "TOUCH")),
+    _spec(REQ, "GET_LOCKED", _GET, _x(name="get_locked_timeout", extras=g.expiration_request_extras,
+                                      when=_when_ext(4), **_DOC_KEY)),
+    _spec(REQ, "UNLOCK_KEY", _x(name="unlock_key", when=_when_ext(0), **_DOC_KEY)),
+    _spec(REQ, "GET_RANDOM_KEY", EMPTY,
+          _x(name="get_random_key_collection", extras=g.random_key_extras, when=_when_ext(4)),
+          _x(name="get_random_key_xattrs", extras=g.random_key_xattr_extras, when=_when_ext(5))),
+    *(_spec(REQ, name, _STORE) for name in ("SET", "SETQ", "ADD", "ADDQ", "REPLACE", "REPLACEQ")),
+    *(_spec(REQ, name, _DELETE) for name in ("DELETE", "DELETEQ")),
+    *(_spec(REQ, name, _ARITHMETIC) for name in ("INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ")),
+    *(_spec(REQ, name, _CONCAT) for name in ("APPEND", "APPENDQ", "PREPEND", "PREPENDQ")),
+    *(_spec(REQ, name, *_GET_META) for name in ("GET_META", "GETQ_META")),
+    # the path (scope.collection) is the key in 7.0's first form, the value since (MB-42701)
+    *(_spec(REQ, name, _x(name="collections_path", when=_when_ext(0), key=KeyKind.TEXT,
+                          key_presence=Presence.OPTIONAL, value=ValueKind.TEXT, value_presence=Presence.OPTIONAL))
+      for name in ("COLLECTIONS_GET_ID", "COLLECTIONS_GET_SCOPE_ID")),
+    _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
+]
+
+# --- subdocument commands (kv_engine docs/SubDocument.md) --------------------------------------------
+_SUBDOC_VALUE = {"value": ValueKind.TEXT, "value_presence": Presence.OPTIONAL}  # the path, then the value
+_SUBDOC_LOOKUP = (_x(name="subdoc", extras=g.subdoc_extras, when=_when_ext(3), **_SUBDOC_VALUE, **_DOC_KEY),
+                  _x(name="subdoc_doc_flags", extras=g.subdoc_doc_flags_extras, when=_when_ext(4), **_SUBDOC_VALUE,
+                     **_DOC_KEY))
+_SUBDOC_MUTATION = (*_SUBDOC_LOOKUP,
+                    _x(name="subdoc_expiry", extras=g.subdoc_expiry_extras, when=_when_ext(7), **_SUBDOC_VALUE,
+                       **_DOC_KEY),
+                    _x(name="subdoc_expiry_doc_flags", extras=g.subdoc_expiry_doc_flags_extras, when=_when_ext(8),
+                       **_SUBDOC_VALUE, **_DOC_KEY))
+_MULTI = {"value": ValueKind.GRAMMAR, "value_presence": Presence.REQUIRED, **_DOC_KEY}
+SUBDOC_LOOKUPS: Final = ("SUBDOC_GET", "SUBDOC_EXISTS", "SUBDOC_GET_COUNT")
+SUBDOC_MUTATIONS: Final = ("SUBDOC_DICT_ADD", "SUBDOC_DICT_UPSERT", "SUBDOC_DELETE", "SUBDOC_REPLACE",
+                           "SUBDOC_ARRAY_PUSH_LAST", "SUBDOC_ARRAY_PUSH_FIRST", "SUBDOC_ARRAY_INSERT",
+                           "SUBDOC_ARRAY_ADD_UNIQUE", "SUBDOC_COUNTER", "SUBDOC_REPLACE_BODY_WITH_XATTR")
+
+SUBDOC_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_SUBDOC_LOOKUP) for name in SUBDOC_LOOKUPS),
+    *(_spec(REQ, name, *_SUBDOC_MUTATION) for name in SUBDOC_MUTATIONS),
+    _spec(REQ, "SUBDOC_MULTI_LOOKUP",
+          _x(name="multi_lookup", when=_when_ext(0), value_grammar=g.multi_lookup_value, **_MULTI),
+          _x(name="multi_lookup_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_lookup_value, **_MULTI)),
+    _spec(REQ, "SUBDOC_MULTI_MUTATION",
+          _x(name="multi_mutation", when=_when_ext(0), value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry", extras=g.multi_expiry_extras, when=_when_ext(4),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry_doc_flags", extras=g.multi_expiry_doc_flags_extras, when=_when_ext(5),
+             value_grammar=g.multi_mutation_value, **_MULTI)),
+]
+
+# the statuses whose body is the per-path results: success, on a deleted document, and some paths failed
+_RESULTS = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED), int(Status.SUBDOC_MULTI_PATH_FAILURE),
+            int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_DONE = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED))
+_FAILED = (int(Status.SUBDOC_MULTI_PATH_FAILURE), int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_FRAGMENT = {"value": ValueKind.AUTO, "value_presence": Presence.OPTIONAL}  # a JSON fragment, a count
+
+SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, _x(name="subdoc_result", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT))
+      for name in SUBDOC_LOOKUPS),
+    *(_response(name, _x(name="subdoc_mutated", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT),
+                _x(name="subdoc_mutation_token", extras=g.mutation_token_extras,
+                   when=(("status", _DONE), ("extras_length", 16)), **_FRAGMENT))
+      for name in SUBDOC_MUTATIONS),
+    _response("SUBDOC_MULTI_LOOKUP", _x(name="lookup_results", when=(("status", _RESULTS), ("extras_length", 0)),
+                                        value=ValueKind.GRAMMAR, value_presence=Presence.OPTIONAL,
+                                        value_grammar=g.multi_lookup_response_value)),
+    _response("SUBDOC_MULTI_MUTATION",
+              _x(name="mutation_results", when=(("status", _DONE), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_results_token", extras=g.mutation_token_extras,
+                 when=(("status", _DONE), ("extras_length", 16)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_failure", when=(("status", _FAILED), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.REQUIRED, value_grammar=g.multi_mutation_failure_value)),
+]
+
+_WITH_META = tuple(_x(name=name, extras=extras, when=_when_ext(extras.sizeof()), **_DOC_VALUE, **_DOC_KEY)
+                   for name, extras in (("with_meta", g.with_meta_extras),
+                                        ("with_meta_nmeta", g.with_meta_nmeta_extras),
+                                        ("with_meta_options", g.with_meta_options_extras),
+                                        ("with_meta_options_nmeta", g.with_meta_options_nmeta_extras)))
+WITH_META: Final = ("SET_WITH_META", "SETQ_WITH_META", "ADD_WITH_META", "ADDQ_WITH_META", "DEL_WITH_META",
+                    "DELQ_WITH_META")
+META_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_WITH_META) for name in WITH_META),
+    _spec(REQ, "OBSERVE", _x(name="observe", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                             value_presence=Presence.REQUIRED, value_grammar=g.observe_request_value)),
+]
+
+_FOUND = _x(name="found", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE)
+_FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE,
+                **_DOC_KEY)
+# GETK and GETKQ send the key back with a miss too
+_MISS_KEY = _x(name="error_key", when=_when_ext(0), key=KeyKind.DOCUMENT, key_presence=Presence.OPTIONAL,
+               value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
+# a mutation's success: empty, or the mutation token when HELLO MutationSeqno is on
+_MUTATED = (_x(name="mutated", when=SUCCESS + _when_ext(0)),
+            _x(name="mutation_token", extras=g.mutation_token_extras, when=SUCCESS + _when_ext(16)))
+_COUNTED = (_x(name="counter", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+               value_presence=Presence.REQUIRED, value_grammar=g.arithmetic_response_value),
+            _x(name="counter_token", extras=g.mutation_token_extras, when=SUCCESS + _when_ext(16),
+               value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+               value_grammar=g.arithmetic_response_value))
+_META = (_x(name="meta", extras=g.get_meta_response_extras, when=SUCCESS + _when_ext(20)),
+         _x(name="meta_v2", extras=g.get_meta_v2_response_extras, when=SUCCESS + _when_ext(21)))
+
+KV_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, _FOUND) for name in ("GET", "GETQ", "GAT", "GATQ", "GET_LOCKED", "GET_REPLICA")),
+    *(_spec(RES, name, _FOUND_KEY, _MISS_KEY) for name in ("GETK", "GETKQ")),
+    _response("TOUCH", _EMPTY_OK),
+    _response("UNLOCK_KEY", _EMPTY_OK),
+    _response("GET_RANDOM_KEY", _FOUND_KEY),
+    *(_response(name, *_MUTATED) for name in ("SET", "SETQ", "ADD", "ADDQ", "REPLACE", "REPLACEQ", "DELETE",
+                                              "DELETEQ", "APPEND", "APPENDQ", "PREPEND", "PREPENDQ")),
+    *(_response(name, *_COUNTED) for name in ("INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ")),
+    *(_response(name, *_META) for name in ("GET_META", "GETQ_META")),
+    _response("COLLECTIONS_GET_ID", _x(name="collection_id", extras=g.collections_get_id_response_extras,
+                                       when=SUCCESS + _when_ext(12))),
+    _response("COLLECTIONS_GET_SCOPE_ID", _x(name="scope_id", extras=g.collections_get_scope_id_response_extras,
+                                             when=SUCCESS + _when_ext(12))),
+    _response("COLLECTIONS_GET_MANIFEST", _x(name="manifest", when=SUCCESS + _when_ext(0), value=ValueKind.JSON,
+                                             value_presence=Presence.REQUIRED)),
+]
+
 RESPONSES: Final[list[MessageSpec]] = [
     _response("DCP_OPEN", _EMPTY_OK),
     _response("DCP_ADD_STREAM", _x(name="add_stream_response", extras=g.add_stream_response_extras,
@@ -460,6 +623,12 @@ RESPONSES: Final[list[MessageSpec]] = [
     _response("NOOP", _EMPTY_OK),
 ]
 
+META_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, *_MUTATED) for name in WITH_META),
+    _response("OBSERVE", _x(name="observe_response", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+                            value_presence=Presence.OPTIONAL, value_grammar=g.observe_response_value)),
+]
+
 SERVER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(SREQ, "ClustermapChangeNotification",
           _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
@@ -468,6 +637,20 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
              when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
              value_presence=Presence.OPTIONAL)),
+    # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
+    _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
+                                   value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
+                                          value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,
+                                       key_presence=Presence.REQUIRED)),
+]
+
+# The client's answers to them (magic 0x83): a status, and for the provider's requests a JSON body.
+SERVER_RESPONSES: Final[list[MessageSpec]] = [
+    _spec(SRES, name, _x(name="server_request_answer", when=_when_ext(0), value=ValueKind.AUTO,
+                         value_presence=Presence.OPTIONAL))
+    for name in ("ClustermapChangeNotification", "Authenticate", "ActiveExternalUsers", "GetAuthorization")
 ]
 
 
@@ -562,7 +745,9 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
     return table
 
 
-DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, RESPONSES, SERVER_REQUESTS))
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, META_REQUESTS,
+                                   RESPONSES, KV_RESPONSES, SUBDOC_RESPONSES, META_RESPONSES, SERVER_REQUESTS,
+                                   SERVER_RESPONSES))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)

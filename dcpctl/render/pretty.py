@@ -58,6 +58,9 @@ NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
 }
 # Fields holding absolute epoch seconds (§3.9, §3.10): shown with their time, as ts is.
 EPOCH_SECONDS: Final = frozenset({"expiration", "delete_time"})
+# An expiration a client sends of at most 30 days is relative, seconds from the request (memcached's rule,
+# which kv_engine keeps); above, an epoch time. DCP items carry the server's absolute time, never this small.
+RELATIVE_EXPIRATION_MAX: Final = 30 * 24 * 3600
 
 
 def iso_time(ts: float, *, local: bool = False) -> str:
@@ -131,7 +134,9 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         out = line()
         for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
-            if name in EPOCH_SECONDS and isinstance(value, int) and value:
+            if name == "expiration" and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
+                meaning = f"in {value} s"
+            elif name in EPOCH_SECONDS and isinstance(value, int) and value:
                 meaning = iso_time(value, local=local_time).replace(".000000", "")
             out.append(f"{' ' if number else ''}{shown(name)}=", style="dim")
             out.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))

@@ -165,3 +165,18 @@ def test_decode_summary_times_count_from_the_first_message_and_a_total_follows()
     assert len(json.loads(out)) == 22
     assert "127.0.0.1:50123 > 127.0.0.1:11210" in err
     assert "…" not in err  # standard error is not a terminal: the table is not cut to 80 columns
+
+
+@pytest.mark.parametrize(("expiration", "said"), [(3600, "expiration=3600 (in 3600 s)"),
+                                                  (2592000, "expiration=2592000 (in 2592000 s)"),
+                                                  (1700000000, "expiration=1700000000 (2023-11-14T22:13:20Z)")])
+def test_a_clients_expiration_of_at_most_30_days_is_relative(expiration: int, said: str) -> None:
+    """SET's expiration 3600 was shown as 1970-01-01T01:00:00Z: a client's value up to 30 days is seconds
+    from the request (memcached's rule), only a larger one an epoch time."""
+    record = {"magic": "ClientRequest", "opcode": "SET", "key": "k", "flags": 0, "expiration": expiration,
+              "value": "v"}
+    code, packet, _ = run(["encode"], stdin=json.dumps(record).encode())
+    assert code == ExitCode.OK
+    code, out, _ = run(["hexdump", "-F", "pretty"], stdin=packet.encode("latin-1"))
+    assert code == ExitCode.OK
+    assert said in out

@@ -93,7 +93,7 @@ def _pretty_names(msg: Message) -> dict[str, list[str]]:
                 or pretty.named(record["opcode"], span.name, span.value) is not None:  # "0 (never)": no code's name
             continue
         found = re.search(rf"(?<![\w.]){re.escape(span.name)}=[^ ]+ \(([^)]*)\)", shown)
-        if found is not None and not found.group(1).startswith("20"):  # not an epoch time
+        if found is not None and not found.group(1).startswith(("20", "in ")):  # not a time: a code's name
             out[span.name] = found.group(1).split("|")
     return out
 
