@@ -19,6 +19,7 @@ from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
+from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
 
@@ -73,6 +74,9 @@ def serve(
                                                                  "(kv_engine's MaxUnauthenticatedFrameSize).",
                                                                  metavar="BYTES")]
     = MAX_UNAUTHENTICATED_PACKET_SIZE,
+    max_item_size: Annotated[int, typer.Option("--max-item-size", min=1, help="Largest document value a client "
+                                               "may write; a larger one is E2big (kv_engine's max_item_size).",
+                                               metavar="BYTES")] = MAX_ITEM_SIZE,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
@@ -120,7 +124,7 @@ def serve(
 
     emulator = Emulator(store, {user: password},
                         ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
-                                     max_send_queue_size, max_unauthenticated_packet_size), log)
+                                     max_send_queue_size, max_unauthenticated_packet_size, max_item_size), log)
     try:
         asyncio.run(_serve(emulator, env.stdout, tls is not None))
     except OSError as exc:

@@ -20,7 +20,7 @@ from dcpctl.protocol.constants import Magic, Opcode, Status
 from dcpctl.protocol.message import Message
 
 # codes no table names: below, between and above the known ones
-UNKNOWN_CODES = (0x06, 0x42, 0x68, 0x7F, 0xA0, 0xFF)
+UNKNOWN_CODES = (0x2E, 0x4B, 0x68, 0x7F, 0xAB, 0xFF)
 # HELLO last: a bare HELLO turns every feature off, XERROR too, and the answers after it would be disconnects
 EVERY_CODE = (*(int(opcode) for opcode in Opcode if opcode != Opcode.HELLO), *UNKNOWN_CODES, Opcode.HELLO)
 # the commands kv_engine refuses on a DCP producer connection by disconnecting (reference 3.3 and 3.13)
