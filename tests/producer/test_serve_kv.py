@@ -4,14 +4,18 @@ semantics, and each write on the open DCP streams of its vbucket at once (issue 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from servekit import Server, serving
 from wire import Client
 
+from dcpctl.producer.data import vbucket_of
 from dcpctl.protocol.value import snappy_compress
 
 MANIFEST = {"uid": "2", "scopes": [
@@ -170,3 +174,41 @@ def test_unknown_collection_and_vbucket(server: Server) -> None:
     assert got["status"] == "UnknownCollection"
     assert json.loads(got["value"]) == {"manifest_uid": "2"}
     assert writer.call(opcode="GET", vbucket=999, collection_id=0, key="x")["status"] == "NotMyVbucket"
+
+
+def test_data_file_loads_documents(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(MANIFEST))
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"key": "a", "value": {"x": 1}}\n\n'
+                    '{"key": "b", "value": "text", "collection": "app.orders", "flags": 3, "expiry": 0}\n'
+                    '{"key": "c", "value": 5, "collection": 9}\n')
+    with serving("--vbuckets", "4", "--collections", str(manifest), "--data", str(data)) as running:
+        client = kv_client(running, "Collections")
+        client.collections = True
+        for collection, key, value, flags in ((0, "a", '{"x":1}', 0), (9, "b", '"text"', 3), (9, "c", "5", 0)):
+            vbucket = vbucket_of(key.encode(), 4)
+            got = client.call(opcode="GET", vbucket=vbucket, collection_id=collection, key=key)
+            assert (got["status"], got["value"], got["flags"]) == ("Success", value, flags)
+            meta = client.call(opcode="GET_META", vbucket=vbucket, collection_id=collection, key=key)
+            assert meta["seqno"] == 1  # the rev seqno of a first write
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ('{"key": "a", "value": 1}\n{"key": "b"}\n', 'line 2: "value" is missing'),
+    ('{"key": "a", "value": 1}\n[1]\n', "line 2: not a JSON object"),
+    ('{"key": "a", "value": 1}\nnot json\n', "line 2: not JSON"),
+    ('{"key": "a", "value": 1, "flags": -1}\n', 'line 1: "flags" must be an integer'),
+    ('{"key": "a", "value": 1, "collection": "app.none"}\n', 'line 1: "collection" app.none is not'),
+    ('{"key": "a", "value": 1, "colour": 1}\n', "line 1: unknown field colour"),
+    ('{"key": "a", "value": "' + "x" * 200 + '"}\n', 'line 1: "value" is above --max-item-size (10 bytes)'),
+    ('{"key": "a", "value": 1}\n{"key": "' + "x" * 70_000 + '"}\n', "line 2: longer than 65546 bytes"),
+])
+def test_data_file_bad_line_is_one_error_line(tmp_path: Path, lines: str, message: str) -> None:
+    data = tmp_path / "docs.jsonl"
+    data.write_text(lines)
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--max-item-size", "10",
+                           "--data", str(data)], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"dcpctl: error: --data: {data}: {message}")
