@@ -23,7 +23,7 @@ from couchbase.cluster import Cluster
 from couchbase.diagnostics import PingState
 from couchbase.exceptions import CasMismatchException, DocumentNotFoundException
 from couchbase.options import ClusterOptions, ClusterTimeoutOptions, ReplaceOptions
-from servekit import Server, serving
+from servekit import Server, self_signed, serving
 
 MANIFEST = {"uid": "2", "scopes": [
     {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
@@ -104,3 +104,21 @@ def test_sdk_writes_are_what_a_stream_receives(server: Server) -> None:
     assert Counter((r["collection_id"], r["key"], r["opcode"], r["value"]) for r in received) == expected
     newest = {(r["collection_id"], r["key"]): r["cas"] for r in received}  # in seqno order per vbucket
     assert newest == cas
+
+
+def test_tls_bootstrap_ping_and_write(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    with serving("--tls-cert", str(cert), "--tls-key", str(key), "--tls-port", "0") as running:
+        timeouts = ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5), connect_timeout=timedelta(seconds=10))
+        cluster = Cluster(f"couchbases://127.0.0.1:{running.tls_ports[0]}",
+                          ClusterOptions(PasswordAuthenticator("Administrator", "password", cert_path=str(cert)),
+                                         timeout_options=timeouts))
+        try:
+            collection = cluster.bucket("default").default_collection()
+            report = cluster.ping()
+            assert all(e.state == PingState.OK for kind in report.endpoints.values() for e in kind)
+            written = collection.upsert("over-tls", {"tls": True})
+            got = collection.get("over-tls")
+            assert (got.content_as[dict], got.cas) == ({"tls": True}, written.cas)
+        finally:
+            cluster.close()
