@@ -27,7 +27,7 @@ from dcpctl.producer.store import Bucket, Manifest
 from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
-            "Not a database: items are generated from --seed, nothing is stored.")
+            "Not a database: documents live in memory until it stops.")
 
 
 def serve(
@@ -89,7 +89,8 @@ def serve(
     """Emulate Couchbase data nodes that produce DCP, to stream from without a cluster.
 
     The nodes answer HELLO, SASL (PLAIN, SCRAM), bucket selection, failover logs and stream requests with
-    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios.
+    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios. SDKs
+    write and read documents (GET, SET, DELETE...), and each write goes to the open streams at once.
 
     Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
     """
