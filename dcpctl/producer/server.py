@@ -119,6 +119,7 @@ class Emulator:
     def tick(self) -> None:
         now = self.loop.time()
         self._mutate(now)
+        self.bucket.expire_due()
         self.apply_due()
         for client in list(self.clients):
             client.conn.tick(now)

@@ -19,6 +19,7 @@ later ones only the seqnos added since (``--mutation-rate``), so the generated i
 
 from __future__ import annotations
 
+import heapq
 import random
 import time
 from array import array
@@ -141,6 +142,8 @@ class Bucket:
     def __init__(self, name: str, vbuckets: int, items: int, value_size: int, seed: int,
                  manifest: Manifest | None = None, clock: Callable[[], int] = time.time_ns) -> None:
         self.clock = clock  # unix nanoseconds: the physical part of CAS, and expiry
+        # (expiry, vbucket, seqno, collection, key) of each write with an expiry: the expiry pager's queue
+        self.expiries: list[tuple[int, int, int, int, bytes]] = []
         self.name = name
         self.seed = seed
         self.value_size = value_size
@@ -309,7 +312,23 @@ class Bucket:
         vb.indexed = seqno
         doc = Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
         vb.docs[(collection, key)] = doc
+        if expiry and not deleted:
+            heapq.heappush(self.expiries, (expiry, vb.vbucket, seqno, collection, key))
         return doc
+
+    def expire_due(self) -> int:
+        """The expiry pager: every written document whose expiry has passed expires now (an EXPIRATION item),
+        unless it was written again since; the number expired."""
+        now = self.now()
+        expired = 0
+        while self.expiries and self.expiries[0][0] <= now:
+            expiry, vbucket, seqno, collection, key = heapq.heappop(self.expiries)
+            vb = self.vbuckets[vbucket]
+            doc = vb.docs.get((collection, key))
+            if doc is not None and (doc.seqno, doc.expiry, doc.deleted, vb.state) == (seqno, expiry, False, "active"):
+                self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
+                expired += 1
+        return expired
 
 
 # The item shapes, planned once from their registry rows (extras in the order of each row's layout).

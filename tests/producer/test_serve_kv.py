@@ -16,6 +16,7 @@ from servekit import Server, serving
 from wire import Client
 
 from dcpctl.producer.data import vbucket_of
+from dcpctl.protocol.constants import DcpOpenFlag
 from dcpctl.protocol.value import snappy_compress
 
 MANIFEST = {"uid": "2", "scopes": [
@@ -212,3 +213,20 @@ def test_data_file_bad_line_is_one_error_line(tmp_path: Path, lines: str, messag
     assert done.returncode == 3
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"dcpctl: error: --data: {data}: {message}")
+
+
+def test_a_ttl_passing_is_an_expiration_on_the_stream(server: Server) -> None:
+    stream = Client(server.port, timeout=5)
+    stream.dcp(flags=DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES,
+               controls={"enable_noop": "true", "enable_expiry_opcode": "true"})
+    assert stream.stream_request(VB + 1)["status"] == "Success"
+    writer = kv_client(server)
+    stored = writer.call(opcode="SET", vbucket=VB + 1, key="brief", value="v", flags=0, expiration=1)
+    assert stored["status"] == "Success"
+    started = time.monotonic()
+    records: list[dict[str, Any]] = []
+    while not any(r["opcode"] == "DCP_EXPIRATION" for r in records):
+        records.append(stream.read())
+    assert time.monotonic() - started < 3
+    expired = next(r for r in records if r["opcode"] == "DCP_EXPIRATION")
+    assert (expired["key"], expired["by_seqno"], expired["rev_seqno"]) == ("brief", stored["mutation_seqno"] + 1, 2)

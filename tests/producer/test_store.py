@@ -132,3 +132,19 @@ def test_xattrs_go_to_streams_that_asked_for_them() -> None:
     assert (plain.datatype, plain.value) == (0x01, b'{"a":1}')
     full = decode(bucket.encode_item(bucket.item(vb, 1), Encoding(xattrs=True), 0), 0, DecodeOptions())
     assert (full.datatype, full.value) == (0x05, blob + b'{"a":1}')
+
+
+def test_the_expiry_pager_expires_documents_nobody_reads() -> None:
+    now = [1_800_000_000 * 10**9]
+    bucket = Bucket("b", 2, 0, 60, 5, clock=lambda: now[0])
+    short, rewritten = bucket.vbuckets
+    bucket.write(short, 0, b"short", b"v", 0, 0, bucket.expiry_of(5), None)
+    first = bucket.write(rewritten, 0, b"again", b"v", 0, 0, bucket.expiry_of(5), None)
+    bucket.write(rewritten, 0, b"again", b"w", 0, 0, 0, first)  # written since without an expiry: it stays
+    assert bucket.expire_due() == 0
+    now[0] += 6 * 10**9
+    assert bucket.expire_due() == 1
+    assert bucket.item(short, 2).opcode == EXPIRATION
+    assert bucket.document(short, 0, b"short").deleted  # type: ignore[union-attr]
+    assert bucket.live(rewritten, 0, b"again") is not None
+    assert bucket.expire_due() == 0
