@@ -57,7 +57,7 @@ from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
 FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
-    HelloFeature.COLLECTIONS})
+    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION})
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
 BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
@@ -236,6 +236,7 @@ class ProducerConnection:
         flags = self.dcp_flags or 0
         return Encoding(collections=self.collections, delete_times=bool(flags & DcpOpenFlag.INCLUDE_DELETE_TIMES),
                         xattrs=bool(flags & DcpOpenFlag.INCLUDE_XATTRS),
+                        sync_writes=self.controls.get("enable_sync_writes") == "true",
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
                         no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)))
 

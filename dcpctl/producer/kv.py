@@ -21,6 +21,7 @@ import orjson
 
 from dcpctl.producer.store import DELETION, Document, VBucket
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, HelloFeature, Opcode, Status
+from dcpctl.protocol.frameinfo import DURABILITY, RESERVED_DURABILITY_TIMEOUTS
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.value import leb128_decode, parse_xattrs, snappy_decompress
 
@@ -41,6 +42,8 @@ NO_CREATE: Final = 0xFFFF_FFFF
 QUIET: Final = frozenset({Opcode.GETQ, Opcode.GETKQ, Opcode.GATQ, Opcode.SETQ, Opcode.ADDQ, Opcode.REPLACEQ,
                           Opcode.DELETEQ, Opcode.INCREMENTQ, Opcode.DECREMENTQ, Opcode.APPENDQ, Opcode.PREPENDQ,
                           Opcode.GETQ_META})
+# Durability levels a request may ask for (majority, majority and persist to active, persist to majority).
+DURABILITY_LEVELS: Final = frozenset({1, 2, 3})
 _STORE_EXTRAS: Final = 8
 _ARITHMETIC_EXTRAS: Final = 20
 
@@ -165,6 +168,20 @@ def _written(conn: ProducerConnection, msg: Message, vb: VBucket, doc: Document,
     conn._reply(msg, cas=doc.cas, **fields)
 
 
+def _durability(msg: Message) -> int:
+    """The durability level a request's frame info asks for (0: none): a level kv_engine does not know is
+    DurabilityInvalidLevel, a reserved timeout Einval."""
+    for info in msg.frame_infos:
+        if info.id != DURABILITY:
+            continue
+        if not info.data or info.data[0] not in DURABILITY_LEVELS:
+            raise _RefusedError(Status.DURABILITY_INVALID_LEVEL, "unknown durability level")
+        if len(info.data) == 3 and int.from_bytes(info.data[1:], "big") in RESERVED_DURABILITY_TIMEOUTS:
+            raise _RefusedError(Status.EINVAL, "a reserved durability timeout")
+        return info.data[0]
+    return 0
+
+
 def _extras(msg: Message, length: int) -> dict[str, Any]:
     if msg.extras_length != length or msg.extras is None:
         raise _RefusedError(Status.EINVAL, f"{msg.opcode_name} needs {length} bytes of extras")
@@ -277,7 +294,7 @@ def _store(conn: ProducerConnection, msg: Message) -> None:
         _cas_check(doc, msg.cas)
     old = doc or bucket.document(vb, collection, key)
     new = bucket.write(vb, collection, key, value, datatype, extras["flags"], bucket.expiry_of(extras["expiration"]),
-                       old)
+                       old, durability_level=_durability(msg))
     _written(conn, msg, vb, new)
 
 
@@ -291,7 +308,7 @@ def _delete(conn: ProducerConnection, msg: Message) -> None:
         raise _RefusedError(Status.KEY_ENOENT)
     _unlocked(conn, doc, msg.cas)
     _cas_check(doc, msg.cas)
-    new = bucket.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=DELETION)
+    new = bucket.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=DELETION, durability_level=_durability(msg))
     _written(conn, msg, vb, new)
 
 
@@ -317,7 +334,8 @@ def _arithmetic(conn: ProducerConnection, msg: Message) -> None:
         incr = msg.opcode in (Opcode.INCREMENT, Opcode.INCREMENTQ)
         counter = (int(body) + delta) % U64 if incr else max(0, int(body) - delta)
         old, expiry, flags = doc, doc.expiry, doc.flags
-    new = bucket.write(vb, collection, key, str(counter).encode(), DATATYPE_JSON, flags, expiry, old)
+    new = bucket.write(vb, collection, key, str(counter).encode(), DATATYPE_JSON, flags, expiry, old,
+                       durability_level=_durability(msg))
     _written(conn, msg, vb, new, counter=counter)
 
 
@@ -343,7 +361,8 @@ def _concat(conn: ProducerConnection, msg: Message) -> None:
     if len(xattrs) + len(body) > conn.max_item_size:
         raise _RefusedError(Status.E2BIG, f"the value would be above {conn.max_item_size} bytes")
     datatype = (doc.datatype & DATATYPE_XATTR) | (DATATYPE_JSON if _is_json(body) else 0)
-    new = bucket.write(vb, collection, key, xattrs + body, datatype, doc.flags, doc.expiry, doc)
+    new = bucket.write(vb, collection, key, xattrs + body, datatype, doc.flags, doc.expiry, doc,
+                       durability_level=_durability(msg))
     _written(conn, msg, vb, new)
 
 

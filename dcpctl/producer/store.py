@@ -35,6 +35,8 @@ from dcpctl.protocol.value import leb128_encode, parse_xattrs
 MUTATION: Final = Opcode.DCP_MUTATION
 DELETION: Final = Opcode.DCP_DELETION
 EXPIRATION: Final = Opcode.DCP_EXPIRATION
+PREPARE: Final = Opcode.DCP_PREPARE  # a durable write: its prepare, then at the next seqno its commit
+COMMIT: Final = Opcode.DCP_COMMIT
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -52,7 +54,7 @@ RELATIVE_EXPIRY_LIMIT: Final = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class Item:
-    opcode: int  # MUTATION, DELETION or EXPIRATION
+    opcode: int  # MUTATION, DELETION or EXPIRATION; a durable write's PREPARE and COMMIT
     vbucket: int
     seqno: int
     key: bytes
@@ -63,6 +65,9 @@ class Item:
     datatype: int
     flags: int = 0  # a written document's user flags and absolute expiry (generated items have none)
     expiry: int = 0
+    deleted: bool = False  # a PREPARE or COMMIT of a deletion
+    durability_level: int = 0  # a PREPARE's
+    prepared_seqno: int = 0  # a COMMIT's
 
 
 @dataclass
@@ -92,6 +97,7 @@ class Encoding:
     expiry_opcode: bool = False  # enable_expiry_opcode (needs delete times), else expiries are deletions
     no_value: bool = False
     xattrs: bool = False  # DCP_OPEN IncludeXattrs: values keep their xattrs, else only the body goes
+    sync_writes: bool = False  # enable_sync_writes: durable writes as PREPARE and COMMIT, else as what commits
 
 
 @dataclass
@@ -179,6 +185,8 @@ class Bucket:
 
     def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None) -> bool:
         """Whether a stream sends this item: a stream without collections sees the default collection only."""
+        if item.opcode == PREPARE and not encoding.sync_writes:
+            return False  # a stream without sync writes sees the commit only, as the mutation it makes
         if not encoding.collections:
             return item.collection_id == DEFAULT_COLLECTION
         return filter_ids is None or item.collection_id in filter_ids
@@ -187,6 +195,15 @@ class Bucket:
         """One stream message for an item, built from its declared shape (any stream shape)."""
         key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
         opcode = item.opcode
+        if opcode == COMMIT and encoding.sync_writes:
+            return self._pack(_COMMIT, item, key, 0, b"", (item.prepared_seqno, item.seqno), stream_id, opaque)
+        if opcode == PREPARE:
+            value = b"" if encoding.no_value else self._value(item, encoding)
+            prepare = (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, int(item.deleted),
+                       item.durability_level)
+            return self._pack(_PREPARE, item, key, item.datatype if value else 0, value, prepare, stream_id, opaque)
+        if opcode == COMMIT:
+            opcode = DELETION if item.deleted else MUTATION
         if opcode == EXPIRATION and not (encoding.expiry_opcode and encoding.delete_times):
             opcode = DELETION  # the server sends expiries as deletions unless both were negotiated
         datatype, value = 0, b""
@@ -194,21 +211,31 @@ class Bucket:
         if opcode == MUTATION:
             shape, extras = _MUTATION, (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, 0)
             if not encoding.no_value:
-                datatype, value = item.datatype, item.value
-                if datatype & DATATYPE_XATTR and not encoding.xattrs:
-                    parsed = parse_xattrs(value)
-                    value = value[parsed[1]:] if not isinstance(parsed, str) else value
-                    datatype &= ~DATATYPE_XATTR
+                value = self._value(item, encoding)
+                datatype = item.datatype if encoding.xattrs else item.datatype & ~DATATYPE_XATTR
         elif opcode == EXPIRATION:
             shape, extras = _EXPIRATION, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000)
         elif encoding.delete_times:
             shape, extras = _DELETION_V2, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000, 0)
         else:
             shape, extras = _DELETION_V1, (item.seqno, item.rev_seqno, 0)
+        return self._pack(shape, item, key, datatype, value, extras, stream_id, opaque)
+
+    @staticmethod
+    def _pack(shape: build.Shape, item: Item, key: bytes, datatype: int, value: bytes, extras: tuple[int, ...],
+              stream_id: int | None, opaque: int) -> bytes:
         if stream_id:
             return shape.pack_framed(Magic.ALT_CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value,
                                      extras, build.stream_id_frame(stream_id))
         return shape.pack(Magic.CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value, extras)
+
+    @staticmethod
+    def _value(item: Item, encoding: Encoding) -> bytes:
+        """The value a stream sends: the xattrs stay only with IncludeXattrs."""
+        if item.datatype & DATATYPE_XATTR and not encoding.xattrs:
+            parsed = parse_xattrs(item.value)
+            return item.value[parsed[1]:] if not isinstance(parsed, str) else item.value
+        return item.value
 
     def image(self, vb: VBucket, encoding: Encoding, upto: int) -> _Image:
         """The encoded items 1..upto of a vbucket for an unfiltered stream without stream ids (opaque 0)."""
@@ -276,9 +303,12 @@ class Bucket:
     def _index(self, vb: VBucket) -> None:
         for seqno in range(vb.indexed + 1, vb.high_seqno + 1):
             item = self.item(vb, seqno)  # written ones too: after a failover the index is built again
+            if item.opcode == PREPARE:
+                continue  # its commit, at the next seqno, is the document
+            deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
             vb.docs[(item.collection_id, item.key)] = Document(
                 item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry, item.cas,
-                item.rev_seqno, seqno, deleted=item.opcode != MUTATION)
+                item.rev_seqno, seqno, deleted=deleted)
             vb.max_cas = max(vb.max_cas, item.cas)
         vb.indexed = max(vb.indexed, vb.high_seqno)
 
@@ -298,16 +328,26 @@ class Bucket:
         return int(self.now()) + ttl
 
     def write(self, vb: VBucket, collection: int, key: bytes, value: bytes, datatype: int, flags: int, expiry: int,
-              old: Document | None, *, opcode: int = MUTATION) -> Document:
+              old: Document | None, *, opcode: int = MUTATION, durability_level: int = 0) -> Document:
         """A client's mutation, deletion or expiration: the vbucket's next seqno, a new CAS, the key's next
-        rev seqno; the item goes to every stream of the vbucket as any other."""
+        rev seqno; the item goes to every stream of the vbucket as any other. With a durability level, a
+        synchronous write: a PREPARE, and the COMMIT at the next seqno at once (no replica to wait for),
+        which is the document's seqno."""
         self._index(vb)
         seqno = vb.high_seqno + 1
         cas = self.next_cas(vb)
         rev = old.rev_seqno + 1 if old is not None else 1
         deleted = opcode != MUTATION
-        vb.written[seqno] = Item(opcode, vb.vbucket, seqno, key, value, collection, cas, rev, datatype,
-                                 0 if deleted else flags, 0 if deleted else expiry)
+        flags, expiry = (0, 0) if deleted else (flags, expiry)
+        if durability_level:
+            vb.written[seqno] = Item(PREPARE, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry, deleted, durability_level)
+            seqno += 1
+            vb.written[seqno] = Item(COMMIT, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry, deleted, prepared_seqno=seqno - 1)
+        else:
+            vb.written[seqno] = Item(opcode, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry)
         vb.high_seqno = seqno
         vb.indexed = seqno
         doc = Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
@@ -337,3 +377,6 @@ _MUTATION: Final = build.shape(Opcode.DCP_MUTATION, "by_seqno", "rev_seqno", "fl
 _DELETION_V1: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "nmeta")
 _DELETION_V2: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "delete_time", "unused")
 _EXPIRATION: Final = build.shape(Opcode.DCP_EXPIRATION, "by_seqno", "rev_seqno", "delete_time")
+_PREPARE: Final = build.shape(Opcode.DCP_PREPARE, "by_seqno", "rev_seqno", "flags", "expiration", "lock_time", "nru",
+                              "deleted", "durability_level")
+_COMMIT: Final = build.shape(Opcode.DCP_COMMIT, "prepared_seqno", "commit_seqno")

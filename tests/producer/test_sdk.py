@@ -21,9 +21,13 @@ import pytest
 from couchbase.auth import PasswordAuthenticator
 from couchbase.cluster import Cluster
 from couchbase.diagnostics import PingState
+from couchbase.durability import DurabilityLevel, ServerDurability
 from couchbase.exceptions import CasMismatchException, DocumentNotFoundException
-from couchbase.options import ClusterOptions, ClusterTimeoutOptions, ReplaceOptions
+from couchbase.options import ClusterOptions, ClusterTimeoutOptions, ReplaceOptions, UpsertOptions
 from servekit import Server, self_signed, serving
+from wire import Client
+
+from dcpctl.producer.data import vbucket_of
 
 MANIFEST = {"uid": "2", "scopes": [
     {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
@@ -122,3 +126,30 @@ def test_tls_bootstrap_ping_and_write(tmp_path: Path) -> None:
             assert (got.content_as[dict], got.cas) == ({"tls": True}, written.cas)
         finally:
             cluster.close()
+
+
+def test_a_durable_upsert_is_prepare_then_commit_on_a_sync_writes_stream(server: Server) -> None:
+    sync = Client(server.port, timeout=5)
+    sync.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+    plain = Client(server.port, timeout=5)
+    plain.dcp()
+    cluster = connect(server.port)
+    try:
+        collection = cluster.bucket("default").default_collection()
+        written = collection.upsert("durable", {"d": 1}, UpsertOptions(durability=ServerDurability(
+            DurabilityLevel.MAJORITY)))
+        assert collection.get("durable").content_as[dict] == {"d": 1}
+    finally:
+        cluster.close()
+    vbucket = vbucket_of(b"durable", 64)
+    assert sync.stream_request(vbucket)["status"] == "Success"
+    assert plain.stream_request(vbucket)["status"] == "Success"
+    prepare = next(r for r in sync.until("DCP_PREPARE") if r["opcode"] == "DCP_PREPARE")
+    commit = next(r for r in sync.until("DCP_COMMIT") if r["opcode"] == "DCP_COMMIT")
+    assert (prepare["key"], prepare["value"], prepare["durability_level"], prepare["cas"]) == (
+        "durable", '{"d": 1}', DurabilityLevel.MAJORITY.value, written.cas)
+    assert (commit["key"], commit["prepared_seqno"], commit["commit_seqno"]) == (
+        "durable", prepare["by_seqno"], prepare["by_seqno"] + 1)
+    mutation = next(r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION")
+    assert (mutation["key"], mutation["value"], mutation["by_seqno"], mutation["cas"]) == (
+        "durable", '{"d": 1}', commit["commit_seqno"], written.cas)
