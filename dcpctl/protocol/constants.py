@@ -372,6 +372,34 @@ class Status(_Code):
     RANGE_SCAN_MORE = 0xa6, "RangeScanMore", "range scan: more"
     RANGE_SCAN_COMPLETE = 0xa7, "RangeScanComplete", "range scan complete"
     VB_UUID_NOT_EQUAL = 0xa8, "VbUuidNotEqual", "vbucket uuid differs"
+    SUBDOC_PATH_ENOENT = 0xc0, "SubdocPathEnoent", "subdoc: path not found"
+    SUBDOC_PATH_MISMATCH = 0xc1, "SubdocPathMismatch", "subdoc: path does not match the document"
+    SUBDOC_PATH_EINVAL = 0xc2, "SubdocPathEinval", "subdoc: invalid path"
+    SUBDOC_PATH_E2BIG = 0xc3, "SubdocPathE2big", "subdoc: path too long"
+    SUBDOC_DOC_E2DEEP = 0xc4, "SubdocDocE2deep", "subdoc: document too deep"
+    SUBDOC_VALUE_CANTINSERT = 0xc5, "SubdocValueCantinsert", "subdoc: value cannot be inserted"
+    SUBDOC_DOC_NOT_JSON = 0xc6, "SubdocDocNotJson", "subdoc: document is not JSON"
+    SUBDOC_NUM_ERANGE = 0xc7, "SubdocNumErange", "subdoc: number out of range"
+    SUBDOC_DELTA_EINVAL = 0xc8, "SubdocDeltaEinval", "subdoc: invalid delta"
+    SUBDOC_PATH_EEXISTS = 0xc9, "SubdocPathEexists", "subdoc: path exists"
+    SUBDOC_VALUE_ETOODEEP = 0xca, "SubdocValueEtoodeep", "subdoc: value too deep"
+    SUBDOC_INVALID_COMBO = 0xcb, "SubdocInvalidCombo", "subdoc: invalid combination of commands"
+    SUBDOC_MULTI_PATH_FAILURE = 0xcc, "SubdocMultiPathFailure", "subdoc: some paths failed (see the results)"
+    SUBDOC_SUCCESS_DELETED = 0xcd, "SubdocSuccessDeleted", "subdoc: success on a deleted document"
+    SUBDOC_XATTR_INVALID_FLAG_COMBO = 0xce, "SubdocXattrInvalidFlagCombo", "subdoc: invalid xattr flag combination"
+    SUBDOC_XATTR_INVALID_KEY_COMBO = 0xcf, "SubdocXattrInvalidKeyCombo", "subdoc: invalid xattr key combination"
+    SUBDOC_XATTR_UNKNOWN_MACRO = 0xd0, "SubdocXattrUnknownMacro", "subdoc: unknown macro"
+    SUBDOC_XATTR_UNKNOWN_VATTR = 0xd1, "SubdocXattrUnknownVattr", "subdoc: unknown virtual xattr"
+    SUBDOC_XATTR_CANT_MODIFY_VATTR = 0xd2, "SubdocXattrCantModifyVattr", "subdoc: virtual xattrs are read-only"
+    SUBDOC_MULTI_PATH_FAILURE_DELETED = (0xd3, "SubdocMultiPathFailureDeleted",
+        "subdoc: some paths failed, on a deleted document")
+    SUBDOC_INVALID_XATTR_ORDER = 0xd4, "SubdocInvalidXattrOrder", "subdoc: xattr paths must come first"
+    SUBDOC_XATTR_UNKNOWN_VATTR_MACRO = 0xd5, "SubdocXattrUnknownVattrMacro", "subdoc: unknown virtual xattr macro"
+    SUBDOC_CAN_ONLY_REVIVE_DELETED_DOCUMENTS = (0xd6, "SubdocCanOnlyReviveDeletedDocuments",
+        "subdoc: only a deleted document can be revived")
+    SUBDOC_DELETED_DOCUMENT_CANT_HAVE_VALUE = (0xd7, "SubdocDeletedDocumentCantHaveValue",
+        "subdoc: a deleted document cannot have a value")
+    SUBDOC_FIELD_NOT_BINARY_VALUE = 0xd8, "SubdocFieldNotBinaryValue", "subdoc: field is not a binary value"
 
 
 STATUS_ROWS: Final = rows(Status)

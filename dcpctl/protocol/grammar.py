@@ -15,6 +15,7 @@ from construct import (
     Int16ub,
     Int32ub,
     Int64ub,
+    StringEncoded,
     Struct,
     this,
 )
@@ -255,6 +256,66 @@ get_meta_response_extras = Struct(
 get_meta_v2_response_extras = Struct(*get_meta_response_extras.subcons, "meta_datatype" / Int8ub)
 collections_get_id_response_extras = Struct("manifest_uid" / Int64ub, "collection_id" / Int32ub)
 collections_get_scope_id_response_extras = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+
+# --- XDCR's *_WITH_META commands (kv_engine include/memcached/protocol_binary.h, SetWithMetaPayload and
+# DelWithMetaPayload): the document's metadata as the source cluster had it, then options and/or an nmeta
+# length (26, 28, 30 bytes). The CAS is meta_cas: a record's cas is the header's.
+with_meta_extras = Struct("flags" / Int32ub, "expiration" / Int32ub, "seqno" / Int64ub, "meta_cas" / Int64ub)
+with_meta_nmeta_extras = Struct(*with_meta_extras.subcons, "nmeta" / Int16ub)
+with_meta_options_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub)
+with_meta_options_nmeta_extras = Struct(*with_meta_extras.subcons, "options" / Int32ub, "nmeta" / Int16ub)
+# OBSERVE (0x92): keys by vbucket; the answer adds each key's state and CAS.
+observe_key = Struct("vbucket" / Int16ub, "key_length" / Int16ub, "key" / Bytes(this.key_length))
+observe_request_value = Struct("observe_keys" / GreedyRange(observe_key))
+observe_key_state = Struct(
+    "vbucket" / Int16ub,
+    "key_length" / Int16ub,
+    "key" / Bytes(this.key_length),
+    "key_state" / Int8ub,
+    "cas" / Int64ub,
+)
+observe_response_value = Struct("observe_states" / GreedyRange(observe_key_state))
+
+# --- 6. subdocument commands (kv_engine docs/SubDocument.md) -----------------------------------------
+# Single-path requests: the path's length and the path flags, then optionally the expiry and the document
+# flags; the value is the path followed by the operation's value.
+subdoc_extras = Struct("path_length" / Int16ub, "subdoc_flags" / Int8ub)
+subdoc_doc_flags_extras = Struct(*subdoc_extras.subcons, "doc_flags" / Int8ub)
+subdoc_expiry_extras = Struct(*subdoc_extras.subcons, "expiration" / Int32ub)
+subdoc_expiry_doc_flags_extras = Struct(*subdoc_extras.subcons, "expiration" / Int32ub, "doc_flags" / Int8ub)
+# Multi-path requests: optionally the expiry (mutations) and the document flags.
+multi_doc_flags_extras = Struct("doc_flags" / Int8ub)
+multi_expiry_extras = Struct("expiration" / Int32ub)
+multi_expiry_doc_flags_extras = Struct("expiration" / Int32ub, "doc_flags" / Int8ub)
+# A path is UTF-8 text (a JSON path or an xattr key); a spec that is not UTF-8 leaves the value raw.
+_path = "path" / StringEncoded(Bytes(this.path_length), "utf8")
+lookup_spec = Struct("opcode" / Int8ub, "flags" / Int8ub, "path_length" / Int16ub, _path)
+multi_lookup_value = Struct("lookup_specs" / GreedyRange(lookup_spec))
+mutation_spec = Struct(
+    "opcode" / Int8ub,
+    "flags" / Int8ub,
+    "path_length" / Int16ub,
+    "value_length" / Int32ub,
+    _path,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_mutation_value = Struct("mutation_specs" / GreedyRange(mutation_spec))
+# Each lookup's result in request order; each mutation's that returns a value (a counter), by spec index.
+lookup_result = Struct(
+    "status" / Int16ub,
+    "value_length" / Int32ub,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_lookup_response_value = Struct("lookup_results" / GreedyRange(lookup_result))
+mutation_result = Struct(
+    "index" / Int8ub,
+    "status" / Int16ub,
+    "value_length" / Int32ub,
+    "value" / StringEncoded(Bytes(this.value_length), "utf8"),
+)
+multi_mutation_response_value = Struct("mutation_results" / GreedyRange(mutation_result))
+# SubdocMultiPathFailure of a mutation: the first spec that failed and its status.
+multi_mutation_failure_value = Struct("failed_index" / Int8ub, "failed_status" / Int16ub)
 
 # --- UPR transport draft (seed 001) -------------------------------------------------------------------
 upr_stream_req_extras = Struct(

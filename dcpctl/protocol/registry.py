@@ -451,6 +451,79 @@ KV_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
 ]
 
+# --- subdocument commands (kv_engine docs/SubDocument.md) --------------------------------------------
+_SUBDOC_VALUE = {"value": ValueKind.TEXT, "value_presence": Presence.OPTIONAL}  # the path, then the value
+_SUBDOC_LOOKUP = (_x(name="subdoc", extras=g.subdoc_extras, when=_when_ext(3), **_SUBDOC_VALUE, **_DOC_KEY),
+                  _x(name="subdoc_doc_flags", extras=g.subdoc_doc_flags_extras, when=_when_ext(4), **_SUBDOC_VALUE,
+                     **_DOC_KEY))
+_SUBDOC_MUTATION = (*_SUBDOC_LOOKUP,
+                    _x(name="subdoc_expiry", extras=g.subdoc_expiry_extras, when=_when_ext(7), **_SUBDOC_VALUE,
+                       **_DOC_KEY),
+                    _x(name="subdoc_expiry_doc_flags", extras=g.subdoc_expiry_doc_flags_extras, when=_when_ext(8),
+                       **_SUBDOC_VALUE, **_DOC_KEY))
+_MULTI = {"value": ValueKind.GRAMMAR, "value_presence": Presence.REQUIRED, **_DOC_KEY}
+SUBDOC_LOOKUPS: Final = ("SUBDOC_GET", "SUBDOC_EXISTS", "SUBDOC_GET_COUNT")
+SUBDOC_MUTATIONS: Final = ("SUBDOC_DICT_ADD", "SUBDOC_DICT_UPSERT", "SUBDOC_DELETE", "SUBDOC_REPLACE",
+                           "SUBDOC_ARRAY_PUSH_LAST", "SUBDOC_ARRAY_PUSH_FIRST", "SUBDOC_ARRAY_INSERT",
+                           "SUBDOC_ARRAY_ADD_UNIQUE", "SUBDOC_COUNTER", "SUBDOC_REPLACE_BODY_WITH_XATTR")
+
+SUBDOC_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_SUBDOC_LOOKUP) for name in SUBDOC_LOOKUPS),
+    *(_spec(REQ, name, *_SUBDOC_MUTATION) for name in SUBDOC_MUTATIONS),
+    _spec(REQ, "SUBDOC_MULTI_LOOKUP",
+          _x(name="multi_lookup", when=_when_ext(0), value_grammar=g.multi_lookup_value, **_MULTI),
+          _x(name="multi_lookup_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_lookup_value, **_MULTI)),
+    _spec(REQ, "SUBDOC_MULTI_MUTATION",
+          _x(name="multi_mutation", when=_when_ext(0), value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_doc_flags", extras=g.multi_doc_flags_extras, when=_when_ext(1),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry", extras=g.multi_expiry_extras, when=_when_ext(4),
+             value_grammar=g.multi_mutation_value, **_MULTI),
+          _x(name="multi_mutation_expiry_doc_flags", extras=g.multi_expiry_doc_flags_extras, when=_when_ext(5),
+             value_grammar=g.multi_mutation_value, **_MULTI)),
+]
+
+# the statuses whose body is the per-path results: success, on a deleted document, and some paths failed
+_RESULTS = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED), int(Status.SUBDOC_MULTI_PATH_FAILURE),
+            int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_DONE = (int(Status.SUCCESS), int(Status.SUBDOC_SUCCESS_DELETED))
+_FAILED = (int(Status.SUBDOC_MULTI_PATH_FAILURE), int(Status.SUBDOC_MULTI_PATH_FAILURE_DELETED))
+_FRAGMENT = {"value": ValueKind.AUTO, "value_presence": Presence.OPTIONAL}  # a JSON fragment, a count
+
+SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, _x(name="subdoc_result", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT))
+      for name in SUBDOC_LOOKUPS),
+    *(_response(name, _x(name="subdoc_mutated", when=(("status", _DONE), ("extras_length", 0)), **_FRAGMENT),
+                _x(name="subdoc_mutation_token", extras=g.mutation_token_extras,
+                   when=(("status", _DONE), ("extras_length", 16)), **_FRAGMENT))
+      for name in SUBDOC_MUTATIONS),
+    _response("SUBDOC_MULTI_LOOKUP", _x(name="lookup_results", when=(("status", _RESULTS), ("extras_length", 0)),
+                                        value=ValueKind.GRAMMAR, value_presence=Presence.OPTIONAL,
+                                        value_grammar=g.multi_lookup_response_value)),
+    _response("SUBDOC_MULTI_MUTATION",
+              _x(name="mutation_results", when=(("status", _DONE), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_results_token", extras=g.mutation_token_extras,
+                 when=(("status", _DONE), ("extras_length", 16)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_grammar=g.multi_mutation_response_value),
+              _x(name="mutation_failure", when=(("status", _FAILED), ("extras_length", 0)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.REQUIRED, value_grammar=g.multi_mutation_failure_value)),
+]
+
+_WITH_META = tuple(_x(name=name, extras=extras, when=_when_ext(extras.sizeof()), **_DOC_VALUE, **_DOC_KEY)
+                   for name, extras in (("with_meta", g.with_meta_extras),
+                                        ("with_meta_nmeta", g.with_meta_nmeta_extras),
+                                        ("with_meta_options", g.with_meta_options_extras),
+                                        ("with_meta_options_nmeta", g.with_meta_options_nmeta_extras)))
+WITH_META: Final = ("SET_WITH_META", "SETQ_WITH_META", "ADD_WITH_META", "ADDQ_WITH_META", "DEL_WITH_META",
+                    "DELQ_WITH_META")
+META_REQUESTS: Final[list[MessageSpec]] = [
+    *(_spec(REQ, name, *_WITH_META) for name in WITH_META),
+    _spec(REQ, "OBSERVE", _x(name="observe", when=_when_ext(0), value=ValueKind.GRAMMAR,
+                             value_presence=Presence.REQUIRED, value_grammar=g.observe_request_value)),
+]
+
 _FOUND = _x(name="found", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE)
 _FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _when_ext(4), **_DOC_VALUE,
                 **_DOC_KEY)
@@ -542,6 +615,12 @@ RESPONSES: Final[list[MessageSpec]] = [
     _response("NOOP", _EMPTY_OK),
 ]
 
+META_RESPONSES: Final[list[MessageSpec]] = [
+    *(_response(name, *_MUTATED) for name in WITH_META),
+    _response("OBSERVE", _x(name="observe_response", when=SUCCESS + _when_ext(0), value=ValueKind.GRAMMAR,
+                            value_presence=Presence.OPTIONAL, value_grammar=g.observe_response_value)),
+]
+
 SERVER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(SREQ, "ClustermapChangeNotification",
           _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
@@ -550,6 +629,20 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
              when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
              value_presence=Presence.OPTIONAL)),
+    # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
+    _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
+                                   value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
+                                          value_presence=Presence.REQUIRED)),
+    _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,
+                                       key_presence=Presence.REQUIRED)),
+]
+
+# The client's answers to them (magic 0x83): a status, and for the provider's requests a JSON body.
+SERVER_RESPONSES: Final[list[MessageSpec]] = [
+    _spec(SRES, name, _x(name="server_request_answer", when=_when_ext(0), value=ValueKind.AUTO,
+                         value_presence=Presence.OPTIONAL))
+    for name in ("ClustermapChangeNotification", "Authenticate", "ActiveExternalUsers", "GetAuthorization")
 ]
 
 
@@ -644,8 +737,9 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
     return table
 
 
-DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, RESPONSES, KV_RESPONSES,
-                                   SERVER_REQUESTS))
+DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, META_REQUESTS,
+                                   RESPONSES, KV_RESPONSES, SUBDOC_RESPONSES, META_RESPONSES, SERVER_REQUESTS,
+                                   SERVER_RESPONSES))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})
 UPR_DRAFT: Final = Dialect("upr-draft", _UPR_TABLE, layout_authoritative=True)

@@ -2,7 +2,8 @@
 
 These are the derivations house rule 1 asks for: given a declaration, produce what a renderer or an encoder
 needs without restating the layout. Supported building blocks are the ones ``grammar.py`` uses: Struct,
-GreedyRange, FormatField integers, Bytes and Const (through Renamed wrappers).
+GreedyRange, FormatField integers, Bytes, StringEncoded (UTF-8 text of a given length) and Const (through Renamed
+wrappers).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from construct import Bytes, Const, Construct, Container, FormatField, GreedyRange, Renamed, Struct
+from construct import Bytes, Const, Construct, Container, FormatField, GreedyRange, Renamed, StringEncoded, Struct
 
 from dcpctl.protocol.constants import HELLO_FEATURES, Vocabulary
 
@@ -65,7 +66,7 @@ def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
         return [from_json(inner.subcon, item) for item in data]
     if isinstance(inner, Bytes):
         return bytes.fromhex(data)
-    return data
+    return data  # integers, and StringEncoded's text as it is
 
 
 def fixed_size(grammar: Construct) -> int | None:
@@ -164,6 +165,8 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
             out.append((sub.name, f"u{8 * leaf.length}"))
         elif isinstance(leaf, Const):
             out.append((sub.name, f"u{8 * int(leaf.sizeof())}"))
+        elif isinstance(leaf, StringEncoded):
+            out.append((sub.name, "str"))
         else:
             out.append((sub.name, "hex"))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from construct import Bytes, Const, Construct, FormatField, GreedyRange, Renamed, Struct
+from construct import Bytes, Const, Construct, FormatField, GreedyRange, Renamed, StringEncoded, Struct
 from hypothesis import strategies as st
 
 from dcpctl.protocol.constants import MAGICS, RESPONSE_MAGICS, STATUSES
@@ -23,14 +23,22 @@ def grammar_values(grammar: Construct) -> st.SearchStrategy[Any]:
     if isinstance(inner, Struct):
         parts = {}
         names = [s.name for s in inner.subcons]
+        # subdoc specs and results: text of a length field's length (the path, the value)
+        texts = [(length, text) for length, text in (("path_length", "path"), ("value_length", "value"))
+                 if length in names and text in names and isinstance(_unwrap(inner.subcons[names.index(text)]),
+                                                                      StringEncoded)]
+        skipped = {name for pair in texts for name in pair}
         for sub in inner.subcons:
-            if not sub.name:
+            if not sub.name or sub.name in skipped:
                 continue
             if isinstance(_unwrap(sub), Const):
                 continue
             if "key_length" in names and sub.name in ("key_length", "value_length", "key", "value"):
                 continue
             parts[sub.name] = grammar_values(sub)
+        if texts:
+            return st.fixed_dictionaries({**parts, **{text: st.text(max_size=12) for _, text in texts}}).map(
+                lambda d: {**d, **{length: len(d[text].encode()) for length, text in texts}})
         base = st.fixed_dictionaries(parts)
         if "key_length" in names:
             return base.flatmap(lambda d: st.tuples(st.binary(max_size=12), st.binary(max_size=20)).map(
@@ -74,6 +82,8 @@ def variant_records(spec: MessageSpec, variant: Variant) -> st.SearchStrategy[di
             rec[spec.type_field] = conditions.get(spec.type_field, draw(st.integers(0, 255)))
         if response and spec.has_status:
             status = conditions.get("status")
+            if isinstance(status, tuple):  # a row for several statuses (subdoc results)
+                status = draw(st.sampled_from(status))
             rec["status"] = STATUSES.name(status if isinstance(status, int) else draw(
                 st.sampled_from([0x01, 0x04, 0x07, 0x86])), 4)
         elif not response or not spec.has_status:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +223,213 @@ def test_xattrs_are_split_off_a_kv_value() -> None:
     record = decode(raw).record()
     assert (record["xattrs"], record["value"]) == ([{"key": "_sync", "value": '{"rev":"1"}'}], '{"a":1}')
     assert encode(record, DCP) == raw
+
+
+# --- Wireshark's dissector as the independent decoder, on a capture of the KV commands ---------------------
+def _micros_frame(micros: int) -> bytes:
+    """A ServerRecvSendDuration frame info as kv_engine's Tracer::encodeMicros writes it."""
+    return b"\x02" + struct.pack(">H", round((min(micros, 120125042) * 2) ** (1.0 / 1.74)))
+
+
+def _alt(magic: int, opcode: int, framing: bytes, extras: bytes = b"", key: bytes = b"") -> bytes:
+    body = framing + extras + key
+    return struct.pack(">BBBBBBHIIQ", magic, opcode, len(framing), len(key), len(extras), 0, 0, len(body), 7,
+                       0) + body
+
+
+FEATURES = ["Collections", "MutationSeqno", "Tracing", "AltRequestSupport", "SnappyEverywhere"]
+COMPRESSED = b'{"a":1,"b":"xxxxxxxxxxxxxxxxxxxxxxxx"}'
+# An SDK's session after HELLO, each request with the reply a server gives it (frame numbers from 4, after the
+# TCP handshake: one message per frame).
+KV_SESSION: list[tuple[bool, bytes]] = [
+    (True, encode({"magic": "ClientRequest", "opcode": "HELLO", "key": "sdk", "features": FEATURES})),
+    (False, encode({"magic": "ClientResponse", "opcode": "HELLO", "status": "Success", "features": FEATURES})),
+    (True, req(Opcode.GET, key=b"\x08Hello")),
+    (False, res(Opcode.GET, FLAGS, value=b'{"a":1}', datatype=DATATYPE_JSON, cas=5)),
+    (True, req(Opcode.SET, struct.pack(">II", 0xDEADBEEF, 3600), b"\x08Hello", b'{"a":1}', datatype=DATATYPE_JSON)),
+    (False, res(Opcode.SET, TOKEN, cas=6)),
+    (True, req(Opcode.INCREMENT, struct.pack(">QQI", 1, 0, 3600), b"\x08counter")),
+    (False, res(Opcode.INCREMENT, TOKEN, value=struct.pack(">Q", 1))),
+    (True, req(Opcode.GAT, struct.pack(">I", 10), b"\x08Hello")),
+    (False, res(Opcode.GAT, FLAGS, value=snappy_compress(COMPRESSED), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)),
+    (True, req(Opcode.GETK, key=b"\x08Hello")),
+    (False, res(Opcode.GETK, FLAGS, b"\x08Hello", b"World")),
+    (True, req(Opcode.COLLECTIONS_GET_ID, value=b"_default.c1")),
+    (False, res(Opcode.COLLECTIONS_GET_ID, struct.pack(">QI", 4, 8))),
+    (True, req(Opcode.GET_META, b"\x02", b"\x08Hello")),
+    (False, res(Opcode.GET_META, struct.pack(">IIIQB", 0, 5, 0, 3, 1))),
+    (True, _alt(Magic.ALT_CLIENT_REQUEST, Opcode.DELETE, b"\x13\x01\x01\xf4", key=b"\x08Hello")),
+    (False, _alt(Magic.ALT_CLIENT_RESPONSE, Opcode.DELETE, _micros_frame(1000), TOKEN)),
+    (True, req(Opcode.GET_RANDOM_KEY, struct.pack(">I", 8))),
+    (False, res(Opcode.GET_RANDOM_KEY, FLAGS, b"\x08k", b"v")),
+    (True, req(Opcode.APPEND, key=b"\x08Hello", value=b"!")),
+    (False, res(Opcode.APPEND, cas=9)),
+    (True, req(Opcode.GET, key=b"\x08Gone")),
+    (False, res(Opcode.GET, value=b"Not found", status=Status.KEY_ENOENT)),
+]
+TSHARK_KV_FIELDS = ["frame.number", "couchbase.opcode", "couchbase.status", "couchbase.extras.flags",
+                    "couchbase.extras.expiration", "couchbase.extras.delta", "couchbase.extras.initial",
+                    "couchbase.extras.vbucket_uuid", "couchbase.extras.mutation_seqno",
+                    "couchbase.key.collection_manifest_id", "couchbase.key.collection_id",
+                    "couchbase.key.logical_key", "couchbase.value", "couchbase.flex_frame.frame.duration",
+                    "couchbase.flex_frame.frame.durability_req", "couchbase.extras.unknown", "_ws.expert.message"]
+
+
+def _tshark() -> str:
+    path = shutil.which("tshark")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("tshark is missing: .ci/run installs it")
+        pytest.skip("tshark not installed (.ci/run installs it)")
+    return path
+
+
+def _int(text: str) -> int:
+    return int(text, 16) if text.startswith("0x") else int(text)
+
+
+@pytest.mark.peer
+def test_kv_fields_agree_with_wireshark_and_where_it_is_wrong(tmp_path: Path) -> None:
+    capture = tmp_path / "kv.pcap"
+    capture.write_bytes(write_capture(KV_SESSION, segment_size=65535))  # one message per frame
+    result = subprocess.run([_tshark(), "-r", str(capture), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
+                             *[x for f in TSHARK_KV_FIELDS for x in ("-e", f)]],
+                            capture_output=True, text=True, check=True, timeout=120)
+    theirs = {int(row[0]): dict(zip(TSHARK_KV_FIELDS, row, strict=True))
+              for row in (line.split("\t") for line in result.stdout.splitlines())}
+    mine = {r["frames"][0]: r for r in _decode_capture(tmp_path, KV_SESSION)}
+    assert sorted(theirs) == sorted(mine)
+    assert all(r["diagnostics"] == [] for r in mine.values())
+    compared = 0
+    for frame, row in theirs.items():
+        record = mine[frame]
+        assert _int(row["couchbase.opcode"]) == int(Opcode[record["opcode"]])
+        if row["couchbase.status"]:
+            assert record["status"] == Status(_int(row["couchbase.status"])).kv_name
+        for field, key in [("couchbase.extras.flags", "flags"), ("couchbase.extras.expiration", "expiration"),
+                           ("couchbase.extras.delta", "delta"), ("couchbase.extras.initial", "initial"),
+                           ("couchbase.extras.vbucket_uuid", "vbucket_uuid"),
+                           ("couchbase.extras.mutation_seqno", "mutation_seqno"),
+                           ("couchbase.key.collection_manifest_id", "manifest_uid"),
+                           ("couchbase.key.collection_id", "collection_id"),
+                           ("couchbase.key.logical_key", "key")]:
+            if row[field]:
+                assert (_int(row[field]) if key != "key" else row[field]) == record[key], (frame, field)
+                compared += 1
+        if row["couchbase.flex_frame.frame.durability_req"]:
+            assert int(row["couchbase.flex_frame.frame.durability_req"]) == \
+                record["frame_infos"][0]["durability_level"]
+            compared += 1
+    assert compared >= 25
+
+    def frame_of(opcode: str, response: bool) -> int:
+        return next(f for f, r in mine.items() if r["opcode"] == opcode and ("status" in r) == response)
+
+    # A GAT response carries the document's flags, as GET's does: Wireshark has no layout for them ("Unknown"
+    # extras), and shows the snappy bytes as the value, "trailing stray characters" after them.
+    gat = frame_of("GAT", response=True)
+    assert mine[gat]["flags"] == 0xDEADBEEF
+    assert mine[gat]["value"] == COMPRESSED.decode()
+    assert theirs[gat]["couchbase.extras.unknown"] == "deadbeef"
+    assert "Trailing stray" in theirs[gat]["_ws.expert.message"]
+    # GET_META v2's 21st byte is the document's datatype (kv_engine's GetMetaPayload); Wireshark calls it
+    # ConfRes, the conflict resolution mode (checked in its tree: the fields output has no name for it).
+    meta = frame_of("GET_META", response=True)
+    assert (mine[meta]["meta_datatype"], mine[meta]["seqno"]) == (1, 3)
+    # The server duration: kv_engine's decodeMicros truncates to whole microseconds; Wireshark shows the
+    # unrounded float of the same formula.
+    deleted = frame_of("DELETE", response=True)
+    duration = mine[deleted]["frame_infos"][0]["server_duration_us"]
+    assert duration == int(float(theirs[deleted]["couchbase.flex_frame.frame.duration"])) == 1001
+    assert theirs[deleted]["couchbase.flex_frame.frame.duration"] != str(duration)
+    # GET_RANDOM_KEY's 4-byte extras are the collection to pick from (HELLO Collections): Wireshark "Unknown".
+    random = frame_of("GET_RANDOM_KEY", response=False)
+    assert mine[random]["collection_id"] == 8
+    assert theirs[random]["couchbase.extras.unknown"] == "00000008"
+    # An error response has no extras (the status and an error text): Wireshark wants a GET's flags anyway.
+    miss = next(f for f, r in mine.items() if r.get("status") == "KeyEnoent")
+    assert mine[miss]["value"] == "Not found"
+    assert "must have Extras" in theirs[miss]["_ws.expert.message"]
+
+
+SUBDOC = ("SUBDOC_GET", "SUBDOC_EXISTS", "SUBDOC_GET_COUNT", "SUBDOC_DICT_ADD", "SUBDOC_DICT_UPSERT", "SUBDOC_DELETE",
+          "SUBDOC_REPLACE", "SUBDOC_ARRAY_PUSH_LAST", "SUBDOC_ARRAY_PUSH_FIRST", "SUBDOC_ARRAY_INSERT",
+          "SUBDOC_ARRAY_ADD_UNIQUE", "SUBDOC_COUNTER", "SUBDOC_REPLACE_BODY_WITH_XATTR", "SUBDOC_MULTI_LOOKUP",
+          "SUBDOC_MULTI_MUTATION")
+
+
+@pytest.mark.parametrize("name", SUBDOC)
+def test_each_subdoc_opcode_has_rows_and_a_document_key(name: str) -> None:
+    for magic in (REQ, RES):
+        assert DCP.spec(magic, int(Opcode[name])) is not None
+    spec = DCP.spec(REQ, int(Opcode[name]))
+    assert spec is not None
+    assert spec.document_key
+
+
+def test_each_path_spec_is_decoded_and_shown_in_the_hexdump() -> None:
+    from dcpctl.protocol.layout import spans  # noqa: PLC0415
+
+    specs = struct.pack(">BBH", 0xC5, 0x04, 5) + b"_sync" + struct.pack(">BBH", 0x00, 0, 0)
+    raw = req(Opcode.SUBDOC_MULTI_LOOKUP, b"\x04", b"doc", specs)
+    message = decode(raw)
+    record = message.record()
+    assert record["doc_flags"] == 4
+    assert record["lookup_specs"] == [{"opcode": 0xC5, "flags": 4, "path_length": 5, "path": "_sync"},
+                                      {"opcode": 0, "flags": 0, "path_length": 0, "path": ""}]
+    assert ("lookup_specs.0.path", "_sync") in {(s.name, s.value) for s in spans(message)}
+    assert encode(record, DCP) == raw
+
+
+def test_a_failed_multi_mutation_names_its_spec_and_status() -> None:
+    raw = res(Opcode.SUBDOC_MULTI_MUTATION, value=struct.pack(">BH", 2, Status.SUBDOC_PATH_EEXISTS),
+              status=Status.SUBDOC_MULTI_PATH_FAILURE)
+    record = decode(raw).record()
+    assert (record["status"], record["failed_index"], record["failed_status"]) == ("SubdocMultiPathFailure", 2, 0xC9)
+    assert record["diagnostics"] == []
+    assert encode(record, DCP) == raw
+
+
+def test_a_path_that_is_not_utf8_leaves_the_value_raw() -> None:
+    raw = req(Opcode.SUBDOC_MULTI_LOOKUP, key=b"doc", value=struct.pack(">BBH", 0xC5, 0, 2) + b"\xff\xfe")
+    record = decode(raw).record()
+    assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
+    assert encode(record, DCP) == raw
+
+
+@pytest.mark.parametrize(("extras", "expected"), [
+    (struct.pack(">IIQQ", 1, 2, 3, 4), {"flags": 1, "expiration": 2, "seqno": 3, "meta_cas": 4}),
+    (struct.pack(">IIQQH", 1, 2, 3, 4, 0), {"meta_cas": 4, "nmeta": 0}),
+    (struct.pack(">IIQQI", 1, 2, 3, 4, 8), {"meta_cas": 4, "options": 8}),
+    (struct.pack(">IIQQIH", 1, 2, 3, 4, 8, 0), {"options": 8, "nmeta": 0}),
+])
+def test_with_meta_extras_are_named(extras: bytes, expected: dict[str, int]) -> None:
+    raw = req(Opcode.SET_WITH_META, extras, b"doc", b"{}", datatype=DATATYPE_JSON, cas=99)
+    record = decode(raw).record()
+    assert record["diagnostics"] == []
+    assert record["cas"] == 99  # the header's; the source cluster's is meta_cas
+    assert {k: record[k] for k in expected} == expected
+    assert encode(record, DCP) == raw
+
+
+def test_observe_keys_and_states() -> None:
+    raw = req(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc")
+    assert decode(raw).record()["observe_keys"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex()}]
+    answer = res(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc" + struct.pack(">BQ", 1, 77))
+    record = decode(answer).record()
+    assert record["observe_states"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex(), "key_state": 1,
+                                         "cas": 77}]
+    assert encode(record, DCP) == answer
+
+
+@pytest.mark.parametrize(("opcode", "value"), [(2, b'{"step":false,"context":"","challenge":"AGZvbwBiYXI="}'),
+                                               (3, b'["joe","smith"]')])
+def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) -> None:
+    raw = packet(Magic.SERVER_REQUEST, opcode, value=value, datatype=DATATYPE_JSON)
+    record = decode(raw).record()
+    assert (record["opcode"], record["value"], record["diagnostics"]) == (
+        {2: "Authenticate", 3: "ActiveExternalUsers"}[opcode], value.decode(), [])
+    answer = packet(Magic.SERVER_RESPONSE, opcode, value=b'{"rbac":{}}', datatype=DATATYPE_JSON)
+    reply = decode(answer).record()
+    assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
+    assert encode(reply, DCP) == answer
