@@ -33,7 +33,7 @@ from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
-from dcpctl.producer import kv
+from dcpctl.producer import kv, subdoc
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
@@ -310,8 +310,10 @@ class ProducerConnection:
         if opcode in NEEDS_DCP and not self._is_dcp(msg):
             return
         handler = _HANDLERS.get(opcode)
-        if handler is None and opcode in kv.COMMANDS:
-            handler = kv.handle
+        document = _DOCUMENT_COMMANDS.get(opcode)
+        if document is not None:
+            kv.handle(self, msg, document)
+            return
         if handler is None:
             self._unhandled(msg)
             return
@@ -923,3 +925,6 @@ _HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ProducerConnection._buffer_ack,
     Opcode.DCP_NOOP: ProducerConnection._noop_request,
 }
+# The document commands (producer/kv.py and producer/subdoc.py): answered through kv.handle's error mapping.
+_DOCUMENT_COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+    **kv.COMMANDS, Opcode.SUBDOC_MULTI_LOOKUP: subdoc.multi_lookup, Opcode.SUBDOC_MULTI_MUTATION: subdoc.multi_mutation}

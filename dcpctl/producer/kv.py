@@ -48,7 +48,7 @@ _STORE_EXTRAS: Final = 8
 _ARITHMETIC_EXTRAS: Final = 20
 
 
-class _RefusedError(Exception):
+class RefusedError(Exception):
     """A request answered with an error status (raised inside a handler, answered once, in ``handle``)."""
 
     def __init__(self, status: int, context: str = "", value: bytes = b"") -> None:
@@ -58,13 +58,13 @@ class _RefusedError(Exception):
         self.value = value
 
 
-def handle(conn: ProducerConnection, msg: Message) -> None:
+def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerConnection, Message], None]) -> None:
     """Run one document command; an error status goes back with XERROR's context when asked for."""
     if conn._needs_bucket(msg) is None:
         return
     try:
-        _COMMANDS[msg.opcode](conn, msg)
-    except _RefusedError as refused:
+        command(conn, msg)
+    except RefusedError as refused:
         if refused.value:
             conn._reply(msg, refused.status, datatype=DATATYPE_JSON, value=refused.value)
         elif msg.opcode in (Opcode.GETQ, Opcode.GETKQ) and refused.status == Status.KEY_ENOENT:
@@ -74,38 +74,38 @@ def handle(conn: ProducerConnection, msg: Message) -> None:
 
 
 # --- locating the document -----------------------------------------------------------------------------
-def _target(conn: ProducerConnection, msg: Message) -> tuple[VBucket, int, bytes]:
+def target(conn: ProducerConnection, msg: Message) -> tuple[VBucket, int, bytes]:
     """The vbucket, collection id and key of a request."""
     vb = conn._vbucket(msg.vbucket_or_status)
     if vb is None:
-        raise _RefusedError(Status.NOT_MY_VBUCKET)
+        raise RefusedError(Status.NOT_MY_VBUCKET)
     key = msg.key
     collection = 0
     if conn.collections:
         prefix = leb128_decode(key)
         if prefix is None or prefix[1] == len(key):
-            raise _RefusedError(Status.EINVAL, "the key has no collection id and key")
+            raise RefusedError(Status.EINVAL, "the key has no collection id and key")
         collection, used = prefix
         key = key[used:]
         manifest = conn.node.cluster.bucket.manifest
         if collection not in manifest.collections:
-            raise _RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+            raise RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
     if not key:
-        raise _RefusedError(Status.EINVAL, "empty key")
+        raise RefusedError(Status.EINVAL, "empty key")
     return vb, collection, key
 
 
-def _unlocked(conn: ProducerConnection, doc: Document | None, cas: int) -> None:
+def unlocked(conn: ProducerConnection, doc: Document | None, cas: int) -> None:
     """Locked, unless the request carries the lock's CAS (kv_engine 7: Locked rather than KeyEexists)."""
     if doc is not None and doc.locked_until > conn.node.cluster.bucket.now() and cas != doc.lock_cas:
-        raise _RefusedError(Status.LOCKED, "the document is locked")
+        raise RefusedError(Status.LOCKED, "the document is locked")
 
 
-def _cas_check(doc: Document | None, cas: int) -> None:
+def cas_check(doc: Document | None, cas: int) -> None:
     if cas and doc is None:
-        raise _RefusedError(Status.KEY_ENOENT, "a CAS for a document that does not exist")
+        raise RefusedError(Status.KEY_ENOENT, "a CAS for a document that does not exist")
     if cas and doc is not None and cas != doc.cas:
-        raise _RefusedError(Status.KEY_EEXISTS, "CAS mismatch")
+        raise RefusedError(Status.KEY_EEXISTS, "CAS mismatch")
 
 
 def _shown_cas(conn: ProducerConnection, doc: Document) -> int:
@@ -129,20 +129,20 @@ def _incoming(conn: ProducerConnection, msg: Message) -> tuple[int, bytes]:
     value, datatype = msg.value, msg.datatype
     if datatype & DATATYPE_SNAPPY:
         if HelloFeature.SNAPPY not in conn.features:
-            raise _RefusedError(Status.EINVAL, "snappy datatype without HELLO Snappy")
+            raise RefusedError(Status.EINVAL, "snappy datatype without HELLO Snappy")
         inflated = snappy_decompress(value)
         if isinstance(inflated, str):
-            raise _RefusedError(Status.EINVAL, inflated)
+            raise RefusedError(Status.EINVAL, inflated)
         value = inflated
     if len(value) > conn.max_item_size:
-        raise _RefusedError(Status.E2BIG, f"the value is above {conn.max_item_size} bytes")
+        raise RefusedError(Status.E2BIG, f"the value is above {conn.max_item_size} bytes")
     body = value
     if datatype & DATATYPE_XATTR:
         if HelloFeature.XATTR not in conn.features:
-            raise _RefusedError(Status.EINVAL, "xattr datatype without HELLO Xattr")
+            raise RefusedError(Status.EINVAL, "xattr datatype without HELLO Xattr")
         parsed = parse_xattrs(value)
         if isinstance(parsed, str):
-            raise _RefusedError(Status.XATTR_EINVAL, parsed)
+            raise RefusedError(Status.XATTR_EINVAL, parsed)
         body = value[parsed[1]:]
     datatype = datatype & DATATYPE_XATTR
     if _is_json(body):
@@ -158,7 +158,7 @@ def _is_json(body: bytes) -> bool:
     return bool(body)
 
 
-def _written(conn: ProducerConnection, msg: Message, vb: VBucket, doc: Document, **fields: Any) -> None:
+def written(conn: ProducerConnection, msg: Message, vb: VBucket, doc: Document, **fields: Any) -> None:
     """A mutation's success: its CAS, and the mutation token with HELLO MutationSeqno."""
     conn.node.cluster.writes += 1
     if msg.opcode in QUIET:
@@ -168,37 +168,37 @@ def _written(conn: ProducerConnection, msg: Message, vb: VBucket, doc: Document,
     conn._reply(msg, cas=doc.cas, **fields)
 
 
-def _durability(msg: Message) -> int:
+def durability(msg: Message) -> int:
     """The durability level a request's frame info asks for (0: none): a level kv_engine does not know is
     DurabilityInvalidLevel, a reserved timeout Einval."""
     for info in msg.frame_infos:
         if info.id != DURABILITY:
             continue
         if not info.data or info.data[0] not in DURABILITY_LEVELS:
-            raise _RefusedError(Status.DURABILITY_INVALID_LEVEL, "unknown durability level")
+            raise RefusedError(Status.DURABILITY_INVALID_LEVEL, "unknown durability level")
         if len(info.data) == 3 and int.from_bytes(info.data[1:], "big") in RESERVED_DURABILITY_TIMEOUTS:
-            raise _RefusedError(Status.EINVAL, "a reserved durability timeout")
+            raise RefusedError(Status.EINVAL, "a reserved durability timeout")
         return info.data[0]
     return 0
 
 
 def _extras(msg: Message, length: int) -> dict[str, Any]:
     if msg.extras_length != length or msg.extras is None:
-        raise _RefusedError(Status.EINVAL, f"{msg.opcode_name} needs {length} bytes of extras")
+        raise RefusedError(Status.EINVAL, f"{msg.opcode_name} needs {length} bytes of extras")
     return dict(msg.extras)
 
 
 # --- reads ---------------------------------------------------------------------------------------------
 def _get(conn: ProducerConnection, msg: Message) -> None:
     if msg.extras_length or msg.value:
-        raise _RefusedError(Status.EINVAL, f"{msg.opcode_name} has no extras and no value")
-    vb, collection, key = _target(conn, msg)
+        raise RefusedError(Status.EINVAL, f"{msg.opcode_name} has no extras and no value")
+    vb, collection, key = target(conn, msg)
     doc = conn.node.cluster.bucket.live(vb, collection, key)
     if doc is None:
         if msg.opcode == Opcode.GETK:
             conn._reply(msg, Status.KEY_ENOENT, key=msg.key)
             return
-        raise _RefusedError(Status.KEY_ENOENT)
+        raise RefusedError(Status.KEY_ENOENT)
     _found(conn, msg, doc)
 
 
@@ -210,19 +210,19 @@ def _found(conn: ProducerConnection, msg: Message, doc: Document, cas: int | Non
 
 
 def _get_replica(conn: ProducerConnection, msg: Message) -> None:
-    _target(conn, msg)
-    raise _RefusedError(Status.NOT_MY_VBUCKET, "no replicas: every vbucket is active here")
+    target(conn, msg)
+    raise RefusedError(Status.NOT_MY_VBUCKET, "no replicas: every vbucket is active here")
 
 
 def _touch(conn: ProducerConnection, msg: Message) -> None:
     """GAT, GATQ, TOUCH: a new expiry is a new revision (a new seqno and CAS)."""
     extras = _extras(msg, 4)
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     doc = bucket.live(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.KEY_ENOENT)
-    _unlocked(conn, doc, 0)
+        raise RefusedError(Status.KEY_ENOENT)
+    unlocked(conn, doc, 0)
     new = bucket.write(vb, collection, key, doc.value, doc.datatype, doc.flags,
                        bucket.expiry_of(extras["expiration"]), doc)
     conn.node.cluster.writes += 1
@@ -234,13 +234,13 @@ def _touch(conn: ProducerConnection, msg: Message) -> None:
 
 def _get_locked(conn: ProducerConnection, msg: Message) -> None:
     seconds = _extras(msg, 4)["expiration"] if msg.extras_length else 0
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     doc = bucket.live(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.KEY_ENOENT)
+        raise RefusedError(Status.KEY_ENOENT)
     if doc.locked_until > bucket.now():
-        raise _RefusedError(Status.LOCKED, "the document is locked")
+        raise RefusedError(Status.LOCKED, "the document is locked")
     if seconds == 0 or seconds > MAX_LOCK_SECONDS:
         seconds = DEFAULT_LOCK_SECONDS
     doc.cas = doc.lock_cas = bucket.next_cas(vb)
@@ -249,25 +249,25 @@ def _get_locked(conn: ProducerConnection, msg: Message) -> None:
 
 
 def _unlock(conn: ProducerConnection, msg: Message) -> None:
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     doc = bucket.live(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.KEY_ENOENT)
+        raise RefusedError(Status.KEY_ENOENT)
     if doc.locked_until <= bucket.now():
-        raise _RefusedError(Status.NOT_LOCKED, "the document is not locked")
+        raise RefusedError(Status.NOT_LOCKED, "the document is not locked")
     if msg.cas != doc.lock_cas:
-        raise _RefusedError(Status.LOCKED, "not the lock's CAS")
+        raise RefusedError(Status.LOCKED, "not the lock's CAS")
     doc.locked_until = 0.0
     conn._reply(msg)
 
 
 def _get_meta(conn: ProducerConnection, msg: Message) -> None:
     version = _extras(msg, 1)["meta_version"] if msg.extras_length else 1
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     doc = conn.node.cluster.bucket.document(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.KEY_ENOENT)
+        raise RefusedError(Status.KEY_ENOENT)
     fields: dict[str, Any] = {"deleted": int(doc.deleted), "flags": doc.flags, "expiration": doc.expiry,
                               "seqno": doc.rev_seqno}
     if version == 2:
@@ -279,49 +279,49 @@ def _get_meta(conn: ProducerConnection, msg: Message) -> None:
 def _store(conn: ProducerConnection, msg: Message) -> None:
     """SET, ADD, REPLACE and their quiet twins."""
     extras = _extras(msg, _STORE_EXTRAS)
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     datatype, value = _incoming(conn, msg)
     doc = bucket.live(vb, collection, key)
-    _unlocked(conn, doc, msg.cas)
+    unlocked(conn, doc, msg.cas)
     opcode = msg.opcode
     if opcode in (Opcode.ADD, Opcode.ADDQ):
         if doc is not None:
-            raise _RefusedError(Status.KEY_EEXISTS, "the document exists")
+            raise RefusedError(Status.KEY_EEXISTS, "the document exists")
     else:
         if doc is None and opcode in (Opcode.REPLACE, Opcode.REPLACEQ):
-            raise _RefusedError(Status.KEY_ENOENT)
-        _cas_check(doc, msg.cas)
+            raise RefusedError(Status.KEY_ENOENT)
+        cas_check(doc, msg.cas)
     old = doc or bucket.document(vb, collection, key)
     new = bucket.write(vb, collection, key, value, datatype, extras["flags"], bucket.expiry_of(extras["expiration"]),
-                       old, durability_level=_durability(msg))
-    _written(conn, msg, vb, new)
+                       old, durability_level=durability(msg))
+    written(conn, msg, vb, new)
 
 
 def _delete(conn: ProducerConnection, msg: Message) -> None:
     if msg.extras_length or msg.value:
-        raise _RefusedError(Status.EINVAL, "DELETE has no extras and no value")
-    vb, collection, key = _target(conn, msg)
+        raise RefusedError(Status.EINVAL, "DELETE has no extras and no value")
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     doc = bucket.live(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.KEY_ENOENT)
-    _unlocked(conn, doc, msg.cas)
-    _cas_check(doc, msg.cas)
-    new = bucket.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=DELETION, durability_level=_durability(msg))
-    _written(conn, msg, vb, new)
+        raise RefusedError(Status.KEY_ENOENT)
+    unlocked(conn, doc, msg.cas)
+    cas_check(doc, msg.cas)
+    new = bucket.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=DELETION, durability_level=durability(msg))
+    written(conn, msg, vb, new)
 
 
 def _arithmetic(conn: ProducerConnection, msg: Message) -> None:
     extras = _extras(msg, _ARITHMETIC_EXTRAS)
-    vb, collection, key = _target(conn, msg)
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     doc = bucket.live(vb, collection, key)
-    _unlocked(conn, doc, msg.cas)
-    _cas_check(doc, msg.cas)
+    unlocked(conn, doc, msg.cas)
+    cas_check(doc, msg.cas)
     if doc is None:
         if extras["expiration"] == NO_CREATE:
-            raise _RefusedError(Status.KEY_ENOENT)
+            raise RefusedError(Status.KEY_ENOENT)
         counter = extras["initial"]
         old = bucket.document(vb, collection, key)
         expiry = bucket.expiry_of(extras["expiration"])
@@ -329,28 +329,28 @@ def _arithmetic(conn: ProducerConnection, msg: Message) -> None:
     else:
         _, body = _read_value(conn, doc)
         if not (body.isdigit() and len(body) <= len(str(U64 - 1)) and int(body) < U64):
-            raise _RefusedError(Status.DELTA_BADVAL, "the document is not a decimal u64")
+            raise RefusedError(Status.DELTA_BADVAL, "the document is not a decimal u64")
         delta = extras["delta"]
         incr = msg.opcode in (Opcode.INCREMENT, Opcode.INCREMENTQ)
         counter = (int(body) + delta) % U64 if incr else max(0, int(body) - delta)
         old, expiry, flags = doc, doc.expiry, doc.flags
     new = bucket.write(vb, collection, key, str(counter).encode(), DATATYPE_JSON, flags, expiry, old,
-                       durability_level=_durability(msg))
-    _written(conn, msg, vb, new, counter=counter)
+                       durability_level=durability(msg))
+    written(conn, msg, vb, new, counter=counter)
 
 
 def _concat(conn: ProducerConnection, msg: Message) -> None:
     """APPEND, PREPEND: the body grows, xattrs and flags stay."""
     if msg.extras_length:
-        raise _RefusedError(Status.EINVAL, f"{msg.opcode_name} has no extras")
-    vb, collection, key = _target(conn, msg)
+        raise RefusedError(Status.EINVAL, f"{msg.opcode_name} has no extras")
+    vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     _, value = _incoming(conn, msg)
     doc = bucket.live(vb, collection, key)
     if doc is None:
-        raise _RefusedError(Status.NOT_STORED, "no document to add to")
-    _unlocked(conn, doc, msg.cas)
-    _cas_check(doc, msg.cas)
+        raise RefusedError(Status.NOT_STORED, "no document to add to")
+    unlocked(conn, doc, msg.cas)
+    cas_check(doc, msg.cas)
     xattrs = b""
     body = doc.value
     if doc.datatype & DATATYPE_XATTR:
@@ -359,11 +359,11 @@ def _concat(conn: ProducerConnection, msg: Message) -> None:
             xattrs, body = body[:parsed[1]], body[parsed[1]:]
     body = body + value if msg.opcode in (Opcode.APPEND, Opcode.APPENDQ) else value + body
     if len(xattrs) + len(body) > conn.max_item_size:
-        raise _RefusedError(Status.E2BIG, f"the value would be above {conn.max_item_size} bytes")
+        raise RefusedError(Status.E2BIG, f"the value would be above {conn.max_item_size} bytes")
     datatype = (doc.datatype & DATATYPE_XATTR) | (DATATYPE_JSON if _is_json(body) else 0)
     new = bucket.write(vb, collection, key, xattrs + body, datatype, doc.flags, doc.expiry, doc,
-                       durability_level=_durability(msg))
-    _written(conn, msg, vb, new)
+                       durability_level=durability(msg))
+    written(conn, msg, vb, new)
 
 
 # --- collections ---------------------------------------------------------------------------------------
@@ -377,26 +377,26 @@ def _scope_id(conn: ProducerConnection, name: str) -> int:
     for scope_id, scope in manifest.scopes.items():
         if scope == name:
             return scope_id
-    raise _RefusedError(Status.UNKNOWN_SCOPE, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+    raise RefusedError(Status.UNKNOWN_SCOPE, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
 
 
 def _get_collection_id(conn: ProducerConnection, msg: Message) -> None:
     parts = _path(msg)
     if len(parts) != 2:
-        raise _RefusedError(Status.EINVAL, "the path is scope.collection")
+        raise RefusedError(Status.EINVAL, "the path is scope.collection")
     manifest = conn.node.cluster.bucket.manifest
     scope_id = _scope_id(conn, parts[0])
     for collection_id, (scope, name) in manifest.collections.items():
         if scope == scope_id and name == parts[1]:
             conn._reply(msg, manifest_uid=manifest.uid, collection_id=collection_id)
             return
-    raise _RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+    raise RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
 
 
 def _get_scope_id(conn: ProducerConnection, msg: Message) -> None:
     parts = _path(msg)
     if len(parts) > 2:
-        raise _RefusedError(Status.EINVAL, "the path is scope or scope.collection")
+        raise RefusedError(Status.EINVAL, "the path is scope or scope.collection")
     manifest = conn.node.cluster.bucket.manifest
     conn._reply(msg, manifest_uid=manifest.uid, scope_id=_scope_id(conn, parts[0]))
 
@@ -419,7 +419,7 @@ _GETS: Final = (Opcode.GET, Opcode.GETQ, Opcode.GETK, Opcode.GETKQ)
 _STORES: Final = (Opcode.SET, Opcode.SETQ, Opcode.ADD, Opcode.ADDQ, Opcode.REPLACE, Opcode.REPLACEQ)
 _COUNTERS: Final = (Opcode.INCREMENT, Opcode.INCREMENTQ, Opcode.DECREMENT, Opcode.DECREMENTQ)
 _CONCATS: Final = (Opcode.APPEND, Opcode.APPENDQ, Opcode.PREPEND, Opcode.PREPENDQ)
-_COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     **dict.fromkeys(_GETS, _get), Opcode.GET_REPLICA: _get_replica,
     **dict.fromkeys((Opcode.GAT, Opcode.GATQ, Opcode.TOUCH), _touch),
     Opcode.GET_LOCKED: _get_locked, Opcode.UNLOCK_KEY: _unlock,
@@ -429,4 +429,3 @@ _COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     Opcode.COLLECTIONS_GET_ID: _get_collection_id, Opcode.COLLECTIONS_GET_SCOPE_ID: _get_scope_id,
     Opcode.COLLECTIONS_GET_MANIFEST: _get_manifest,
 }
-COMMANDS: Final = frozenset(_COMMANDS)

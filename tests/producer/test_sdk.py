@@ -17,12 +17,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import couchbase.subdocument as sd
 import pytest
 from couchbase.auth import PasswordAuthenticator
 from couchbase.cluster import Cluster
 from couchbase.diagnostics import PingState
 from couchbase.durability import DurabilityLevel, ServerDurability
-from couchbase.exceptions import CasMismatchException, DocumentNotFoundException
+from couchbase.exceptions import (
+    CasMismatchException,
+    DocumentNotFoundException,
+    PathExistsException,
+    PathNotFoundException,
+)
 from couchbase.options import ClusterOptions, ClusterTimeoutOptions, ReplaceOptions, UpsertOptions
 from servekit import Server, self_signed, serving
 from wire import Client
@@ -153,3 +159,31 @@ def test_a_durable_upsert_is_prepare_then_commit_on_a_sync_writes_stream(server:
     mutation = next(r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION")
     assert (mutation["key"], mutation["value"], mutation["by_seqno"], mutation["cas"]) == (
         "durable", '{"d": 1}', commit["commit_seqno"], written.cas)
+
+
+def test_subdocument_lookup_and_mutate_with_xattrs(server: Server) -> None:
+    cluster = connect(server.port)
+    try:
+        collection = cluster.bucket("default").default_collection()
+        collection.upsert("sub", {"name": "a", "tags": ["x"], "n": 1})
+        written = collection.mutate_in("sub", [
+            sd.upsert("address.city", "Paris", create_parents=True), sd.replace("name", "b"),
+            sd.array_append("tags", "y"), sd.increment("n", 4), sd.insert("new", 1),
+            sd.upsert("meta.by", "test", xattr=True, create_parents=True)])
+        assert written.content_as[int](3) == 5
+        assert collection.get("sub").content_as[dict] == {"name": "b", "tags": ["x", "y"], "n": 5, "new": 1,
+                                                          "address": {"city": "Paris"}}
+        looked = collection.lookup_in("sub", [sd.get("address.city"), sd.exists("nope"), sd.count("tags"),
+                                              sd.get("meta.by", xattr=True)])
+        assert looked.content_as[str](0) == "Paris"
+        assert looked.exists(1) is False
+        assert looked.content_as[int](2) == 2
+        assert looked.content_as[str](3) == "test"
+        assert looked.cas == written.cas
+        with pytest.raises(PathNotFoundException):
+            collection.mutate_in("sub", [sd.remove("nope")])
+        with pytest.raises(PathExistsException):
+            collection.mutate_in("sub", [sd.insert("name", "c")])
+        assert collection.get("sub").cas == written.cas  # a failed path writes nothing
+    finally:
+        cluster.close()
