@@ -8,8 +8,9 @@ import os
 import signal
 import ssl
 import string
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import orjson
 import typer
@@ -17,13 +18,16 @@ import typer
 from dcpctl.commands._options import env_of
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.producer import data as documents
 from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
+from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import Bucket, Manifest
+from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
-            "Not a database: items are generated from --seed, nothing is stored.")
+            "Not a database: documents live in memory until it stops.")
 
 
 def serve(
@@ -73,13 +77,20 @@ def serve(
                                                                  "(kv_engine's MaxUnauthenticatedFrameSize).",
                                                                  metavar="BYTES")]
     = MAX_UNAUTHENTICATED_PACKET_SIZE,
+    max_item_size: Annotated[int, typer.Option("--max-item-size", min=1, help="Largest document value a client "
+                                               "may write; a larger one is E2big (kv_engine's max_item_size).",
+                                               metavar="BYTES")] = MAX_ITEM_SIZE,
+    data: Annotated[Path | None, typer.Option("--data", help="Documents to start with: JSON lines of key, "
+                                              "value and optionally collection, flags, expiry.",
+                                              metavar="FILE.jsonl")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and scenario events "
                                           "to standard error.")] = False,
 ) -> None:
     """Emulate Couchbase data nodes that produce DCP, to stream from without a cluster.
 
     The nodes answer HELLO, SASL (PLAIN, SCRAM), bucket selection, failover logs and stream requests with
-    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios.
+    the server's checks and rollbacks; they do flow control and noops, and play scripted scenarios. SDKs
+    write and read documents (GET, SET, DELETE...), and each write goes to the open streams at once.
 
     Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
     """
@@ -112,6 +123,8 @@ def serve(
         raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
     store = Bucket(bucket, vbuckets, items, value_size, seed, manifest)
+    if data is not None:
+        _load(data, store, max_item_size)
     errors = env.error_console()
 
     def log(line: str) -> None:
@@ -120,7 +133,7 @@ def serve(
 
     emulator = Emulator(store, {user: password},
                         ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
-                                     max_send_queue_size, max_unauthenticated_packet_size), log)
+                                     max_send_queue_size, max_unauthenticated_packet_size, max_item_size), log)
     try:
         asyncio.run(_serve(emulator, env.stdout, tls is not None))
     except OSError as exc:
@@ -145,6 +158,23 @@ async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
     await stop.wait()
     ticker.cancel()
     emulator.close()
+
+
+def _load(path: Path, store: Bucket, max_item_size: int) -> None:
+    """--data: every line's document, or one line saying which line is wrong (exit 3)."""
+    limit = max_item_size + documents.LINE_OVERHEAD + 1  # one byte more: a longer line is refused, not split
+
+    def lines(file: IO[bytes]) -> Iterator[bytes]:
+        while line := file.readline(limit):
+            yield line
+
+    try:
+        with path.open("rb") as file:
+            documents.load(lines(file), store, max_item_size)
+    except OSError as exc:
+        raise CommandError(file_error(f"--data: {path}", exc), ExitCode.INPUT) from None
+    except documents.DataError as exc:
+        raise CommandError(f"--data: {shown(str(path))}: {exc}", ExitCode.INPUT) from None
 
 
 def _manifest(path: Path) -> Manifest:

@@ -33,6 +33,7 @@ from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
+from dcpctl.producer import kv, subdoc
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
@@ -56,7 +57,7 @@ from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
 FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
-    HelloFeature.COLLECTIONS})
+    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION})
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
 BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
@@ -99,6 +100,21 @@ MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
 _OPAQUE_END: Final = _OPAQUE_AT + _OPAQUE.size
+# The error map's attributes per status, as kv_engine's error_map_v2.json gives them (what an SDK retries,
+# refetches the config for, or hands the application); a status it does not list is "internal".
+ERROR_ATTRIBUTES: Final[dict[int, tuple[str, ...]]] = {
+    Status.SUCCESS: ("success",), Status.KEY_ENOENT: ("item-only",), Status.KEY_EEXISTS: ("item-only",),
+    Status.E2BIG: ("invalid-input",), Status.EINVAL: ("invalid-input",), Status.NOT_STORED: ("item-only",),
+    Status.DELTA_BADVAL: ("invalid-input",), Status.NOT_MY_VBUCKET: ("fetch-config",),
+    Status.NO_BUCKET: ("conn-state-invalidated",), Status.LOCKED: ("item-locked", "item-only", "retry-now"),
+    Status.NOT_LOCKED: ("item-only",), Status.AUTH_STALE: ("conn-state-invalidated", "auth"),
+    Status.AUTH_ERROR: ("auth",), Status.AUTH_CONTINUE: ("special-handling",),
+    Status.ERANGE: ("invalid-input",), Status.ROLLBACK: ("special-handling",), Status.EACCESS: ("support",),
+    Status.NOT_INITIALIZED: ("temp", "retry-later"), Status.UNKNOWN_COMMAND: ("support",),
+    Status.ENOMEM: ("temp", "retry-later"), Status.NOT_SUPPORTED: ("support",), Status.EINTERNAL: ("internal",),
+    Status.EBUSY: ("temp", "retry-now"), Status.ETMPFAIL: ("temp", "retry-now"),
+    Status.XATTR_EINVAL: ("invalid-input",), Status.UNKNOWN_COLLECTION: ("fetch-config", "item-only"),
+    Status.UNKNOWN_SCOPE: ("fetch-config", "item-only")}
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
 
 
@@ -119,9 +135,11 @@ class Cluster:
     revision: int = 1
     tls_ports: list[int] | None = None
     requests_hang_until: float = 0.0  # stream requests received before this (loop time) are never answered
+    writes: int = 0  # documents written by clients: the server pumps every stream when it moves
 
-    def config(self, host: str) -> dict[str, Any]:
-        """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``."""
+    def config(self, host: str, *, bucket: bool = True) -> dict[str, Any]:
+        """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``; without
+        ``bucket``, the cluster's config a connection gets before SELECT_BUCKET (GCCCP): nodes, no map."""
         named = [(host if h in _ANY_ADDRESS else h, p) for h, p in self.nodes]
         servers = [_host_port(h, p) for h, p in named]
         nodes_ext = []
@@ -130,6 +148,9 @@ class Cluster:
             if self.tls_ports:
                 services["kvSSL"] = self.tls_ports[i]
             nodes_ext.append({"hostname": h, "services": services, "thisNode": False})
+        if not bucket:
+            return {"rev": self.revision, "revEpoch": 1, "nodesExt": nodes_ext, "clusterCapabilitiesVer": [1, 0],
+                    "clusterCapabilities": {"n1ql": []}}
         return {"rev": self.revision, "revEpoch": 1, "name": self.bucket.name, "nodeLocator": "vbucket",
                 "bucketCapabilities": ["dcp", "xattr", "collections", "json", "snappy"],
                 "nodesExt": nodes_ext,
@@ -173,6 +194,7 @@ class ProducerConnection:
     stats: dict[str, int] = field(default_factory=lambda: {"items": 0, "bytes": 0})
     max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
     max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
+    max_item_size: int = kv.MAX_ITEM_SIZE
 
     def __post_init__(self) -> None:
         self.out: list[bytes] = []
@@ -213,6 +235,8 @@ class ProducerConnection:
     def encoding(self) -> Encoding:
         flags = self.dcp_flags or 0
         return Encoding(collections=self.collections, delete_times=bool(flags & DcpOpenFlag.INCLUDE_DELETE_TIMES),
+                        xattrs=bool(flags & DcpOpenFlag.INCLUDE_XATTRS),
+                        sync_writes=self.controls.get("enable_sync_writes") == "true",
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
                         no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)))
 
@@ -286,6 +310,10 @@ class ProducerConnection:
         if opcode in NEEDS_DCP and not self._is_dcp(msg):
             return
         handler = _HANDLERS.get(opcode)
+        document = _DOCUMENT_COMMANDS.get(opcode)
+        if document is not None:
+            kv.handle(self, msg, document)
+            return
         if handler is None:
             self._unhandled(msg)
             return
@@ -377,7 +405,7 @@ class ProducerConnection:
 
     def _error_map(self, msg: Message) -> None:
         version = min(2, msg.field("error_map_version") or 1)
-        errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": ["success"] if code == 0 else ["item-only"]}
+        errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": list(ERROR_ATTRIBUTES.get(code, ("internal",)))}
                   for code, name, desc in STATUS_ROWS}
         self._reply(msg, datatype=Datatype.JSON, value=_json({"version": version, "revision": 1, "errors": errors}))
 
@@ -387,9 +415,7 @@ class ProducerConnection:
         return self.bucket
 
     def _cluster_config(self, msg: Message) -> None:
-        if self._needs_bucket(msg) is None:
-            return
-        config = self.node.cluster.config(self.peer_host)
+        config = self.node.cluster.config(self.peer_host, bucket=self.bucket is not None)
         config["nodesExt"][self.node.index]["thisNode"] = True
         self._reply(msg, datatype=Datatype.JSON, value=_json(config))
 
@@ -899,3 +925,6 @@ _HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ProducerConnection._buffer_ack,
     Opcode.DCP_NOOP: ProducerConnection._noop_request,
 }
+# The document commands (producer/kv.py and producer/subdoc.py): answered through kv.handle's error mapping.
+_DOCUMENT_COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+    **kv.COMMANDS, Opcode.SUBDOC_MULTI_LOOKUP: subdoc.multi_lookup, Opcode.SUBDOC_MULTI_MUTATION: subdoc.multi_mutation}

@@ -28,6 +28,7 @@ from dcpctl.producer.connection import (
     Node,
     ProducerConnection,
 )
+from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.scenario import Event
 from dcpctl.producer.store import Bucket
 
@@ -50,6 +51,7 @@ class ServeOptions:
     events: list[Event] = field(default_factory=list)
     max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
     max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
+    max_item_size: int = MAX_ITEM_SIZE
 
 
 class Emulator:
@@ -117,6 +119,7 @@ class Emulator:
     def tick(self) -> None:
         now = self.loop.time()
         self._mutate(now)
+        self.bucket.expire_due()
         self.apply_due()
         for client in list(self.clients):
             client.conn.tick(now)
@@ -201,7 +204,8 @@ class _Client(asyncio.Protocol):
         options = self.emulator.options
         self.conn = ProducerConnection(Node(self.node, self.emulator.cluster), host, self.emulator.loop.time(),
                                        max_send_queue_size=options.max_send_queue_size,
-                                       max_unauthenticated_packet_size=options.max_unauthenticated_packet_size)
+                                       max_unauthenticated_packet_size=options.max_unauthenticated_packet_size,
+                                       max_item_size=options.max_item_size)
         self.emulator.clients.add(self)
         peer = transport.get_extra_info("peername")
         self.emulator.log(f"connection from {peer[0]}:{peer[1]} to node {self.node}" if peer else "connection")
@@ -211,8 +215,14 @@ class _Client(asyncio.Protocol):
         self.emulator.log(f"connection closed{': ' + self.conn.closed if self.conn.closed else ''}")
 
     def data_received(self, data: bytes) -> None:
+        cluster = self.emulator.cluster
+        writes = cluster.writes
         self.conn.receive(data, self.emulator.loop.time())
         self.pump()
+        if cluster.writes != writes:  # a client wrote: every stream of the vbucket sends it at once
+            for client in list(self.emulator.clients):
+                if client is not self:
+                    client.pump()
 
     def pause_writing(self) -> None:
         self.paused = True

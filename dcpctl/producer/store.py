@@ -9,23 +9,34 @@ active here. Encoded items of the common stream shape are kept per vbucket in an
 an offset index (``image``), so a stream of a large backfill is a copy plus a 4-byte opaque patch per
 item; every other shape is built item by item. Both go through the shapes the registry declares
 (``protocol.build``).
+
+Documents. Clients write too (``dcpctl serve`` is a small data node): a write takes the vbucket's next seqno,
+a CAS from the vbucket's hybrid logical clock and the document's next rev seqno, and is kept as the item at
+that seqno (``VBucket.written``), so every stream sees it as it sees generated items. The documents by key
+(``VBucket.docs``) are indexed lazily: the first read or write of a vbucket scans its generated items once,
+later ones only the seqnos added since (``--mutation-rate``), so the generated items are the initial content.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
+import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from dcpctl.dcp.rollback import FailoverEntry, VbucketState
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import Magic, Opcode
-from dcpctl.protocol.value import leb128_encode
+from dcpctl.protocol.constants import DATATYPE_XATTR, Magic, Opcode
+from dcpctl.protocol.value import leb128_encode, parse_xattrs
 
 MUTATION: Final = Opcode.DCP_MUTATION
 DELETION: Final = Opcode.DCP_DELETION
 EXPIRATION: Final = Opcode.DCP_EXPIRATION
+PREPARE: Final = Opcode.DCP_PREPARE  # a durable write: its prepare, then at the next seqno its commit
+COMMIT: Final = Opcode.DCP_COMMIT
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -35,11 +46,15 @@ EXPIRE_EVERY: Final = 101
 KEYSPACE: Final = 1 << 20
 MAX_FAILOVER_ENTRIES: Final = 25  # the server's max_failover_entries default (reference 3.6)
 BASE_CAS: Final = 1_700_000_000_000_000_000
+# kv_engine's HLC keeps the low 16 bits of a CAS for its logical counter: the physical part is masked so.
+HLC_LOGICAL_BITS: Final = 0xFFFF
+# An expiry above 30 days is an absolute unix time, at most that a relative one (memcached's rule).
+RELATIVE_EXPIRY_LIMIT: Final = 30 * 24 * 3600
 
 
 @dataclass(frozen=True)
 class Item:
-    opcode: int  # MUTATION, DELETION or EXPIRATION
+    opcode: int  # MUTATION, DELETION or EXPIRATION; a durable write's PREPARE and COMMIT
     vbucket: int
     seqno: int
     key: bytes
@@ -48,6 +63,29 @@ class Item:
     cas: int
     rev_seqno: int
     datatype: int
+    flags: int = 0  # a written document's user flags and absolute expiry (generated items have none)
+    expiry: int = 0
+    deleted: bool = False  # a PREPARE or COMMIT of a deletion
+    durability_level: int = 0  # a PREPARE's
+    prepared_seqno: int = 0  # a COMMIT's
+
+
+@dataclass
+class Document:
+    """The newest version of a key in a vbucket, as reads see it (``deleted``: a tombstone)."""
+
+    key: bytes
+    collection_id: int
+    value: bytes  # uncompressed; with the XATTR datatype bit, the xattr blob then the body
+    datatype: int
+    flags: int
+    expiry: int  # absolute unix seconds, 0: never
+    cas: int
+    rev_seqno: int
+    seqno: int
+    deleted: bool = False
+    locked_until: float = 0.0  # unix seconds; locked while now < locked_until
+    lock_cas: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +96,8 @@ class Encoding:
     delete_times: bool = False  # DCP_OPEN IncludeDeleteTimes: deletion v2 extras
     expiry_opcode: bool = False  # enable_expiry_opcode (needs delete times), else expiries are deletions
     no_value: bool = False
+    xattrs: bool = False  # DCP_OPEN IncludeXattrs: values keep their xattrs, else only the body goes
+    sync_writes: bool = False  # enable_sync_writes: durable writes as PREPARE and COMMIT, else as what commits
 
 
 @dataclass
@@ -75,6 +115,10 @@ class VBucket:
     purge_seqno: int = 0
     state: str = "active"
     images: dict[Encoding, _Image] = field(default_factory=dict)
+    written: dict[int, Item] = field(default_factory=dict)  # seqno -> an item a client wrote
+    docs: dict[tuple[int, bytes], Document] = field(default_factory=dict)  # (collection, key) -> newest
+    indexed: int = 0  # ``docs`` covers seqnos 1..indexed
+    max_cas: int = 0
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -102,7 +146,10 @@ class Bucket:
     """All vbuckets of one bucket on one emulated cluster (see the module docstring)."""
 
     def __init__(self, name: str, vbuckets: int, items: int, value_size: int, seed: int,
-                 manifest: Manifest | None = None) -> None:
+                 manifest: Manifest | None = None, clock: Callable[[], int] = time.time_ns) -> None:
+        self.clock = clock  # unix nanoseconds: the physical part of CAS, and expiry
+        # (expiry, vbucket, seqno, collection, key) of each write with an expiry: the expiry pager's queue
+        self.expiries: list[tuple[int, int, int, int, bytes]] = []
         self.name = name
         self.seed = seed
         self.value_size = value_size
@@ -118,6 +165,9 @@ class Bucket:
 
     # --- items ------------------------------------------------------------------------------------
     def item(self, vb: VBucket, seqno: int) -> Item:
+        written = vb.written.get(seqno)
+        if written is not None:
+            return written
         uuid = vb.branch_uuid(seqno)
         # multiplicative hashing (golden-ratio and murmur3 constants), not protocol codes
         h = (self.seed * 0x9E3779B1 + vb.vbucket * 0x85EBCA77 + seqno * 0xC2B2AE3D + uuid) & 0xFFFFFFFFFFFF
@@ -135,6 +185,8 @@ class Bucket:
 
     def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None) -> bool:
         """Whether a stream sends this item: a stream without collections sees the default collection only."""
+        if item.opcode == PREPARE and not encoding.sync_writes:
+            return False  # a stream without sync writes sees the commit only, as the mutation it makes
         if not encoding.collections:
             return item.collection_id == DEFAULT_COLLECTION
         return filter_ids is None or item.collection_id in filter_ids
@@ -143,24 +195,47 @@ class Bucket:
         """One stream message for an item, built from its declared shape (any stream shape)."""
         key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
         opcode = item.opcode
+        if opcode == COMMIT and encoding.sync_writes:
+            return self._pack(_COMMIT, item, key, 0, b"", (item.prepared_seqno, item.seqno), stream_id, opaque)
+        if opcode == PREPARE:
+            value = b"" if encoding.no_value else self._value(item, encoding)
+            prepare = (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, int(item.deleted),
+                       item.durability_level)
+            return self._pack(_PREPARE, item, key, item.datatype if value else 0, value, prepare, stream_id, opaque)
+        if opcode == COMMIT:
+            opcode = DELETION if item.deleted else MUTATION
         if opcode == EXPIRATION and not (encoding.expiry_opcode and encoding.delete_times):
             opcode = DELETION  # the server sends expiries as deletions unless both were negotiated
         datatype, value = 0, b""
         extras: tuple[int, ...]
         if opcode == MUTATION:
-            shape, extras = _MUTATION, (item.seqno, item.rev_seqno, 0, 0, 0, 0, 0)
+            shape, extras = _MUTATION, (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, 0)
             if not encoding.no_value:
-                datatype, value = item.datatype, item.value
+                value = self._value(item, encoding)
+                datatype = item.datatype if encoding.xattrs else item.datatype & ~DATATYPE_XATTR
         elif opcode == EXPIRATION:
             shape, extras = _EXPIRATION, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000)
         elif encoding.delete_times:
             shape, extras = _DELETION_V2, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000, 0)
         else:
             shape, extras = _DELETION_V1, (item.seqno, item.rev_seqno, 0)
+        return self._pack(shape, item, key, datatype, value, extras, stream_id, opaque)
+
+    @staticmethod
+    def _pack(shape: build.Shape, item: Item, key: bytes, datatype: int, value: bytes, extras: tuple[int, ...],
+              stream_id: int | None, opaque: int) -> bytes:
         if stream_id:
             return shape.pack_framed(Magic.ALT_CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value,
                                      extras, build.stream_id_frame(stream_id))
         return shape.pack(Magic.CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value, extras)
+
+    @staticmethod
+    def _value(item: Item, encoding: Encoding) -> bytes:
+        """The value a stream sends: the xattrs stay only with IncludeXattrs."""
+        if item.datatype & DATATYPE_XATTR and not encoding.xattrs:
+            parsed = parse_xattrs(item.value)
+            return item.value[parsed[1]:] if not isinstance(parsed, str) else item.value
+        return item.value
 
     def image(self, vb: VBucket, encoding: Encoding, upto: int) -> _Image:
         """The encoded items 1..upto of a vbucket for an unfiltered stream without stream ids (opaque 0)."""
@@ -190,6 +265,11 @@ class Bucket:
         vb.failover_log = [entry, *[e for e in vb.failover_log if e.seqno <= at]][:MAX_FAILOVER_ENTRIES]
         vb.high_seqno = at
         vb.purge_seqno = min(vb.purge_seqno, at)
+        for gone in [s for s in vb.written if s > at]:
+            del vb.written[gone]
+        if vb.indexed > at:  # documents written above the branch point are gone: index again
+            vb.docs.clear()
+            vb.indexed = 0
         for image in vb.images.values():  # encoded items above the branch point are from the old history
             keep = max(0, at - image.first + 1)
             if keep < len(image.offsets):
@@ -200,6 +280,96 @@ class Bucket:
     def purge(self, vb: VBucket, seqno: int) -> None:
         vb.purge_seqno = max(vb.purge_seqno, min(seqno, vb.high_seqno))
 
+    # --- documents ----------------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock() / 1e9
+
+    def document(self, vb: VBucket, collection: int, key: bytes) -> Document | None:
+        """The newest version of a key (a tombstone included), None if it never existed."""
+        self._index(vb)
+        return vb.docs.get((collection, key))
+
+    def live(self, vb: VBucket, collection: int, key: bytes) -> Document | None:
+        """The document a read sees: not deleted and not expired (an expired one expires now, as a read
+        on the server makes it, and its expiration goes to DCP)."""
+        doc = self.document(vb, collection, key)
+        if doc is None or doc.deleted:
+            return None
+        if doc.expiry and doc.expiry <= self.now():
+            self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
+            return None
+        return doc
+
+    def _index(self, vb: VBucket) -> None:
+        for seqno in range(vb.indexed + 1, vb.high_seqno + 1):
+            item = self.item(vb, seqno)  # written ones too: after a failover the index is built again
+            if item.opcode == PREPARE:
+                continue  # its commit, at the next seqno, is the document
+            deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
+            vb.docs[(item.collection_id, item.key)] = Document(
+                item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry, item.cas,
+                item.rev_seqno, seqno, deleted=deleted)
+            vb.max_cas = max(vb.max_cas, item.cas)
+        vb.indexed = max(vb.indexed, vb.high_seqno)
+
+    def next_cas(self, vb: VBucket) -> int:
+        """kv_engine's hybrid logical clock: the physical time with its low bits masked, or one above the
+        vbucket's last CAS if the clock has not moved past it."""
+        self._index(vb)
+        vb.max_cas = max(self.clock() & ~HLC_LOGICAL_BITS, vb.max_cas + 1)
+        return vb.max_cas
+
+    def expiry_of(self, ttl: int) -> int:
+        """An absolute expiry from a request's expiration field (memcached's 30-day rule); 0 never expires."""
+        if ttl == 0:
+            return 0
+        if ttl > RELATIVE_EXPIRY_LIMIT:
+            return ttl
+        return int(self.now()) + ttl
+
+    def write(self, vb: VBucket, collection: int, key: bytes, value: bytes, datatype: int, flags: int, expiry: int,
+              old: Document | None, *, opcode: int = MUTATION, durability_level: int = 0) -> Document:
+        """A client's mutation, deletion or expiration: the vbucket's next seqno, a new CAS, the key's next
+        rev seqno; the item goes to every stream of the vbucket as any other. With a durability level, a
+        synchronous write: a PREPARE, and the COMMIT at the next seqno at once (no replica to wait for),
+        which is the document's seqno."""
+        self._index(vb)
+        seqno = vb.high_seqno + 1
+        cas = self.next_cas(vb)
+        rev = old.rev_seqno + 1 if old is not None else 1
+        deleted = opcode != MUTATION
+        flags, expiry = (0, 0) if deleted else (flags, expiry)
+        if durability_level:
+            vb.written[seqno] = Item(PREPARE, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry, deleted, durability_level)
+            seqno += 1
+            vb.written[seqno] = Item(COMMIT, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry, deleted, prepared_seqno=seqno - 1)
+        else:
+            vb.written[seqno] = Item(opcode, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
+                                     expiry)
+        vb.high_seqno = seqno
+        vb.indexed = seqno
+        doc = Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
+        vb.docs[(collection, key)] = doc
+        if expiry and not deleted:
+            heapq.heappush(self.expiries, (expiry, vb.vbucket, seqno, collection, key))
+        return doc
+
+    def expire_due(self) -> int:
+        """The expiry pager: every written document whose expiry has passed expires now (an EXPIRATION item),
+        unless it was written again since; the number expired."""
+        now = self.now()
+        expired = 0
+        while self.expiries and self.expiries[0][0] <= now:
+            expiry, vbucket, seqno, collection, key = heapq.heappop(self.expiries)
+            vb = self.vbuckets[vbucket]
+            doc = vb.docs.get((collection, key))
+            if doc is not None and (doc.seqno, doc.expiry, doc.deleted, vb.state) == (seqno, expiry, False, "active"):
+                self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
+                expired += 1
+        return expired
+
 
 # The item shapes, planned once from their registry rows (extras in the order of each row's layout).
 _MUTATION: Final = build.shape(Opcode.DCP_MUTATION, "by_seqno", "rev_seqno", "flags", "expiration", "lock_time",
@@ -207,3 +377,6 @@ _MUTATION: Final = build.shape(Opcode.DCP_MUTATION, "by_seqno", "rev_seqno", "fl
 _DELETION_V1: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "nmeta")
 _DELETION_V2: Final = build.shape(Opcode.DCP_DELETION, "by_seqno", "rev_seqno", "delete_time", "unused")
 _EXPIRATION: Final = build.shape(Opcode.DCP_EXPIRATION, "by_seqno", "rev_seqno", "delete_time")
+_PREPARE: Final = build.shape(Opcode.DCP_PREPARE, "by_seqno", "rev_seqno", "flags", "expiration", "lock_time", "nru",
+                              "deleted", "durability_level")
+_COMMIT: Final = build.shape(Opcode.DCP_COMMIT, "prepared_seqno", "commit_seqno")

@@ -591,3 +591,22 @@ UPR_OPCODES = Vocabulary(UPR_OPCODE_ROWS)
 # vbuckets in a Couchbase bucket: 1024 (64 on macOS, 128 for some Magma buckets), never more; the header's
 # vbucket field is 16 bits, but no server maps more, so a --vbucket(s) range and a cluster map stop here.
 MAX_VBUCKETS: Final = 1024
+
+
+# --- subdocument flags (kv_engine protocol_binary.h; declared for dcpctl serve's subdocument commands) -----
+class SubdocPathFlag(_Flag):
+    MKDIR_P = 0x01, "MkdirP", "create the missing parents of the path"
+    XATTR_PATH = 0x04, "XattrPath", "the path is in the extended attributes"
+    EXPAND_MACROS = 0x10, "ExpandMacros", "expand ${Mutation.CAS} and the like in the value"
+
+
+class SubdocDocFlag(_Flag):
+    MKDOC = 0x01, "Mkdoc", "create the document if it does not exist"
+    ADD = 0x02, "Add", "fail if the document exists"
+    ACCESS_DELETED = 0x04, "AccessDeleted", "the command may read or write a deleted document"
+
+
+class SubdocWholeDoc(_Code):
+    GET = 0x00, "Get", "a lookup spec of the whole body"
+    SET = 0x01, "Set", "a mutation spec that replaces the whole body"
+    DELETE = 0x04, "Delete", "a mutation spec that deletes the document"

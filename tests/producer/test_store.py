@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from dcpctl.producer.store import DELETION, EXPIRATION, MUTATION, Bucket, Encoding, Manifest
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.value import Xattr, build_xattrs
 
 MANIFEST = Manifest(2, {0: (0, "_default"), 8: (0, "a"), 300: (9, "b")}, {0: "_default", 9: "s"})
 
@@ -60,3 +61,90 @@ def test_the_image_is_cut_back_by_a_failover() -> None:
     fresh = b"".join(bucket.encode_item(bucket.item(vb, s), Encoding(), 0) for s in range(1, 41)
                      if bucket.item(vb, s).collection_id == 0)
     assert bytes(rebuilt.data) == fresh
+
+
+# --- documents (issue 16) --------------------------------------------------------------------------------
+def test_generated_items_are_the_documents_initial_content() -> None:
+    bucket = Bucket("b", 2, 300, 60, 5)
+    vb = bucket.vbuckets[1]
+    newest = {}
+    for seqno in range(1, vb.high_seqno + 1):
+        item = bucket.item(vb, seqno)
+        newest[(item.collection_id, item.key)] = item
+    for (collection, key), item in newest.items():
+        doc = bucket.document(vb, collection, key)
+        assert doc is not None
+        assert (doc.seqno, doc.cas, doc.rev_seqno, doc.deleted) == (item.seqno, item.cas, item.rev_seqno,
+                                                                    item.opcode != MUTATION)
+        assert doc.value == item.value
+
+
+def test_a_write_is_the_next_item_with_a_hybrid_logical_clock_cas() -> None:
+    now = [1_800_000_000_123_456_789]
+    bucket = Bucket("b", 2, 10, 60, 5, clock=lambda: now[0])
+    vb = bucket.vbuckets[0]
+    high = vb.high_seqno
+    first = bucket.write(vb, 0, b"k", b'{"a":1}', 1, 7, 0, None)
+    assert first.seqno == high + 1
+    assert first.rev_seqno == 1
+    assert first.cas == now[0] & ~0xFFFF  # the physical part, logical bits clear
+    second = bucket.write(vb, 0, b"k", b'{"a":2}', 1, 8, 1_900_000_000, first)  # the clock did not move
+    assert (second.seqno, second.rev_seqno, second.cas) == (high + 2, 2, first.cas + 1)
+    item = bucket.item(vb, high + 2)
+    assert (item.opcode, item.key, item.value, item.flags, item.expiry) == (MUTATION, b"k", b'{"a":2}', 8,
+                                                                            1_900_000_000)
+    message = decode(bucket.encode_item(item, Encoding(), 5), 0, DecodeOptions())
+    assert (message.field("flags"), message.field("expiration"), message.cas) == (8, 1_900_000_000, second.cas)
+    gone = bucket.write(vb, 0, b"k", b"", 0, 0, 0, second, opcode=DELETION)
+    assert bucket.item(vb, high + 3).opcode == DELETION
+    assert gone.deleted
+    assert bucket.live(vb, 0, b"k") is None
+
+
+def test_an_expired_document_reads_as_missing_and_expires_on_dcp() -> None:
+    now = [1_800_000_000 * 10**9]
+    bucket = Bucket("b", 1, 0, 60, 5, clock=lambda: now[0])
+    vb = bucket.vbuckets[0]
+    bucket.write(vb, 0, b"k", b"v", 0, 0, bucket.expiry_of(10), None)
+    assert bucket.live(vb, 0, b"k") is not None
+    now[0] += 11 * 10**9
+    assert bucket.live(vb, 0, b"k") is None
+    assert bucket.item(vb, 2).opcode == EXPIRATION
+
+
+def test_a_failover_forgets_writes_above_the_branch_point() -> None:
+    bucket = Bucket("b", 1, 5, 60, 5)
+    vb = bucket.vbuckets[0]
+    bucket.write(vb, 0, b"kept", b"1", 0, 0, 0, None)
+    bucket.write(vb, 0, b"lost", b"2", 0, 0, 0, None)
+    bucket.failover(vb, 6)
+    assert bucket.document(vb, 0, b"kept") is not None
+    assert bucket.document(vb, 0, b"lost") is None
+    assert bucket.item(vb, 7).key != b"lost"
+
+
+def test_xattrs_go_to_streams_that_asked_for_them() -> None:
+    bucket = Bucket("b", 1, 0, 60, 5)
+    vb = bucket.vbuckets[0]
+    blob = build_xattrs([Xattr("_sync", '{"rev":1}')])
+    bucket.write(vb, 0, b"k", blob + b'{"a":1}', 0x05, 0, 0, None)
+    plain = decode(bucket.encode_item(bucket.item(vb, 1), Encoding(), 0), 0, DecodeOptions())
+    assert (plain.datatype, plain.value) == (0x01, b'{"a":1}')
+    full = decode(bucket.encode_item(bucket.item(vb, 1), Encoding(xattrs=True), 0), 0, DecodeOptions())
+    assert (full.datatype, full.value) == (0x05, blob + b'{"a":1}')
+
+
+def test_the_expiry_pager_expires_documents_nobody_reads() -> None:
+    now = [1_800_000_000 * 10**9]
+    bucket = Bucket("b", 2, 0, 60, 5, clock=lambda: now[0])
+    short, rewritten = bucket.vbuckets
+    bucket.write(short, 0, b"short", b"v", 0, 0, bucket.expiry_of(5), None)
+    first = bucket.write(rewritten, 0, b"again", b"v", 0, 0, bucket.expiry_of(5), None)
+    bucket.write(rewritten, 0, b"again", b"w", 0, 0, 0, first)  # written since without an expiry: it stays
+    assert bucket.expire_due() == 0
+    now[0] += 6 * 10**9
+    assert bucket.expire_due() == 1
+    assert bucket.item(short, 2).opcode == EXPIRATION
+    assert bucket.document(short, 0, b"short").deleted  # type: ignore[union-attr]
+    assert bucket.live(rewritten, 0, b"again") is not None
+    assert bucket.expire_due() == 0

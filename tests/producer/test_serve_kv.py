@@ -1,0 +1,232 @@
+"""``dcpctl serve`` as a small data node: bootstrap as a current server, document commands with kv_engine's
+semantics, and each write on the open DCP streams of its vbucket at once (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servekit import Server, serving
+from wire import Client
+
+from dcpctl.producer.data import vbucket_of
+from dcpctl.protocol.constants import DcpOpenFlag
+from dcpctl.protocol.value import snappy_compress
+
+MANIFEST = {"uid": "2", "scopes": [
+    {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
+    {"name": "app", "uid": "8", "collections": [{"name": "orders", "uid": "9"}]}]}
+VB = 3
+LOCKED_CAS = 0xFFFF_FFFF_FFFF_FFFF
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    manifest = tmp_path_factory.mktemp("kv") / "manifest.json"
+    manifest.write_text(json.dumps(MANIFEST))
+    with serving("--vbuckets", "8", "--items", "40", "--collections", str(manifest)) as running:
+        yield running
+
+
+def kv_client(server: Server, *features: str) -> Client:
+    client = Client(server.port, timeout=5)
+    assert client.hello("Xerror", "MutationSeqno", "JSON", "Xattr", "Snappy", *features)["status"] == "Success"
+    assert client.plain()["status"] == "Success"
+    assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Success"
+    return client
+
+
+def kv(client: Client, opcode: str, key: str, **fields: Any) -> dict[str, Any]:
+    return client.call(opcode=opcode, vbucket=VB, key=key, **fields)
+
+
+def test_gcccp_error_map_and_collections_bootstrap(server: Server) -> None:
+    client = Client(server.port, timeout=5)
+    assert client.hello("Xerror", "Collections")["status"] == "Success"
+    assert client.plain()["status"] == "Success"
+    config = client.call(opcode="GET_CLUSTER_CONFIG")  # before SELECT_BUCKET: the cluster's config
+    assert config["status"] == "Success"
+    body = json.loads(config["value"])
+    assert "vBucketServerMap" not in body
+    assert body["nodesExt"][0]["services"]["kv"] == server.port
+    errors = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=2)["value"])["errors"]
+    assert errors["9"]["attrs"] == ["item-locked", "item-only", "retry-now"]
+    assert errors["86"]["attrs"] == ["temp", "retry-now"]
+    assert errors["7"]["attrs"] == ["fetch-config"]
+    assert client.call(opcode="NOOP")["status"] == "Success"
+    assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Success"
+    got = client.call(opcode="COLLECTIONS_GET_ID", value="app.orders")
+    assert (got["status"], got["manifest_uid"], got["collection_id"]) == ("Success", 2, 9)
+    got = client.call(opcode="COLLECTIONS_GET_SCOPE_ID", value="app")
+    assert (got["status"], got["scope_id"]) == ("Success", 8)
+    assert client.call(opcode="COLLECTIONS_GET_ID", value="app.nope")["status"] == "UnknownCollection"
+    assert client.call(opcode="COLLECTIONS_GET_SCOPE_ID", value="nope")["status"] == "UnknownScope"
+    manifest = json.loads(client.call(opcode="COLLECTIONS_GET_MANIFEST")["value"])
+    assert manifest["scopes"][1] == {"name": "app", "uid": "8", "collections": [{"name": "orders", "uid": "9"}]}
+
+
+def test_store_get_delete_with_cas_checks(server: Server) -> None:
+    client = kv_client(server)
+    stored = kv(client, "SET", "cas-doc", value='{"n":1}', flags=7, expiration=0)
+    assert stored["status"] == "Success"
+    assert stored["mutation_seqno"] > 0
+    cas = stored["cas"]
+    got = kv(client, "GET", "cas-doc")
+    assert (got["status"], got["cas"], got["flags"], got["value"], got["datatype"]) == (
+        "Success", cas, 7, '{"n":1}', 1)
+    assert kv(client, "ADD", "cas-doc", value="x", flags=0, expiration=0)["status"] == "KeyEexists"
+    assert kv(client, "REPLACE", "nobody", value="x", flags=0, expiration=0)["status"] == "KeyEnoent"
+    assert kv(client, "SET", "cas-doc", value="x", flags=0, expiration=0, cas=cas + 1)["status"] == "KeyEexists"
+    assert kv(client, "SET", "nobody", value="x", flags=0, expiration=0, cas=5)["status"] == "KeyEnoent"
+    replaced = kv(client, "REPLACE", "cas-doc", value='{"n":2}', flags=0, expiration=0, cas=cas)
+    assert replaced["status"] == "Success"
+    assert replaced["cas"] > cas
+    assert kv(client, "DELETE", "cas-doc", cas=cas)["status"] == "KeyEexists"
+    assert kv(client, "DELETE", "cas-doc")["status"] == "Success"
+    assert kv(client, "GET", "cas-doc")["status"] == "KeyEnoent"
+    assert kv(client, "DELETE", "cas-doc")["status"] == "KeyEnoent"
+    meta = kv(client, "GET_META", "cas-doc")
+    assert (meta["status"], meta["deleted"], meta["seqno"]) == ("Success", 1, 3)  # the rev seqno
+    assert kv(client, "ADD", "cas-doc", value="again", flags=0, expiration=0)["status"] == "Success"
+    assert kv(client, "GET_REPLICA", "cas-doc")["status"] == "NotMyVbucket"
+
+
+def test_locking(server: Server) -> None:
+    client = kv_client(server)
+    assert kv(client, "SET", "lock-doc", value="1", flags=0, expiration=0)["status"] == "Success"
+    locked = kv(client, "GET_LOCKED", "lock-doc", expiration=10)
+    assert locked["status"] == "Success"
+    assert kv(client, "GET", "lock-doc")["cas"] == LOCKED_CAS
+    assert kv(client, "GET_LOCKED", "lock-doc")["status"] == "Locked"
+    assert kv(client, "SET", "lock-doc", value="2", flags=0, expiration=0)["status"] == "Locked"
+    assert kv(client, "UNLOCK_KEY", "lock-doc", cas=locked["cas"] + 1)["status"] == "Locked"
+    assert kv(client, "UNLOCK_KEY", "lock-doc", cas=locked["cas"])["status"] == "Success"
+    assert kv(client, "UNLOCK_KEY", "lock-doc", cas=locked["cas"])["status"] == "NotLocked"
+    again = kv(client, "GET_LOCKED", "lock-doc")
+    assert kv(client, "SET", "lock-doc", value="3", flags=0, expiration=0, cas=again["cas"])["status"] == "Success"
+    assert kv(client, "GET", "lock-doc")["value"] == "3"
+
+
+def test_counters_concat_touch_and_quiet(server: Server) -> None:
+    client = kv_client(server)
+    counter = {"delta": 3, "initial": 5, "expiration": 0}
+    assert kv(client, "INCREMENT", "ctr", **counter)["counter"] == 5
+    assert kv(client, "INCREMENT", "ctr", **counter)["counter"] == 8
+    assert kv(client, "DECREMENT", "ctr", **{**counter, "delta": 100})["counter"] == 0
+    assert kv(client, "INCREMENT", "none", **{**counter, "expiration": 0xFFFFFFFF})["status"] == "KeyEnoent"
+    assert kv(client, "SET", "text", value="abc", flags=0, expiration=0)["status"] == "Success"
+    assert kv(client, "INCREMENT", "text", **counter)["status"] == "DeltaBadval"
+    assert kv(client, "APPEND", "none", value="x")["status"] == "NotStored"
+    assert kv(client, "APPEND", "text", value="def")["status"] == "Success"
+    assert kv(client, "PREPEND", "text", value="<")["status"] == "Success"
+    assert kv(client, "GET", "text")["value"] == "<abcdef"
+    touched = kv(client, "GAT", "text", expiration=100)
+    assert (touched["status"], touched["value"]) == ("Success", "<abcdef")
+    assert kv(client, "GET_META", "text")["expiration"] >= int(time.time()) + 99
+    assert kv(client, "TOUCH", "none", expiration=1)["status"] == "KeyEnoent"
+    # the record's value is the inflated one: the encoder compresses it for the SNAPPY datatype
+    packed = kv(client, "SET", "packed", value='{"packed":true}', datatype=2, flags=0, expiration=0)
+    assert packed["status"] == "Success"
+    assert any(snappy_compress(b'{"packed":true}') in data for sent, data in client.transcript if sent)
+    assert kv(client, "GET", "packed")["value"] == '{"packed":true}'
+    # quiet: no answer on success (SETQ) nor on a miss (GETQ); the NOOP's answer comes first
+    client.send(opcode="SETQ", vbucket=VB, key="quiet", value="q", flags=0, expiration=0)
+    client.send(opcode="GETQ", vbucket=VB, key="missing")
+    assert client.call(opcode="NOOP")["status"] == "Success"
+    assert client.backlog == []
+    assert kv(client, "GETK", "quiet")["key"] == "quiet"
+
+
+def test_writes_reach_open_streams_at_once(server: Server) -> None:
+    stream = Client(server.port, timeout=5)
+    stream.dcp("Collections")
+    stream.collections = True
+    assert stream.stream_request(VB)["status"] == "Success"
+    writer = kv_client(server, "Collections")
+    writer.collections = True
+    records: list[dict[str, Any]] = []
+    stored = writer.call(opcode="SET", vbucket=VB, collection_id=9, key="live", value='{"v":1}', flags=4,
+                         expiration=0)
+    assert stored["status"] == "Success"
+    deleted = writer.call(opcode="DELETE", vbucket=VB, collection_id=9, key="live")
+    assert deleted["status"] == "Success"
+    started = time.monotonic()
+    while not any(r["opcode"] == "DCP_DELETION" and r.get("key") == "live" for r in records):
+        records.append(stream.read())
+    assert time.monotonic() - started < 2
+    items = [r for r in records if r["opcode"] in ("DCP_MUTATION", "DCP_DELETION") and r.get("key") == "live"]
+    assert [(r["opcode"], r["by_seqno"], r["cas"], r["collection_id"]) for r in items] == [
+        ("DCP_MUTATION", stored["mutation_seqno"], stored["cas"], 9),
+        ("DCP_DELETION", deleted["mutation_seqno"], deleted["cas"], 9)]
+    assert (items[0]["value"], items[0]["flags"], items[0]["rev_seqno"]) == ('{"v":1}', 4, 1)
+    assert items[1]["rev_seqno"] == 2
+
+
+def test_unknown_collection_and_vbucket(server: Server) -> None:
+    writer = kv_client(server, "Collections")
+    writer.collections = True
+    got = writer.call(opcode="GET", vbucket=VB, collection_id=77, key="x")
+    assert got["status"] == "UnknownCollection"
+    assert json.loads(got["value"]) == {"manifest_uid": "2"}
+    assert writer.call(opcode="GET", vbucket=999, collection_id=0, key="x")["status"] == "NotMyVbucket"
+
+
+def test_data_file_loads_documents(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(MANIFEST))
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"key": "a", "value": {"x": 1}}\n\n'
+                    '{"key": "b", "value": "text", "collection": "app.orders", "flags": 3, "expiry": 0}\n'
+                    '{"key": "c", "value": 5, "collection": 9}\n')
+    with serving("--vbuckets", "4", "--collections", str(manifest), "--data", str(data)) as running:
+        client = kv_client(running, "Collections")
+        client.collections = True
+        for collection, key, value, flags in ((0, "a", '{"x":1}', 0), (9, "b", '"text"', 3), (9, "c", "5", 0)):
+            vbucket = vbucket_of(key.encode(), 4)
+            got = client.call(opcode="GET", vbucket=vbucket, collection_id=collection, key=key)
+            assert (got["status"], got["value"], got["flags"]) == ("Success", value, flags)
+            meta = client.call(opcode="GET_META", vbucket=vbucket, collection_id=collection, key=key)
+            assert meta["seqno"] == 1  # the rev seqno of a first write
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ('{"key": "a", "value": 1}\n{"key": "b"}\n', 'line 2: "value" is missing'),
+    ('{"key": "a", "value": 1}\n[1]\n', "line 2: not a JSON object"),
+    ('{"key": "a", "value": 1}\nnot json\n', "line 2: not JSON"),
+    ('{"key": "a", "value": 1, "flags": -1}\n', 'line 1: "flags" must be an integer'),
+    ('{"key": "a", "value": 1, "collection": "app.none"}\n', 'line 1: "collection" app.none is not'),
+    ('{"key": "a", "value": 1, "colour": 1}\n', "line 1: unknown field colour"),
+    ('{"key": "a", "value": "' + "x" * 200 + '"}\n', 'line 1: "value" is above --max-item-size (10 bytes)'),
+    ('{"key": "a", "value": 1}\n{"key": "' + "x" * 70_000 + '"}\n', "line 2: longer than 65546 bytes"),
+])
+def test_data_file_bad_line_is_one_error_line(tmp_path: Path, lines: str, message: str) -> None:
+    data = tmp_path / "docs.jsonl"
+    data.write_text(lines)
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--max-item-size", "10",
+                           "--data", str(data)], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"dcpctl: error: --data: {data}: {message}")
+
+
+def test_a_ttl_passing_is_an_expiration_on_the_stream(server: Server) -> None:
+    stream = Client(server.port, timeout=5)
+    stream.dcp(flags=DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES,
+               controls={"enable_noop": "true", "enable_expiry_opcode": "true"})
+    assert stream.stream_request(VB + 1)["status"] == "Success"
+    writer = kv_client(server)
+    stored = writer.call(opcode="SET", vbucket=VB + 1, key="brief", value="v", flags=0, expiration=1)
+    assert stored["status"] == "Success"
+    started = time.monotonic()
+    records: list[dict[str, Any]] = []
+    while not any(r["opcode"] == "DCP_EXPIRATION" for r in records):
+        records.append(stream.read())
+    assert time.monotonic() - started < 3
+    expired = next(r for r in records if r["opcode"] == "DCP_EXPIRATION")
+    assert (expired["key"], expired["by_seqno"], expired["rev_seqno"]) == ("brief", stored["mutation_seqno"] + 1, 2)
