@@ -70,7 +70,7 @@ GLOSSARY: Final[dict[str, str]] = {
     "failed_index": "subdoc multi-mutation failure: the index of the first spec that failed",
     "failed_status": "subdoc multi-mutation failure: that spec's status",
     "lookup_results": "subdoc multi-lookup: one result per spec, in request order",
-    "lookup_results[].status": "the spec's status (0 Success, 0xc0 SubdocPathEnoent...)",
+    "lookup_results[].status": "the spec's status (Success, SubdocPathEnoent...)",
     "lookup_results[].value": "the spec's result (a JSON fragment, or a count)",
     "lookup_results[].value_length": "length of the result",
     "lookup_specs": "subdoc multi-lookup: the path specs",

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from dcpctl.protocol.constants import DATATYPES, MAGICS, STATUSES, flag_names
-from dcpctl.protocol.walk import list_item_name
+from dcpctl.protocol.walk import NAMED_FIELDS, list_item_name
 
 if TYPE_CHECKING:
     from dcpctl.protocol.message import Message
@@ -43,6 +43,9 @@ def value_names(msg: Message, field: str, value: object) -> tuple[str, ...]:
     if item is not None:
         name = list_item_name(item.group(1), value)
         return (name,) if name is not None else ()
+    named = NAMED_FIELDS.get(field.rsplit(".", 1)[-1])  # a status inside a value: lookup_results.2.status
+    if named is not None:
+        return (named.name(value, 4),)
     vocab = variant.vocabularies.get(field) if variant is not None else None
     if vocab is None:
         return ()

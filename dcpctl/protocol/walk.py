@@ -15,10 +15,12 @@ from typing import Any
 
 from construct import Bytes, Const, Construct, Container, FormatField, GreedyRange, Renamed, StringEncoded, Struct
 
-from dcpctl.protocol.constants import HELLO_FEATURES, Vocabulary
+from dcpctl.protocol.constants import HELLO_FEATURES, STATUSES, Vocabulary
 
 # Grammar fields whose JSON form is a list of names rather than numbers.
 NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
+# Grammar fields (inside a value: a subdocument result's status) named in JSON as the header's are.
+NAMED_FIELDS: dict[str, Vocabulary] = {"status": STATUSES, "failed_status": STATUSES}
 
 
 def list_item_name(field: str, value: int) -> str | None:
@@ -48,6 +50,8 @@ def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
         return [to_json(inner.subcon, item) for item in obj]
     if isinstance(obj, bytes | bytearray):
         return bytes(obj).hex()
+    if name in NAMED_FIELDS and isinstance(obj, int):
+        return NAMED_FIELDS[name].name(obj, 4)
     return obj
 
 
@@ -71,6 +75,8 @@ def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
         return [from_json(inner.subcon, item) for item in data]
     if isinstance(inner, Bytes):
         return bytes.fromhex(data)
+    if name in NAMED_FIELDS and isinstance(data, str) and isinstance(inner, FormatField):
+        return NAMED_FIELDS[name].code(data)
     return data  # integers, and StringEncoded's text as it is
 
 
@@ -167,7 +173,7 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
             else:
                 out.append((sub.name, "list[str]" if sub.name in NAMED_LIST_FIELDS else "list[int]"))
         elif isinstance(leaf, FormatField):
-            out.append((sub.name, f"u{8 * leaf.length}"))
+            out.append((sub.name, "str" if sub.name in NAMED_FIELDS else f"u{8 * leaf.length}"))
         elif isinstance(leaf, Const):
             out.append((sub.name, f"u{8 * int(leaf.sizeof())}"))
         elif isinstance(leaf, StringEncoded):

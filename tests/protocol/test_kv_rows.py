@@ -385,7 +385,8 @@ def test_a_failed_multi_mutation_names_its_spec_and_status() -> None:
     raw = res(Opcode.SUBDOC_MULTI_MUTATION, value=struct.pack(">BH", 2, Status.SUBDOC_PATH_EEXISTS),
               status=Status.SUBDOC_MULTI_PATH_FAILURE)
     record = decode(raw).record()
-    assert (record["status"], record["failed_index"], record["failed_status"]) == ("SubdocMultiPathFailure", 2, 0xC9)
+    assert (record["status"], record["failed_index"], record["failed_status"]) == \
+        ("SubdocMultiPathFailure", 2, "SubdocPathEexists")
     assert record["diagnostics"] == []
     assert encode(record, DCP) == raw
 

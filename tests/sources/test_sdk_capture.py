@@ -118,7 +118,7 @@ def _statuses(records: list[dict[str, Any]]) -> list[str]:
     for record in records:
         if "status" in record:
             out.append(record["status"])
-            out += [Status(result["status"]).kv_name for name, results in record.items()
+            out += [result["status"] for name, results in record.items()
                     if name.endswith("_results") for result in results]
     return out
 
