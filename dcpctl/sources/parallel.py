@@ -183,6 +183,20 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
         at[0] += 1
         return item
 
+    def control(item: Any) -> None:
+        """What the child sends between files and inside one alike: progress, its error, its crash."""
+        tag = item[0]
+        if tag == _PROGRESS:
+            if on_progress is not None:
+                on_progress(item[1])
+        elif tag == _ERROR:
+            raise (FileNotFoundError if item[3] else CaptureError)(item[2])
+        elif tag == _CRASH:
+            raise ChildError(f"the decoding process failed: {item[1]}; the output above is complete up "
+                             "to that point (a bug: please report it)")
+        else:
+            raise ChildError(f"the decoding process sent an item out of place: tag {tag}")
+
     def stream() -> Iterator[StreamData | StreamEvent | CaptureNotice]:
         """One file's reassembled data, events and notices, up to its end (what the child sent for it)."""
         while True:
@@ -195,18 +209,10 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                 yield StreamEvent(connection(item[1]), *item[2:])
             elif tag == _NOTICE:
                 yield CaptureNotice(*item[1:])
-            elif tag == _PROGRESS:
-                if on_progress is not None:
-                    on_progress(item[1])
             elif tag == _END_OF_FILE:
                 return
-            elif tag == _ERROR:
-                raise (FileNotFoundError if item[3] else CaptureError)(item[2])
-            elif tag == _CRASH:
-                raise ChildError(f"the decoding process failed: {item[1]}; the output above is complete up "
-                                 "to that point (a bug: please report it)")
             else:
-                raise ChildError(f"the decoding process sent an item out of place: tag {tag}")
+                control(item)
 
     try:
         while True:
@@ -218,18 +224,10 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                 connections.clear()
                 yield from decode_segments(stream(), options, ports, max_body_length, max_connections,
                                            plain() if plain is not None else None)
-            elif tag == _PROGRESS:
-                if on_progress is not None:
-                    on_progress(item[1])
             elif tag == _DONE:
                 return
-            elif tag == _ERROR:
-                raise (FileNotFoundError if item[3] else CaptureError)(item[2])
-            elif tag == _CRASH:
-                raise ChildError(f"the decoding process failed: {item[1]}; the output above is complete up "
-                                 "to that point (a bug: please report it)")
             else:
-                raise ChildError(f"the decoding process sent an item out of place: tag {tag}")
+                control(item)
     finally:
         receiver.close()
         if child.is_alive():
