@@ -171,15 +171,7 @@ class Rows:
         last_seqno = connection.last_seqno
         previous = last_seqno.get(where)
         last_seqno[where] = fast[4]
-        ts = first["ts"]
-        blocked = None
-        full_since = connection.full_since
-        if unacked > connection.unacked and full_since is not None:
-            blocked = round((ts - full_since) * 1000, 3)
-            full_since = None
-        if buffer_size and unacked >= buffer_size and full_since is None:
-            full_since = ts
-        connection.unacked, connection.full_since = unacked, full_since
+        blocked = connection.blocked(first["ts"], unacked, buffer_size)
         diagnostics = msg.diagnostics
         self.rows.append((*row(msg, first, last, fast[2], fast[3]), sequence, msg.body_end - msg.value_offset,
                           snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked,
