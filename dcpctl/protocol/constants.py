@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import IntEnum, IntFlag
-from typing import Final, Self
+from typing import Any, Final, Self, TypeVar
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -46,6 +46,9 @@ class Vocabulary:
             raise KeyError(name) from None
 
 
+_M = TypeVar("_M", bound=int)
+
+
 class _Code(IntEnum):
     """A protocol code declared with its kv_engine name and meaning: ``NAME = code, "kvName", "meaning"``.
 
@@ -58,11 +61,7 @@ class _Code(IntEnum):
     meaning: str
 
     def __new__(cls, code: int, kv_name: str = "", meaning: str = "") -> Self:
-        member = int.__new__(cls, code)
-        member._value_ = code
-        member.kv_name = kv_name
-        member.meaning = meaning
-        return member
+        return _declared(cls, code, kv_name, meaning)
 
 
 class _Flag(IntFlag):
@@ -73,11 +72,17 @@ class _Flag(IntFlag):
     meaning: str
 
     def __new__(cls, code: int, kv_name: str = "", meaning: str = "") -> Self:
-        member = int.__new__(cls, code)
-        member._value_ = code
-        member.kv_name = kv_name
-        member.meaning = meaning
-        return member
+        return _declared(cls, code, kv_name, meaning)
+
+
+def _declared(cls: type[_M], code: int, kv_name: str, meaning: str) -> _M:
+    """One member of a declared code or flag class, carrying its kv_engine name and meaning."""
+    member = int.__new__(cls, code)
+    described: Any = member  # the attributes the enum classes declare
+    described._value_ = code
+    described.kv_name = kv_name
+    described.meaning = meaning
+    return member
 
 
 def rows(table: type[_Code] | type[_Flag]) -> list[Row]:
