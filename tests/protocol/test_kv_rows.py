@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 import pytest
 from capturekit import write_capture
+from servekit import peer
 
 from dcpctl.cli import main
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode, Status
@@ -275,14 +274,6 @@ TSHARK_KV_FIELDS = ["frame.number", "couchbase.opcode", "couchbase.status", "cou
                     "couchbase.flex_frame.frame.durability_req", "couchbase.extras.unknown", "_ws.expert.message"]
 
 
-def _tshark() -> str:
-    path = shutil.which("tshark")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("tshark is missing: .ci/run installs it")
-        pytest.skip("tshark not installed (.ci/run installs it)")
-    return path
-
 
 def _int(text: str) -> int:
     return int(text, 16) if text.startswith("0x") else int(text)
@@ -292,8 +283,8 @@ def _int(text: str) -> int:
 def test_kv_fields_agree_with_wireshark_and_where_it_is_wrong(tmp_path: Path) -> None:
     capture = tmp_path / "kv.pcap"
     capture.write_bytes(write_capture(KV_SESSION, segment_size=65535))  # one message per frame
-    result = subprocess.run([_tshark(), "-r", str(capture), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
-                             *[x for f in TSHARK_KV_FIELDS for x in ("-e", f)]],
+    result = subprocess.run([peer("tshark"), "-r", str(capture), "-Y", "couchbase", "-T", "fields", "-E",
+                             "separator=\t", *[x for f in TSHARK_KV_FIELDS for x in ("-e", f)]],
                             capture_output=True, text=True, check=True, timeout=120)
     theirs = {int(row[0]): dict(zip(TSHARK_KV_FIELDS, row, strict=True))
               for row in (line.split("\t") for line in result.stdout.splitlines())}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from capturekit import ROOT, session_packets, session_records, write_capture
+from servekit import peer
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
@@ -210,20 +211,12 @@ TSHARK_FIELDS = ["frame.number", "couchbase.magic", "couchbase.opcode", "couchba
                  "couchbase.extras.vbucket_uuid", "couchbase.key.collection_id", "couchbase.key.logical_key"]
 
 
-def tshark() -> str:
-    path = shutil.which("tshark")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("tshark is missing: .ci/run installs it")
-        pytest.skip("tshark not installed (.ci/run installs it)")
-    return path
-
 
 @pytest.mark.peer
 def test_fields_agree_with_wireshark(tmp_path: Path) -> None:
     path = tmp_path / "w.pcap"
     path.write_bytes(write_capture(session_packets(), segment_size=65535))  # one message per frame
-    result = subprocess.run([tshark(), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
+    result = subprocess.run([peer("tshark"), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
                              *[x for f in TSHARK_FIELDS for x in ("-e", f)]],
                             capture_output=True, text=True, check=True, timeout=120)
     rows = [dict(zip(TSHARK_FIELDS, line.split("\t"), strict=True)) for line in result.stdout.splitlines()]
@@ -332,7 +325,7 @@ def test_where_wireshark_is_wrong_dcpctl_is_right(tmp_path: Path) -> None:
     path.write_bytes(write_capture(_crafted_packets(), segment_size=65535))  # one message per frame
     fields = ["frame.number", "couchbase.opcode", "couchbase.status", "couchbase.value", "couchbase.extras.by_seqno",
               "couchbase.key.logical_key", "couchbase.xattrs.pair.key", "_ws.expert.message"]
-    result = subprocess.run([tshark(), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
+    result = subprocess.run([peer("tshark"), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "separator=\t",
                              *[x for f in fields for x in ("-e", f)]],
                             capture_output=True, text=True, check=True, timeout=120)
     theirs = {int(row[0]): dict(zip(fields, row, strict=True))
@@ -396,7 +389,7 @@ def test_every_segmentation_agrees_with_wireshark(tmp_path: Path, segment_size: 
     path.write_bytes(write_capture([*session_packets(), (False, encode(sid, fix_lengths=True))],
                                    segment_size=segment_size))
     fields = list(FLAT_FIELDS)
-    result = subprocess.run([tshark(), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "occurrence=a",
+    result = subprocess.run([peer("tshark"), "-r", str(path), "-Y", "couchbase", "-T", "fields", "-E", "occurrence=a",
                              "-E", "aggregator=|", *[x for f in fields for x in ("-e", f)]],
                             capture_output=True, text=True, check=True, timeout=120)
     theirs: dict[str, list[int]] = {f: [] for f in fields}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from couchbase.cluster import Cluster
 from couchbase.durability import DurabilityLevel, ServerDurability
 from couchbase.exceptions import DocumentNotFoundException
 from couchbase.options import ClusterOptions, ClusterTimeoutOptions, UpsertOptions
-from servekit import Server, serving
+from servekit import Server, peer, serving
 
 from dcpctl.protocol.constants import Opcode, Status
 
@@ -51,19 +50,11 @@ DUMPCAP_START = 15.0  # seconds for dumpcap to say it is capturing
 DUMPCAP_SETTLE = 1.0
 
 
-def _peer(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: .ci/run installs it (Debian's tshark package)")
-        pytest.skip(f"{name} not installed (.ci/run installs it)")
-    return path
-
 
 def _capture_on_loopback(port: int, out: Path) -> subprocess.Popen[str]:
     if os.geteuid() != 0:
         pytest.skip("capturing on lo needs root (or CAP_NET_RAW for dumpcap)")
-    process = subprocess.Popen([_peer("dumpcap"), "-i", "lo", "-f", f"tcp port {port}", "-w", str(out)],
+    process = subprocess.Popen([peer("dumpcap"), "-i", "lo", "-f", f"tcp port {port}", "-w", str(out)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     deadline = time.monotonic() + DUMPCAP_START
@@ -96,7 +87,7 @@ def _sdk_session(port: int) -> None:
 
 
 def _tshark(capture: Path, port: int) -> dict[int, dict[str, list[str]]]:
-    done = subprocess.run([_peer("tshark"), "-r", str(capture), "-d", f"tcp.port=={port},couchbase", "-Y",
+    done = subprocess.run([peer("tshark"), "-r", str(capture), "-d", f"tcp.port=={port},couchbase", "-Y",
                            "couchbase", "-T", "fields", "-E", "separator=\t", "-E", "aggregator=|",
                            *[x for f in FIELDS for x in ("-e", f)]],
                           capture_output=True, text=True, check=True, timeout=120)
