@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-# Seconds to wait for the JVM to write the archive when it exits (some seconds for about 150 MB): a JVM that
+# Seconds to wait for the JVM to write the archive when it exits (every class it loaded): a JVM that
 # takes longer is killed, and the run simply saves no archive.
 ARCHIVE_WAIT: Final = 120.0
 # Seconds for ``java -version`` on an archive before Spark's JVM maps it (normally well under one).
