@@ -927,4 +927,4 @@ _HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
 }
 # The document commands (producer/kv.py and producer/subdoc.py): answered through kv.handle's error mapping.
 _DOCUMENT_COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
-    **kv.COMMANDS, Opcode.SUBDOC_MULTI_LOOKUP: subdoc.multi_lookup, Opcode.SUBDOC_MULTI_MUTATION: subdoc.multi_mutation}
+    **kv.COMMANDS, **subdoc.COMMANDS}

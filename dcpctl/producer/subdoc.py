@@ -7,11 +7,14 @@ path with its own status (the request's status is SubdocMultiPathFailure when on
 applied in order to copies; the first failing path fails the whole command (its index and status) and
 nothing is written; otherwise the new body and xattrs are written as one mutation, through the same
 ``Bucket.write`` as every other write, so streams see it. Not served: macro expansion, virtual xattrs other
-than ``$document``, the single-path commands (NotSupported), binary values.
+than ``$document``, binary values. The single-path commands (SUBDOC_GET ... SUBDOC_COUNTER) are one spec
+through the same engine, answered with the path's own status.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -21,6 +24,7 @@ from dcpctl.producer.store import DELETION, Document
 from dcpctl.protocol.constants import (
     DATATYPE_JSON,
     DATATYPE_XATTR,
+    HelloFeature,
     Opcode,
     Status,
     SubdocDocFlag,
@@ -217,6 +221,16 @@ def _virtual(doc: Document) -> dict[str, Any]:
             "value_bytes": len(_split(doc)[1]), "deleted": doc.deleted, "datatype": ["json"]}
 
 
+@dataclass(frozen=True)
+class Spec:
+    """One path operation: a multi-path command's spec, or the whole of a single-path command."""
+
+    opcode: int
+    flags: int
+    path: str
+    value: str = ""
+
+
 def _specs(msg: Message, name: str) -> list[Any]:
     fields = msg.value_fields
     specs = list(fields[name]) if fields is not None and name in fields else None
@@ -229,6 +243,31 @@ def _specs(msg: Message, name: str) -> list[Any]:
 def _doc_flags(msg: Message) -> int:
     extras = msg.extras or {}
     return int(extras.get("doc_flags", 0))
+
+
+def _single(msg: Message, *, lookup: bool) -> Spec:
+    """A single-path command's spec: the extras give the path's length and flags, the body is the path then
+    the value (read here from the raw body, as the registry's row keeps them one text)."""
+    extras = msg.extras
+    if extras is None or (lookup and msg.extras_length not in _LOOKUP_EXTRAS):
+        raise RefusedError(Status.EINVAL, f"{msg.opcode_name}: extras of {msg.extras_length} bytes")
+    length, flags = int(extras["path_length"]), int(extras["subdoc_flags"])
+    body = msg.value
+    if length > len(body):
+        raise RefusedError(Status.EINVAL, "the path is longer than the body")
+    if flags & ~(XATTR_PATH if lookup else XATTR_PATH | MKDIR_P | EXPAND_MACROS):
+        raise RefusedError(Status.EINVAL, "unknown subdocument flags")
+    value = body[length:]
+    if lookup and value:
+        raise RefusedError(Status.EINVAL, "a lookup has no value")
+    if msg.opcode == Opcode.SUBDOC_DELETE and value:
+        raise RefusedError(Status.EINVAL, "SUBDOC_DELETE has no value")
+    if not lookup and msg.opcode != Opcode.SUBDOC_DELETE and not value:
+        raise RefusedError(Status.EINVAL, f"{msg.opcode_name} needs a value")
+    try:
+        return Spec(msg.opcode, flags, body[:length].decode(), value.decode())
+    except UnicodeDecodeError:
+        raise RefusedError(Status.EINVAL, "the path or value is not UTF-8") from None
 
 
 def _lookup(spec: Any, doc: Document, xattrs: dict[str, Any], root: Any, body: bytes) -> str:
@@ -248,8 +287,8 @@ def _lookup(spec: Any, doc: Document, xattrs: dict[str, Any], root: Any, body: b
     return orjson.dumps(found).decode() if spec.opcode == Opcode.SUBDOC_GET else ""
 
 
-def multi_lookup(conn: ProducerConnection, msg: Message) -> None:
-    specs = _specs(msg, "lookup_specs")
+def _lookups(conn: ProducerConnection, msg: Message, specs: list[Any]) -> tuple[Document, list[tuple[Status, str]]]:
+    """The document a lookup reads and each spec's status and value (the engine of both lookup commands)."""
     vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     deleted_ok = bool(_doc_flags(msg) & ACCESS_DELETED)
@@ -262,20 +301,36 @@ def multi_lookup(conn: ProducerConnection, msg: Message) -> None:
         body_json = True
     except ValueError:
         root, body_json = None, False
-    results: list[tuple[int, int, str]] = []
+    results: list[tuple[Status, str]] = []
     for spec in specs:
         try:
             value = _lookup(spec, doc, xattrs, root if body_json else None, body)
             status = Status.SUCCESS
         except _PathError as exc:
             status, value = Status(exc.status), ""
-        results.append((status, len(value.encode()), value))
-    failed = any(status for status, _, _ in results)
+        results.append((status, value))
+    return doc, results
+
+
+def multi_lookup(conn: ProducerConnection, msg: Message) -> None:
+    doc, results = _lookups(conn, msg, _specs(msg, "lookup_specs"))
+    failed = any(status for status, _ in results)
     if doc.deleted:
         top = Status.SUBDOC_MULTI_PATH_FAILURE_DELETED if failed else Status.SUBDOC_SUCCESS_DELETED
     else:
         top = Status.SUBDOC_MULTI_PATH_FAILURE if failed else Status.SUCCESS
-    conn._reply(msg, top, cas=doc.cas, lookup_results=results)
+    conn._reply(msg, top, cas=doc.cas,
+                lookup_results=[(status, len(value.encode()), value) for status, value in results])
+
+
+def single_lookup(conn: ProducerConnection, msg: Message) -> None:
+    """SUBDOC_GET, SUBDOC_EXISTS, SUBDOC_GET_COUNT: the path's own status is the command's."""
+    doc, [(status, value)] = _lookups(conn, msg, [_single(msg, lookup=True)])
+    if status:
+        raise RefusedError(status)
+    json = bool(value) and msg.opcode == Opcode.SUBDOC_GET and HelloFeature.JSON in conn.features
+    conn._reply(msg, Status.SUBDOC_SUCCESS_DELETED if doc.deleted else Status.SUCCESS, cas=doc.cas,
+                datatype=DATATYPE_JSON if json else 0, value=value.encode())
 
 
 def _apply(spec: Any, root: Any, xattrs: dict[str, Any], delete: bool) -> tuple[Any, bool, Any]:
@@ -300,8 +355,19 @@ def _apply(spec: Any, root: Any, xattrs: dict[str, Any], delete: bool) -> tuple[
     return root, delete, _mutate(root, spec.opcode, parts, spec.value, mkdir)
 
 
-def multi_mutation(conn: ProducerConnection, msg: Message) -> None:
-    specs = _specs(msg, "mutation_specs")
+class _SpecFailedError(Exception):
+    """A mutation spec failed: nothing is written."""
+
+    def __init__(self, index: int, status: int) -> None:
+        super().__init__(status)
+        self.index = index
+        self.status = status
+
+
+def _mutations(conn: ProducerConnection, msg: Message, specs: list[Any]) -> tuple[Any, Document, list[tuple[int, int]]]:
+    """Apply the specs to the document and write it as one mutation (the engine of both mutation commands):
+    its vbucket, the new document and each counter's (index, value); raises _SpecFailedError on the first failed
+    spec, before anything is written."""
     vb, collection, key = target(conn, msg)
     bucket = conn.node.cluster.bucket
     flags = _doc_flags(msg)
@@ -317,16 +383,15 @@ def multi_mutation(conn: ProducerConnection, msg: Message) -> None:
         root: Any = orjson.loads(body) if body else {}
     except ValueError:
         root = None
-    counters: list[tuple[int, int, int, str]] = []
+    counters: list[tuple[int, int]] = []
     delete = False
     for index, spec in enumerate(specs):
         try:
             root, delete, result = _apply(spec, root, xattrs, delete)
         except _PathError as exc:
-            conn._reply(msg, Status.SUBDOC_MULTI_PATH_FAILURE, failed_index=index, failed_status=exc.status)
-            return
+            raise _SpecFailedError(index, exc.status) from None
         if result is not None:
-            counters.append((index, Status.SUCCESS, len(str(result)), str(result)))
+            counters.append((index, result))
     expiry = bucket.expiry_of(int((msg.extras or {}).get("expiration", 0)))
     level = durability(msg)
     old = doc or bucket.document(vb, collection, key)
@@ -340,4 +405,36 @@ def multi_mutation(conn: ProducerConnection, msg: Message) -> None:
             datatype |= DATATYPE_XATTR
         new = bucket.write(vb, collection, key, value, datatype, doc.flags if doc else 0, expiry, old,
                            durability_level=level)
-    written(conn, msg, vb, new, mutation_results=counters)
+    return vb, new, counters
+
+
+def multi_mutation(conn: ProducerConnection, msg: Message) -> None:
+    specs = _specs(msg, "mutation_specs")
+    try:
+        vb, new, counters = _mutations(conn, msg, specs)
+    except _SpecFailedError as failed:
+        conn._reply(msg, Status.SUBDOC_MULTI_PATH_FAILURE, failed_index=failed.index, failed_status=failed.status)
+        return
+    written(conn, msg, vb, new, mutation_results=[(index, Status.SUCCESS, len(str(n)), str(n))
+                                                  for index, n in counters])
+
+
+def single_mutation(conn: ProducerConnection, msg: Message) -> None:
+    """SUBDOC_DICT_ADD ... SUBDOC_COUNTER: the path's own status is the command's; a counter answers its
+    new value."""
+    try:
+        vb, new, counters = _mutations(conn, msg, [_single(msg, lookup=False)])
+    except _SpecFailedError as failed:
+        raise RefusedError(failed.status) from None
+    written(conn, msg, vb, new, value=str(counters[0][1]).encode() if counters else b"")
+
+
+# Extras a single-path lookup may carry: path length and flags, then optionally the document flags.
+_LOOKUP_EXTRAS: Final = frozenset({3, 4})
+SINGLE_LOOKUPS: Final = (Opcode.SUBDOC_GET, Opcode.SUBDOC_EXISTS, Opcode.SUBDOC_GET_COUNT)
+SINGLE_MUTATIONS: Final = (Opcode.SUBDOC_DICT_ADD, Opcode.SUBDOC_DICT_UPSERT, Opcode.SUBDOC_DELETE,
+                           Opcode.SUBDOC_REPLACE, Opcode.SUBDOC_ARRAY_PUSH_LAST, Opcode.SUBDOC_ARRAY_PUSH_FIRST,
+                           Opcode.SUBDOC_ARRAY_INSERT, Opcode.SUBDOC_ARRAY_ADD_UNIQUE, Opcode.SUBDOC_COUNTER)
+COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
+    Opcode.SUBDOC_MULTI_LOOKUP: multi_lookup, Opcode.SUBDOC_MULTI_MUTATION: multi_mutation,
+    **dict.fromkeys(SINGLE_LOOKUPS, single_lookup), **dict.fromkeys(SINGLE_MUTATIONS, single_mutation)}

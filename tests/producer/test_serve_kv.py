@@ -230,3 +230,47 @@ def test_a_ttl_passing_is_an_expiration_on_the_stream(server: Server) -> None:
     assert time.monotonic() - started < 3
     expired = next(r for r in records if r["opcode"] == "DCP_EXPIRATION")
     assert (expired["key"], expired["by_seqno"], expired["rev_seqno"]) == ("brief", stored["mutation_seqno"] + 1, 2)
+
+
+def subdoc(client: Client, opcode: str, key: str, path: str, value: str = "", flags: int = 0,
+           **extras: Any) -> dict[str, Any]:
+    """A single-path subdocument command: the extras' path length, the body the path then the value."""
+    return kv(client, opcode, key, path_length=len(path.encode()), subdoc_flags=flags, value=path + value,
+              **extras)
+
+
+def test_single_path_subdocument_commands(server: Server) -> None:
+    client = kv_client(server)
+    assert kv(client, "SET", "single", value='{"name":"a","tags":["x"],"n":1}', flags=0,
+              expiration=0)["status"] == "Success"
+    got = subdoc(client, "SUBDOC_GET", "single", "tags")
+    assert (got["status"], got["value"]) == ("Success", '["x"]')
+    assert subdoc(client, "SUBDOC_EXISTS", "single", "name")["status"] == "Success"
+    assert subdoc(client, "SUBDOC_EXISTS", "single", "nope")["status"] == "SubdocPathEnoent"
+    assert subdoc(client, "SUBDOC_GET_COUNT", "single", "tags")["value"] == "1"
+    assert subdoc(client, "SUBDOC_GET", "missing", "a")["status"] == "KeyEnoent"
+    assert subdoc(client, "SUBDOC_DICT_ADD", "single", "name", '"b"')["status"] == "SubdocPathEexists"
+    upserted = subdoc(client, "SUBDOC_DICT_UPSERT", "single", "a.b", '"deep"', flags=1)  # MkdirP
+    assert upserted["status"] == "Success"
+    assert upserted["mutation_seqno"] > 0
+    assert subdoc(client, "SUBDOC_REPLACE", "single", "name", '"b"')["status"] == "Success"
+    assert subdoc(client, "SUBDOC_ARRAY_PUSH_LAST", "single", "tags", '"y"')["status"] == "Success"
+    assert subdoc(client, "SUBDOC_ARRAY_PUSH_FIRST", "single", "tags", '"w"')["status"] == "Success"
+    assert subdoc(client, "SUBDOC_ARRAY_INSERT", "single", "tags[1]", '"v"')["status"] == "Success"
+    assert subdoc(client, "SUBDOC_ARRAY_ADD_UNIQUE", "single", "tags", '"y"')["status"] == "SubdocPathEexists"
+    counted = subdoc(client, "SUBDOC_COUNTER", "single", "n", "41")
+    assert (counted["status"], counted["value"]) == ("Success", "42")
+    assert subdoc(client, "SUBDOC_DELETE", "single", "nope")["status"] == "SubdocPathEnoent"
+    deleted = subdoc(client, "SUBDOC_DELETE", "single", "a")
+    assert deleted["status"] == "Success"
+    stale = subdoc(client, "SUBDOC_REPLACE", "single", "name", '"c"', cas=deleted["cas"] + 1)
+    assert stale["status"] == "KeyEexists"
+    body = json.loads(kv(client, "GET", "single")["value"])
+    assert body == {"name": "b", "tags": ["w", "v", "x", "y"], "n": 42}
+    assert kv(client, "GET", "single")["cas"] == deleted["cas"]  # a failed path wrote nothing
+    created = subdoc(client, "SUBDOC_DICT_UPSERT", "made", "k", "1", expiration=0, doc_flags=1)  # Mkdoc
+    assert created["status"] == "Success"
+    assert json.loads(kv(client, "GET", "made")["value"]) == {"k": 1}
+    assert subdoc(client, "SUBDOC_GET", "single", "name", '"v"')["status"] == "Einval"  # a lookup has no value
+    assert subdoc(client, "SUBDOC_DICT_UPSERT", "single", "name")["status"] == "Einval"  # a mutation needs one
+    assert kv(client, "SUBDOC_GET", "single", path_length=99, subdoc_flags=0, value="name")["status"] == "Einval"
