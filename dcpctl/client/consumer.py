@@ -54,6 +54,8 @@ from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCOD
 REQUEST: Final = int(Magic.CLIENT_REQUEST)
 NOOP: Final = int(Opcode.DCP_NOOP)
 MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
+# A synchronous write's completion has no by_seqno: its seqno is this extras field.
+_COMPLETION_SEQNO: Final = {int(Opcode.DCP_COMMIT): "commit_seqno", int(Opcode.DCP_ABORT): "abort_seqno"}
 STREAM_END: Final = int(Opcode.DCP_STREAM_END)
 STREAM_REQ: Final = int(Opcode.DCP_STREAM_REQ)
 MAX_ROLLBACKS: Final = 30  # per vbucket: a correct negotiation converges in fewer (one per failover entry)
@@ -394,6 +396,9 @@ class Consumer:
             self._stream_end(stream, int((msg.extras or {}).get("stream_end_status", 0)))
             return msg
         seqno = msg.by_seqno
+        if seqno is None and opcode in _COMPLETION_SEQNO:  # a commit or abort takes its own seqno
+            completed = msg.field(_COMPLETION_SEQNO[opcode])
+            seqno = int(completed) if completed is not None else None
         if seqno is not None:
             self._uncommitted = (position, seqno)  # see commit
             progress.reroutes.pop(vbucket, None)

@@ -96,6 +96,7 @@ _COLLECTION_END_STATUSES: Final = frozenset({StreamEndStatus.FILTER_EMPTY, Strea
 NOOP_OPAQUE_BASE: Final = int.from_bytes(b"NO\0\0", "big")
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
+MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
 # Where a pushed item's opaque sits: a stream's cached items are patched with its stream's opaque there.
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
@@ -177,6 +178,9 @@ class _Stream:
     items: int = 0
     last_seqno: int = 0
     ending: int | None = None  # a STREAM_END status waiting to be sent
+    # enable_sync_writes with a consumer_name (kv_engine's SyncReplication): markers are v2.0, with the
+    # max visible and high completed seqnos
+    sync_replication: bool = False
 
     @property
     def plain(self) -> bool:
@@ -602,7 +606,8 @@ class ProducerConnection:
         start = answer.start_seqno if answer.start_seqno is not None else req.start_seqno
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
-        stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids)
+        stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids,
+                         sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls)
         if start >= end:
             stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
@@ -755,8 +760,13 @@ class ProducerConnection:
                 return sent  # caught up: wait for new items
             if stream.next_seqno > stream.snapshot_end:
                 flags = MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
+                marker: dict[str, int] = {}
+                if stream.sync_replication:  # the high completed seqno is sent with disk snapshots only
+                    visible, completed = bucket.marker_seqnos(vb, last)
+                    marker = {"marker_version": MARKER_V2_0, "max_visible_seqno": visible,
+                              "high_completed_seqno": completed if flags & SnapshotMarkerFlag.DISK else 0}
                 data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=stream.next_seqno,
-                                     snap_end_seqno=last, snapshot_flags=flags)
+                                     snap_end_seqno=last, snapshot_flags=flags, **marker)
                 parts.append(data)
                 self._count(len(data))
                 sent += len(data)

@@ -19,6 +19,7 @@ later ones only the seqnos added since (``--mutation-rate``), so the generated i
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
 import time
@@ -37,6 +38,7 @@ DELETION: Final = Opcode.DCP_DELETION
 EXPIRATION: Final = Opcode.DCP_EXPIRATION
 PREPARE: Final = Opcode.DCP_PREPARE  # a durable write: its prepare, then at the next seqno its commit
 COMMIT: Final = Opcode.DCP_COMMIT
+_NOT_VISIBLE: Final = frozenset({PREPARE})  # items a snapshot's max visible seqno skips
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -119,6 +121,10 @@ class VBucket:
     docs: dict[tuple[int, bytes], Document] = field(default_factory=dict)  # (collection, key) -> newest
     indexed: int = 0  # ``docs`` covers seqnos 1..indexed
     max_cas: int = 0
+    # Each completed synchronous write, in seqno order: the seqno of its COMMIT (or ABORT) and of its PREPARE,
+    # for the high completed seqno of a snapshot marker.
+    completions: list[int] = field(default_factory=list)
+    completed_prepares: list[int] = field(default_factory=list)
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -267,6 +273,8 @@ class Bucket:
         vb.purge_seqno = min(vb.purge_seqno, at)
         for gone in [s for s in vb.written if s > at]:
             del vb.written[gone]
+        kept = bisect.bisect_right(vb.completions, at)
+        del vb.completions[kept:], vb.completed_prepares[kept:]
         if vb.indexed > at:  # documents written above the branch point are gone: index again
             vb.docs.clear()
             vb.indexed = 0
@@ -276,6 +284,15 @@ class Bucket:
                 del image.data[image.offsets[keep]:]
                 del image.offsets[keep:]
         return entry
+
+    def marker_seqnos(self, vb: VBucket, upto: int) -> tuple[int, int]:
+        """A snapshot ending at ``upto``: its max visible seqno (the newest item that is not a pending or
+        aborted prepare) and its high completed seqno (the newest prepare committed or aborted by then)."""
+        visible = upto
+        while visible > 0 and self.item(vb, visible).opcode in _NOT_VISIBLE:
+            visible -= 1
+        index = bisect.bisect_right(vb.completions, upto)
+        return visible, vb.completed_prepares[index - 1] if index else 0
 
     def purge(self, vb: VBucket, seqno: int) -> None:
         vb.purge_seqno = max(vb.purge_seqno, min(seqno, vb.high_seqno))
@@ -345,6 +362,8 @@ class Bucket:
             seqno += 1
             vb.written[seqno] = Item(COMMIT, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
                                      expiry, deleted, prepared_seqno=seqno - 1)
+            vb.completions.append(seqno)
+            vb.completed_prepares.append(seqno - 1)
         else:
             vb.written[seqno] = Item(opcode, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
                                      expiry)

@@ -25,7 +25,7 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.producer.connection import Cluster, Node, ProducerConnection
 from dcpctl.producer.store import Bucket
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import HELLO_FEATURES, DcpOpenFlag, Opcode, Status, StreamEndStatus
+from dcpctl.protocol.constants import DATATYPE_JSON, HELLO_FEATURES, DcpOpenFlag, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.lines import LineReaders
@@ -44,7 +44,7 @@ def sent(data: bytes) -> list[Message]:
     return out
 
 
-def bootstrapped(producer: ProducerConnection, window: int) -> None:
+def bootstrapped(producer: ProducerConnection, window: int, controls: dict[str, str] | None = None) -> None:
     """What the streamer's Connection does before a Consumer takes over: HELLO, SASL, bucket, DCP_OPEN, controls."""
     requests = [
         build.request(Opcode.HELLO, opaque=1, key=b"t", features=[HELLO_FEATURES.code(f) for f in ("Xerror", "JSON")]),
@@ -53,7 +53,8 @@ def bootstrapped(producer: ProducerConnection, window: int) -> None:
         build.request(Opcode.DCP_OPEN, opaque=4, key=b"t", seqno=0,
                       flags=DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES),
         *[build.request(Opcode.DCP_CONTROL, opaque=5 + i, key=k.encode(), value=v.encode()) for i, (k, v) in
-          enumerate({"enable_noop": "true", "set_noop_interval": "1", "connection_buffer_size": str(window)}.items())],
+          enumerate({"enable_noop": "true", "set_noop_interval": "1", "connection_buffer_size": str(window),
+                     **(controls or {})}.items())],
     ]
     producer.receive(b"".join(requests), 0.0)
     replies = sent(producer.produce(1 << 20, 0))
@@ -99,11 +100,11 @@ class Pair:
 
 def pair(*, items: int = 100, vbuckets: int = 2, window: int = 1 << 20, count: int | None = None,
          until: int | None = None, on_rollback: str = "follow", state: State | None = None,
-         **consumer: Any) -> Pair:
+         controls: dict[str, str] | None = None, **consumer: Any) -> Pair:
     bucket = Bucket("default", vbuckets, items, 20, 7)
     cluster = Cluster(bucket, [("127.0.0.1", 11210)], [0] * vbuckets, {"Administrator": "password"})
     producer = ProducerConnection(Node(0, cluster))
-    bootstrapped(producer, window)
+    bootstrapped(producer, window, controls)
     progress = Progress(state or State("default"), count)
     for vb in range(vbuckets):
         progress.state.vbuckets.setdefault(vb, VbucketPosition())
@@ -137,6 +138,22 @@ def test_a_stream_to_its_end_moves_every_position_and_counts_every_item() -> Non
     assert len(ends) == 2
     record = next(m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_MUTATION").record()
     assert (record["ts"], record["connection"], record["direction"]) == (0.01, "a > b", "server>client")
+
+
+def test_v2_0_markers_of_a_sync_replication_stream_move_positions_as_v1_ones_do() -> None:
+    link = pair(items=10, vbuckets=1, until=14, controls={"enable_sync_writes": "true", "consumer_name": "c"})
+    bucket = link.producer.node.cluster.bucket
+    vb = bucket.vbuckets[0]
+    for n in (1, 2):  # each a prepare then its commit: seqnos 11 to 14
+        bucket.write(vb, 0, b"durable", b'{"n":%d}' % n, DATATYPE_JSON, 0, 0, bucket.document(vb, 0, b"durable"),
+                     durability_level=1)
+    link.run()
+    assert not link.consumer.active
+    markers = [m for m in link.events if isinstance(m, Message) and m.opcode == Opcode.DCP_SNAPSHOT_MARKER]
+    assert [(m.field("marker_version"), m.field("max_visible_seqno"), m.field("high_completed_seqno"))
+            for m in markers] == [(0, 14, 13)]
+    position = link.consumer.progress.state.vbuckets[0]
+    assert (position.seqno, position.snap_start_seqno, position.snap_end_seqno) == (14, 1, 14)
 
 
 def test_a_position_moves_only_once_the_caller_says_the_item_is_written() -> None:

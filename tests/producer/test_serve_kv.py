@@ -16,7 +16,7 @@ from servekit import Server, serving
 from wire import Client
 
 from dcpctl.producer.data import vbucket_of
-from dcpctl.protocol.constants import DcpOpenFlag
+from dcpctl.protocol.constants import DcpOpenFlag, SnapshotMarkerFlag
 from dcpctl.protocol.value import snappy_compress
 
 MANIFEST = {"uid": "2", "scopes": [
@@ -274,3 +274,33 @@ def test_single_path_subdocument_commands(server: Server) -> None:
     assert subdoc(client, "SUBDOC_GET", "single", "name", '"v"')["status"] == "Einval"  # a lookup has no value
     assert subdoc(client, "SUBDOC_DICT_UPSERT", "single", "name")["status"] == "Einval"  # a mutation needs one
     assert kv(client, "SUBDOC_GET", "single", path_length=99, subdoc_flags=0, value="name")["status"] == "Einval"
+
+
+def durable_set(client: Client, key: str, value: str, **info: int) -> dict[str, Any]:
+    """A SET with a durability requirement (level 1, Majority, unless told), on the alternative encoding."""
+    return kv(client, "SET", key, magic="AltClientRequest", value=value, flags=0, expiration=0,
+              frame_infos=[{"id": 1, "durability_level": 1, **info}])
+
+
+def test_sync_replication_streams_get_v2_0_markers(server: Server) -> None:
+    client = kv_client(server)
+    assert durable_set(client, "marker-doc", '{"m":1}')["status"] == "Success"
+    replication = Client(server.port, timeout=5)
+    replication.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true", "consumer_name": "replica"})
+    writes_only = Client(server.port, timeout=5)
+    writes_only.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+    for stream in (replication, writes_only):
+        assert stream.stream_request(VB)["status"] == "Success"
+    records = replication.until("DCP_COMMIT")
+    commit = records[-1]
+    marker = next(r for r in records if r["opcode"] == "DCP_SNAPSHOT_MARKER")
+    assert (marker["marker_version"], marker["snap_end_seqno"]) == (0, commit["commit_seqno"])
+    assert (marker["max_visible_seqno"], marker["high_completed_seqno"]) == (commit["commit_seqno"],
+                                                                             commit["prepared_seqno"])
+    assert marker["snapshot_flags"] & SnapshotMarkerFlag.DISK
+    assert durable_set(client, "marker-doc", '{"m":2}')["status"] == "Success"  # a memory snapshot: no HCS
+    later = [r for r in replication.until("DCP_COMMIT") if r["opcode"] == "DCP_SNAPSHOT_MARKER"][-1]
+    assert (later["marker_version"], later["high_completed_seqno"]) == (0, 0)
+    assert later["max_visible_seqno"] == later["snap_end_seqno"]
+    plain = next(r for r in writes_only.until("DCP_COMMIT") if r["opcode"] == "DCP_SNAPSHOT_MARKER")
+    assert "marker_version" not in plain  # enable_sync_writes alone is v1 (kv_engine's SyncWrites mode)
