@@ -23,7 +23,7 @@ from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
-from dcpctl.producer.store import Bucket, Manifest
+from dcpctl.producer.store import MAX_REPLICAS, Bucket, Manifest
 from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
@@ -80,6 +80,11 @@ def serve(
     max_item_size: Annotated[int, typer.Option("--max-item-size", min=1, help="Largest document value a client "
                                                "may write; a larger one is E2big (kv_engine's max_item_size).",
                                                metavar="BYTES")] = MAX_ITEM_SIZE,
+    silent_replicas: Annotated[int, typer.Option("--silent-replicas", min=0, max=MAX_REPLICAS,
+                                                 help="Replicas each vbucket's topology names that never "
+                                                 "acknowledge: with any, a durable write waits for its "
+                                                 "durability timeout, then aborts (SyncWriteAmbiguous).",
+                                                 metavar="N")] = 0,
     data: Annotated[Path | None, typer.Option("--data", help="Documents to start with: JSON lines of key, "
                                               "value and optionally collection, flags, expiry.",
                                               metavar="FILE.jsonl")] = None,
@@ -122,7 +127,7 @@ def serve(
     except scenario.ScenarioError as exc:
         raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
-    store = Bucket(bucket, vbuckets, items, value_size, seed, manifest)
+    store = Bucket(bucket, vbuckets, items, value_size, seed, manifest, silent_replicas=silent_replicas)
     if data is not None:
         _load(data, store, max_item_size)
     errors = env.error_console()

@@ -222,6 +222,9 @@ class ProducerConnection:
         self.streams: dict[tuple[int, int], _Stream] = {}
         self._turn = 0
         self._item_limit: int | None = None
+        # A synchronous write this connection waits for (vbucket, prepare seqno, request): no further
+        # request runs until it completes, as a command blocked in kv_engine holds its connection.
+        self.sync_write: tuple[int, int, Message] | None = None
 
     # --- negotiated state -------------------------------------------------------------------------
     @property
@@ -257,7 +260,8 @@ class ProducerConnection:
 
     def _execute(self) -> None:
         """Requests in the framer, one at a time, until it holds no whole packet or the send queue is full."""
-        while self.closed is None and self.queued < self.max_send_queue_size:
+        self._settle()
+        while self.closed is None and self.queued < self.max_send_queue_size and self.sync_write is None:
             # one event per generator: the framer's body limit changes when authentication succeeds
             event = next(self.framer.events(), None)
             if event is None:
@@ -274,6 +278,21 @@ class ProducerConnection:
                 return
             msg = decode(event.data, event.offset, DecodeOptions(collections=self.collections, show_secrets=True))
             self._handle(msg)
+
+    def wait_for_sync_write(self, vbucket: int, seqno: int, msg: Message) -> None:
+        self.sync_write = (vbucket, seqno, msg)
+
+    def _settle(self) -> None:
+        """The answer to the synchronous write waited for, once it is no longer pending: aborted when its
+        durability timeout passed (or lost to a failover), so SyncWriteAmbiguous, as kv_engine answers it."""
+        if self.sync_write is None:
+            return
+        vbucket, seqno, msg = self.sync_write
+        vb = self.node.cluster.bucket.vbuckets[vbucket]
+        if any(pending.seqno == seqno for pending in vb.pending.values()):
+            return
+        self.sync_write = None
+        self._error(msg, Status.SYNC_WRITE_AMBIGUOUS, "the durability timeout passed before a majority acknowledged")
 
     def _queue(self, data: bytes) -> None:
         self.out.append(data)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from dcpctl.producer.store import DELETION, Document, VBucket
+from dcpctl.producer.store import DEFAULT_DURABILITY_TIMEOUT, DELETION, Document, SyncWriteInProgressError, VBucket
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, HelloFeature, Opcode, Status
 from dcpctl.protocol.frameinfo import DURABILITY, RESERVED_DURABILITY_TIMEOUTS
 from dcpctl.protocol.message import Message
@@ -64,6 +64,8 @@ def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerCo
         return
     try:
         command(conn, msg)
+    except SyncWriteInProgressError:
+        conn._error(msg, Status.SYNC_WRITE_IN_PROGRESS, "a synchronous write of this key is pending")
     except RefusedError as refused:
         if refused.value:
             conn._reply(msg, refused.status, datatype=DATATYPE_JSON, value=refused.value)
@@ -159,8 +161,16 @@ def _is_json(body: bytes) -> bool:
 
 
 def written(conn: ProducerConnection, msg: Message, vb: VBucket, doc: Document, **fields: Any) -> None:
-    """A mutation's success: its CAS, and the mutation token with HELLO MutationSeqno."""
+    """A mutation's success: its CAS, and the mutation token with HELLO MutationSeqno. A synchronous write
+    left pending (silent replicas) is not answered now: the connection waits for its abort, as kv_engine
+    holds the command until the write completes or its durability timeout passes."""
     conn.node.cluster.writes += 1
+    bucket = conn.node.cluster.bucket
+    pending = bucket.pending(vb, doc)
+    if pending is not None:
+        pending.deadline = bucket.now() + durability_timeout(msg)
+        conn.wait_for_sync_write(vb.vbucket, doc.seqno, msg)
+        return
     if msg.opcode in QUIET:
         return
     if HelloFeature.MUTATION_SEQNO in conn.features:
@@ -180,6 +190,15 @@ def durability(msg: Message) -> int:
             raise RefusedError(Status.EINVAL, "a reserved durability timeout")
         return info.data[0]
     return 0
+
+
+def durability_timeout(msg: Message) -> float:
+    """Seconds a synchronous write may wait for its majority: the frame info's timeout (milliseconds), else
+    kv_engine's default."""
+    for info in msg.frame_infos:
+        if info.id == DURABILITY and len(info.data) == 3:
+            return int.from_bytes(info.data[1:], "big") / 1000
+    return DEFAULT_DURABILITY_TIMEOUT
 
 
 def _extras(msg: Message, length: int) -> dict[str, Any]:

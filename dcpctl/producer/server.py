@@ -120,6 +120,7 @@ class Emulator:
         now = self.loop.time()
         self._mutate(now)
         self.bucket.expire_due()
+        self.bucket.abort_due()
         self.apply_due()
         for client in list(self.clients):
             client.conn.tick(now)

@@ -38,7 +38,13 @@ DELETION: Final = Opcode.DCP_DELETION
 EXPIRATION: Final = Opcode.DCP_EXPIRATION
 PREPARE: Final = Opcode.DCP_PREPARE  # a durable write: its prepare, then at the next seqno its commit
 COMMIT: Final = Opcode.DCP_COMMIT
-_NOT_VISIBLE: Final = frozenset({PREPARE})  # items a snapshot's max visible seqno skips
+ABORT: Final = Opcode.DCP_ABORT  # a prepare no majority acknowledged before its durability timeout
+_NOT_VISIBLE: Final = frozenset({PREPARE, ABORT})  # items a snapshot's max visible seqno skips
+_SYNC_ONLY: Final = frozenset({PREPARE, ABORT})  # items only streams with enable_sync_writes see
+# kv_engine's durability timeout for a synchronous write whose request names none (the
+# ActiveDurabilityMonitor's defaultTimeout, 30 s); a request's frame info may give its own.
+DEFAULT_DURABILITY_TIMEOUT: Final = 30.0
+MAX_REPLICAS: Final = 3  # a Couchbase bucket has at most three replicas
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -56,7 +62,7 @@ RELATIVE_EXPIRY_LIMIT: Final = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class Item:
-    opcode: int  # MUTATION, DELETION or EXPIRATION; a durable write's PREPARE and COMMIT
+    opcode: int  # MUTATION, DELETION or EXPIRATION; a durable write's PREPARE and its COMMIT or ABORT
     vbucket: int
     seqno: int
     key: bytes
@@ -69,7 +75,7 @@ class Item:
     expiry: int = 0
     deleted: bool = False  # a PREPARE or COMMIT of a deletion
     durability_level: int = 0  # a PREPARE's
-    prepared_seqno: int = 0  # a COMMIT's
+    prepared_seqno: int = 0  # a COMMIT's or ABORT's
 
 
 @dataclass
@@ -125,6 +131,9 @@ class VBucket:
     # for the high completed seqno of a snapshot marker.
     completions: list[int] = field(default_factory=list)
     completed_prepares: list[int] = field(default_factory=list)
+    # Synchronous writes waiting for acknowledgements no replica sends (--silent-replicas): (collection, key)
+    # -> the prepare's seqno and the unix time it aborts at.
+    pending: dict[tuple[int, bytes], Pending] = field(default_factory=dict)
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -140,6 +149,16 @@ class VBucket:
 
 
 @dataclass
+class Pending:
+    seqno: int
+    deadline: float
+
+
+class SyncWriteInProgressError(Exception):
+    """A write to a key whose synchronous write is still pending (kv_engine: SyncWriteInProgress)."""
+
+
+@dataclass
 class Manifest:
     """Collections: id -> (scope id, name); the default collection 0 in the default scope 0."""
 
@@ -152,8 +171,13 @@ class Bucket:
     """All vbuckets of one bucket on one emulated cluster (see the module docstring)."""
 
     def __init__(self, name: str, vbuckets: int, items: int, value_size: int, seed: int,
-                 manifest: Manifest | None = None, clock: Callable[[], int] = time.time_ns) -> None:
+                 manifest: Manifest | None = None, clock: Callable[[], int] = time.time_ns,
+                 silent_replicas: int = 0) -> None:
         self.clock = clock  # unix nanoseconds: the physical part of CAS, and expiry
+        # replicas each vbucket's topology names that never acknowledge: with any, a durable write cannot
+        # reach its majority (of the active and the replicas) and aborts when its timeout passes
+        self.silent_replicas = silent_replicas
+        self.waiting: set[int] = set()  # vbuckets that may have pending synchronous writes
         # (expiry, vbucket, seqno, collection, key) of each write with an expiry: the expiry pager's queue
         self.expiries: list[tuple[int, int, int, int, bytes]] = []
         self.name = name
@@ -191,7 +215,7 @@ class Bucket:
 
     def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None) -> bool:
         """Whether a stream sends this item: a stream without collections sees the default collection only."""
-        if item.opcode == PREPARE and not encoding.sync_writes:
+        if item.opcode in _SYNC_ONLY and not encoding.sync_writes:
             return False  # a stream without sync writes sees the commit only, as the mutation it makes
         if not encoding.collections:
             return item.collection_id == DEFAULT_COLLECTION
@@ -203,6 +227,8 @@ class Bucket:
         opcode = item.opcode
         if opcode == COMMIT and encoding.sync_writes:
             return self._pack(_COMMIT, item, key, 0, b"", (item.prepared_seqno, item.seqno), stream_id, opaque)
+        if opcode == ABORT:
+            return self._pack(_ABORT, item, key, 0, b"", (item.prepared_seqno, item.seqno), stream_id, opaque)
         if opcode == PREPARE:
             value = b"" if encoding.no_value else self._value(item, encoding)
             prepare = (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, int(item.deleted),
@@ -273,6 +299,8 @@ class Bucket:
         vb.purge_seqno = min(vb.purge_seqno, at)
         for gone in [s for s in vb.written if s > at]:
             del vb.written[gone]
+        for name in [name for name, pending in vb.pending.items() if pending.seqno > at]:
+            del vb.pending[name]  # its prepare is gone with the history: its client is answered ambiguous
         kept = bisect.bisect_right(vb.completions, at)
         del vb.completions[kept:], vb.completed_prepares[kept:]
         if vb.indexed > at:  # documents written above the branch point are gone: index again
@@ -320,8 +348,8 @@ class Bucket:
     def _index(self, vb: VBucket) -> None:
         for seqno in range(vb.indexed + 1, vb.high_seqno + 1):
             item = self.item(vb, seqno)  # written ones too: after a failover the index is built again
-            if item.opcode == PREPARE:
-                continue  # its commit, at the next seqno, is the document
+            if item.opcode in _SYNC_ONLY:
+                continue  # a commit is the document; an aborted prepare never was
             deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
             vb.docs[(item.collection_id, item.key)] = Document(
                 item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry, item.cas,
@@ -349,8 +377,12 @@ class Bucket:
         """A client's mutation, deletion or expiration: the vbucket's next seqno, a new CAS, the key's next
         rev seqno; the item goes to every stream of the vbucket as any other. With a durability level, a
         synchronous write: a PREPARE, and the COMMIT at the next seqno at once (no replica to wait for),
-        which is the document's seqno."""
+        which is the document's seqno; with silent replicas only the PREPARE, pending until
+        :meth:`abort_due` aborts it (the document stays as it was). A write to a key with a pending one
+        raises SyncWriteInProgressError."""
         self._index(vb)
+        if opcode != EXPIRATION and (collection, key) in vb.pending:
+            raise SyncWriteInProgressError(key)
         seqno = vb.high_seqno + 1
         cas = self.next_cas(vb)
         rev = old.rev_seqno + 1 if old is not None else 1
@@ -359,6 +391,11 @@ class Bucket:
         if durability_level:
             vb.written[seqno] = Item(PREPARE, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
                                      expiry, deleted, durability_level)
+            if self.silent_replicas:
+                vb.pending[(collection, key)] = Pending(seqno, self.now() + DEFAULT_DURABILITY_TIMEOUT)
+                self.waiting.add(vb.vbucket)
+                vb.high_seqno = vb.indexed = seqno
+                return Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
             seqno += 1
             vb.written[seqno] = Item(COMMIT, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
                                      expiry, deleted, prepared_seqno=seqno - 1)
@@ -374,6 +411,32 @@ class Bucket:
         if expiry and not deleted:
             heapq.heappush(self.expiries, (expiry, vb.vbucket, seqno, collection, key))
         return doc
+
+    def pending(self, vb: VBucket, doc: Document) -> Pending | None:
+        """The pending synchronous write ``doc`` is the prepare of, if it is one."""
+        pending = vb.pending.get((doc.collection_id, doc.key))
+        return pending if pending is not None and pending.seqno == doc.seqno else None
+
+    def abort_due(self) -> int:
+        """Every pending synchronous write whose durability timeout has passed is aborted: an ABORT at the
+        vbucket's next seqno (as kv_engine's durability timeout task does); the number aborted."""
+        now = self.now()
+        aborted = 0
+        for number in list(self.waiting):
+            vb = self.vbuckets[number]
+            if not vb.pending:
+                self.waiting.discard(number)
+            for name, pending in [(n, p) for n, p in vb.pending.items() if p.deadline <= now]:
+                del vb.pending[name]
+                prepare = vb.written[pending.seqno]
+                seqno = vb.high_seqno + 1
+                vb.written[seqno] = Item(ABORT, vb.vbucket, seqno, prepare.key, b"", prepare.collection_id, 0,
+                                         prepare.rev_seqno, 0, deleted=prepare.deleted, prepared_seqno=pending.seqno)
+                vb.completions.append(seqno)
+                vb.completed_prepares.append(pending.seqno)
+                vb.high_seqno = vb.indexed = seqno
+                aborted += 1
+        return aborted
 
     def expire_due(self) -> int:
         """The expiry pager: every written document whose expiry has passed expires now (an EXPIRATION item),
@@ -399,3 +462,4 @@ _EXPIRATION: Final = build.shape(Opcode.DCP_EXPIRATION, "by_seqno", "rev_seqno",
 _PREPARE: Final = build.shape(Opcode.DCP_PREPARE, "by_seqno", "rev_seqno", "flags", "expiration", "lock_time", "nru",
                               "deleted", "durability_level")
 _COMMIT: Final = build.shape(Opcode.DCP_COMMIT, "prepared_seqno", "commit_seqno")
+_ABORT: Final = build.shape(Opcode.DCP_ABORT, "prepared_seqno", "abort_seqno")

@@ -26,6 +26,7 @@ from couchbase.durability import DurabilityLevel, ServerDurability
 from couchbase.exceptions import (
     CasMismatchException,
     DocumentNotFoundException,
+    DurabilitySyncWriteAmbiguousException,
     PathExistsException,
     PathNotFoundException,
 )
@@ -159,6 +160,27 @@ def test_a_durable_upsert_is_prepare_then_commit_on_a_sync_writes_stream(server:
     mutation = next(r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION")
     assert (mutation["key"], mutation["value"], mutation["by_seqno"], mutation["cas"]) == (
         "durable", '{"d": 1}', commit["commit_seqno"], written.cas)
+
+
+def test_a_durable_upsert_no_replica_acknowledges_is_ambiguous_and_aborted() -> None:
+    with serving("--silent-replicas", "1") as server:
+        sync = Client(server.port, timeout=5)
+        sync.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+        vbucket = vbucket_of(b"unsure", 64)
+        assert sync.stream_request(vbucket)["status"] == "Success"
+        cluster = connect(server.port)
+        try:
+            collection = cluster.bucket("default").default_collection()
+            with pytest.raises(DurabilitySyncWriteAmbiguousException):
+                collection.upsert("unsure", {"d": 1}, UpsertOptions(
+                    durability=ServerDurability(DurabilityLevel.MAJORITY), timeout=timedelta(seconds=2)))
+            with pytest.raises(DocumentNotFoundException):
+                collection.get("unsure")  # aborted: never written
+        finally:
+            cluster.close()
+        prepare = sync.until("DCP_PREPARE")[-1]
+        abort = sync.until("DCP_ABORT")[-1]
+        assert (abort["key"], abort["prepared_seqno"]) == ("unsure", prepare["by_seqno"])
 
 
 def test_subdocument_lookup_and_mutate_with_xattrs(server: Server) -> None:

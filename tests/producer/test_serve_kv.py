@@ -304,3 +304,38 @@ def test_sync_replication_streams_get_v2_0_markers(server: Server) -> None:
     assert later["max_visible_seqno"] == later["snap_end_seqno"]
     plain = next(r for r in writes_only.until("DCP_COMMIT") if r["opcode"] == "DCP_SNAPSHOT_MARKER")
     assert "marker_version" not in plain  # enable_sync_writes alone is v1 (kv_engine's SyncWrites mode)
+
+
+def test_a_durable_write_no_majority_acknowledges_aborts_at_its_timeout() -> None:
+    with serving("--vbuckets", "8", "--items", "40", "--silent-replicas", "1") as server:
+        writer, other = kv_client(server), kv_client(server)
+        assert kv(writer, "SET", "sync", value='{"v":0}', flags=0, expiration=0)["status"] == "Success"
+        sync = Client(server.port, timeout=5)
+        sync.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+        plain = Client(server.port, timeout=5)
+        plain.dcp()
+        for stream in (sync, plain):
+            assert stream.stream_request(VB)["status"] == "Success"
+        started = time.monotonic()
+        opaque = writer.send(opcode="SET", magic="AltClientRequest", vbucket=VB, key="sync", value='{"v":1}',
+                             flags=0, expiration=0,
+                             frame_infos=[{"id": 1, "durability_level": 1, "durability_timeout": 500}])
+        noop = writer.send(opcode="NOOP")  # pipelined: answered only once the write is
+        prepare = sync.until("DCP_PREPARE")[-1]
+        assert json.loads(kv(other, "GET", "sync")["value"]) == {"v": 0}  # the prepare is not the document
+        busy = kv(other, "SET", "sync", value='{"v":2}', flags=0, expiration=0)
+        assert busy["status"] == "SyncWriteInProgress"
+        answer = writer.read()
+        assert (answer["opaque"], answer["status"]) == (opaque, "SyncWriteAmbiguous")
+        assert 0.5 <= time.monotonic() - started < 3
+        assert (writer.read()["opaque"], writer.backlog) == (noop, [])
+        abort = sync.until("DCP_ABORT")[-1]
+        assert (abort["key"], abort["prepared_seqno"], abort["abort_seqno"]) == (
+            "sync", prepare["by_seqno"], prepare["by_seqno"] + 1)
+        assert json.loads(kv(other, "GET", "sync")["value"]) == {"v": 0}
+        assert kv(other, "SET", "sync", value='{"v":3}', flags=0, expiration=0)["status"] == "Success"
+        after = [r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION"]
+        while json.loads(after[-1]["value"]) != {"v": 3}:
+            after += [r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION"]
+        assert [json.loads(r["value"]) for r in after if r["key"] == "sync"] == [{"v": 0}, {"v": 3}]
+        assert after[-1]["by_seqno"] == abort["abort_seqno"] + 1  # neither prepare nor abort on a plain stream
