@@ -33,12 +33,11 @@ from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
-from dcpctl.producer import kv, subdoc
+from dcpctl.producer import errormap, kv, subdoc
 from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
-    STATUS_ROWS,
     STATUSES,
     Datatype,
     DcpOpenFlag,
@@ -101,21 +100,7 @@ MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
 _OPAQUE_END: Final = _OPAQUE_AT + _OPAQUE.size
-# The error map's attributes per status, as kv_engine's error_map_v2.json gives them (what an SDK retries,
-# refetches the config for, or hands the application); a status it does not list is "internal".
-ERROR_ATTRIBUTES: Final[dict[int, tuple[str, ...]]] = {
-    Status.SUCCESS: ("success",), Status.KEY_ENOENT: ("item-only",), Status.KEY_EEXISTS: ("item-only",),
-    Status.E2BIG: ("invalid-input",), Status.EINVAL: ("invalid-input",), Status.NOT_STORED: ("item-only",),
-    Status.DELTA_BADVAL: ("invalid-input",), Status.NOT_MY_VBUCKET: ("fetch-config",),
-    Status.NO_BUCKET: ("conn-state-invalidated",), Status.LOCKED: ("item-locked", "item-only", "retry-now"),
-    Status.NOT_LOCKED: ("item-only",), Status.AUTH_STALE: ("conn-state-invalidated", "auth"),
-    Status.AUTH_ERROR: ("auth",), Status.AUTH_CONTINUE: ("special-handling",),
-    Status.ERANGE: ("invalid-input",), Status.ROLLBACK: ("special-handling",), Status.EACCESS: ("support",),
-    Status.NOT_INITIALIZED: ("temp", "retry-later"), Status.UNKNOWN_COMMAND: ("support",),
-    Status.ENOMEM: ("temp", "retry-later"), Status.NOT_SUPPORTED: ("support",), Status.EINTERNAL: ("internal",),
-    Status.EBUSY: ("temp", "retry-now"), Status.ETMPFAIL: ("temp", "retry-now"),
-    Status.XATTR_EINVAL: ("invalid-input",), Status.UNKNOWN_COLLECTION: ("fetch-config", "item-only"),
-    Status.UNKNOWN_SCOPE: ("fetch-config", "item-only")}
+ERROR_MAP_VERSION_SIZE: Final = 2  # GET_ERROR_MAP's value: the version, a u16
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
 
 
@@ -427,10 +412,15 @@ class ProducerConnection:
             self._reply(msg)
 
     def _error_map(self, msg: Message) -> None:
-        version = min(2, msg.field("error_map_version") or 1)
-        errors = {f"{code:x}": {"name": name, "desc": desc, "attrs": list(ERROR_ATTRIBUTES.get(code, ("internal",)))}
-                  for code, name, desc in STATUS_ROWS}
-        self._reply(msg, datatype=Datatype.JSON, value=_json({"version": version, "revision": 1, "errors": errors}))
+        """kv_engine's error map (producer/errormap.py); its validator and executor's answers otherwise: a
+        vbucket or a value other than the 2-byte version is Einval, version 0 KeyEnoent."""
+        version = msg.field("error_map_version")
+        if msg.vbucket_or_status != 0 or len(msg.value) != ERROR_MAP_VERSION_SIZE or version is None:
+            self._error(msg, Status.EINVAL, "the value is the 2-byte version and the vbucket 0")
+        elif version == 0:
+            self._reply(msg, Status.KEY_ENOENT)
+        else:
+            self._reply(msg, datatype=Datatype.JSON, value=_json(errormap.error_map(int(version))))
 
     def _needs_bucket(self, msg: Message) -> Bucket | None:
         if self.bucket is None:

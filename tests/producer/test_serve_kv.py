@@ -58,7 +58,7 @@ def test_gcccp_error_map_and_collections_bootstrap(server: Server) -> None:
     errors = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=2)["value"])["errors"]
     assert errors["9"]["attrs"] == ["item-locked", "item-only", "retry-now"]
     assert errors["86"]["attrs"] == ["temp", "retry-now"]
-    assert errors["7"]["attrs"] == ["fetch-config"]
+    assert errors["7"]["attrs"] == ["fetch-config", "invalid-input"]
     assert client.call(opcode="NOOP")["status"] == "Success"
     assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Success"
     got = client.call(opcode="COLLECTIONS_GET_ID", value="app.orders")
@@ -339,3 +339,26 @@ def test_a_durable_write_no_majority_acknowledges_aborts_at_its_timeout() -> Non
             after += [r for r in plain.until("DCP_MUTATION") if r["opcode"] == "DCP_MUTATION"]
         assert [json.loads(r["value"]) for r in after if r["key"] == "sync"] == [{"v": 0}, {"v": 3}]
         assert after[-1]["by_seqno"] == abort["abort_seqno"] + 1  # neither prepare nor abort on a plain stream
+
+
+# Attributes of kv_engine's etc/couchbase/kv/error_maps/error_map_v2.json (commit fd1b998b6ce0, revision 9)
+# where serve's map differed from it, and the version 1 map kv_engine derives (error_map_manager.cc v2to1).
+KV_ENGINE_ATTRS = {"4": ["internal", "invalid-input"], "20": ["conn-state-invalidated", "auth"],
+                   "23": ["dcp", "special-handling"], "88": ["invalid-input"], "a2": ["item-only", "retry-later"],
+                   "a3": ["item-only"], "c0": ["subdoc", "item-only"], "cc": ["subdoc", "special-handling"],
+                   "cd": ["item-deleted", "success", "subdoc"],
+                   "30": ["temp", "retry-later", "rate-limit"], "28": ["item-only", "system-constraint", "no-retry"]}
+
+
+def test_the_error_map_is_kv_engines(server: Server) -> None:
+    client = kv_client(server)
+    v2 = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=2)["value"])
+    assert (v2["version"], v2["revision"]) == (2, 9)
+    assert {code: v2["errors"][code]["attrs"] for code in KV_ENGINE_ATTRS} == KV_ENGINE_ATTRS
+    v1 = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=1)["value"])
+    assert (v1["version"], v1["revision"]) == (1, 13)
+    assert v1["errors"]["30"]["attrs"] == ["temp", "retry-later"]  # "rate-limit" is not a version 1 attribute
+    assert v1["errors"]["28"]["attrs"] == ["item-only"]
+    assert json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=9)["value"])["version"] == 2
+    assert client.call(opcode="GET_ERROR_MAP", error_map_version=0)["status"] == "KeyEnoent"
+    assert client.call(opcode="GET_ERROR_MAP", value="\u0001")["status"] == "Einval"  # not the 2-byte version
