@@ -114,6 +114,24 @@ def response(opcode: int, *, status: int = Status.SUCCESS, opaque: int = 0, cas:
                   datatype, key, value, None, framing, fields)
 
 
+def server_request(opcode: int, *, opaque: int = 0, cas: int = 0, datatype: int = 0, key: bytes = b"",
+                   value: bytes = b"", dialect: Dialect = DCP, **fields: FieldValue) -> bytes:
+    """A server-initiated request (magic 0x82, HELLO Duplex): ``opcode`` is a
+    :class:`~dcpctl.protocol.constants.ServerOpcode`, its variant chosen by the fields given as for
+    :func:`request` (ClustermapChangeNotification: ``revision`` alone, or ``epoch`` and ``revision``). The
+    vbucket field is reserved and sent as 0, as kv_engine's RequestBuilder leaves it."""
+    plan = _plan(dialect, Magic.SERVER_REQUEST, int(opcode), None, tuple(sorted(fields)))
+    return _build(plan, Magic.SERVER_REQUEST, 0, opaque, cas, datatype, key, value, None, b"", fields)
+
+
+def server_response(opcode: int, *, status: int = Status.SUCCESS, opaque: int = 0, cas: int = 0,
+                    datatype: int = 0, key: bytes = b"", value: bytes = b"", dialect: Dialect = DCP) -> bytes:
+    """The client's answer to a server-initiated request (magic 0x83): a status, and for the external
+    authentication provider's requests a JSON value; a notification is answered empty."""
+    plan = _plan(dialect, Magic.SERVER_RESPONSE, int(opcode), int(status), ())
+    return _build(plan, Magic.SERVER_RESPONSE, status, opaque, cas, datatype, key, value, None, b"", {})
+
+
 def stream_id_frame(stream_id: int) -> bytes:
     """The frame info that carries a DCP stream id, encoded."""
     return frameinfo.encode_element(frameinfo.DCP_STREAM_ID, _STREAM_ID.pack(stream_id))

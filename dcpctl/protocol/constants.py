@@ -309,12 +309,16 @@ class Opcode(_Code):
 OPCODE_ROWS: Final = rows(Opcode)
 OPCODES = Vocabulary(OPCODE_ROWS)
 
-SERVER_OPCODE_ROWS: Final[list[Row]] = [
-    (0x01, "ClustermapChangeNotification", "the cluster map changed"),
-    (0x02, "Authenticate", "authenticate a user for the server"),
-    (0x03, "ActiveExternalUsers", "list of active external users"),
-    (0x04, "GetAuthorization", "authorization request"),
-]
+# The server's own opcodes (magic 0x82 and its answers 0x83; kv_engine include/mcbp/protocol/opcode.h
+# ServerOpcode): a table of their own, not client opcodes.
+class ServerOpcode(_Code):
+    CLUSTERMAP_CHANGE_NOTIFICATION = 0x01, "ClustermapChangeNotification", "the cluster map changed"
+    AUTHENTICATE = 0x02, "Authenticate", "authenticate a user for the server"
+    ACTIVE_EXTERNAL_USERS = 0x03, "ActiveExternalUsers", "list of active external users"
+    GET_AUTHORIZATION = 0x04, "GetAuthorization", "authorization request"
+
+
+SERVER_OPCODE_ROWS: Final = rows(ServerOpcode)
 SERVER_OPCODES = Vocabulary(SERVER_OPCODE_ROWS)
 
 # --- 5 status codes ---------------------------------------------------------------------------------

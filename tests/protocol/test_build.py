@@ -11,11 +11,11 @@ from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DIALECTS
 
-# What the builders make: client requests and responses of the DCP dialect, without diagnostics (a vector
+# What the builders make: client and server requests and responses of the DCP dialect, without diagnostics (a vector
 # that breaks the spec is re-encoded from its record, byte for byte, by encode; a builder makes valid ones).
 BUILT = [v for v in all_vectors() if v.dialect == "dcp" and not v.diagnostics
          and v.data[0] in (Magic.CLIENT_REQUEST, Magic.ALT_CLIENT_REQUEST, Magic.CLIENT_RESPONSE,
-                           Magic.ALT_CLIENT_RESPONSE)]
+                           Magic.ALT_CLIENT_RESPONSE, Magic.SERVER_REQUEST, Magic.SERVER_RESPONSE)]
 
 
 def _decoded(vector: Vector) -> Message:
@@ -28,7 +28,14 @@ def test_a_vector_is_built_from_its_typed_values(vector: Vector) -> None:
     message = _decoded(vector)
     frames = [build.FrameInfo(info.id, info.data) for info in message.frame_infos]
     fields = dict(message.extras or {})
-    if message.is_response:
+    if message.magic == Magic.SERVER_REQUEST:
+        built = build.server_request(message.opcode, opaque=message.opaque, cas=message.cas,
+                                     datatype=message.datatype, key=message.key, value=message.value, **fields)
+    elif message.magic == Magic.SERVER_RESPONSE:
+        built = build.server_response(message.opcode, status=message.vbucket_or_status, opaque=message.opaque,
+                                      cas=message.cas, datatype=message.datatype, key=message.key,
+                                      value=message.value)
+    elif message.is_response:
         built = build.response(message.opcode, status=message.vbucket_or_status, opaque=message.opaque,
                                cas=message.cas, datatype=message.datatype, key=message.key, value=message.value,
                                frame_infos=frames, **fields)
@@ -41,7 +48,8 @@ def test_a_vector_is_built_from_its_typed_values(vector: Vector) -> None:
 
 def test_every_vector_family_is_covered() -> None:
     assert len(BUILT) >= 20
-    assert {MAGIC_CLASS[v.data[0]] for v in BUILT} == {Magic.CLIENT_REQUEST, Magic.CLIENT_RESPONSE}
+    assert {MAGIC_CLASS[v.data[0]] for v in BUILT} == {Magic.CLIENT_REQUEST, Magic.CLIENT_RESPONSE,
+                                                      Magic.SERVER_REQUEST, Magic.SERVER_RESPONSE}
 
 
 def test_grammar_values_and_stream_ids_are_built_as_encode_builds_them() -> None:
