@@ -43,6 +43,7 @@ from dcpctl.protocol.constants import (
     DcpOpenFlag,
     HelloFeature,
     Opcode,
+    ServerOpcode,
     SnapshotMarkerFlag,
     Status,
     StreamEndStatus,
@@ -56,7 +57,13 @@ from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
 FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
-    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION})
+    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION, HelloFeature.DUPLEX,
+    HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF})
+# HELLO features the server pushes cluster maps for; each needs Duplex (hello_packet_executor.cc), and a
+# client asking for both gets the brief one (the revision without the map).
+NOTIFICATIONS: Final = (HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF)
+# The cluster map's epoch (revEpoch): serve's maps all belong to one, only their revision moves.
+MAP_EPOCH: Final = 1
 # Allowed before SASL succeeds; anything else is refused with Eaccess (or a disconnect without XERROR).
 BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # DCP commands other than DCP_OPEN (kv_engine names them all DCP_...): on a connection that is not DCP the
@@ -135,9 +142,9 @@ class Cluster:
                 services["kvSSL"] = self.tls_ports[i]
             nodes_ext.append({"hostname": h, "services": services, "thisNode": False})
         if not bucket:
-            return {"rev": self.revision, "revEpoch": 1, "nodesExt": nodes_ext, "clusterCapabilitiesVer": [1, 0],
-                    "clusterCapabilities": {"n1ql": []}}
-        return {"rev": self.revision, "revEpoch": 1, "name": self.bucket.name, "nodeLocator": "vbucket",
+            return {"rev": self.revision, "revEpoch": MAP_EPOCH, "nodesExt": nodes_ext,
+                    "clusterCapabilitiesVer": [1, 0], "clusterCapabilities": {"n1ql": []}}
+        return {"rev": self.revision, "revEpoch": MAP_EPOCH, "name": self.bucket.name, "nodeLocator": "vbucket",
                 "bucketCapabilities": ["dcp", "xattr", "collections", "json", "snappy"],
                 "nodesExt": nodes_ext,
                 "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 0, "serverList": servers,
@@ -210,6 +217,11 @@ class ProducerConnection:
         # A synchronous write this connection waits for (vbucket, prepare seqno, request): no further
         # request runs until it completes, as a command blocked in kv_engine holds its connection.
         self.sync_write: tuple[int, int, Message] | None = None
+        # The map revision this connection last saw change, and the newest one it was given (a push or
+        # GET_CLUSTER_CONFIG, as kv_engine's pushed_clustermap): a change is pushed once, and not at all to
+        # a connection that already fetched it.
+        self.known_revision = self.node.cluster.revision
+        self.pushed_revision = 0
 
     # --- negotiated state -------------------------------------------------------------------------
     @property
@@ -351,7 +363,14 @@ class ProducerConnection:
 
     # --- bootstrap commands -----------------------------------------------------------------------
     def _hello(self, msg: Message) -> None:
-        wanted = [f for f in msg.hello_features if f in FEATURES]
+        asked = msg.hello_features
+        for feature in NOTIFICATIONS:
+            if feature in asked and HelloFeature.DUPLEX not in asked:
+                self._error(msg, Status.EINVAL, f"{HelloFeature(feature).kv_name} needs Duplex")
+                return
+        wanted = [f for f in asked if f in FEATURES]
+        if HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF in wanted:
+            wanted = [f for f in wanted if f != HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION]
         self.features = list(dict.fromkeys(wanted))
         self._reply(msg, features=self.features)
 
@@ -409,6 +428,7 @@ class ProducerConnection:
             self._reply(msg, Status.KEY_ENOENT)
         else:
             self.bucket = self.node.cluster.bucket
+            self.pushed_revision = 0  # a new bucket: nothing of its map pushed yet
             self._reply(msg)
 
     def _error_map(self, msg: Message) -> None:
@@ -428,9 +448,36 @@ class ProducerConnection:
         return self.bucket
 
     def _cluster_config(self, msg: Message) -> None:
+        if self.bucket is not None:
+            self.pushed_revision = self.node.cluster.revision
+        self._reply(msg, datatype=Datatype.JSON, value=_json(self._config()))
+
+    def _config(self) -> dict[str, Any]:
+        """The map this connection is given: its bucket's, or the cluster's before SELECT_BUCKET."""
         config = self.node.cluster.config(self.peer_host, bucket=self.bucket is not None)
         config["nodesExt"][self.node.index]["thisNode"] = True
-        self._reply(msg, datatype=Datatype.JSON, value=_json(config))
+        return config
+
+    def _push_clustermap(self) -> None:
+        """When the bucket's map changed, a ClustermapChangeNotification to a connection that asked for one
+        and does not have this revision yet (kv_engine's push_cluster_config): the epoch and revision, the
+        bucket's name, and unless brief the map."""
+        cluster = self.node.cluster
+        if cluster.revision == self.known_revision:
+            return
+        self.known_revision = cluster.revision
+        mode = next((f for f in NOTIFICATIONS if f in self.features), None)
+        if mode is None or self.bucket is None or cluster.revision <= self.pushed_revision:
+            return
+        self.pushed_revision = cluster.revision
+        key = self.bucket.name.encode()
+        if mode == HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF:
+            self._queue(build.server_request(ServerOpcode.CLUSTERMAP_CHANGE_NOTIFICATION, key=key, epoch=MAP_EPOCH,
+                                             revision=cluster.revision))
+            return
+        datatype = Datatype.JSON if HelloFeature.JSON in self.features else 0
+        self._queue(build.server_request(ServerOpcode.CLUSTERMAP_CHANGE_NOTIFICATION, key=key, datatype=datatype,
+                                         value=_json(self._config()), epoch=MAP_EPOCH, revision=cluster.revision))
 
     def _vbucket(self, number: int) -> VBucket | None:
         """A vbucket whose active copy is on this node."""
@@ -696,6 +743,7 @@ class ProducerConnection:
 
     def tick(self, now: float) -> None:
         self.now = now
+        self._push_clustermap()
         if self.noop_enabled and self.dcp_flags is not None:
             if not self.noop_outstanding and now - self.last_noop >= self.noop_interval:
                 self.noop_opaque += 1

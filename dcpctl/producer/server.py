@@ -159,6 +159,7 @@ class Emulator:
         self.log(f"scenario: {event.action}" + (f" vbucket {event.vbucket}" if event.vbucket is not None else ""))
         if event.action == "failover" and vb is not None:
             entry = bucket.failover(vb, event.seqno)
+            self.cluster.revision += 1  # a failover is a new map: its replica is now the active copy
             self.log(f"scenario: vbucket {vb.vbucket} failed over at seqno {entry.seqno}, "
                      f"new uuid {entry.vbucket_uuid}")
             self._end_streams(vb.vbucket)

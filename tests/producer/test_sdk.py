@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -181,6 +182,32 @@ def test_a_durable_upsert_no_replica_acknowledges_is_ambiguous_and_aborted() -> 
         prepare = sync.until("DCP_PREPARE")[-1]
         abort = sync.until("DCP_ABORT")[-1]
         assert (abort["key"], abort["prepared_seqno"]) == ("unsure", prepare["by_seqno"])
+
+
+def test_the_sdk_follows_a_pushed_map_to_a_moved_vbucket(tmp_path: Path) -> None:
+    # the SDK asks for Duplex and ClustermapChangeNotification in its HELLO; with its config polling slowed
+    # to a minute, only the pushed map can tell it that the vbucket moved to the other node
+    vbucket = vbucket_of(b"moving", 64)
+    scenario = tmp_path / "move.toml"
+    scenario.write_text(f'[[event]]\naction = "move"\nvbucket = {vbucket}\nnode = 1\nafter_seconds = 3\n')
+    with serving("--nodes", "2", "--scenario", str(scenario)) as server:
+        timeouts = ClusterTimeoutOptions(kv_timeout=timedelta(seconds=2), connect_timeout=timedelta(seconds=10))
+        cluster = Cluster(f"couchbase://127.0.0.1:{server.port}", ClusterOptions(
+            PasswordAuthenticator("Administrator", "password"), timeout_options=timeouts,
+            config_poll_interval=timedelta(seconds=60), config_poll_floor=timedelta(seconds=60)))
+        try:
+            collection = cluster.bucket("default").default_collection()
+            collection.upsert("moving", {"n": 0})
+            stream = Client(server.ports[1], timeout=5)
+            stream.dcp()
+            time.sleep(3.5)  # the move, then its push
+            assert stream.stream_request(vbucket)["status"] == "Success"  # the vbucket is on node 1 now
+            collection.upsert("moving", {"n": 1})
+            assert collection.get("moving").content_as[dict] == {"n": 1}
+        finally:
+            cluster.close()
+        values = [json.loads(stream.until("DCP_MUTATION")[-1]["value"]) for _ in range(2)]
+        assert values == [{"n": 0}, {"n": 1}]  # the write reached node 1, where the vbucket is now
 
 
 def test_subdocument_lookup_and_mutate_with_xattrs(server: Server) -> None:

@@ -362,3 +362,34 @@ def test_the_error_map_is_kv_engines(server: Server) -> None:
     assert json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=9)["value"])["version"] == 2
     assert client.call(opcode="GET_ERROR_MAP", error_map_version=0)["status"] == "KeyEnoent"
     assert client.call(opcode="GET_ERROR_MAP", value="\u0001")["status"] == "Einval"  # not the 2-byte version
+
+
+def test_a_map_change_is_pushed_to_connections_that_asked(tmp_path: Path) -> None:
+    scenario = tmp_path / "moves.toml"
+    scenario.write_text('[[event]]\naction = "move"\nvbucket = 3\nnode = 1\nafter_seconds = 1.0\n\n'
+                        '[[event]]\naction = "failover"\nvbucket = 2\nafter_seconds = 1.5\n')
+    with serving("--nodes", "2", "--vbuckets", "8", "--items", "16", "--scenario", str(scenario)) as server:
+        def client(*features: str) -> Client:
+            made = Client(server.port, timeout=5)
+            assert made.hello("Xerror", "JSON", *features)["status"] == "Success"
+            assert made.plain()["status"] == "Success"
+            assert made.call(opcode="SELECT_BUCKET", key="default")["status"] == "Success"
+            return made
+
+        full = client("Duplex", "ClustermapChangeNotification")
+        brief = client("Duplex", "ClustermapChangeNotification", "ClustermapChangeNotificationBrief")
+        silent = client("Duplex")
+        lone = Client(server.port, timeout=5)
+        assert lone.hello("Xerror", "ClustermapChangeNotification")["status"] == "Einval"  # needs Duplex
+        pushed = full.read()
+        assert (pushed["magic"], pushed["opcode"], pushed["key"]) == ("ServerRequest", "ClustermapChangeNotification",
+                                                                      "default")
+        assert (pushed["epoch"], pushed["revision"], pushed["datatype"]) == (1, 2, 1)  # JSON
+        config = json.loads(pushed["value"])
+        assert (config["rev"], config["vBucketServerMap"]["vBucketMap"][3]) == (2, [1])
+        assert [n["thisNode"] for n in config["nodesExt"]] == [True, False]
+        short = brief.read()
+        assert (short["opcode"], short["revision"], short.get("value", "")) == ("ClustermapChangeNotification", 2, "")
+        assert (full.read()["revision"], brief.read()["revision"]) == (3, 3)  # the failover: a new map
+        assert silent.call(opcode="NOOP")["status"] == "Success"
+        assert silent.backlog == []  # not asked for: nothing pushed
