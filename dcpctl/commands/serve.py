@@ -23,7 +23,7 @@ from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
-from dcpctl.producer.store import MAX_REPLICAS, Bucket, Manifest
+from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest
 from dcpctl.safetext import shown
 
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
@@ -85,6 +85,9 @@ def serve(
                                                  "acknowledge: with any, a durable write waits for its "
                                                  "durability timeout, then aborts (SyncWriteAmbiguous).",
                                                  metavar="N")] = 0,
+    memory_quota: Annotated[int, typer.Option("--memory-quota", min=0, help="Bytes of client writes kept "
+                                              "(every write stays as an item); above it a write is Enomem.",
+                                              metavar="BYTES")] = DEFAULT_MEMORY_QUOTA,
     data: Annotated[Path | None, typer.Option("--data", help="Documents to start with: JSON lines of key, "
                                               "value and optionally collection, flags, expiry.",
                                               metavar="FILE.jsonl")] = None,
@@ -127,7 +130,8 @@ def serve(
     except scenario.ScenarioError as exc:
         raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
-    store = Bucket(bucket, vbuckets, items, value_size, seed, manifest, silent_replicas=silent_replicas)
+    store = Bucket(bucket, vbuckets, items, value_size, seed, manifest, silent_replicas=silent_replicas,
+                   memory_quota=memory_quota)
     if data is not None:
         _load(data, store, max_item_size)
     errors = env.error_console()

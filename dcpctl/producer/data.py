@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from dcpctl.producer.store import Bucket
+from dcpctl.producer.store import Bucket, OutOfMemoryError
 from dcpctl.protocol.constants import DATATYPE_JSON
 from dcpctl.safetext import shown
 
@@ -79,8 +79,11 @@ def _document(number: int, record: Any, bucket: Bucket, max_item_size: int) -> N
     flags, expiry = (_u32(number, record, name) for name in ("flags", "expiry"))
     collection = _collection(number, record.get("collection", 0), bucket)
     vb = bucket.vbuckets[vbucket_of(raw_key, len(bucket.vbuckets))]
-    bucket.write(vb, collection, raw_key, value, DATATYPE_JSON, flags, bucket.expiry_of(expiry),
-                 bucket.live(vb, collection, raw_key) or bucket.document(vb, collection, raw_key))
+    try:
+        bucket.write(vb, collection, raw_key, value, DATATYPE_JSON, flags, bucket.expiry_of(expiry),
+                     bucket.live(vb, collection, raw_key) or bucket.document(vb, collection, raw_key))
+    except OutOfMemoryError as full:
+        raise DataError(number, f"the documents are above --memory-quota ({full})") from None
 
 
 def _u32(number: int, record: dict[str, Any], name: str) -> int:

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from dcpctl.producer.store import DEFAULT_DURABILITY_TIMEOUT, DELETION, Document, SyncWriteInProgressError, VBucket
+from dcpctl.producer.store import (
+    DEFAULT_DURABILITY_TIMEOUT,
+    DELETION,
+    Document,
+    OutOfMemoryError,
+    SyncWriteInProgressError,
+    VBucket,
+)
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, HelloFeature, Opcode, Status
 from dcpctl.protocol.frameinfo import DURABILITY, RESERVED_DURABILITY_TIMEOUTS
 from dcpctl.protocol.message import Message
@@ -66,6 +73,8 @@ def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerCo
         command(conn, msg)
     except SyncWriteInProgressError:
         conn._error(msg, Status.SYNC_WRITE_IN_PROGRESS, "a synchronous write of this key is pending")
+    except OutOfMemoryError as full:
+        conn._error(msg, Status.ENOMEM, f"the bucket's memory quota is used up ({full}; --memory-quota)")
     except RefusedError as refused:
         if refused.value:
             conn._reply(msg, refused.status, datatype=DATATYPE_JSON, value=refused.value)

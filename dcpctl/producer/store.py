@@ -15,6 +15,8 @@ a CAS from the vbucket's hybrid logical clock and the document's next rev seqno,
 that seqno (``VBucket.written``), so every stream sees it as it sees generated items. The documents by key
 (``VBucket.docs``) are indexed lazily: the first read or write of a vbucket scans its generated items once,
 later ones only the seqnos added since (``--mutation-rate``), so the generated items are the initial content.
+The scan keeps only the newest seqno of each generated key (``VBucket.generated``, from the hash alone: no
+value is built); a generated document is made from its item when it is read.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ _SYNC_ONLY: Final = frozenset({PREPARE, ABORT})  # items only streams with enabl
 # ActiveDurabilityMonitor's defaultTimeout, 30 s); a request's frame info may give its own.
 DEFAULT_DURABILITY_TIMEOUT: Final = 30.0
 MAX_REPLICAS: Final = 3  # a Couchbase bucket has at most three replicas
+# Bytes of client writes the bucket keeps (--memory-quota): every write stays as an item (nothing is
+# deduplicated or evicted), so without a bound a client writing in a loop takes the machine's memory. A
+# development bucket's RAM quota is of this order; above it a write is Enomem, as on a full server.
+DEFAULT_MEMORY_QUOTA: Final = 256 * 1024 * 1024
+# What a kept write costs beyond its key and value: its Item and Document objects and their index entries.
+WRITE_OVERHEAD: Final = 400
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
@@ -52,6 +60,20 @@ DELETE_EVERY: Final = 23
 EXPIRE_EVERY: Final = 101
 # Distinct keys per vbucket: keys repeat, as real updates do, so "create or update" questions have answers.
 KEYSPACE: Final = 1 << 20
+KEY_FORMAT: Final = b"doc-%07d"  # a generated item's key from its number
+_KEY_PREFIX: Final = b"doc-"
+_KEY_LENGTH: Final = len(KEY_FORMAT % 0)
+# The generated item at a seqno: multiplicative hashing (golden-ratio and murmur3 constants, not protocol
+# codes) of the seed, vbucket, seqno and branch uuid; the key and the collection are bits of it.
+_H_SEED: Final = 0x9E3779B1
+_H_VBUCKET: Final = 0x85EBCA77
+_H_SEQNO: Final = 0xC2B2AE3D
+_H_MASK: Final = 0xFFFFFFFFFFFF
+_KEY_SHIFT: Final = 7
+_COLLECTION_SHIFT: Final = 3
+# The generated-key index of a vbucket is an array of one seqno per possible key (8 bytes each) once its
+# generated items are at least this fraction of the possible keys, where a dict would take more memory.
+DENSE_INDEX_SHARE: Final = 8
 MAX_FAILOVER_ENTRIES: Final = 25  # the server's max_failover_entries default (reference 3.6)
 BASE_CAS: Final = 1_700_000_000_000_000_000
 # kv_engine's HLC keeps the low 16 bits of a CAS for its logical counter: the physical part is masked so.
@@ -125,7 +147,10 @@ class VBucket:
     images: dict[Encoding, _Image] = field(default_factory=dict)
     written: dict[int, Item] = field(default_factory=dict)  # seqno -> an item a client wrote
     docs: dict[tuple[int, bytes], Document] = field(default_factory=dict)  # (collection, key) -> newest
-    indexed: int = 0  # ``docs`` covers seqnos 1..indexed
+    indexed: int = 0  # ``docs`` and ``generated`` cover seqnos 1..indexed
+    # the newest generated seqno of each generated key (collection slot * KEYSPACE + key number; 0: none):
+    # generated documents are made from their item when read, so the index holds no values
+    generated: dict[int, int] | array[int] | None = None
     max_cas: int = 0
     # Each completed synchronous write, in seqno order: the seqno of its COMMIT (or ABORT) and of its PREPARE,
     # for the high completed seqno of a snapshot marker.
@@ -154,6 +179,10 @@ class Pending:
     deadline: float
 
 
+class OutOfMemoryError(Exception):
+    """A write the memory quota has no room for (kv_engine: no_memory, Enomem to the client)."""
+
+
 class SyncWriteInProgressError(Exception):
     """A write to a key whose synchronous write is still pending (kv_engine: SyncWriteInProgress)."""
 
@@ -172,12 +201,14 @@ class Bucket:
 
     def __init__(self, name: str, vbuckets: int, items: int, value_size: int, seed: int,
                  manifest: Manifest | None = None, clock: Callable[[], int] = time.time_ns,
-                 silent_replicas: int = 0) -> None:
+                 silent_replicas: int = 0, memory_quota: int = DEFAULT_MEMORY_QUOTA) -> None:
         self.clock = clock  # unix nanoseconds: the physical part of CAS, and expiry
         # replicas each vbucket's topology names that never acknowledge: with any, a durable write cannot
         # reach its majority (of the active and the replicas) and aborts when its timeout passes
         self.silent_replicas = silent_replicas
         self.waiting: set[int] = set()  # vbuckets that may have pending synchronous writes
+        self.memory_quota = memory_quota
+        self.memory_used = 0  # bytes of the writes kept (their key, value and WRITE_OVERHEAD each)
         # (expiry, vbucket, seqno, collection, key) of each write with an expiry: the expiry pager's queue
         self.expiries: list[tuple[int, int, int, int, bytes]] = []
         self.name = name
@@ -185,6 +216,7 @@ class Bucket:
         self.value_size = value_size
         self.manifest = manifest or Manifest()
         self.collection_ids = sorted(self.manifest.collections)
+        self._slots = {collection: slot for slot, collection in enumerate(self.collection_ids)}
         rng = random.Random(seed)  # noqa: S311 - reproducible uuids for a seed, not secrets
         self.vbuckets: list[VBucket] = []
         for vb in range(vbuckets):
@@ -199,11 +231,10 @@ class Bucket:
         if written is not None:
             return written
         uuid = vb.branch_uuid(seqno)
-        # multiplicative hashing (golden-ratio and murmur3 constants), not protocol codes
-        h = (self.seed * 0x9E3779B1 + vb.vbucket * 0x85EBCA77 + seqno * 0xC2B2AE3D + uuid) & 0xFFFFFFFFFFFF
-        keyno = (h >> 7) % KEYSPACE
-        collection = self.collection_ids[(h >> 3) % len(self.collection_ids)]
-        key = b"doc-%07d" % keyno
+        h = (self.seed * _H_SEED + vb.vbucket * _H_VBUCKET + seqno * _H_SEQNO + uuid) & _H_MASK
+        keyno = (h >> _KEY_SHIFT) % KEYSPACE
+        collection = self.collection_ids[(h >> _COLLECTION_SHIFT) % len(self.collection_ids)]
+        key = KEY_FORMAT % keyno
         opcode = DELETION if h % DELETE_EVERY == 0 else EXPIRATION if h % EXPIRE_EVERY == 0 else MUTATION
         if opcode != MUTATION:
             return Item(opcode, vb.vbucket, seqno, key, b"", collection, BASE_CAS + seqno * 1000, 1 + (h >> 20) % 9,
@@ -298,13 +329,14 @@ class Bucket:
         vb.high_seqno = at
         vb.purge_seqno = min(vb.purge_seqno, at)
         for gone in [s for s in vb.written if s > at]:
-            del vb.written[gone]
+            self.memory_used -= _cost(vb.written.pop(gone))
         for name in [name for name, pending in vb.pending.items() if pending.seqno > at]:
             del vb.pending[name]  # its prepare is gone with the history: its client is answered ambiguous
         kept = bisect.bisect_right(vb.completions, at)
         del vb.completions[kept:], vb.completed_prepares[kept:]
         if vb.indexed > at:  # documents written above the branch point are gone: index again
             vb.docs.clear()
+            vb.generated = None
             vb.indexed = 0
         for image in vb.images.values():  # encoded items above the branch point are from the old history
             keep = max(0, at - image.first + 1)
@@ -330,9 +362,28 @@ class Bucket:
         return self.clock() / 1e9
 
     def document(self, vb: VBucket, collection: int, key: bytes) -> Document | None:
-        """The newest version of a key (a tombstone included), None if it never existed."""
+        """The newest version of a key (a tombstone included), None if it never existed: a written one, or
+        a generated one made from its item when it is newer."""
         self._index(vb)
-        return vb.docs.get((collection, key))
+        doc = vb.docs.get((collection, key))
+        seqno = self._generated_seqno(vb, collection, key)
+        if seqno and (doc is None or doc.seqno < seqno):
+            item = self.item(vb, seqno)
+            doc = vb.docs[(collection, key)] = Document(
+                key, collection, item.value, item.datatype, item.flags, item.expiry, item.cas, item.rev_seqno, seqno,
+                deleted=item.opcode != MUTATION)
+        return doc
+
+    def _generated_seqno(self, vb: VBucket, collection: int, key: bytes) -> int:
+        index = vb.generated
+        slot = self._slots.get(collection)
+        if index is None or slot is None or len(key) != _KEY_LENGTH or not key.startswith(_KEY_PREFIX) or not (
+                key[len(_KEY_PREFIX):].isdigit()):
+            return 0
+        keyno = int(key[len(_KEY_PREFIX):])
+        if keyno >= KEYSPACE:
+            return 0
+        return index[slot * KEYSPACE + keyno] if isinstance(index, array) else index.get(slot * KEYSPACE + keyno, 0)
 
     def live(self, vb: VBucket, collection: int, key: bytes) -> Document | None:
         """The document a read sees: not deleted and not expired (an expired one expires now, as a read
@@ -346,16 +397,34 @@ class Bucket:
         return doc
 
     def _index(self, vb: VBucket) -> None:
-        for seqno in range(vb.indexed + 1, vb.high_seqno + 1):
-            item = self.item(vb, seqno)  # written ones too: after a failover the index is built again
-            if item.opcode in _SYNC_ONLY:
-                continue  # a commit is the document; an aborted prepare never was
-            deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
-            vb.docs[(item.collection_id, item.key)] = Document(
-                item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry, item.cas,
-                item.rev_seqno, seqno, deleted=deleted)
-            vb.max_cas = max(vb.max_cas, item.cas)
-        vb.indexed = max(vb.indexed, vb.high_seqno)
+        """Index seqnos indexed+1..high_seqno: a written item as its document, a generated one only as the
+        newest seqno of its key (its key and collection from the hash alone, no value built)."""
+        first, last = vb.indexed + 1, vb.high_seqno
+        if first > last:
+            return
+        written = vb.written
+        slots = len(self.collection_ids)
+        index = vb.generated
+        if index is None:
+            dense = last * DENSE_INDEX_SHARE >= slots * KEYSPACE
+            index = vb.generated = array("Q", [0]) * (slots * KEYSPACE) if dense else {}
+        base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
+        for start, end, uuid in _branches(vb.failover_log, first, last):
+            branch = base + uuid
+            for seqno in range(start, end + 1):
+                if seqno in written:  # after a failover the written documents are indexed again
+                    item = written[seqno]
+                    if item.opcode not in _SYNC_ONLY:  # a commit is the document; an aborted prepare never was
+                        vb.docs[(item.collection_id, item.key)] = Document(
+                            item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry,
+                            item.cas, item.rev_seqno, seqno,
+                            deleted=item.deleted if item.opcode == COMMIT else item.opcode != MUTATION)
+                    vb.max_cas = max(vb.max_cas, item.cas)
+                    continue
+                h = (branch + seqno * _H_SEQNO) & _H_MASK
+                index[((h >> _COLLECTION_SHIFT) % slots) * KEYSPACE + (h >> _KEY_SHIFT) % KEYSPACE] = seqno
+        vb.max_cas = max(vb.max_cas, BASE_CAS + last * 1000)  # a generated item's CAS grows with its seqno
+        vb.indexed = last
 
     def next_cas(self, vb: VBucket) -> int:
         """kv_engine's hybrid logical clock: the physical time with its low bits masked, or one above the
@@ -379,11 +448,15 @@ class Bucket:
         synchronous write: a PREPARE, and the COMMIT at the next seqno at once (no replica to wait for),
         which is the document's seqno; with silent replicas only the PREPARE, pending until
         :meth:`abort_due` aborts it (the document stays as it was). A write to a key with a pending one
-        raises SyncWriteInProgressError."""
+        raises SyncWriteInProgressError, a mutation the memory quota has no room for OutOfMemoryError
+        (deletions and expirations are kept: on a server they free memory)."""
         self._index(vb)
         if opcode != EXPIRATION and (collection, key) in vb.pending:
             raise SyncWriteInProgressError(key)
-        seqno = vb.high_seqno + 1
+        if opcode == MUTATION and self.memory_used + (len(key) + len(value) + WRITE_OVERHEAD) * (
+                2 if durability_level else 1) > self.memory_quota:
+            raise OutOfMemoryError(f"{self.memory_used} of {self.memory_quota} bytes used")
+        first = seqno = vb.high_seqno + 1
         cas = self.next_cas(vb)
         rev = old.rev_seqno + 1 if old is not None else 1
         deleted = opcode != MUTATION
@@ -395,6 +468,7 @@ class Bucket:
                 vb.pending[(collection, key)] = Pending(seqno, self.now() + DEFAULT_DURABILITY_TIMEOUT)
                 self.waiting.add(vb.vbucket)
                 vb.high_seqno = vb.indexed = seqno
+                self.memory_used += _cost(vb.written[seqno])
                 return Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
             seqno += 1
             vb.written[seqno] = Item(COMMIT, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
@@ -406,6 +480,7 @@ class Bucket:
                                      expiry)
         vb.high_seqno = seqno
         vb.indexed = seqno
+        self.memory_used += sum(_cost(vb.written[s]) for s in range(first, seqno + 1))
         doc = Document(key, collection, value, datatype, flags, expiry, cas, rev, seqno, deleted)
         vb.docs[(collection, key)] = doc
         if expiry and not deleted:
@@ -434,6 +509,7 @@ class Bucket:
                                          prepare.rev_seqno, 0, deleted=prepare.deleted, prepared_seqno=pending.seqno)
                 vb.completions.append(seqno)
                 vb.completed_prepares.append(pending.seqno)
+                self.memory_used += _cost(vb.written[seqno])
                 vb.high_seqno = vb.indexed = seqno
                 aborted += 1
         return aborted
@@ -451,6 +527,24 @@ class Bucket:
                 self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
                 expired += 1
         return expired
+
+
+def _cost(item: Item) -> int:
+    return len(item.key) + len(item.value) + WRITE_OVERHEAD
+
+
+def _branches(log: list[FailoverEntry], first: int, last: int) -> list[tuple[int, int, int]]:
+    """Seqnos first..last in runs of one branch each: (start, end, uuid), as ``VBucket.branch_uuid`` says."""
+    runs = []
+    end = last
+    for entry in log:  # newest first: an entry holds the seqnos above its own
+        start = max(first, entry.seqno + 1)
+        if start <= end:
+            runs.append((start, end, entry.vbucket_uuid))
+            end = start - 1
+    if end >= first:  # below the oldest entry: its uuid, as branch_uuid gives
+        runs.append((first, end, log[-1].vbucket_uuid))
+    return runs[::-1]
 
 
 # The item shapes, planned once from their registry rows (extras in the order of each row's layout).

@@ -204,12 +204,14 @@ def test_data_file_loads_documents(tmp_path: Path) -> None:
     ('{"key": "a", "value": 1, "colour": 1}\n', "line 1: unknown field colour"),
     ('{"key": "a", "value": "' + "x" * 200 + '"}\n', 'line 1: "value" is above --max-item-size (10 bytes)'),
     ('{"key": "a", "value": 1}\n{"key": "' + "x" * 70_000 + '"}\n', "line 2: longer than 65546 bytes"),
+    ('{"key": "a", "value": 1}\n' * 3, "line 3: the documents are above --memory-quota (804 of 1000 bytes used)"),
 ])
 def test_data_file_bad_line_is_one_error_line(tmp_path: Path, lines: str, message: str) -> None:
     data = tmp_path / "docs.jsonl"
     data.write_text(lines)
     done = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--max-item-size", "10",
-                           "--data", str(data)], capture_output=True, text=True, timeout=30, check=False)
+                           "--memory-quota", "1000", "--data", str(data)], capture_output=True, text=True,
+                          timeout=30, check=False)
     assert done.returncode == 3
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"dcpctl: error: --data: {data}: {message}")
@@ -393,3 +395,16 @@ def test_a_map_change_is_pushed_to_connections_that_asked(tmp_path: Path) -> Non
         assert (full.read()["revision"], brief.read()["revision"]) == (3, 3)  # the failover: a new map
         assert silent.call(opcode="NOOP")["status"] == "Success"
         assert silent.backlog == []  # not asked for: nothing pushed
+
+
+def test_writes_above_the_memory_quota_are_enomem() -> None:
+    with serving("--vbuckets", "4", "--items", "40", "--memory-quota", "6000") as server:
+        client = kv_client(server)
+        statuses = [kv(client, "SET", f"big-{n}", value="x" * 1000, flags=0, expiration=0)["status"]
+                    for n in range(6)]
+        assert statuses == ["Success"] * 4 + ["Enomem"] * 2  # 1,405 bytes each, with the item's own
+        refused = kv(client, "SET", "big-9", value="x" * 1000, flags=0, expiration=0)
+        assert "--memory-quota" in json.loads(refused["value"])["error"]["context"]
+        assert kv(client, "GET", "big-0")["status"] == "Success"
+        assert kv(client, "DELETE", "big-0")["status"] == "Success"  # a deletion is kept: it frees memory
+        assert kv(client, "SET", "small", value="1", flags=0, expiration=0)["status"] == "Enomem"

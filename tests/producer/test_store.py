@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from array import array
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpctl.producer.store import DELETION, EXPIRATION, MUTATION, Bucket, Encoding, Manifest
+from dcpctl.producer.store import (
+    ABORT,
+    COMMIT,
+    DELETION,
+    EXPIRATION,
+    MUTATION,
+    PREPARE,
+    Bucket,
+    Encoding,
+    Manifest,
+    VBucket,
+)
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.value import Xattr, build_xattrs
@@ -148,3 +162,45 @@ def test_the_expiry_pager_expires_documents_nobody_reads() -> None:
     assert bucket.document(short, 0, b"short").deleted  # type: ignore[union-attr]
     assert bucket.live(rewritten, 0, b"again") is not None
     assert bucket.expire_due() == 0
+
+
+def newest_by_scan(bucket: Bucket, vb: VBucket) -> dict[tuple[int, bytes], tuple[int, bool]]:
+    """The documents as a scan of every item gives them: (collection, key) -> (seqno, deleted)."""
+    newest = {}
+    for seqno in range(1, vb.high_seqno + 1):
+        item = bucket.item(vb, seqno)
+        if item.opcode not in (PREPARE, ABORT):
+            deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
+            newest[(item.collection_id, item.key)] = (seqno, deleted)
+    return newest
+
+
+@pytest.mark.parametrize(("items", "manifest", "dense"), [(3000, MANIFEST, False), (200_000, None, True)])
+def test_the_key_index_finds_what_a_scan_of_every_item_finds(items: int, manifest: Manifest | None,
+                                                              dense: bool) -> None:
+    bucket = Bucket("b", 1, items, 20, 5, manifest)
+    vb = bucket.vbuckets[0]
+    bucket.failover(vb, items // 2)  # two branches, then generated items of the new one
+    bucket.mutate(vb, items // 4)
+    for n in range(40):  # written keys among the generated ones: written, then generated again (mutate)
+        key = bucket.item(vb, 1 + n * 7).key
+        bucket.write(vb, bucket.item(vb, 1 + n * 7).collection_id, key, b"{}", 1, 0, 0,
+                     bucket.document(vb, bucket.item(vb, 1 + n * 7).collection_id, key), durability_level=n % 2)
+    bucket.mutate(vb, 500)
+    assert isinstance(vb.generated, array) == dense
+    expected = newest_by_scan(bucket, vb)
+    assert len(expected) > 1000
+    for (collection, key), (seqno, deleted) in expected.items():
+        doc = bucket.document(vb, collection, key)
+        assert doc is not None
+        assert (doc.seqno, doc.deleted) == (seqno, deleted)
+    assert bucket.document(vb, 0, b"doc-9999999") is None  # a key number no item has
+    assert bucket.document(vb, 0, b"other") is None
+
+
+def test_a_read_makes_only_the_document_it_reads() -> None:
+    bucket = Bucket("b", 1, 200_000, 20, 5)
+    vb = bucket.vbuckets[0]
+    doc = bucket.document(vb, 0, bucket.item(vb, 7).key)
+    assert doc is not None
+    assert len(vb.docs) == 1  # the generated items are indexed by key number, not made into documents
