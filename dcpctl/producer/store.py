@@ -52,7 +52,7 @@ MAX_REPLICAS: Final = 3  # a Couchbase bucket has at most three replicas
 # development bucket's RAM quota is of this order; above it a write is Enomem, as on a full server.
 DEFAULT_MEMORY_QUOTA: Final = 256 * 1024 * 1024
 # What a kept write costs beyond its key and value: its Item and Document objects and their index entries.
-WRITE_OVERHEAD: Final = 400
+WRITE_OVERHEAD: Final = 600
 DEFAULT_COLLECTION: Final = 0
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
