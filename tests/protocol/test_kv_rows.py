@@ -188,6 +188,15 @@ def test_without_hello_collections_kv_keys_are_whole(tmp_path: Path) -> None:
     assert not any("collection_id" in r for r in records)
 
 
+def test_a_collection_id_in_a_longer_leb128_form_keeps_the_key_whole() -> None:
+    # 5888 is 80 2e; 80 ae 00 says the same in three bytes, which would not encode back (found by test_fuzz)
+    raw = req(Opcode.GET, key=b"\x80\xae\x00doc")
+    record = decode(raw, 0, DecodeOptions(collections=True)).record()
+    assert ("collection_id" in record, record["key"]) == (False, b"\x80\xae\x00doc".hex())
+    assert [d["name"] for d in record["diagnostics"]] == ["bad_leb128"]
+    assert encode(record, DCP) == raw
+
+
 def test_a_compressed_get_response_is_decompressed() -> None:
     body = b'{"greeting":"hello, world, hello, world"}'
     raw = res(Opcode.GET, FLAGS, value=snappy_compress(body), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
