@@ -125,6 +125,7 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     word = _code(STATUSES, rec.get("status", 0), "status", 16) if has_status else _int(rec, "vbucket", bits=16)
 
     framing = _framing(rec, response)
+    rec = _path_length(rec, spec)
     variant = _variant(spec, rec, magic, word, type_byte)
     if spec is not None and variant is None and "extras" not in rec and "extras_length" not in rec:
         needed = [n for n in (spec.variants[0].layout.names if spec.variants[0].layout else ()) if n not in rec]
@@ -155,6 +156,14 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     header = HEADER.pack(magic, opcode, key_word, extlen, type_byte, word, total,
                          _int(rec, "opaque", bits=32), _int(rec, "cas", bits=64))
     return header + body
+
+
+def _path_length(rec: Mapping[str, Any], spec: MessageSpec | None) -> Mapping[str, Any]:
+    """A record that gives a single-path subdocument ``path`` without its length gets the path's length."""
+    if spec is None or "path" not in rec:
+        return rec
+    names = {v.value_path for v in spec.variants if v.value_path is not None and v.value_path not in rec}
+    return {**rec, **{name: len(_bytes(rec, "path")) for name in names}} if names else rec
 
 
 def _opcode(dialect: Dialect, magic_class: int | None, value: Any) -> tuple[int, MessageSpec | None]:
@@ -297,6 +306,8 @@ def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
             # and compressing it would add the one byte of an empty block
             body = snappy_compress(body)
         return body
+    if variant is not None and variant.value_path is not None and "path" in rec:
+        return _bytes(rec, "path") + _bytes(rec, "value")
     return _bytes(rec, "value")
 
 

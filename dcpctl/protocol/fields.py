@@ -66,6 +66,8 @@ GLOSSARY: Final[dict[str, str]] = {
     "observe_states[].key": "the key (hex)",
     "observe_states[].key_state": "0x00 found, not persisted; 0x01 persisted; 0x80 not found; 0x81 logically deleted",
     "observe_states[].cas": "the key's CAS",
+    "path": "single-path subdoc: the path (a JSON path or an xattr key); value is the operation's value",
+    "path_encoding": "'hex' when the path is not UTF-8 text",
     "doc_flags": "subdoc document flags: 0x01 Mkdoc, 0x02 Add, 0x04 AccessDeleted, 0x08 CreateAsDeleted, 0x10 Revive",
     "failed_index": "subdoc multi-mutation failure: the index of the first spec that failed",
     "failed_status": "subdoc multi-mutation failure: that spec's status",
@@ -236,6 +238,8 @@ def catalogue() -> list[FieldInfo]:
         grammars += list(variant.value_grammars.values())
         for g in grammars:
             declared += walk.field_names(g)
+        if variant.value_path is not None:
+            declared += [("path", "str"), ("path_encoding", "str")]
         for name, kind in declared:
             entry = seen.setdefault(name, (kind, []))
             if where not in entry[1]:

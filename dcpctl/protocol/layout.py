@@ -149,6 +149,13 @@ def _value_spans(msg: Message, walk_limit: int | None) -> list[FieldSpan]:
             return [FieldSpan("value", "xattrs", "xattrs", start, body, shown),
                     FieldSpan("value", "value", "value", start + body, len(value) - body,
                               _text_head(msg.raw, start + body, msg.body_end))]
+    if not document and variant is not None and variant.value_path is not None:
+        length = (msg.extras or {}).get(variant.value_path)
+        if length is not None and length <= len(value):
+            end = start + length
+            return [FieldSpan("value", "path", "path", start, length, _text_head(msg.raw, start, end)),
+                    *([FieldSpan("value", "value", "value", end, len(value) - length,
+                                 _text_head(msg.raw, end, msg.body_end))] if length < len(value) else [])]
     label = "value (snappy)" if document and datatype & DATATYPE_SNAPPY else "value"
     return [FieldSpan("value", "value", label, start, len(value), _text_head(msg.raw, start, msg.body_end))]
 

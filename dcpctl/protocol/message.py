@@ -888,6 +888,8 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
     if kind is _VALUE_DOCUMENT or (kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR
                                    and (msg.spec is None or msg.spec.type_field == "datatype")):
         _document(msg, rec, value)
+    elif variant is not None and variant.value_path is not None:
+        _path_and_value(msg, rec, variant.value_path, value)
     elif kind is _VALUE_GRAMMAR and variant is not None:
         _grammar_value(msg, rec, variant, value)
     elif kind is _VALUE_SECRET and not msg.options.show_secrets:
@@ -910,6 +912,20 @@ def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
             msg.add("bad_json", "value is not valid JSON", start, len(value))
     else:
         _set_text(rec, "value", value)
+
+
+def _path_and_value(msg: Message, rec: dict[str, Any], length_field: str, value: bytes) -> None:
+    """A value that starts with a path its extras give the length of (single-path subdocument commands):
+    ``path``, then the rest as ``value``; a length past the value keeps the value whole."""
+    length = (msg.extras or {}).get(length_field)
+    if length is None or length > len(value):
+        msg.add("illegal_value_length", f"{length_field} {length} exceeds the {len(value)} value bytes; "
+                "path and value kept together", msg.value_offset, len(value))
+        _set_text(rec, "value", value)
+        return
+    _set_text(rec, "path", value[:length])
+    if length < len(value):
+        _set_text(rec, "value", value[length:])
 
 
 def _document(msg: Message, rec: dict[str, Any], value: bytes) -> None:

@@ -170,6 +170,9 @@ class Variant:
     # vocabularies for fields of this row (pretty names; ``features`` is also named in JSON)
     vocabularies: Mapping[str, Vocabulary] = field(default_factory=dict)
     label: str | None = None  # UPR draft: the type's own name
+    # the extras field that gives the length of the value's first part, shown as ``path`` (single-path
+    # subdocument commands: the path, then the operation's value)
+    value_path: str | None = None
     layout: FixedLayout | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -460,7 +463,9 @@ KV_REQUESTS: Final[list[MessageSpec]] = [
 ]
 
 # --- subdocument commands (kv_engine docs/SubDocument.md) --------------------------------------------
-_SUBDOC_VALUE = {"value": ValueKind.TEXT, "value_presence": Presence.OPTIONAL}  # the path, then the value
+# the path (path_length bytes), then the operation's value
+_SUBDOC_VALUE: Final[dict[str, Any]] = {"value": ValueKind.TEXT, "value_presence": Presence.OPTIONAL,
+                                        "value_path": "path_length"}
 _SUBDOC_LOOKUP = (_x(name="subdoc", extras=g.subdoc_extras, when=_when_ext(3), **_SUBDOC_VALUE, **_DOC_KEY),
                   _x(name="subdoc_doc_flags", extras=g.subdoc_doc_flags_extras, when=_when_ext(4), **_SUBDOC_VALUE,
                      **_DOC_KEY))

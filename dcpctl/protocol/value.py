@@ -16,13 +16,15 @@ MAX_DECOMPRESSED_LENGTH: Final = 21 * 1024 * 1024
 
 
 def leb128_decode(buf: bytes) -> tuple[int, int] | None:
-    """``(value, bytes used)`` of the unsigned LEB128 prefix of ``buf``, or None if it is not valid."""
+    """``(value, bytes used)`` of the unsigned LEB128 prefix of ``buf``, or None if it is not valid: a value
+    above 32 bits, or a longer form than the shortest (a last byte of 0 after others), which would not
+    encode back to the same bytes."""
     value = 0
     for i in range(min(len(buf), MAX_LEB128_BYTES)):
         byte = buf[i]
         value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
-            if value > 0xFFFFFFFF:
+            if value > 0xFFFFFFFF or (i and not byte):
                 return None
             return value, i + 1
     return None

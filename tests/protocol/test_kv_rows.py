@@ -21,7 +21,7 @@ from dcpctl.cli import main
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
-from dcpctl.protocol.registry import DCP, REQ, RES, KeyKind
+from dcpctl.protocol.registry import DCP, REQ, RES, SUBDOC_LOOKUPS, KeyKind
 from dcpctl.protocol.value import Xattr, build_xattrs, snappy_compress
 from dcpctl.render.env import Environment
 
@@ -186,6 +186,15 @@ def test_without_hello_collections_kv_keys_are_whole(tmp_path: Path) -> None:
     records = _decode_capture(tmp_path, _hello(["MutationSeqno"]) + KEYED)[2:]
     assert [(r["key"], r["key_encoding"]) for r in records] == [("0848656c6c6f", "hex")] * len(KEYED)
     assert not any("collection_id" in r for r in records)
+
+
+def test_a_collection_id_in_a_longer_leb128_form_keeps_the_key_whole() -> None:
+    # 5888 is 80 2e; 80 ae 00 says the same in three bytes, which would not encode back (found by test_fuzz)
+    raw = req(Opcode.GET, key=b"\x80\xae\x00doc")
+    record = decode(raw, 0, DecodeOptions(collections=True)).record()
+    assert ("collection_id" in record, record["key"]) == (False, b"\x80\xae\x00doc".hex())
+    assert [d["name"] for d in record["diagnostics"]] == ["bad_leb128"]
+    assert encode(record, DCP) == raw
 
 
 def test_a_compressed_get_response_is_decompressed() -> None:
@@ -356,6 +365,48 @@ def test_each_subdoc_opcode_has_rows_and_a_document_key(name: str) -> None:
     spec = DCP.spec(REQ, int(Opcode[name]))
     assert spec is not None
     assert spec.document_key
+
+
+SINGLE_PATH = SUBDOC[:13]
+
+
+@pytest.mark.parametrize("name", SINGLE_PATH)
+@pytest.mark.parametrize(("extras", "expected"), [
+    (struct.pack(">HB", 7, 0x01), {"path_length": 7, "subdoc_flags": 1}),
+    (struct.pack(">HBB", 7, 0x04, 0x02), {"subdoc_flags": 4, "doc_flags": 2}),
+    (struct.pack(">HBI", 7, 0, 60), {"expiration": 60}),
+    (struct.pack(">HBIB", 7, 0, 60, 1), {"expiration": 60, "doc_flags": 1}),
+])
+def test_a_single_path_body_is_split_into_path_and_value(name: str, extras: bytes, expected: dict[str, int]) -> None:
+    from dcpctl.protocol.layout import spans  # noqa: PLC0415
+
+    if len(extras) > 4 and name in SUBDOC_LOOKUPS:
+        extras = extras[:3]  # a lookup has no expiry
+        expected = {}
+    raw = req(Opcode[name], extras, b"doc", b"a.b[12]" + b'{"x":1}')
+    message = decode(raw)
+    record = message.record()
+    assert record["diagnostics"] == []
+    assert (record["key"], record["path"], record["value"]) == ("doc", "a.b[12]", '{"x":1}')
+    assert {k: record[k] for k in expected} == expected
+    assert encode(record, DCP) == raw
+    # encode needs no path_length: the path gives it
+    assert encode({k: v for k, v in record.items() if not k.endswith("length")}, DCP) == raw
+    shown = {(s.name, s.offset, s.length) for s in spans(message)}
+    start = 24 + len(extras) + 3
+    assert {("path", start, 7), ("value", start + 7, 7)} <= shown
+
+
+def test_a_path_alone_has_no_value_and_a_path_past_the_body_keeps_it_whole() -> None:
+    lookup = req(Opcode.SUBDOC_GET, struct.pack(">HB", 4, 0), b"doc", b"name")
+    record = decode(lookup).record()
+    assert (record["path"], "value" in record, record["diagnostics"]) == ("name", False, [])
+    assert encode(record, DCP) == lookup
+    bad = req(Opcode.SUBDOC_GET, struct.pack(">HB", 9, 0), b"doc", b"name")
+    record = decode(bad).record()
+    assert ("path" in record, record["value"]) == (False, "name")
+    assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
+    assert encode(record, DCP) == bad
 
 
 def test_each_path_spec_is_decoded_and_shown_in_the_hexdump() -> None:
