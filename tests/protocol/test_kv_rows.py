@@ -476,3 +476,26 @@ def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) 
     reply = decode(answer).record()
     assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
     assert encode(reply, DCP) == answer
+
+
+@pytest.mark.parametrize(("flags", "value", "kept"), [
+    (0, b"\x02k", "value_trailing"),  # a key shorter than its length: the items before it, then the rest
+    (1, struct.pack(">IIQQB", 0, 0, 1, 2, 0) + b"\x80", "value_trailing"),  # a LEB128 length cut short
+    (2, b"\x01k", "value"),  # a scan_flags no layout declares: the value raw
+])
+def test_a_range_scan_value_that_does_not_fit_is_kept_raw(flags: int, value: bytes, kept: str) -> None:
+    raw = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", flags), value=value, status=Status.SUCCESS)
+    record = decode(raw).record()
+    assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
+    assert record[kept] == value.hex()
+    assert encode(record, DCP) == raw
+
+
+def test_range_scan_continue_keys_and_documents_are_told_apart_by_the_extras() -> None:
+    keys = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 0), value=b"\x01a\x02bc",
+               status=Status.RANGE_SCAN_MORE)
+    assert decode(keys).record()["scan_keys"] == [{"key_length": 1, "key": "61"}, {"key_length": 2, "key": "6263"}]
+    empty = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 1), status=Status.RANGE_SCAN_COMPLETE)
+    record = decode(empty).record()
+    assert (record["scan_flags"], record["diagnostics"]) == (1, [])
+    assert encode(record, DCP) == empty
