@@ -68,6 +68,8 @@ GLOSSARY: Final[dict[str, str]] = {
     "observe_states[].cas": "the key's CAS",
     "path": "single-path subdoc: the path (a JSON path or an xattr key); value is the operation's value",
     "path_encoding": "'hex' when the path is not UTF-8 text",
+    "stat_end": "STAT: true on the empty success response that ends the group (each stat before it: key its "
+                "name, value its text)",
     "scan_uuid": "RANGE_SCAN_CREATE response: the 16-byte scan uuid CONTINUE and CANCEL name",
     "scan_uuid_hi": "RANGE_SCAN_CONTINUE/CANCEL: the scan uuid's first 8 bytes, as an integer",
     "scan_uuid_lo": "RANGE_SCAN_CONTINUE/CANCEL: the scan uuid's last 8 bytes, as an integer",
@@ -260,6 +262,8 @@ def catalogue() -> list[FieldInfo]:
             declared += walk.field_names(g)
         if variant.value_path is not None:
             declared += [("path", "str"), ("path_encoding", "str")]
+        if variant.terminator is not None:
+            declared.append((variant.terminator, "bool"))
         for name, kind in declared:
             entry = seen.setdefault(name, (kind, []))
             if where not in entry[1]:

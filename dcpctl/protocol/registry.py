@@ -173,6 +173,9 @@ class Variant:
     # the extras field that gives the length of the value's first part, shown as ``path`` (single-path
     # subdocument commands: the path, then the operation's value)
     value_path: str | None = None
+    # a record field set to true on the success response with neither key nor value that ends a
+    # multi-response answer (STAT's "stat_end")
+    terminator: str | None = None
     layout: FixedLayout | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -643,9 +646,10 @@ RESPONSES: Final[list[MessageSpec]] = [
                                   value_grammars={(27,): g.observe_seqno_v0_value,
                                                   (43,): g.observe_seqno_v1_value})),
     _response("GET_FAILOVER_LOG", _FAILOVER_LOG),
+    # one response per stat (key its name, value its text), then an empty one ending the group
     _spec(RES, "STAT", _x(name="stat_response", when=_when_ext(0), key=KeyKind.TEXT,
                           key_presence=Presence.OPTIONAL, value=ValueKind.AUTO,
-                          value_presence=Presence.OPTIONAL)),
+                          value_presence=Presence.OPTIONAL, terminator="stat_end")),
     _response("VERSION", _x(name="version", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
                             value_presence=Presence.OPTIONAL)),
     _response("NOOP", _EMPTY_OK),
