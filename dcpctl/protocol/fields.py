@@ -68,6 +68,28 @@ GLOSSARY: Final[dict[str, str]] = {
     "observe_states[].cas": "the key's CAS",
     "path": "single-path subdoc: the path (a JSON path or an xattr key); value is the operation's value",
     "path_encoding": "'hex' when the path is not UTF-8 text",
+    "stat_end": "STAT: true on the empty success response that ends the group (each stat before it: key its "
+                "name, value its text)",
+    "scan_uuid": "RANGE_SCAN_CREATE response: the 16-byte scan uuid CONTINUE and CANCEL name",
+    "scan_uuid_hi": "RANGE_SCAN_CONTINUE/CANCEL: the scan uuid's first 8 bytes, as an integer",
+    "scan_uuid_lo": "RANGE_SCAN_CONTINUE/CANCEL: the scan uuid's last 8 bytes, as an integer",
+    "item_limit": "RANGE_SCAN_CONTINUE: most keys or documents to return (0: no limit)",
+    "time_limit": "RANGE_SCAN_CONTINUE: most milliseconds to run for (0: no limit)",
+    "byte_limit": "RANGE_SCAN_CONTINUE: most bytes to return (0: no limit; whole items always)",
+    "scan_flags": "RANGE_SCAN_CONTINUE response: what the value holds, 0 keys (key_only) or 1 documents",
+    "scan_keys": "RANGE_SCAN_CONTINUE response of a key_only scan: the keys",
+    "scan_keys[].key_length": "key length (LEB128 on the wire)",
+    "scan_keys[].key": "the key (hex)",
+    "scan_documents": "RANGE_SCAN_CONTINUE response: the documents, each metadata, key and value",
+    "scan_documents[].flags": "the document's flags",
+    "scan_documents[].expiration": "the document's expiry",
+    "scan_documents[].seqno": "the document's seqno",
+    "scan_documents[].cas": "the document's CAS",
+    "scan_documents[].datatype": "the document's datatype (SNAPPY: its value is compressed)",
+    "scan_documents[].key_length": "key length (LEB128 on the wire)",
+    "scan_documents[].key": "the key (hex)",
+    "scan_documents[].value_length": "value length (LEB128 on the wire)",
+    "scan_documents[].value": "the value as sent (hex)",
     "doc_flags": "subdoc document flags: 0x01 Mkdoc, 0x02 Add, 0x04 AccessDeleted, 0x08 CreateAsDeleted, 0x10 Revive",
     "failed_index": "subdoc multi-mutation failure: the index of the first spec that failed",
     "failed_status": "subdoc multi-mutation failure: that spec's status",
@@ -240,6 +262,8 @@ def catalogue() -> list[FieldInfo]:
             declared += walk.field_names(g)
         if variant.value_path is not None:
             declared += [("path", "str"), ("path_encoding", "str")]
+        if variant.terminator is not None:
+            declared.append((variant.terminator, "bool"))
         for name, kind in declared:
             entry = seen.setdefault(name, (kind, []))
             if where not in entry[1]:

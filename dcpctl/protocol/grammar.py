@@ -17,6 +17,7 @@ from construct import (
     Int64ub,
     StringEncoded,
     Struct,
+    VarInt,
     this,
 )
 
@@ -275,6 +276,30 @@ observe_key_state = Struct(
     "cas" / Int64ub,
 )
 observe_response_value = Struct("observe_states" / GreedyRange(observe_key_state))
+
+# --- range scans (kv_engine docs/range_scans/range_scan_{create,continue,cancel}.md) ----------------
+# The 16-byte scan uuid the create answers with (its value) names the scan in CONTINUE's and CANCEL's extras;
+# extras are integer layouts, so there it is its two 8-byte halves in network order.
+range_scan_create_response_value = Struct("scan_uuid" / Bytes(16))
+range_scan_cancel_extras = Struct("scan_uuid_hi" / Int64ub, "scan_uuid_lo" / Int64ub)
+range_scan_continue_extras = Struct(*range_scan_cancel_extras.subcons, "item_limit" / Int32ub,
+                                    "time_limit" / Int32ub, "byte_limit" / Int32ub)
+# Each CONTINUE response's 4-byte extras say what its value holds: 0 keys (a key_only scan), 1 documents.
+range_scan_continue_response_extras = Struct("scan_flags" / Int32ub)
+range_scan_key = Struct("key_length" / VarInt, "key" / Bytes(this.key_length))
+range_scan_keys_value = Struct("scan_keys" / GreedyRange(range_scan_key))
+range_scan_document = Struct(
+    "flags" / Int32ub,
+    "expiration" / Int32ub,
+    "seqno" / Int64ub,
+    "cas" / Int64ub,
+    "datatype" / Int8ub,
+    "key_length" / VarInt,
+    "key" / Bytes(this.key_length),
+    "value_length" / VarInt,
+    "value" / Bytes(this.value_length),
+)
+range_scan_documents_value = Struct("scan_documents" / GreedyRange(range_scan_document))
 
 # --- 6. subdocument commands (kv_engine docs/SubDocument.md) -----------------------------------------
 # Single-path requests: the path's length and the path flags, then optionally the expiry and the document

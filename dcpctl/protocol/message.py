@@ -37,6 +37,7 @@ from dcpctl.protocol.constants import (
     STATUSES,
     Magic,
     Opcode,
+    Status,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
@@ -685,6 +686,9 @@ def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
     key_kind = variant.key if variant else _KEY_RAW
     _key(msg, rec, key_kind)
     _value(msg, rec, variant)
+    if variant is not None and variant.terminator is not None and msg.key_length == 0 and not msg.value \
+            and msg.status == Status.SUCCESS:
+        rec[variant.terminator] = True
     msg._checked = True
     rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
     return rec

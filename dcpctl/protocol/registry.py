@@ -173,6 +173,9 @@ class Variant:
     # the extras field that gives the length of the value's first part, shown as ``path`` (single-path
     # subdocument commands: the path, then the operation's value)
     value_path: str | None = None
+    # a record field set to true on the success response with neither key nor value that ends a
+    # multi-response answer (STAT's "stat_end")
+    terminator: str | None = None
     layout: FixedLayout | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -524,6 +527,29 @@ SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
                  value_presence=Presence.REQUIRED, value_grammar=g.multi_mutation_failure_value)),
 ]
 
+# Range scans (kv_engine docs/range_scans/): the create's JSON and the scan uuid it answers with; each
+# continue response says in its extras whether its value holds keys or documents, so one packet is enough.
+RANGE_SCAN_REQUESTS: Final[list[MessageSpec]] = [
+    _spec(REQ, "RANGE_SCAN_CREATE", _x(name="range_scan_create", when=_when_ext(0), value=ValueKind.JSON,
+                                       value_presence=Presence.REQUIRED)),
+    _spec(REQ, "RANGE_SCAN_CONTINUE", _x(name="range_scan_continue", extras=g.range_scan_continue_extras,
+                                         when=_when_ext(28))),
+    _spec(REQ, "RANGE_SCAN_CANCEL", _x(name="range_scan_cancel", extras=g.range_scan_cancel_extras,
+                                       when=_when_ext(16))),
+]
+_SCAN_DATA = (int(Status.SUCCESS), int(Status.RANGE_SCAN_MORE), int(Status.RANGE_SCAN_COMPLETE))
+RANGE_SCAN_RESPONSES: Final[list[MessageSpec]] = [
+    _response("RANGE_SCAN_CREATE", _x(name="range_scan_created", when=SUCCESS + _when_ext(0),
+                                      value=ValueKind.GRAMMAR, value_presence=Presence.REQUIRED,
+                                      value_grammar=g.range_scan_create_response_value)),
+    _response("RANGE_SCAN_CONTINUE",
+              _x(name="range_scan_data", extras=g.range_scan_continue_response_extras,
+                 when=(("status", _SCAN_DATA), ("extras_length", 4)), value=ValueKind.GRAMMAR,
+                 value_presence=Presence.OPTIONAL, value_select=("scan_flags",),
+                 value_grammars={(0,): g.range_scan_keys_value, (1,): g.range_scan_documents_value})),
+    _response("RANGE_SCAN_CANCEL", _x(name="range_scan_cancelled", when=SUCCESS + _when_ext(0))),
+]
+
 _WITH_META = tuple(_x(name=name, extras=extras, when=_when_ext(extras.sizeof()), **_DOC_VALUE, **_DOC_KEY)
                    for name, extras in (("with_meta", g.with_meta_extras),
                                         ("with_meta_nmeta", g.with_meta_nmeta_extras),
@@ -620,9 +646,10 @@ RESPONSES: Final[list[MessageSpec]] = [
                                   value_grammars={(27,): g.observe_seqno_v0_value,
                                                   (43,): g.observe_seqno_v1_value})),
     _response("GET_FAILOVER_LOG", _FAILOVER_LOG),
+    # one response per stat (key its name, value its text), then an empty one ending the group
     _spec(RES, "STAT", _x(name="stat_response", when=_when_ext(0), key=KeyKind.TEXT,
                           key_presence=Presence.OPTIONAL, value=ValueKind.AUTO,
-                          value_presence=Presence.OPTIONAL)),
+                          value_presence=Presence.OPTIONAL, terminator="stat_end")),
     _response("VERSION", _x(name="version", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
                             value_presence=Presence.OPTIONAL)),
     _response("NOOP", _EMPTY_OK),
@@ -751,7 +778,8 @@ def _table(*groups: list[MessageSpec]) -> dict[tuple[int, int], MessageSpec]:
 
 
 DCP: Final = Dialect("dcp", _table(DCP_REQUESTS, OTHER_REQUESTS, KV_REQUESTS, SUBDOC_REQUESTS, META_REQUESTS,
-                                   RESPONSES, KV_RESPONSES, SUBDOC_RESPONSES, META_RESPONSES, SERVER_REQUESTS,
+                                   RANGE_SCAN_REQUESTS, RESPONSES, KV_RESPONSES, SUBDOC_RESPONSES, META_RESPONSES,
+                                   RANGE_SCAN_RESPONSES, SERVER_REQUESTS,
                                    SERVER_RESPONSES))
 _UPR_TABLE = dict(DCP.table)
 _UPR_TABLE.update({(s.magic_class, s.opcode): s for s in UPR_DRAFT_ROWS})

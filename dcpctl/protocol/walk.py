@@ -2,8 +2,8 @@
 
 These are the derivations house rule 1 asks for: given a declaration, produce what a renderer or an encoder
 needs without restating the layout. Supported building blocks are the ones ``grammar.py`` uses: Struct,
-GreedyRange, FormatField integers, Bytes, StringEncoded (UTF-8 text of a given length) and Const (through Renamed
-wrappers).
+GreedyRange, FormatField integers, VarInt (unsigned LEB128), Bytes, StringEncoded (UTF-8 text of a given length)
+and Const (through Renamed wrappers).
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from construct import Bytes, Const, Construct, Container, FormatField, GreedyRange, Renamed, StringEncoded, Struct
+from construct import (
+    Bytes,
+    Const,
+    Construct,
+    Container,
+    FormatField,
+    GreedyRange,
+    Renamed,
+    StringEncoded,
+    Struct,
+    VarInt,
+)
 
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUSES, Vocabulary
 
@@ -178,6 +189,8 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
             out.append((sub.name, f"u{8 * int(leaf.sizeof())}"))
         elif isinstance(leaf, StringEncoded):
             out.append((sub.name, "str"))
+        elif leaf is VarInt:
+            out.append((sub.name, "int"))  # an unsigned LEB128 length (range scan keys and documents)
         else:
             out.append((sub.name, "hex"))
     return out

@@ -100,6 +100,31 @@ def _shown(value: Any, bound: int) -> str:
     return _cut(str(value), bound)
 
 
+_STAT_SHOWN: Final = frozenset({"key", "key_encoding", "value", "value_encoding", "stat_end", "diagnostics",
+                                 "key_length", "total_body_length", "extras_length"})
+
+
+def _stat_line(record: dict[str, Any], bound: int) -> list[Hanging]:
+    """A STAT response as ``name = text`` (names and texts not UTF-8 shown as hex), or the end of the group;
+    its diagnostics, if any, under it."""
+    out = Text()
+    if record.get("stat_end"):
+        out.append("end of stats", style="dim")
+    else:
+        name = _cut(record.get("key", ""), bound)
+        out.append(f"hex:{name}" if record.get("key_encoding") == "hex" else name, style="bold")
+        value = _cut(record.get("value", ""), bound)
+        out.append(" = ", style="dim").append(f"hex:{value}" if record.get("value_encoding") == "hex" else value)
+    rest = [(k, v) for k, v in record.items() if k not in _HEADLINE and k not in _STAT_SHOWN]
+    for name, value in rest:  # what the tracker adds (latency_ms...), after the stat
+        out.append(f" {shown(name)}={_shown(value, bound)}", style="dim")
+    lines = [Hanging(out, indent=INDENT)]
+    for diag in record["diagnostics"]:
+        text = Text(f"{diag['severity']} {diag['name']}: ", style=SEVERITY_STYLE.get(diag["severity"], ""))
+        lines.append(Hanging(text.append(shown(diag["message"])), indent=INDENT))
+    return lines
+
+
 def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_time: bool = False) -> Group:
     """The headline, then the message's lines under it; ``local_time``: ts in the local zone, not UTC."""
     text = Text()
@@ -129,6 +154,9 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         text.append(f" sid {record['stream_id']}", style="cyan")
     if record.get("datatype"):
         text.append(" " + _meaning(msg, "datatype", record["datatype"]), style="blue")
+    if record["opcode"] == "STAT" and msg.is_response and record.get("status") == "Success":
+        # one line per stat: its name (the key) and its text (the value), or the group's end
+        return Group(*lines, *_stat_line(record, max_field_bytes))
     fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
     if fields:
         out = line()
@@ -143,7 +171,9 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
             if meaning:
                 out.append(f" ({shown(meaning)})", style="dim")
     if "key" in record:
-        text = line().append("key ", style="dim")
+        # a STAT request's key names the stat group
+        text = line().append("group " if record["opcode"] == "STAT" and not msg.is_response else "key ",
+                             style="dim")
         if "collection_id" in record:
             text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")
         key = _cut(record["key"], max_field_bytes)

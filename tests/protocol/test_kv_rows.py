@@ -476,3 +476,104 @@ def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) 
     reply = decode(answer).record()
     assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
     assert encode(reply, DCP) == answer
+
+
+@pytest.mark.parametrize(("flags", "value", "kept"), [
+    (0, b"\x02k", "value_trailing"),  # a key shorter than its length: the items before it, then the rest
+    (1, struct.pack(">IIQQB", 0, 0, 1, 2, 0) + b"\x80", "value_trailing"),  # a LEB128 length cut short
+    (2, b"\x01k", "value"),  # a scan_flags no layout declares: the value raw
+])
+def test_a_range_scan_value_that_does_not_fit_is_kept_raw(flags: int, value: bytes, kept: str) -> None:
+    raw = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", flags), value=value, status=Status.SUCCESS)
+    record = decode(raw).record()
+    assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
+    assert record[kept] == value.hex()
+    assert encode(record, DCP) == raw
+
+
+def test_range_scan_continue_keys_and_documents_are_told_apart_by_the_extras() -> None:
+    keys = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 0), value=b"\x01a\x02bc",
+               status=Status.RANGE_SCAN_MORE)
+    assert decode(keys).record()["scan_keys"] == [{"key_length": 1, "key": "61"}, {"key_length": 2, "key": "6263"}]
+    empty = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 1), status=Status.RANGE_SCAN_COMPLETE)
+    record = decode(empty).record()
+    assert (record["scan_flags"], record["diagnostics"]) == (1, [])
+    assert encode(record, DCP) == empty
+
+
+# --- the rows added after the first comparison: single-path subdoc, range scans, STAT, the server's
+# ClustermapChangeNotification, held to Wireshark on one capture (frames from 4: HELLO, its answer, then these)
+UUID = bytes.fromhex("00112233445566778899aabbccddeeff")
+NEW_SESSION: list[tuple[bool, bytes]] = [
+    *_hello(["Duplex", "ClustermapChangeNotification"]),
+    (True, req(Opcode.SUBDOC_DICT_UPSERT, struct.pack(">HB", 7, 1), b"doc", b"a.b[12]" + b'{"x":1}')),
+    (True, req(Opcode.SUBDOC_GET, struct.pack(">HBB", 4, 0, 0), b"doc", b"name")),
+    (True, req(Opcode.RANGE_SCAN_CREATE, value=b'{"range":{"start":"YQ==","end":"eg=="}}', datatype=DATATYPE_JSON)),
+    (False, res(Opcode.RANGE_SCAN_CREATE, value=UUID)),
+    (True, req(Opcode.RANGE_SCAN_CONTINUE, UUID + struct.pack(">III", 500, 0, 0))),
+    (False, res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 0), value=b"\x04key0",
+                status=Status.RANGE_SCAN_COMPLETE)),
+    (True, req(Opcode.RANGE_SCAN_CANCEL, UUID)),
+    (True, req(Opcode.STAT, key=b"dcp")),
+    (False, res(Opcode.STAT, key=b"uptime", value=b"12")),
+    (False, res(Opcode.STAT)),
+    (False, packet(Magic.SERVER_REQUEST, 0x01, struct.pack(">qq", 1, 666), b"default", b'{"rev":666}',
+                   datatype=DATATYPE_JSON)),
+    (True, packet(Magic.SERVER_RESPONSE, 0x01)),
+]
+TSHARK_NEW_FIELDS = ["frame.number", "couchbase.opcode", "couchbase.server.opcode", "couchbase.key",
+                     "couchbase.path", "couchbase.extras.pathlen", "couchbase.value",
+                     "couchbase.server.extras.cccp.epoch", "couchbase.server.extras.cccp.revision",
+                     "couchbase.server.clustermap.value", "_ws.expert.message"]
+
+
+@pytest.mark.peer
+def test_new_rows_agree_with_wireshark_and_where_it_is_wrong(tmp_path: Path) -> None:
+    capture = tmp_path / "new.pcap"
+    capture.write_bytes(write_capture(NEW_SESSION, segment_size=65535))
+    result = subprocess.run([peer("tshark"), "-r", str(capture), "-Y", "couchbase", "-T", "fields", "-E",
+                             "separator=\t", *[x for f in TSHARK_NEW_FIELDS for x in ("-e", f)]],
+                            capture_output=True, text=True, check=True, timeout=120)
+    theirs = {int(row[0]): dict(zip(TSHARK_NEW_FIELDS, row, strict=True))
+              for row in (line.split("\t") for line in result.stdout.splitlines())}
+    capture.unlink()
+    mine = {r["frames"][0]: r for r in _decode_capture(tmp_path, NEW_SESSION)}
+    assert sorted(theirs) == sorted(mine)
+    assert all(r["diagnostics"] == [] for r in mine.values())
+
+    def frame_of(opcode: str, response: bool, nth: int = 0) -> int:
+        return [f for f, r in sorted(mine.items()) if r["opcode"] == opcode and ("status" in r) == response][nth]
+
+    # Single-path subdoc: the same path, path length and value as Wireshark's.
+    for opcode in ("SUBDOC_DICT_UPSERT", "SUBDOC_GET"):
+        frame = frame_of(opcode, response=False)
+        row, record = theirs[frame], mine[frame]
+        assert (row["couchbase.path"], int(row["couchbase.extras.pathlen"])) == (record["path"],
+                                                                                 record["path_length"])
+        assert row["couchbase.value"] == record.get("value", "")
+    # STAT: each stat's name and text are Wireshark's key and value; the group's end has neither.
+    stat = frame_of("STAT", response=True)
+    assert (theirs[stat]["couchbase.key"], theirs[stat]["couchbase.value"]) == (mine[stat]["key"],
+                                                                                mine[stat]["value"])
+    end = frame_of("STAT", response=True, nth=1)
+    assert mine[end]["stat_end"] is True
+    assert theirs[end]["couchbase.key"] == theirs[end]["couchbase.value"] == ""
+    assert theirs[frame_of("STAT", response=False)]["couchbase.key"] == mine[frame_of("STAT", False)]["key"]
+    # The server's ClustermapChangeNotification: epoch, revision, bucket and map as Wireshark reads them.
+    push = next(f for f, r in mine.items() if r["magic"] == "ServerRequest")
+    row = theirs[push]
+    assert (int(row["couchbase.server.opcode"], 16), int(row["couchbase.server.extras.cccp.epoch"]),
+            int(row["couchbase.server.extras.cccp.revision"]), row["couchbase.key"],
+            row["couchbase.server.clustermap.value"]) == (1, mine[push]["epoch"], mine[push]["revision"],
+                                                          mine[push]["key"], mine[push]["value"])
+    # Range scans: Wireshark has no rows for 0xda-0xdc ("Unknown opcode"): it shows neither the continue's
+    # extras nor the scan uuid, and takes the continue response's keys for a plain value.
+    for opcode, response in (("RANGE_SCAN_CREATE", False), ("RANGE_SCAN_CREATE", True),
+                             ("RANGE_SCAN_CONTINUE", False), ("RANGE_SCAN_CONTINUE", True),
+                             ("RANGE_SCAN_CANCEL", False)):
+        assert "Unknown opcode" in theirs[frame_of(opcode, response)]["_ws.expert.message"]
+    assert mine[frame_of("RANGE_SCAN_CREATE", True)]["scan_uuid"] == UUID.hex()
+    scanned = frame_of("RANGE_SCAN_CONTINUE", True)
+    assert mine[scanned]["scan_keys"] == [{"key_length": 4, "key": b"key0".hex()}]
+    assert theirs[scanned]["couchbase.value"] == "\x04key0"  # the LEB128 length byte taken as part of the value
+    assert mine[frame_of("RANGE_SCAN_CONTINUE", False)]["item_limit"] == 500
