@@ -1,0 +1,300 @@
+"""Same-length redaction of one decoded message (pure: a message and a salt in, bytes out).
+
+Theory of operation. Every byte of a message keeps its place: the header, frame infos and extras (opcodes,
+vbuckets, seqnos, uuids, CAS, flags, datatypes, statuses) are copied; what the registry row says is customer
+data is overwritten by a placeholder of the same length, so every length field and offset stays true. What
+is data is read from the declarations, never restated: the row's key and value kinds, the value grammar's
+leaf fields (a subdocument spec's ``key`` and ``value``), the datatype (xattrs, JSON, snappy).
+
+Placeholders are derived from HMAC-SHA256 keyed by the salt over the original bytes, so the same key gives the
+same placeholder in every file and connection redacted with one salt, and ``decode`` of the output still shows
+which messages concern one document. JSON keeps its structure and names: strings and numbers are replaced
+token by token, each by one of the same length. Secrets (SASL exchanges, the HELLO user agent's text) are
+not hashed but overwritten with ``*``: nothing to correlate, nothing to guess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final
+
+import orjson
+
+from dcpctl.protocol import walk
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR
+from dcpctl.protocol.grammar import HEADER_LENGTH
+from dcpctl.protocol.message import Message, value_grammar
+from dcpctl.protocol.registry import SUBDOC_LOOKUPS, SUBDOC_MUTATIONS, KeyKind, ValueKind, reads_as_document
+from dcpctl.protocol.value import (
+    Xattr,
+    build_xattrs,
+    leb128_decode,
+    leb128_encode,
+    parse_xattrs,
+    snappy_compress,
+    snappy_decompress,
+)
+
+# Rows whose text value is a secret exchange even though the row calls it text: the server's SASL answers
+# (a SCRAM server-first message carries the salt and iteration count, server-final the verifier).
+SECRET_VALUE_ROWS: Final = frozenset({"sasl_response"})
+# Rows whose JSON or text value may carry credentials or customer data: ns_server's Authenticate request (a
+# user's password) and the answers to server requests (a user's privileges).
+REDACTED_VALUE_ROWS: Final = frozenset({"authenticate", "server_request_answer"})
+# Rows whose key is a name (bucket, scope.collection, user, connection name): kept, or hashed with
+# --hash-names. Other TEXT keys are protocol vocabulary (a control key, a SASL mechanism, a stat group).
+NAME_KEY_ROWS: Final = frozenset({"select_bucket", "collections_path", "get_authorization", "dcp_open"})
+# The HELLO key is the client's user agent: free text (host names, application names) that is removed.
+AGENT_KEY_ROWS: Final = frozenset({"hello"})
+# Subdocument commands: a request's text value is the path (a JSON name: kept, its length in the extras'
+# path_length) then the fragment (replaced); a response's value is the fragment found, unless it is an error.
+SUBDOC_OPCODES: Final = frozenset(SUBDOC_LOOKUPS + SUBDOC_MUTATIONS)
+# Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
+DATA_FIELDS: Final = frozenset({"key", "value"})
+# Placeholder alphabet: letters and digits, so a placeholder shows as text and needs no JSON escape.
+_ALPHABET: Final = b"abcdefghijklmnopqrstuvwxyz0123456789"
+_TO_ALPHABET: Final = bytes(_ALPHABET[i % len(_ALPHABET)] for i in range(256))
+_TO_DIGIT: Final = bytes(b"0123456789"[i % 10] for i in range(256))
+_TO_NONZERO: Final = bytes(b"123456789"[i % 9] for i in range(256))
+# JSON tokens replaced: strings (with their escapes) and numbers; ``true``, ``false``, ``null`` and the
+# punctuation are structure and stay. Only applied to text that parsed as JSON.
+_JSON_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+_WHITESPACE: Final = b" \t\r\n"
+_STAR: Final = ord("*")
+_QUOTE, _COLON, _POINT, _ZERO, _NINE = (ord(c) for c in '":.09')
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the user asked to keep: xattrs by name, names in clear or hashed."""
+
+    keep_xattrs: frozenset[str] = frozenset()
+    hash_names: bool = False
+
+
+@dataclass
+class Redactor:
+    """Redacts messages with one salt; ``counts`` says what it changed (the summary's figures)."""
+
+    salt: bytes
+    policy: Policy = field(default_factory=Policy)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    # --- placeholders ---------------------------------------------------------------------------------
+    def _stream(self, domain: bytes, data: bytes, length: int) -> bytes:
+        """``length`` pseudo-random bytes determined by the salt, a domain and the original bytes."""
+        seed = hmac.new(self.salt, domain + b"\x00" + data, hashlib.sha256).digest()
+        return hashlib.shake_256(seed).digest(length)
+
+    def placeholder(self, domain: bytes, data: bytes) -> bytes:
+        """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
+        return self._stream(domain, data, len(data)).translate(_TO_ALPHABET)
+
+    def _number(self, token: bytes) -> bytes:
+        out = bytearray(token)
+        digits = self._stream(b"number", token, len(token))
+        leading = True
+        for i, byte in enumerate(token):
+            if _ZERO <= byte <= _NINE:
+                if leading:  # JSON forbids a leading zero: a 0 stays 0, any other first digit stays non-zero
+                    out[i] = byte if byte == _ZERO else _TO_NONZERO[digits[i]]
+                    leading = False
+                else:
+                    out[i] = _TO_DIGIT[digits[i]]
+            elif byte in b"eE":
+                break  # the exponent stays: a new one could overflow a double (1e999 is not JSON)
+            elif byte == _POINT:
+                pass  # the fraction's digits may start with 0
+        return bytes(out)
+
+    def json(self, data: bytes) -> bytes | None:
+        """JSON with its structure and names kept, strings and numbers replaced (same length); None when
+        ``data`` is not JSON."""
+        try:
+            orjson.loads(data)
+        except ValueError:
+            return None
+        out = bytearray(data)
+        for match in _JSON_TOKEN.finditer(data):
+            start, end = match.span()
+            if data[start] == _QUOTE:
+                after = end
+                while after < len(data) and data[after] in _WHITESPACE:
+                    after += 1
+                if after < len(data) and data[after] == _COLON:  # a name (followed by a colon): kept
+                    continue
+                out[start + 1:end - 1] = self.placeholder(b"string", data[start + 1:end - 1])
+            else:
+                out[start:end] = self._number(data[start:end])
+        return bytes(out)
+
+    def body(self, data: bytes, is_json: bool) -> bytes:
+        """A document body: JSON with names kept when it is JSON, else a placeholder."""
+        if is_json or data[:1] in (b"{", b"["):
+            found = self.json(data)
+            if found is not None:
+                return found
+        return self.placeholder(b"value", data)
+
+    # --- parts of a message ---------------------------------------------------------------------------
+    def _key(self, msg: Message, kind: KeyKind | None, row: str | None) -> bytes:
+        key = msg.key
+        if kind is KeyKind.TEXT and row in AGENT_KEY_ROWS:
+            self.counts["user_agents"] += 1
+            found = self.json(key)
+            if found is not None:  # the JSON agent's names stay; its text goes
+                return bytes(byte if found[i] == byte else _STAR for i, byte in enumerate(key))
+            return b"*" * len(key)
+        if kind is KeyKind.TEXT:
+            if row in NAME_KEY_ROWS and self.policy.hash_names:
+                self.counts["names"] += 1
+                return self.placeholder(b"name", key)
+            return key
+        self.counts["keys"] += 1
+        if kind is KeyKind.DOCUMENT and msg.options.collections:
+            prefix = leb128_decode(key)
+            if prefix is not None:
+                return key[:prefix[1]] + self.placeholder(b"key", key[prefix[1]:])
+        return self.placeholder(b"key", key)
+
+    def _xattrs(self, data: bytes) -> bytes:
+        """An xattr blob and its body: names kept, values replaced (JSON with names kept) unless kept."""
+        parsed = parse_xattrs(data)
+        if isinstance(parsed, str):
+            return self.placeholder(b"value", data)
+        pairs, body_offset = parsed
+        out = []
+        for pair in pairs:
+            if pair.key in self.policy.keep_xattrs:
+                out.append(pair)
+                continue
+            self.counts["xattrs"] += 1
+            raw = pair.value.encode()
+            out.append(Xattr(pair.key, self.body(raw, is_json=False).decode("ascii", "replace")))
+        blob = build_xattrs(out)
+        if len(blob) != body_offset:  # a placeholder always encodes to as many bytes; guard anyway
+            return self.placeholder(b"value", data)
+        return blob + self.body(data[body_offset:], is_json=False)
+
+    def _document(self, value: bytes, datatype: int) -> bytes:
+        if datatype & DATATYPE_SNAPPY:
+            inflated = snappy_decompress(value)
+            if isinstance(inflated, str):
+                return self.placeholder(b"value", value)
+            inner = self._document(inflated, datatype & ~DATATYPE_SNAPPY)
+            compressed = snappy_compress(inner)
+            if len(compressed) == len(value):
+                return compressed
+            self.counts["snappy_replaced"] += 1
+            return same_length_snappy(self.placeholder(b"value", value), len(value), datatype)
+        if datatype & DATATYPE_XATTR:
+            return self._xattrs(value)
+        return self.body(value, bool(datatype & DATATYPE_JSON))
+
+    def _grammar(self, msg: Message, value: bytes) -> bytes:
+        variant = msg.variant
+        assert variant is not None
+        found = value_grammar(variant, msg.extras, len(value))
+        if found is None:
+            return self.placeholder(b"value", value)
+        out = bytearray(value)
+        try:
+            spans = list(walk.spans(found, value))
+        except Exception:  # noqa: BLE001 - a value that does not fit its grammar is replaced whole
+            return self.placeholder(b"value", value)
+        changed = False
+        for span in spans:
+            if span.path.rsplit(".", 1)[-1] in DATA_FIELDS and span.length:
+                part = value[span.offset:span.offset + span.length]
+                out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
+                changed = True
+        self.counts["values"] += changed
+        return bytes(out)
+
+    def _value(self, msg: Message, kind: ValueKind | None, row: str | None) -> bytes:
+        value = msg.value
+        if kind is ValueKind.SECRET or row in SECRET_VALUE_ROWS:
+            self.counts["sasl_values"] += 1
+            return b"*" * len(value)
+        datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
+        if kind is None or kind is ValueKind.RAW:
+            self.counts["values"] += 1
+            return self.placeholder(b"value", value)
+        if kind is ValueKind.GRAMMAR:
+            return self._grammar(msg, value)
+        if row in REDACTED_VALUE_ROWS:
+            self.counts["values"] += 1
+            return self.body(value, is_json=True)
+        spec = msg.spec
+        if spec is not None and spec.name in SUBDOC_OPCODES and row != "error" and kind is not ValueKind.NONE:
+            self.counts["values"] += 1
+            path_length = msg.field("path_length") or 0
+            if msg.is_response or not 0 < path_length <= len(value):
+                return self.body(value, is_json=False)
+            return value[:path_length] + self.body(value[path_length:], is_json=False)
+        if kind is ValueKind.DOCUMENT or (reads_as_document(kind, datatype) and row not in _PROTOCOL_ROWS):
+            self.counts["values"] += 1
+            return self._document(value, datatype)
+        return value  # protocol text: a control value, a mechanism list, a manifest, an error body
+
+    def message(self, msg: Message) -> bytes:
+        """The message's bytes with its keys, values and secrets replaced: the same length, the same header."""
+        raw = msg.raw
+        if len(raw) < HEADER_LENGTH or len(raw) < HEADER_LENGTH + msg.total_body_length:
+            # cut short (the capture ended inside it): its body cannot be read by its layout, so none of it stays
+            self.counts["truncated"] += 1
+            return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
+        variant = msg.variant
+        row = variant.name if variant is not None else None
+        out = bytearray(raw)
+        key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
+        if value_at > key_at:
+            out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None, row)
+        if end > value_at:
+            out[value_at:end] = self._value(msg, variant.value if variant is not None else None, row)
+        if end < len(out):  # bytes past the declared body (never in a framed stream): not the protocol's
+            out[end:] = bytes(len(out) - end)
+        assert len(out) == len(raw)
+        return bytes(out)
+
+
+# Text-like rows whose value is the protocol's own (cluster maps, manifests, error maps) even when the
+# server compresses it (HELLO SnappyEverywhere): kept like their uncompressed form.
+_PROTOCOL_ROWS: Final = frozenset({"manifest", "error_map", "cluster_config", "clustermap_notification",
+                                   "clustermap_notification_epoch", "get_cluster_config_known_version",
+                                   "stat_response", "error", "error_key", "control", "mechanisms", "version",
+                                   "collections_path", "dcp_open", "stat", "active_external_users"})
+
+
+def same_length_snappy(filler: bytes, length: int, datatype: int) -> bytes:
+    """A valid raw snappy block of exactly ``length`` bytes holding one literal: an empty xattr blob when
+    the datatype says xattrs, then a JSON string (or plain letters) made of ``filler``. Used when the redacted
+    document does not compress back to its original length."""
+    for header in range(2, 11):  # varint of the length (1-5 bytes) and the literal's tag (1-5 bytes)
+        inner_length = length - header
+        if inner_length < 0:
+            break
+        prefix = b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR and inner_length >= 4 else b""
+        body_length = inner_length - len(prefix)
+        body = filler[:body_length].ljust(body_length, b"x")
+        if datatype & DATATYPE_JSON and body_length >= 2:
+            body = b'"' + body[1:-1] + b'"'
+        block = leb128_encode(inner_length) + _literal_tag(inner_length) + prefix + body
+        if len(block) == length:
+            return block
+    return b"\x00" + bytes(max(0, length - 1)) if length else b""
+
+
+def _literal_tag(length: int) -> bytes:
+    """A snappy literal element's tag for ``length`` bytes (format_description.txt, 2.1)."""
+    if length == 0:
+        return b""
+    if length <= 60:
+        return bytes([(length - 1) << 2])
+    n = length - 1
+    size = (n.bit_length() + 7) // 8
+    return bytes([(59 + size) << 2]) + n.to_bytes(size, "little")
