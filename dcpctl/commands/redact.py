@@ -24,6 +24,7 @@ from dcpctl.commands._options import (
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
+from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Policy, Redactor
 from dcpctl.render.env import Environment
 from dcpctl.safetext import shown
@@ -80,6 +81,12 @@ def redact(
         "--keep-unparsed", help="Keep what cannot be redacted instead of dropping it: frames on other ports "
         "and not TCP, TLS connections (as they are), connections whose start is missing (redacted as far as "
         "their messages frame).")] = False,
+    hash_names: Annotated[bool, typer.Option(
+        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, "
+        "manifests and cluster maps), by the salt.")] = False,
+    map_addresses: Annotated[bool, typer.Option(
+        "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same "
+        "subnet maps to the same subnet), by the salt.")] = False,
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
         help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
@@ -97,14 +104,15 @@ def redact(
     """
     env = env_of(ctx)
     salt = _salt(salt_file, env)
-    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ())))
+    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names))
+    addresses = AddressMap(salt) if map_addresses else None
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
             return redact_capture(file, out, redactor, options, ports, keep_unparsed=keep_unparsed,
                                   max_body_length=max_body_length, max_connections=max_connections,
-                                  max_held_bytes=max_held_bytes)
+                                  max_held_bytes=max_held_bytes, addresses=addresses)
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
 
@@ -140,7 +148,8 @@ def summary_text(summary: Summary) -> str:
     counts = summary.counts
     lines = [f"redacted: {summary.frames_out} of {summary.frames_in} frames written, {summary.messages} messages",
              f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
-             f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}"]
+             f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}, "
+             f"addresses {counts['addresses']}"]
     if counts["snappy_replaced"]:
         lines.append(f"  snappy values replaced by a same-length snappy placeholder (their JSON structure not "
                      f"kept): {counts['snappy_replaced']}")

@@ -53,6 +53,11 @@ AGENT_KEY_ROWS: Final = frozenset({"hello"})
 # Subdocument commands: a request's text value is the path (a JSON name: kept, its length in the extras'
 # path_length) then the fragment (replaced); a response's value is the fragment found, unless it is an error.
 SUBDOC_OPCODES: Final = frozenset(SUBDOC_LOOKUPS + SUBDOC_MUTATIONS)
+# Rows whose JSON value names buckets, scopes and collections in its "name" fields (hashed with --hash-names).
+NAMED_JSON_ROWS: Final = frozenset({"manifest", "cluster_config", "clustermap_notification",
+                                    "clustermap_notification_epoch", "get_cluster_config_known_version"})
+# The JSON name whose string values are names of buckets, scopes and collections.
+NAME_FIELD: Final = b'"name"'
 # Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
 DATA_FIELDS: Final = frozenset({"key", "value"})
 # Placeholder alphabet: letters and digits, so a placeholder shows as text and needs no JSON escape.
@@ -132,6 +137,30 @@ class Redactor:
                 out[start:end] = self._number(data[start:end])
         return bytes(out)
 
+    def json_names(self, data: bytes) -> bytes:
+        """JSON with the string values of its "name" fields hashed as names (a manifest's scopes and
+        collections, a cluster map's bucket), the rest as it is."""
+        try:
+            orjson.loads(data)
+        except ValueError:
+            return data
+        out = bytearray(data)
+        named = False
+        for match in _JSON_TOKEN.finditer(data):
+            start, end = match.span()
+            token = data[start:end]
+            after = end
+            while after < len(data) and data[after] in _WHITESPACE:
+                after += 1
+            if after < len(data) and data[after] == _COLON:
+                named = token == NAME_FIELD
+                continue
+            if named and data[start] == _QUOTE:
+                self.counts["names"] += 1
+                out[start + 1:end - 1] = self.placeholder(b"name", data[start + 1:end - 1])
+            named = False
+        return bytes(out)
+
     def body(self, data: bytes, is_json: bool) -> bytes:
         """A document body: JSON with names kept when it is JSON, else a placeholder."""
         if is_json or data[:1] in (b"{", b"["):
@@ -152,7 +181,8 @@ class Redactor:
         if kind is KeyKind.TEXT:
             if row in NAME_KEY_ROWS and self.policy.hash_names:
                 self.counts["names"] += 1
-                return self.placeholder(b"name", key)
+                # scope.collection: each name on its own, as a manifest's "name" fields are hashed
+                return b".".join(self.placeholder(b"name", part) for part in key.split(b"."))
             return key
         self.counts["keys"] += 1
         if kind is KeyKind.DOCUMENT and msg.options.collections:
@@ -239,6 +269,8 @@ class Redactor:
         if kind is ValueKind.DOCUMENT or (reads_as_document(kind, datatype) and row not in _PROTOCOL_ROWS):
             self.counts["values"] += 1
             return self._document(value, datatype)
+        if self.policy.hash_names and row in NAMED_JSON_ROWS and not datatype & DATATYPE_SNAPPY:
+            return self.json_names(value)
         return value  # protocol text: a control value, a mechanism list, a manifest, an error body
 
     def message(self, msg: Message) -> bytes:

@@ -30,9 +30,11 @@ import pcapy
 
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
 from dcpctl.sources.pcap import (
+    IPV6_EXTENSIONS,
     CaptureError,
     CaptureNotice,
     TcpSegment,
@@ -49,6 +51,9 @@ DEFAULT_MAX_HELD_BYTES: Final = 2 * DEFAULT_MAX_BODY_LENGTH + (1 << 20)
 # Final bytes kept per direction for retransmissions: as many as the reassembler compares copies against.
 HISTORY_BYTES: Final = RECENT_BYTES
 TCP: Final = 6
+UDP: Final = 17
+ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_IPV6: Final = 0x86DD
 # The output's snap length: the largest frame libpcap reads, so no frame of the input is cut again.
 OUTPUT_SNAPLEN: Final = 262144
 
@@ -111,8 +116,9 @@ class CaptureRedactor:
     def __init__(self, redactor: Redactor, writer: PcapWriter, linktype: int, options: DecodeOptions,
                  ports: frozenset[int], tls_ports: frozenset[int], *, keep_unparsed: bool = False,
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
+                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None) -> None:
         self.redactor = redactor
+        self.addresses = addresses
         self.writer = writer
         self.linktype = linktype
         self.ports = ports
@@ -284,8 +290,8 @@ class CaptureRedactor:
         if frame.drop is not None and not self.keep_unparsed:
             self.summary.dropped[frame.drop] += 1
             return
-        if frame.changed:
-            fix_checksums(self.linktype, frame.data)
+        if frame.changed or self.addresses is not None:
+            rewrite_headers(self.linktype, frame.data, self.addresses)
         self.writer.write(frame.ts, bytes(frame.data), frame.wire_length)
         self.summary.frames_out += 1
 
@@ -303,33 +309,49 @@ class CaptureRedactor:
         self._last = None
         self.max_held_bytes = -1  # everything out
         self._flush()
+        if self.addresses is not None:
+            self.summary.counts["addresses"] = self.addresses.mapped
 
 
-def fix_checksums(linktype: int, data: bytearray) -> None:
-    """Recompute the TCP checksum of a frame whose payload changed (IPv4 or IPv6; the IPv4 header's own
-    checksum covers no payload). A frame cut by the snap length keeps its checksum: its bytes are not all
-    there to sum."""
+def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None) -> None:
+    """Map a frame's IP addresses (when asked) and recompute its checksums: the IPv4 header's, and the TCP or
+    UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length keeps its transport
+    checksum: its bytes are not all there to sum."""
     network = _network(linktype, bytes(data[:64]))
     if network is None:
         return
     ethertype, offset = network
-    if ethertype == 0x0800:
+    if ethertype == ETHERTYPE_IPV4 and len(data) >= offset + 20:
         ihl = data[offset] % 16 * 4  # the IPv4 header length nibble, in words
         total = struct.unpack_from("!H", data, offset + 2)[0]
-        tcp_at, end = offset + ihl, offset + total
-        pseudo = bytes(data[offset + 12:offset + 20]) + struct.pack("!xBH", TCP, end - tcp_at)
-    elif ethertype == 0x86DD:
+        if addresses is not None:
+            data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
+            data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
+            data[offset + 10:offset + 12] = b"\x00\x00"
+            data[offset + 10:offset + 12] = struct.pack("!H", _checksum(bytes(data[offset:offset + ihl])))
+        protocol, transport_at, end = data[offset + 9], offset + ihl, offset + total
+        pseudo = bytes(data[offset + 12:offset + 20]) + struct.pack("!xBH", protocol, end - transport_at)
+        if struct.unpack_from("!H", data, offset + 6)[0] & 0x1FFF:
+            return  # a later fragment: no transport header in it
+    elif ethertype == ETHERTYPE_IPV6 and len(data) >= offset + 40:
+        if addresses is not None:
+            data[offset + 8:offset + 24] = addresses(bytes(data[offset + 8:offset + 24]))
+            data[offset + 24:offset + 40] = addresses(bytes(data[offset + 24:offset + 40]))
         payload_length = struct.unpack_from("!H", data, offset + 4)[0]
-        next_header, tcp_at, end = data[offset + 6], offset + 40, offset + 40 + payload_length
-        while next_header != TCP and tcp_at + 8 <= len(data):
-            next_header, tcp_at = data[tcp_at], tcp_at + (data[tcp_at + 1] + 1) * 8
-        pseudo = bytes(data[offset + 8:offset + 40]) + struct.pack("!IxxxB", end - tcp_at, TCP)
+        protocol, transport_at, end = data[offset + 6], offset + 40, offset + 40 + payload_length
+        while protocol in IPV6_EXTENSIONS and transport_at + 8 <= len(data):
+            protocol, transport_at = data[transport_at], transport_at + (data[transport_at + 1] + 1) * 8
+        pseudo = bytes(data[offset + 8:offset + 40]) + struct.pack("!IxxxB", end - transport_at, protocol)
     else:
         return
-    if end > len(data) or tcp_at + 20 > end:
+    at = {TCP: 16, UDP: 6}.get(protocol)
+    if at is None or end > len(data) or transport_at + at + 2 > end:
         return
-    data[tcp_at + 16:tcp_at + 18] = b"\x00\x00"
-    data[tcp_at + 16:tcp_at + 18] = struct.pack("!H", _checksum(pseudo + bytes(data[tcp_at:end])))
+    if protocol == UDP and data[transport_at + 6:transport_at + 8] == b"\x00\x00":
+        return  # an IPv4 UDP datagram without a checksum
+    data[transport_at + at:transport_at + at + 2] = b"\x00\x00"
+    check = _checksum(pseudo + bytes(data[transport_at:end]))
+    data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
 
 
 def capture_linktype(path: str) -> int:
@@ -346,14 +368,15 @@ def capture_linktype(path: str) -> int:
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
                    tls_ports: frozenset[int] = frozenset({11207}), *, keep_unparsed: bool = False,
                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> tuple[Summary, list[CaptureNotice]]:
+                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None
+                   ) -> tuple[Summary, list[CaptureNotice]]:
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
     the reader's notices (a damaged file, a TLS port: each kind once, so few)."""
     linktype = capture_linktype(path)
     writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
-                             max_held_bytes=max_held_bytes)
+                             max_held_bytes=max_held_bytes, addresses=addresses)
     notices: list[CaptureNotice] = []
     for item in read_segments(path, ports, tls_ports, tap=engine.tap):
         if isinstance(item, TcpSegment):

@@ -433,3 +433,77 @@ def test_a_full_disk_is_an_error_and_leaves_nothing(tmp_path: Path) -> None:
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written to, never replaced by a file
     assert run.code == ExitCode.INPUT
     assert run.err.getvalue().startswith("dcpctl: error:")
+
+
+def _two_clients(directory: Path) -> Path:
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    for client in ("10.1.2.3", "10.1.2.4", "192.168.7.9"):
+        conversation = TcpConversation(writer, client=(client, 50123), server=("10.1.2.200", 11210))
+        conversation.handshake()
+        for from_client, data in session_packets():
+            conversation.send(from_client, data)
+        conversation.close()
+    path = directory / "clients.pcap"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+def _hosts(path: Path) -> list[tuple[str, str]]:
+    hosts = [(item.src[0], item.dst[0]) for item in read_segments(str(path))
+             if isinstance(item, TcpSegment) and item.dst[1] == 11210]
+    return list(dict.fromkeys(hosts))
+
+
+def test_map_addresses_is_consistent_and_prefix_preserving(tmp_path: Path) -> None:
+    import ipaddress  # noqa: PLC0415
+
+    source = _two_clients(tmp_path)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--map-addresses")
+    assert run.code == ExitCode.OK
+    assert "addresses 4" in run.err.getvalue()
+    before, after = _hosts(source), _hosts(target)
+    assert len(after) == 3
+    assert not {a for pair in after for a in pair} & {a for pair in before for a in pair}
+    old = [int(ipaddress.ip_address(a)) for pair in before for a in pair]
+    new = [int(ipaddress.ip_address(a)) for pair in after for a in pair]
+    for i, (a, x) in enumerate(zip(old, new, strict=True)):  # the common prefix of every pair is kept exactly
+        for b, y in zip(old[i + 1:], new[i + 1:], strict=True):
+            assert 32 - (a ^ b).bit_length() == 32 - (x ^ y).bit_length()
+    assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
+    again = tmp_path / "again.pcap"
+    assert _redact(source, again, "--map-addresses").code == ExitCode.OK
+    assert _hosts(again) == after
+    (expert_in, malformed_in), (expert_out, malformed_out) = _expert(source), _expert(target)
+    assert malformed_out.count("\n") <= malformed_in.count("\n")  # IP and TCP checksums are right
+    assert _warnings(expert_out) <= _warnings(expert_in)
+
+
+def test_ipv6_addresses_are_mapped_with_correct_checksums(tmp_path: Path) -> None:
+    source = tmp_path / "v6.pcap"
+    source.write_bytes(write_capture(session_packets(), linktype=LINKTYPE_RAW, client=("2001:db8::1", 50123),
+                                     server=("2001:db8::2", 11210)))
+    target = tmp_path / "out.pcap"
+    assert _redact(source, target, "--map-addresses").code == ExitCode.OK
+    (new_client, new_server), = _hosts(target)
+    assert new_client != "2001:db8::1"
+    assert new_client.split(":")[:4] == new_server.split(":")[:4]  # the shared /64 stays shared
+    _, malformed = _expert(target)
+    assert malformed == ""
+
+
+def test_hash_names_hashes_bucket_and_collection_names(tmp_path: Path) -> None:
+    source = tmp_path / "names.pcap"
+    source.write_bytes(write_capture([*_sasl_packets(), (True, build.request(Opcode.COLLECTIONS_GET_ID,
+                                                                             key=b"inventory.airline"))]))
+    kept, hashed = tmp_path / "kept.pcap", tmp_path / "hashed.pcap"
+    assert _redact(source, kept).code == ExitCode.OK
+    run = _redact(source, hashed, "--hash-names")
+    assert run.code == ExitCode.OK
+    assert b"travel-sample" in kept.read_bytes()
+    assert b"travel-sample" not in hashed.read_bytes()
+    assert b"inventory" not in hashed.read_bytes()
+    assert "names 2" in run.err.getvalue()
+    keys = [r.get("key") for r in _decoded(hashed)]
+    assert any(isinstance(k, str) and k.count(".") == 1 and len(k) == len("inventory.airline") for k in keys)
