@@ -34,13 +34,17 @@ from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_cap
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 SALT_ENVIRONMENT: Final = "DCPCTL_REDACT_SALT"
+SaltFileOption = Annotated[Path | None, typer.Option(
+    "--salt-file", help=f"Read the redaction salt from this file (default: ${SALT_ENVIRONMENT}, else a random one, "
+    "printed once on standard error). One salt gives the same placeholders in every file.", metavar="FILE")]
 # A random salt's length: 128 bits, so placeholders cannot be brute-forced back to short keys.
 RANDOM_SALT_BYTES: Final = 16
 # A salt file larger than this is not a salt (a capture given by mistake): refused, not read whole.
 MAX_SALT_FILE: Final = 4096
 
 
-def _salt(salt_file: Path | None, env: Environment) -> bytes:
+def salt_of(salt_file: Path | None, env: Environment) -> bytes:
+    """The salt: from --salt-file, else the environment, else a random one printed once on standard error."""
     if salt_file is not None:
         try:
             with salt_file.open("rb") as stream:
@@ -70,10 +74,7 @@ def redact(
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
                                                    max=65535)] = None,
-    salt_file: Annotated[Path | None, typer.Option(
-        "--salt-file", help=f"Read the salt from this file (default: ${SALT_ENVIRONMENT}, else a random one, "
-        "printed once on standard error). One salt gives the same placeholders in every file.",
-        metavar="FILE")] = None,
+    salt_file: SaltFileOption = None,
     keep_xattr: Annotated[list[str] | None, typer.Option(
         "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.",
         metavar="NAME")] = None,
@@ -103,7 +104,7 @@ def redact(
     datatypes, statuses, timing and TCP behaviour. A summary goes to standard error.
     """
     env = env_of(ctx)
-    salt = _salt(salt_file, env)
+    salt = salt_of(salt_file, env)
     redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names))
     addresses = AddressMap(salt) if map_addresses else None
     options = DecodeOptions(dialect_of(dialect), collections)

@@ -26,8 +26,9 @@ import orjson
 
 from dcpctl.protocol import walk
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
-from dcpctl.protocol.message import Message, value_grammar
+from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
 from dcpctl.protocol.registry import SUBDOC_LOOKUPS, SUBDOC_MUTATIONS, KeyKind, ValueKind, reads_as_document
 from dcpctl.protocol.value import (
     Xattr,
@@ -330,3 +331,28 @@ def _literal_tag(length: int) -> bytes:
     n = length - 1
     size = (n.bit_length() + 7) // 8
     return bytes([(59 + size) << 2]) + n.to_bytes(size, "little")
+
+
+class ByteStreamRedactor:
+    """One direction of a live connection redacted as it goes (``stream --write --redact``): bytes in, the
+    redacted bytes of every message completed so far out (a message is held until it is whole, at most
+    ``max_body_length``); bytes that frame no message come out zeroed."""
+
+    def __init__(self, redactor: Redactor, max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> None:
+        self.redactor = redactor
+        self.framer = Framer(max_body_length)
+
+    def feed(self, data: bytes, options: DecodeOptions) -> bytes:
+        self.framer.feed(data)
+        out = bytearray()
+        for event in self.framer.events():
+            if isinstance(event, Skipped):
+                out += bytes(event.length)
+            else:
+                out += self.redactor.message(decode(event.data, event.offset, options))
+        return bytes(out)
+
+    def finish(self, options: DecodeOptions) -> bytes:
+        """What is left at the end: a message cut short keeps its header only."""
+        offset, tail = self.framer.remainder()
+        return self.redactor.message(decode(tail, offset, options)) if len(tail) >= HEADER_LENGTH else bytes(len(tail))
