@@ -66,9 +66,16 @@ _ALPHABET: Final = b"abcdefghijklmnopqrstuvwxyz0123456789"
 _TO_ALPHABET: Final = bytes(_ALPHABET[i % len(_ALPHABET)] for i in range(256))
 _TO_DIGIT: Final = bytes(b"0123456789"[i % 10] for i in range(256))
 _TO_NONZERO: Final = bytes(b"123456789"[i % 9] for i in range(256))
-# JSON tokens replaced: strings (with their escapes) and numbers; ``true``, ``false``, ``null`` and the
-# punctuation are structure and stay. Only applied to text that parsed as JSON.
-_JSON_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+# JSON tokens: strings (with their escapes) and numbers; ``true``, ``false``, ``null`` and the punctuation
+# are structure and stay. Only applied to text that parsed as JSON, scanned from its start, so a match
+# never begins inside a string.
+# A JSON string, its text in a group; unrolled, so the matcher steps once per run of plain characters.
+_STRING: Final = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'
+_JSON_TOKEN: Final = re.compile(_STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+# The tokens replaced, in groups: a string value's text (a string followed by a colon is a name, kept whole),
+# a number's integer digits and its fraction's digits.
+_JSON_VALUE: Final = re.compile(_STRING + rb'(?![ \t\r\n]*:)|"[^"\\]*(?:\\.[^"\\]*)*"|-?(\d+)(?:\.(\d+))?'
+                                rb'(?:[eE][+-]?\d+)?')
 _WHITESPACE: Final = b" \t\r\n"
 _STAR: Final = ord("*")
 _QUOTE, _COLON, _POINT, _ZERO, _NINE = (ord(c) for c in '":.09')
@@ -100,42 +107,30 @@ class Redactor:
         """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
         return self._stream(domain, data, len(data)).translate(_TO_ALPHABET)
 
-    def _number(self, token: bytes) -> bytes:
-        out = bytearray(token)
-        digits = self._stream(b"number", token, len(token))
-        leading = True
-        for i, byte in enumerate(token):
-            if _ZERO <= byte <= _NINE:
-                if leading:  # JSON forbids a leading zero: a 0 stays 0, any other first digit stays non-zero
-                    out[i] = byte if byte == _ZERO else _TO_NONZERO[digits[i]]
-                    leading = False
-                else:
-                    out[i] = _TO_DIGIT[digits[i]]
-            elif byte in b"eE":
-                break  # the exponent stays: a new one could overflow a double (1e999 is not JSON)
-            elif byte == _POINT:
-                pass  # the fraction's digits may start with 0
-        return bytes(out)
-
     def json(self, data: bytes) -> bytes | None:
         """JSON with its structure and names kept, strings and numbers replaced (same length); None when
-        ``data`` is not JSON."""
+        ``data`` is not JSON. The replacement bytes come from one keyed stream per document: a value's strings
+        do not give away which of them are equal."""
         try:
             orjson.loads(data)
         except ValueError:
             return None
+        stream = self._stream(b"json", data, len(data))
+        letters, digits, nonzero = (stream.translate(table) for table in (_TO_ALPHABET, _TO_DIGIT, _TO_NONZERO))
         out = bytearray(data)
-        for match in _JSON_TOKEN.finditer(data):
-            start, end = match.span()
-            if data[start] == _QUOTE:
-                after = end
-                while after < len(data) and data[after] in _WHITESPACE:
-                    after += 1
-                if after < len(data) and data[after] == _COLON:  # a name (followed by a colon): kept
-                    continue
-                out[start + 1:end - 1] = self.placeholder(b"string", data[start + 1:end - 1])
-            else:
-                out[start:end] = self._number(data[start:end])
+        for match in _JSON_VALUE.finditer(data):
+            start, end = match.span(1)
+            if start >= 0:  # a string value: its text between the quotes
+                out[start:end] = letters[start:end]
+                continue
+            start, end = match.span(2)  # a number's integer digits: a lone 0 stays, else no leading zero
+            if start < 0:
+                continue  # a name
+            if end - start > 1 or data[start] != _ZERO:
+                out[start:end] = nonzero[start:start + 1] + digits[start + 1:end]
+            start, end = match.span(3)  # its fraction's digits; the exponent stays (1e999 is not JSON)
+            if start >= 0:
+                out[start:end] = digits[start:end]
         return bytes(out)
 
     def json_names(self, data: bytes) -> bytes:
@@ -304,22 +299,28 @@ _PROTOCOL_ROWS: Final = frozenset({"manifest", "error_map", "cluster_config", "c
 
 
 def same_length_snappy(filler: bytes, length: int, datatype: int) -> bytes:
-    """A valid raw snappy block of exactly ``length`` bytes holding one literal: an empty xattr blob when
-    the datatype says xattrs, then a JSON string (or plain letters) made of ``filler``. Used when the redacted
-    document does not compress back to its original length."""
-    for header in range(2, 11):  # varint of the length (1-5 bytes) and the literal's tag (1-5 bytes)
-        inner_length = length - header
-        if inner_length < 0:
-            break
-        prefix = b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR and inner_length >= 4 else b""
-        body_length = inner_length - len(prefix)
-        body = filler[:body_length].ljust(body_length, b"x")
-        if datatype & DATATYPE_JSON and body_length >= 2:
-            body = b'"' + body[1:-1] + b'"'
-        block = leb128_encode(inner_length) + _literal_tag(inner_length) + prefix + body
-        if len(block) == length:
-            return block
-    return b"\x00" + bytes(max(0, length - 1)) if length else b""
+    """A valid raw snappy block of exactly ``length`` bytes (any length but 2) holding literals only: an empty
+    xattr blob when the datatype says xattrs, then a JSON string (or plain letters) made of ``filler``. Used
+    when the redacted document does not compress back to its original length. One literal does not fit
+    every length (a tag grows by a byte past 60 bytes), so a 1-byte literal may go first."""
+    for inner_length in range(length, max(-1, length - 16), -1):
+        for first in (inner_length, 1):
+            rest = inner_length - first
+            if rest < 0:
+                continue
+            size = len(leb128_encode(inner_length)) + len(_literal_tag(first)) + first
+            size += len(_literal_tag(rest)) + rest if rest else 0
+            if size != length:
+                continue
+            prefix = b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR and inner_length >= 4 else b""
+            body_length = inner_length - len(prefix)
+            body = filler[:body_length].ljust(body_length, b"x")
+            if datatype & DATATYPE_JSON and body_length >= 2:
+                body = b'"' + body[1:-1] + b'"'
+            inner = prefix + body
+            block = leb128_encode(inner_length) + _literal_tag(first) + inner[:first]
+            return block + (_literal_tag(rest) + inner[first:] if rest else b"")
+    return bytes(length)  # 2 bytes: no valid block is that long; zeros say nothing
 
 
 def _literal_tag(length: int) -> bytes:

@@ -75,7 +75,7 @@ def test_xattr_names_kept_values_replaced_unless_kept() -> None:
 
 
 @given(st.integers(min_value=3, max_value=70000), st.sampled_from([0, DATATYPE_JSON, DATATYPE_XATTR | DATATYPE_JSON]))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_same_length_snappy_is_valid_and_exactly_as_long(length: int, datatype: int) -> None:
     block = same_length_snappy(b"x" * length, length, datatype)
     assert len(block) == length
