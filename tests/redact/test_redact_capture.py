@@ -139,7 +139,11 @@ def _messages(path: Path) -> list[Message]:
 
 
 def _decoded(path: Path) -> list[dict[str, object]]:
-    run = Run(["decode", "--format", "jsonl", "--jobs", "1", str(path)])
+    return _decoded_on(path, 11210)
+
+
+def _decoded_on(path: Path, port: int) -> list[dict[str, object]]:
+    run = Run(["decode", "--format", "jsonl", "--jobs", "1", "--port", str(port), str(path)])
     assert run.code == ExitCode.OK, run.err.getvalue()
     return [json.loads(line) for line in run.out.getvalue().splitlines()]
 
@@ -151,9 +155,13 @@ def _redact(source: Path, out: Path, *extra: str) -> Run:
 
 
 def _streams(path: Path) -> list[bytes]:
+    return _streams_on(path, 11210)
+
+
+def _streams_on(path: Path, port: int) -> list[bytes]:
     """Each direction's TCP payload joined in order: what a search across segment boundaries looks at."""
     streams: dict[tuple[object, object], bytearray] = {}
-    for item in read_segments(str(path)):
+    for item in read_segments(str(path), frozenset({port})):
         if isinstance(item, TcpSegment):
             streams.setdefault((item.src, item.dst), bytearray()).extend(item.payload)
     return [bytes(stream) for stream in streams.values()]
