@@ -11,6 +11,7 @@ import os
 import stat
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -515,3 +516,52 @@ def test_hash_names_hashes_bucket_and_collection_names(tmp_path: Path) -> None:
     assert "names 2" in run.err.getvalue()
     keys = [r.get("key") for r in _decoded(hashed)]
     assert any(isinstance(k, str) and k.count(".") == 1 and len(k) == len("inventory.airline") for k in keys)
+
+
+def _big_document(directory: Path, cut: int | None = None) -> tuple[Path, bytes]:
+    document = b'{"blob":"' + b"confidential " * 80_000 + b'"}'
+    packet = build.request(Opcode.DCP_MUTATION, key=b"big_secret_document", value=document,
+                           datatype=DATATYPE_JSON, by_seqno=1, rev_seqno=1, flags=0, expiration=0, lock_time=0,
+                           nmeta=0, nru=0)
+    packets = [(False, packet if cut is None else packet[:cut])]
+    path = directory / "big.pcap"
+    path.write_bytes(write_capture(packets, segment_size=1448))
+    return path, document
+
+
+def test_frames_held_past_the_limit_go_out_zeroed(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--max-held-bytes", "100000")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "frames written before their messages ended (--max-held-bytes)" in run.err.getvalue()
+    data = target.read_bytes()
+    assert b"confidential" not in data
+    assert b"big_secret_document" not in data
+    # every frame is there with its length: the message's bytes written before it ended are zeros
+    assert [len(stream) for stream in _streams(target)] == [len(stream) for stream in _streams(source)]
+
+
+def test_a_message_the_capture_ends_inside_is_zeroed(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path, cut=50_000)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target)
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "messages cut short by the capture, their bodies zeroed: 1" in run.err.getvalue()
+    assert b"confidential" not in target.read_bytes()
+    assert b"big_secret_document" not in target.read_bytes()
+
+
+def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path)
+    target = tmp_path / "out.pcap"
+    (tmp_path / "salt").write_text(SALT)
+    script = ("import resource,subprocess,sys\n"
+              "subprocess.run(sys.argv[1:],check=True,stderr=subprocess.DEVNULL)\n"
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "dcpctl", "redact", str(source), "-o",
+                           str(target), "--salt-file", str(tmp_path / "salt")], capture_output=True, text=True,
+                          check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    peak_mb = int(done.stdout) / 1024
+    assert peak_mb < 200, peak_mb  # the interpreter and its imports, a few copies of a 1 MB message
+    assert b"confidential" not in target.read_bytes()
