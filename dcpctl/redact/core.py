@@ -78,7 +78,7 @@ _JSON_VALUE: Final = re.compile(_STRING + rb'(?![ \t\r\n]*:)|"[^"\\]*(?:\\.[^"\\
                                 rb'(?:[eE][+-]?\d+)?')
 _WHITESPACE: Final = b" \t\r\n"
 _STAR: Final = ord("*")
-_QUOTE, _COLON, _POINT, _ZERO, _NINE = (ord(c) for c in '":.09')
+_QUOTE, _COLON, _ZERO = (ord(c) for c in '":0')
 
 
 @dataclass(frozen=True, slots=True)
