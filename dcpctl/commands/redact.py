@@ -79,9 +79,8 @@ def redact(
         "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.",
         metavar="NAME")] = None,
     keep_unparsed: Annotated[bool, typer.Option(
-        "--keep-unparsed", help="Keep what cannot be redacted instead of dropping it: frames on other ports "
-        "and not TCP, TLS connections (as they are), connections whose start is missing (redacted as far as "
-        "their messages frame).")] = False,
+        "--keep-unparsed", help="Keep what cannot be parsed at all instead of dropping it, as it is: frames on "
+        "other ports and not TCP, TLS connections.")] = False,
     hash_names: Annotated[bool, typer.Option(
         "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, "
         "manifests and cluster maps), by the salt.")] = False,
@@ -154,6 +153,9 @@ def summary_text(summary: Summary) -> str:
     if counts["snappy_replaced"]:
         lines.append(f"  snappy values replaced by a same-length snappy placeholder (their JSON structure not "
                      f"kept): {counts['snappy_replaced']}")
+    if counts["unparsed_bytes"]:
+        lines.append(f"  {counts['unparsed_bytes']} bytes of {counts['unparsed_connections']} connections "
+                     "overwritten: not parsed (a start the capture missed, a gap, garbage)")
     if counts["truncated"]:
         lines.append(f"  messages cut short by the capture, their bodies zeroed: {counts['truncated']}")
     if counts["held_too_long"]:

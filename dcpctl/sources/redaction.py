@@ -6,17 +6,19 @@ stream (``Reassembler.locate``), and it leaves the queue only when every byte of
 become final when the direction's framer has moved past them: by then each message that covered them has
 been decoded (with the options its connection negotiated), redacted by the pure core
 (:class:`dcpctl.redact.core.Redactor`, same length) and written into the direction's *store* of final bytes.
-Bytes no message covered (garbage the framer skipped, the tail of a capture cut inside a message) stay
-zero in the store. A frame's payload is then copied from the store (a retransmission gets the redacted copy
+Bytes no message covered stay zero in the store: those before the first message of a connection whose
+start the capture missed and after a gap (the framer resynchronises on the first plausible header, as
+``decode`` does), garbage, the tail of a capture cut inside a message. The first message after such a skip
+is kept only if it decodes cleanly (else it is likely a document's bytes that look like a header: zeroed too).
+A frame's payload is then copied from the store (a retransmission gets the redacted copy
 of what it repeats; a retransmission older than the store's history gets zeros) and its checksums are
 recomputed.
 
 Invariants: frames come out in input order, with their capture times and link-layer headers; every payload
 byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames wait
 in the queue (past that, the oldest is written with the bytes final so far and the rest zero, counted as
-``held_too_long``). What cannot be redacted is dropped and counted by reason unless ``keep_unparsed``: frames
-that are not TCP to or from a decoded port, TLS connections, and connections whose start the capture missed
-(with ``keep_unparsed`` these last are redacted as far as their messages frame).
+``held_too_long``). What cannot be parsed at all is dropped and counted by reason unless ``keep_unparsed``:
+frames that are not TCP to or from a decoded port, and TLS connections.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import BinaryIO, Final
 
 import pcapy
 
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
@@ -61,7 +63,6 @@ OUTPUT_SNAPLEN: Final = 262144
 NOT_TCP = "not TCP over IP"
 OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
-MIDSTREAM = "TCP stream whose start is not in the capture"
 MALFORMED = "malformed frame"
 
 
@@ -89,12 +90,14 @@ class _Stream:
     spans: deque[_Span] = field(default_factory=deque)
     store: bytearray = field(default_factory=bytearray)  # final bytes from stream offset ``base``
     base: int = 0
+    resynced: bool = False  # the framer skipped bytes: its next message is checked before it is trusted
 
 
 @dataclass
 class _Conn:
     label: str
     drop: str | None = None
+    unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
     streams: dict[bool, _Stream] = field(default_factory=lambda: {True: _Stream(), False: _Stream()})
 
 
@@ -172,9 +175,9 @@ class CaptureRedactor:
         for event in events:
             if isinstance(event, StreamEvent) and event.name in ("connection_open", "midstream"):
                 opened = self._conn(event.conn)
-                if event.name == "midstream" and not self.keep_unparsed:
-                    opened.drop = MIDSTREAM
-                    self.summary.dropped_connections[MIDSTREAM] += 1
+                if event.name == "midstream":  # its first message may be found inside another's bytes
+                    for stream in opened.streams.values():
+                        stream.resynced = True
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is not None and conn.drop is not None:
             frame.drop = conn.drop
@@ -202,12 +205,30 @@ class CaptureRedactor:
         for item in self.decoder.feed(event):
             if isinstance(item, Message):
                 self._message(item)
+            elif isinstance(item, Skipped):
+                self._skipped(event.conn, item.length, event.from_client)
+        if isinstance(event, StreamEvent) and event.name == "gap" and event.from_client is not None:
+            conn = self.conns.get(event.conn)
+            if conn is not None:  # the framer resynchronises after a gap
+                conn.streams[event.from_client].resynced = True
         if isinstance(event, StreamEvent) and event.name == "connection_end":
             conn = self.conns.pop(event.conn, None)
             if conn is not None:
                 self.labels.pop(conn.label, None)
                 for from_client in (True, False):
                     self._settle(event.conn, conn, from_client, everything=True)
+
+    def _skipped(self, conn_id: ConnectionId, length: int, from_client: bool | None) -> None:
+        """Bytes the framer skipped (no message starts there): they stay zero in the store; counted."""
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.drop is not None or not length:
+            return
+        self.summary.counts["unparsed_bytes"] += length
+        if not conn.unparsed:
+            conn.unparsed = True
+            self.summary.counts["unparsed_connections"] += 1
+        if from_client is not None:
+            conn.streams[from_client].resynced = True
 
     def _message(self, msg: Message) -> None:
         context = msg.context
@@ -219,6 +240,14 @@ class CaptureRedactor:
             return
         self.summary.messages += 1
         stream = conn.streams[context[0]["direction"] == "client>server"]
+        if stream.resynced:
+            stream.resynced = False
+            if msg.variant is None or decode(msg.raw, msg.offset, msg.options).diagnostics:
+                # the first header found after a skip does not decode cleanly: likely bytes of a document
+                # that look like a header, so none of it is kept
+                assert conn_id is not None
+                self._skipped(conn_id, len(msg.raw), None)
+                return
         data = self.redactor.message(msg)
         at = msg.offset - stream.base
         if at < 0:  # older than the history kept (cannot happen while spans wait for it): the rest only
@@ -299,6 +328,8 @@ class CaptureRedactor:
         self._settle_last()
         for event in self.reassembler.flush():
             self._event(event)
+        for conn_id in list(self.decoder.connections):  # ended here, so their tails are told by connection
+            self._event(StreamEvent(conn_id, None, 0.0, 0, "connection_end", "end of the capture"))
         for item in self.decoder.finish():
             if isinstance(item, Message):
                 self._message(item)

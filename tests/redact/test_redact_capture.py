@@ -345,31 +345,66 @@ def test_the_summary_counts_what_changed(tmp_path: Path) -> None:
     assert "dropped" not in err
 
 
-def _midstream(directory: Path) -> Path:
-    out = io.BytesIO()
-    writer = PcapWriter(out)
-    conversation = TcpConversation(writer)  # no handshake, and the first 10 bytes not captured
+def _frames(data: bytes) -> tuple[bytes, list[bytes]]:
+    """A classic pcap file's global header and its records (each with its record header)."""
+    header, records, at = data[:24], [], 24
+    while at < len(data):
+        length = struct.unpack_from("<I", data, at + 8)[0]
+        records.append(data[at:at + 16 + length])
+        at += 16 + length
+    return header, records
+
+
+def _cut(directory: Path) -> tuple[Path, Path]:
+    """The sample session in 20-byte segments, and the same capture without its first frames: the
+    handshake, and each direction's first messages up to the middle of the first mutation's key."""
     packets = session_packets()
-    conversation.skip(packets[0][0], 10)
-    conversation.send(packets[0][0], packets[0][1][10:])
-    for from_client, data in packets[1:]:
-        conversation.send(from_client, data)
-    path = directory / "midstream.pcap"
-    path.write_bytes(out.getvalue())
-    return path
+    whole = directory / "whole.pcap"
+    whole.write_bytes(write_capture(packets, segment_size=20))
+    header, records = _frames(whole.read_bytes())
+    server_bytes = 0
+    for from_client, data in packets:
+        if not from_client and data[1] == Opcode.DCP_MUTATION:
+            break
+        server_bytes += 0 if from_client else len(data)
+    cut_at = server_bytes + 24 + 31 + 3  # header, extras, 3 bytes of the key (a payload's first 20 bytes)
+    seen, index = 0, 0
+    while seen <= cut_at:  # up to the first server frame holding the key's cut
+        record = records[index]
+        if struct.unpack_from(">H", record, 16 + 14 + 20)[0] == 11210 and len(record) > 16 + 54:
+            seen += len(record) - 16 - 54
+        index += 1
+    index -= 1
+    cut = directory / "cut.pcap"
+    cut.write_bytes(header + b"".join(records[index:]))
+    return whole, cut
 
 
-def test_a_stream_whose_start_is_missing_is_dropped_unless_kept(tmp_path: Path) -> None:
-    source = _midstream(tmp_path)
-    dropped = _redact(source, tmp_path / "dropped.pcap")
-    assert dropped.code == ExitCode.OK
-    assert "connections dropped: 1 (TCP stream whose start is not in the capture)" in dropped.err.getvalue()
-    assert _decoded(tmp_path / "dropped.pcap") == []
-    kept = _redact(source, tmp_path / "kept.pcap", "--keep-unparsed")
-    assert kept.code == ExitCode.OK
-    records = _decoded(tmp_path / "kept.pcap")
-    assert [r["opcode"] for r in records] == [r["opcode"] for r in _decoded(source)]
-    assert b"airline_10" not in (tmp_path / "kept.pcap").read_bytes()
+def test_a_connection_cut_mid_message_is_resynchronised_and_redacted(tmp_path: Path) -> None:
+    whole, cut = _cut(tmp_path)
+    kept = _decoded(cut)
+    assert "DCP_MUTATION" in [r["opcode"] for r in kept]  # decode resynchronises after the cut mutation
+    run = _redact(cut, tmp_path / "out.pcap")
+    err = run.err.getvalue()
+    assert run.code == ExitCode.OK, err
+    assert "dropped" not in err
+    assert " bytes of 1 connections overwritten: not parsed" in err
+    assert int(err.split(" bytes of 1 connections")[0].rsplit(" ", 1)[1]) > 0
+    records = _decoded(tmp_path / "out.pcap")
+    assert [(r["opcode"], r.get("by_seqno")) for r in records] == [(r["opcode"], r.get("by_seqno")) for r in kept]
+    secrets = set()
+    for msg in _messages(whole):
+        for field in ("key", "value"):
+            text = msg.record().get(field)
+            kind = msg.variant.key if field == "key" else msg.variant.value if msg.variant else None
+            if isinstance(text, str) and kind in DATA_KEYS | DATA_VALUES and len(text) >= MIN_SECRET_LENGTH:
+                secrets |= {text.encode(), text.encode()[-MIN_SECRET_LENGTH:]}  # whole, or the tail a cut leaves
+    assert b"airline_10" in secrets
+    output, streams = (tmp_path / "out.pcap").read_bytes(), _streams(tmp_path / "out.pcap")
+    for secret in secrets:
+        assert secret not in output, secret
+        assert not any(secret in stream for stream in streams), secret
+    assert any(secret in stream for stream in _streams(cut) for secret in secrets)  # the cut input had them
 
 
 def test_tls_and_other_traffic_are_dropped_unless_kept(tmp_path: Path) -> None:
