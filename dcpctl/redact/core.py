@@ -3,8 +3,9 @@
 Theory of operation. Every byte of a message keeps its place: the header, frame infos and extras (opcodes,
 vbuckets, seqnos, uuids, CAS, flags, datatypes, statuses) are copied; what the registry row says is customer
 data is overwritten by a placeholder of the same length, so every length field and offset stays true. What
-is data is read from the declarations, never restated: the row's key and value kinds, the value grammar's
-leaf fields (a subdocument spec's ``key`` and ``value``), the datatype (xattrs, JSON, snappy).
+is data is read from the declarations, never restated: the row's key and value kinds and contents (a name,
+a secret, free text: ``registry.Content``), the value grammar's leaf fields (a subdocument spec's ``key`` and
+``value``), the datatype (xattrs, JSON, snappy). A new row is redacted by what it declares.
 
 Placeholders are derived from HMAC-SHA256 keyed by the salt over the original bytes, so the same key gives the
 same placeholder in every file and connection redacted with one salt, and ``decode`` of the output still shows
@@ -29,7 +30,7 @@ from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_X
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
-from dcpctl.protocol.registry import SUBDOC_LOOKUPS, SUBDOC_MUTATIONS, KeyKind, ValueKind, reads_as_document
+from dcpctl.protocol.registry import SUBDOC_LOOKUPS, SUBDOC_MUTATIONS, Content, KeyKind, ValueKind
 from dcpctl.protocol.value import (
     Xattr,
     build_xattrs,
@@ -40,23 +41,9 @@ from dcpctl.protocol.value import (
     snappy_decompress,
 )
 
-# Rows whose text value is a secret exchange even though the row calls it text: the server's SASL answers
-# (a SCRAM server-first message carries the salt and iteration count, server-final the verifier).
-SECRET_VALUE_ROWS: Final = frozenset({"sasl_response"})
-# Rows whose JSON or text value may carry credentials or customer data: ns_server's Authenticate request (a
-# user's password) and the answers to server requests (a user's privileges).
-REDACTED_VALUE_ROWS: Final = frozenset({"authenticate", "server_request_answer"})
-# Rows whose key is a name (bucket, scope.collection, user, connection name): kept, or hashed with
-# --hash-names. Other TEXT keys are protocol vocabulary (a control key, a SASL mechanism, a stat group).
-NAME_KEY_ROWS: Final = frozenset({"select_bucket", "collections_path", "get_authorization", "dcp_open"})
-# The HELLO key is the client's user agent: free text (host names, application names) that is removed.
-AGENT_KEY_ROWS: Final = frozenset({"hello"})
 # Subdocument commands: a request's text value is the path (a JSON name: kept, its length in the extras'
 # path_length) then the fragment (replaced); a response's value is the fragment found, unless it is an error.
 SUBDOC_OPCODES: Final = frozenset(SUBDOC_LOOKUPS + SUBDOC_MUTATIONS)
-# Rows whose JSON value names buckets, scopes and collections in its "name" fields (hashed with --hash-names).
-NAMED_JSON_ROWS: Final = frozenset({"manifest", "cluster_config", "clustermap_notification",
-                                    "clustermap_notification_epoch", "get_cluster_config_known_version"})
 # The JSON name whose string values are names of buckets, scopes and collections.
 NAME_FIELD: Final = b'"name"'
 # Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
@@ -166,16 +153,16 @@ class Redactor:
         return self.placeholder(b"value", data)
 
     # --- parts of a message ---------------------------------------------------------------------------
-    def _key(self, msg: Message, kind: KeyKind | None, row: str | None) -> bytes:
+    def _key(self, msg: Message, kind: KeyKind | None, content: Content | None) -> bytes:
         key = msg.key
-        if kind is KeyKind.TEXT and row in AGENT_KEY_ROWS:
+        if content is Content.FREE_TEXT:
             self.counts["user_agents"] += 1
             found = self.json(key)
             if found is not None:  # the JSON agent's names stay; its text goes
                 return bytes(byte if found[i] == byte else _STAR for i, byte in enumerate(key))
             return b"*" * len(key)
-        if kind is KeyKind.TEXT:
-            if row in NAME_KEY_ROWS and self.policy.hash_names:
+        if content is Content.NAME or (kind is KeyKind.TEXT and content is None):
+            if content is Content.NAME and self.policy.hash_names:
                 self.counts["names"] += 1
                 # scope.collection: each name on its own, as a manifest's "name" fields are hashed
                 return b".".join(self.placeholder(b"name", part) for part in key.split(b"."))
@@ -241,9 +228,9 @@ class Redactor:
         self.counts["values"] += changed
         return bytes(out)
 
-    def _value(self, msg: Message, kind: ValueKind | None, row: str | None) -> bytes:
+    def _value(self, msg: Message, kind: ValueKind | None, content: Content | None, row: str | None) -> bytes:
         value = msg.value
-        if kind is ValueKind.SECRET or row in SECRET_VALUE_ROWS:
+        if kind is ValueKind.SECRET or content is Content.SECRET:
             self.counts["sasl_values"] += 1
             return b"*" * len(value)
         datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
@@ -252,7 +239,7 @@ class Redactor:
             return self.placeholder(b"value", value)
         if kind is ValueKind.GRAMMAR:
             return self._grammar(msg, value)
-        if row in REDACTED_VALUE_ROWS:
+        if content is Content.DATA:
             self.counts["values"] += 1
             return self.body(value, is_json=True)
         spec = msg.spec
@@ -262,12 +249,13 @@ class Redactor:
             if msg.is_response or not 0 < path_length <= len(value):
                 return self.body(value, is_json=False)
             return value[:path_length] + self.body(value[path_length:], is_json=False)
-        if kind is ValueKind.DOCUMENT or (reads_as_document(kind, datatype) and row not in _PROTOCOL_ROWS):
+        if kind is ValueKind.DOCUMENT:
             self.counts["values"] += 1
             return self._document(value, datatype)
-        if self.policy.hash_names and row in NAMED_JSON_ROWS and not datatype & DATATYPE_SNAPPY:
+        if self.policy.hash_names and content is Content.NAMES and not datatype & DATATYPE_SNAPPY:
             return self.json_names(value)
-        return value  # protocol text: a control value, a mechanism list, a manifest, an error body
+        # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
+        return value
 
     def message(self, msg: Message) -> bytes:
         """The message's bytes with its keys, values and secrets replaced: the same length, the same header."""
@@ -281,21 +269,15 @@ class Redactor:
         out = bytearray(raw)
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
         if value_at > key_at:
-            out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None, row)
+            out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
+                                             variant.key_content if variant is not None else None)
         if end > value_at:
-            out[value_at:end] = self._value(msg, variant.value if variant is not None else None, row)
+            out[value_at:end] = self._value(msg, variant.value if variant is not None else None,
+                                            variant.value_content if variant is not None else None, row)
         if end < len(out):  # bytes past the declared body (never in a framed stream): not the protocol's
             out[end:] = bytes(len(out) - end)
         assert len(out) == len(raw)
         return bytes(out)
-
-
-# Text-like rows whose value is the protocol's own (cluster maps, manifests, error maps) even when the
-# server compresses it (HELLO SnappyEverywhere): kept like their uncompressed form.
-_PROTOCOL_ROWS: Final = frozenset({"manifest", "error_map", "cluster_config", "clustermap_notification",
-                                   "clustermap_notification_epoch", "get_cluster_config_known_version",
-                                   "stat_response", "error", "error_key", "control", "mechanisms", "version",
-                                   "collections_path", "dcp_open", "stat", "active_external_users"})
 
 
 def same_length_snappy(filler: bytes, length: int, datatype: int) -> bytes:

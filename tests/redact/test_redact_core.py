@@ -7,10 +7,12 @@ import json
 import cramjam
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vectorfile import all_vectors
 
 from dcpctl.protocol import build
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Opcode
 from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Policy, Redactor, same_length_snappy
@@ -125,3 +127,26 @@ def test_address_mapping_preserves_prefixes() -> None:
     c, d = mapping(bytes(16)), mapping(bytes(15) + b"\x01")
     assert c[:15] == d[:15]
     assert c != d
+
+
+def _vector(name: str) -> tuple[bytes, DecodeOptions]:
+    found = next(v for v in all_vectors() if v.name == name)
+    return found.data, DecodeOptions(DIALECTS[found.dialect], found.collections, lenient=found.lenient)
+
+
+def test_what_a_row_declares_decides_its_redaction() -> None:
+    """Facts of the registry rows, not lists in redact/: a system event's key is a collection's name (hashed
+    with --hash-names), the UPR draft's stream messages carry documents' keys in a text key."""
+    raw, options = _vector("real_system_event_begin_collection")
+    assert Redactor(b"salt").message(decode(raw, 0, options)) == raw
+    hashed = Redactor(b"salt", Policy(hash_names=True))
+    out = hashed.message(decode(raw, 0, options))
+    assert b"col1" not in out
+    assert len(out) == len(raw)
+    assert hashed.counts["names"] == 1
+    for name in ("001_11_upr_stream_message_response", "001_12_upr_stream_message_response"):
+        raw, options = _vector(name)
+        out = Redactor(b"salt").message(decode(raw, 0, options))
+        assert b"mykey" in raw
+        assert b"mykey" not in out
+        assert out[:24] == raw[:24]
