@@ -87,7 +87,7 @@ class Redactor:
     # --- placeholders ---------------------------------------------------------------------------------
     def _stream(self, domain: bytes, data: bytes, length: int) -> bytes:
         """``length`` pseudo-random bytes determined by the salt, a domain and the original bytes."""
-        seed = hmac.new(self.salt, domain + b"\x00" + data, hashlib.sha256).digest()
+        seed = hmac.digest(self.salt, domain + b"\x00" + data, "sha256")  # one-shot: no HMAC object
         return hashlib.shake_256(seed).digest(length)
 
     def placeholder(self, domain: bytes, data: bytes) -> bytes:
@@ -257,6 +257,21 @@ class Redactor:
         # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
         return value
 
+    def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, prefixed: bool) -> bytes:
+        """A plain stream item as :meth:`message` redacts it, without a :class:`Message`: ``data`` is the packet a
+        compiled item reader (``protocol.itemreader``) read in place (a document key, after a one-byte collection
+        id when ``prefixed``; a raw or JSON value, no snappy, no xattrs), ``key_at`` and ``value_at`` where its
+        key and value start. A test holds it to :meth:`message` on every plain item of the suite's captures."""
+        out = bytearray(data)
+        if value_at > key_at:
+            self.counts["keys"] += 1
+            key_at += prefixed
+            out[key_at:value_at] = self.placeholder(b"key", data[key_at:value_at])
+        if len(data) > value_at:
+            self.counts["values"] += 1
+            out[value_at:] = self.body(data[value_at:], bool(datatype & DATATYPE_JSON))
+        return bytes(out)
+
     def message(self, msg: Message) -> bytes:
         """The message's bytes with its keys, values and secrets replaced: the same length, the same header."""
         raw = msg.raw
@@ -264,10 +279,12 @@ class Redactor:
             # cut short (the capture ended inside it): its body cannot be read by its layout, so none of it stays
             self.counts["truncated"] += 1
             return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
+        key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
+        if key_at == end == len(raw):  # no key, no value (an ack, a marker, a noop): nothing to replace
+            return raw
         variant = msg.variant
         row = variant.name if variant is not None else None
         out = bytearray(raw)
-        key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
         if value_at > key_at:
             out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
                                              variant.key_content if variant is not None else None)

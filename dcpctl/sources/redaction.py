@@ -30,8 +30,9 @@ from typing import BinaryIO, Final
 
 import pcapy
 
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
@@ -129,7 +130,9 @@ class CaptureRedactor:
         self.keep_unparsed = keep_unparsed
         self.max_held_bytes = max_held_bytes
         self.reassembler = Reassembler(ports, max_connections=max_connections)
-        self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections)
+        # plain items (most of a DCP capture) come to _plain read in place, not decoded into Messages
+        self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
+                                      items=lambda _label: self._plain)
         self.queue: deque[_Frame] = deque()
         self.queued_bytes = 0
         self.conns: dict[ConnectionId, _Conn] = {}
@@ -248,8 +251,25 @@ class CaptureRedactor:
                 assert conn_id is not None
                 self._skipped(conn_id, len(msg.raw), None)
                 return
-        data = self.redactor.message(msg)
-        at = msg.offset - stream.base
+        self._store(stream, msg.offset, self.redactor.message(msg))
+
+    def _plain(self, item: PlainItem, offset: int, _ts: float, label: str, _frames: list[int],
+               _vbucket: int | None, _tracker: ConnectionTracker, buf: bytes) -> None:
+        """A plain item of a server's direction, read in place by the decoder's compiled item reader."""
+        conn_id = self.labels.get(label)
+        conn = self.conns.get(conn_id) if conn_id is not None else None
+        if conn is None or conn.drop is not None:
+            return
+        self.summary.messages += 1
+        end, header = item[0], item[1]
+        start = end - HEADER_LENGTH - header[6]  # the header's total body length
+        key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
+        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], item[6] is not None)
+        self._store(conn.streams[False], offset, data)
+
+    def _store(self, stream: _Stream, offset: int, data: bytes) -> None:
+        """A message's redacted bytes into its direction's store of final bytes."""
+        at = offset - stream.base
         if at < 0:  # older than the history kept (cannot happen while spans wait for it): the rest only
             data, at = data[-at:], 0
         end = at + len(data)

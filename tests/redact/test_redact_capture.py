@@ -600,3 +600,26 @@ def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
     peak_mb = int(done.stdout) / 1024
     assert peak_mb < 200, peak_mb  # the interpreter and its imports, a few copies of a 1 MB message
     assert b"confidential" not in target.read_bytes()
+
+
+def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    """The fast path (an item read in place by its compiled reader) gives the interpreted path's bytes."""
+    from dcpctl.protocol.itemreader import compile_item_reader  # noqa: PLC0415
+    from dcpctl.redact.core import Redactor  # noqa: PLC0415
+
+    plain = 0
+    for _, source, _, _ in redacted:
+        for msg in _messages(source):
+            raw = msg.raw
+            reader = compile_item_reader(msg.options, raw[1], raw[4])
+            item = reader(raw, 0, len(raw)) if reader is not None else None
+            if item is None:
+                continue
+            plain += 1
+            header = item[1]
+            fast, slow = Redactor(SALT.encode()), Redactor(SALT.encode())
+            key_at = 24 + header[3]
+            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[6] is not None) \
+                == slow.message(msg)
+            assert fast.counts == slow.counts
+    assert plain > 10
