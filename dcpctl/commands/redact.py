@@ -39,6 +39,9 @@ SaltFileOption = Annotated[Path | None, typer.Option(
     "printed once on standard error). One salt gives the same placeholders in every file.", metavar="FILE")]
 # A random salt's length: 128 bits, so placeholders cannot be brute-forced back to short keys.
 RANDOM_SALT_BYTES: Final = 16
+# The output file's write buffer: frames are small, so a mebibyte makes one write of many (a constant: the
+# output is written once, front to back, and this only sets how often).
+OUTPUT_BUFFER: Final = 1 << 20
 # A salt file larger than this is not a salt (a capture given by mistake): refused, not read whole.
 MAX_SALT_FILE: Final = 4096
 
@@ -134,7 +137,7 @@ def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[Capt
     """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end."""
     handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
     try:
-        with os.fdopen(handle, "wb") as out:
+        with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
             done = run(out)
         os.replace(temporary, output)
     finally:

@@ -94,14 +94,15 @@ class Redactor:
         """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
         return self._stream(domain, data, len(data)).translate(_TO_ALPHABET)
 
-    def json(self, data: bytes) -> bytes | None:
+    def json(self, data: bytes, parsed: bool = False) -> bytes | None:
         """JSON with its structure and names kept, strings and numbers replaced (same length); None when
-        ``data`` is not JSON. The replacement bytes come from one keyed stream per document: a value's strings
-        do not give away which of them are equal."""
-        try:
-            orjson.loads(data)
-        except ValueError:
-            return None
+        ``data`` is not JSON (``parsed``: the caller's orjson already found it is). The replacement bytes come
+        from one keyed stream per document: a value's strings do not give away which of them are equal."""
+        if not parsed:
+            try:
+                orjson.loads(data)
+            except ValueError:
+                return None
         stream = self._stream(b"json", data, len(data))
         letters, digits, nonzero = (stream.translate(table) for table in (_TO_ALPHABET, _TO_DIGIT, _TO_NONZERO))
         out = bytearray(data)
@@ -144,10 +145,10 @@ class Redactor:
             named = False
         return bytes(out)
 
-    def body(self, data: bytes, is_json: bool) -> bytes:
+    def body(self, data: bytes, is_json: bool, parsed: bool = False) -> bytes:
         """A document body: JSON with names kept when it is JSON, else a placeholder."""
         if is_json or data[:1] in (b"{", b"["):
-            found = self.json(data)
+            found = self.json(data, parsed)
             if found is not None:
                 return found
         return self.placeholder(b"value", data)
@@ -269,7 +270,8 @@ class Redactor:
             out[key_at:value_at] = self.placeholder(b"key", data[key_at:value_at])
         if len(data) > value_at:
             self.counts["values"] += 1
-            out[value_at:] = self.body(data[value_at:], bool(datatype & DATATYPE_JSON))
+            is_json = bool(datatype & DATATYPE_JSON)  # then the item reader parsed it
+            out[value_at:] = self.body(data[value_at:], is_json, parsed=is_json)
         return bytes(out)
 
     def message(self, msg: Message) -> bytes:
