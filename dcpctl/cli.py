@@ -18,6 +18,7 @@ from dcpctl.commands.encode import encode_command
 from dcpctl.commands.failover import failover
 from dcpctl.commands.fields import fields
 from dcpctl.commands.hexdump import hexdump
+from dcpctl.commands.redact import redact
 from dcpctl.commands.rollback import rollback_app
 from dcpctl.commands.serve import serve
 from dcpctl.commands.stream import stream
@@ -48,6 +49,7 @@ app.command("stream")(stream)
 app.command("failover")(failover)
 app.command("serve")(serve)
 app.command("analyze")(analyze)
+app.command("redact")(redact)
 app.add_typer(rollback_app, name="rollback")
 
 

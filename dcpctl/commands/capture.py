@@ -23,15 +23,18 @@ from dcpctl.commands._options import (
     env_of,
     first_ctrl_c_stops,
 )
+from dcpctl.commands.redact import SaltFileOption, salt_of
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.redact.core import Redactor
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments
-from dcpctl.sources.pcap import CaptureError, live_segments, open_live
+from dcpctl.sources.pcap import CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
+from dcpctl.sources.redaction import CaptureRedactor
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
@@ -69,6 +72,9 @@ def capture(
     max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     base64: Base64Option = False,
     local_time: LocalTimeOption = False,
+    redact: Annotated[bool, typer.Option("--redact", help="-w saves the frames redacted as dcpctl redact "
+                                         "writes them (what cannot be redacted left out).")] = False,
+    salt_file: SaltFileOption = None,
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
     env = env_of(ctx)
@@ -78,6 +84,9 @@ def capture(
     except CaptureError as exc:
         raise CommandError(f"{exc}{_privilege_hint(str(exc))}", ExitCode.INPUT) from None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
+    if redact and write is None:
+        raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
+    redactor = Redactor(salt_of(salt_file, env)) if redact else None
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
         writer, saved = None, None
@@ -87,6 +96,11 @@ def capture(
                 writer = PcapWriter(cast(BinaryIO, saved), linktype)
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
+        engine = None
+        if redactor is not None and writer is not None:
+            engine = CaptureRedactor(redactor, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
+                                     ports, frozenset({11207}), max_body_length=max_body_length,
+                                     max_connections=max_connections)
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "
@@ -104,10 +118,34 @@ def capture(
                 except OSError:
                     stopping.append(True)  # what was read is still decoded and printed
 
+        def redacted(segments: Iterator[TcpSegment | CaptureNotice]) -> Iterator[TcpSegment | CaptureNotice]:
+            """-w --redact: each segment also goes through the redactor, which writes the frames."""
+            assert engine is not None
+            for item in segments:
+                if isinstance(item, TcpSegment) and saved is not None and saved.error is None:
+                    try:
+                        engine.segment(item)
+                    except OSError:
+                        stopping.append(True)
+                yield item
+            if saved is not None and saved.error is None:
+                with contextlib.suppress(OSError):  # the error is the file's, reported below
+                    engine.finish()
+
+        def tap(ts: float, data: bytes, wire: int) -> None:
+            assert engine is not None
+            try:
+                engine.tap(ts, data, wire)
+            except OSError:
+                stopping.append(True)
+
         def items() -> Iterator[Item | bytes]:
             printed = 0
-            segments = live_segments(reader, ports, frozenset({11207}), save if writer is not None else None,
+            segments = live_segments(reader, ports, frozenset({11207}),
+                                     None if writer is None else save if engine is None else tap,
                                      stop=lambda: bool(stopping))
+            if engine is not None:
+                segments = redacted(segments)
             for item in decode_segments(segments, options, ports, max_body_length, max_connections,
                                         PlainLines() if lines else None):
                 yield item

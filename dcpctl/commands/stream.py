@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import signal
 import string
@@ -42,12 +43,14 @@ from dcpctl.commands._live import (
     window_of,
 )
 from dcpctl.commands._options import Base64Option, LocalTimeOption, env_of, first_signal_stops, parse_ranges
+from dcpctl.commands.redact import SaltFileOption, salt_of
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
-from dcpctl.protocol.message import Message, redacted
+from dcpctl.protocol.message import DecodeOptions, Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
+from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
 from dcpctl.render.lines import LineReaders
 from dcpctl.render.output import Format, emit
@@ -120,6 +123,9 @@ def stream(
                                                  metavar="TEMPLATE")] = None,
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Save the whole exchange as a pcap that "
                                                "dcpctl decode and Wireshark read.", metavar="FILE")] = None,
+    redact: Annotated[bool, typer.Option("--redact", help="--write saves keys, values, xattr values and SASL "
+                                         "exchanges redacted, as dcpctl redact does.")] = False,
+    salt_file: SaltFileOption = None,
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,
@@ -127,6 +133,8 @@ def stream(
 ) -> None:
     """Stream DCP from a cluster: every vbucket from its active node, printed as decode prints captures."""
     env = env_of(ctx)
+    if redact and write is None:
+        raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
@@ -167,7 +175,7 @@ def stream(
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
             errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
-    capture = _Capture(write) if write is not None else None
+    capture = _Capture(write, Redactor(salt_of(salt_file, env)) if redact else None) if write is not None else None
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that."""
@@ -262,8 +270,10 @@ class _Capture:
     """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
     error naming the file; after it, nothing more is written."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, redactor: Redactor | None = None) -> None:
         self.path = path
+        self.redactor = redactor
+        self.redacting: dict[tuple[int, bool], ByteStreamRedactor] = {}  # per connection and direction
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}
         try:
@@ -288,9 +298,14 @@ class _Capture:
             conversation = TcpConversation(self.writer, conn.local, conn.peer, ts=time.time())
             self.conversations[id(conn)] = conversation
             self._guarded(conversation.handshake)
-        # SASL values the client sent are masked: with PLAIN, one of them is the password
-        self._guarded(lambda: conversation.send(from_client, redacted(data) if from_client else data,
-                                                ts=time.time()))
+        if self.redactor is not None:  # whole messages, redacted: a message is held until its last byte
+            direction = self.redacting.setdefault((id(conn), from_client), ByteStreamRedactor(self.redactor))
+            data = direction.feed(data, conn.options)
+            if not data:
+                return
+        elif from_client:  # SASL values the client sent are masked: with PLAIN, one of them is the password
+            data = redacted(data)
+        self._guarded(lambda: conversation.send(from_client, data, ts=time.time()))
 
     def flush(self) -> None:
         if not self.failed:
@@ -299,6 +314,13 @@ class _Capture:
     def close(self, *, quiet: bool = False) -> None:
         """Flush and close; ``quiet``: another error is already being reported (the file is closed anyway),
         and a capture that recorded no connection is removed rather than left as a bare header."""
+        for (conn_id, from_client), direction in self.redacting.items():  # a message the stop cut short
+            conversation = self.conversations.get(conn_id)
+            tail = direction.finish(DecodeOptions())
+            if tail and conversation is not None and not self.failed:
+                with contextlib.suppress(_OutputError):
+                    self._guarded(functools.partial(conversation.send, from_client, tail, ts=time.time()))
+        self.redacting.clear()
         try:
             self._guarded(self.file.close)
         except _OutputError:

@@ -56,6 +56,17 @@ class ValueKind(Enum):
     RAW = "raw"
 
 
+class Content(Enum):
+    """Whose words a key or value holds where its kind does not say it (``dcpctl redact`` reads it): DOCUMENT
+    and RAW kinds hold customer data, TEXT, JSON and AUTO the protocol's own, unless the row says otherwise."""
+
+    DATA = "data"  # customer data or credentials, whatever the kind
+    SECRET = "secret"  # noqa: S105 - a kind of content, not a password; a credential exchange (SASL server)
+    NAME = "name"  # a bucket, scope, collection, user or connection name
+    NAMES = "names"  # JSON whose "name" fields are such names (manifests, cluster maps)
+    FREE_TEXT = "free_text"  # text a person or program chose (HELLO's user agent)
+
+
 # Values a server sends compressed, or with xattrs first, when its datatype says so: HELLO SnappyEverywhere
 # compresses any response value (a cluster map, an error body), not only documents; such a value is read as a
 # document body is (decompressed, xattrs split off), whatever its row's kind.
@@ -165,6 +176,8 @@ class Variant:
     value_grammar: Construct | None = None
     value_select: tuple[str, ...] = ()
     value_grammars: Mapping[tuple[int, ...], Construct] = field(default_factory=dict)
+    key_content: Content | None = None  # None: as its kind says (see Content)
+    value_content: Content | None = None
     # a diagnostic every message of this row gets (legacy layout, documentation errata)
     note: tuple[str, str] | None = None
     # vocabularies for fields of this row (pretty names; ``features`` is also named in JSON)
@@ -294,7 +307,7 @@ _DOC_KEY = {"key": KeyKind.DOCUMENT, "key_presence": Presence.REQUIRED}
 
 DCP_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "DCP_OPEN", _x(name="dcp_open", extras=g.dcp_open_extras, when=_when_ext(8),
-                              key=KeyKind.TEXT, key_presence=Presence.REQUIRED,
+                              key=KeyKind.TEXT, key_presence=Presence.REQUIRED, key_content=Content.NAME,
                               value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
                               vocabularies={"flags": DCP_OPEN_FLAGS})),
     _spec(REQ, "DCP_ADD_STREAM", _x(name="add_stream", extras=g.add_stream_extras, when=_when_ext(4),
@@ -366,7 +379,7 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
                                  value_presence=Presence.REQUIRED)),
     _spec(REQ, "DCP_SYSTEM_EVENT", _x(
         name="system_event", extras=g.system_event_extras, when=_when_ext(13),
-        key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
+        key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR, key_content=Content.NAME,
         value_presence=Presence.OPTIONAL, value_select=("event_id", "event_version"),
         value_grammars={
             (0, 0): g.begin_collection_v0_value,
@@ -397,7 +410,7 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
 ]
 
 OTHER_REQUESTS: Final[list[MessageSpec]] = [
-    _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT,
+    _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.FREE_TEXT,
                            key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
                            value_presence=Presence.OPTIONAL, value_grammar=g.hello_value), before_auth=True),
     _spec(REQ, "SASL_LIST_MECHS", EMPTY, before_auth=True),
@@ -408,7 +421,7 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
                                key_presence=Presence.REQUIRED, value=ValueKind.SECRET,
                                value_presence=Presence.OPTIONAL), before_auth=True),
     _spec(REQ, "SELECT_BUCKET", _x(name="select_bucket", when=_when_ext(0), key=KeyKind.TEXT,
-                                   key_presence=Presence.REQUIRED)),
+                                   key_presence=Presence.REQUIRED, key_content=Content.NAME)),
     _spec(REQ, "GET_ERROR_MAP", _x(name="get_error_map", when=_when_ext(0), value=ValueKind.GRAMMAR,
                                    value_presence=Presence.REQUIRED,
                                    value_grammar=g.error_map_request_value), before_auth=True),
@@ -459,7 +472,7 @@ KV_REQUESTS: Final[list[MessageSpec]] = [
     *(_spec(REQ, name, _CONCAT) for name in ("APPEND", "APPENDQ", "PREPEND", "PREPENDQ")),
     *(_spec(REQ, name, *_GET_META) for name in ("GET_META", "GETQ_META")),
     # the path (scope.collection) is the key in 7.0's first form, the value since (MB-42701)
-    *(_spec(REQ, name, _x(name="collections_path", when=_when_ext(0), key=KeyKind.TEXT,
+    *(_spec(REQ, name, _x(name="collections_path", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.NAME,
                           key_presence=Presence.OPTIONAL, value=ValueKind.TEXT, value_presence=Presence.OPTIONAL))
       for name in ("COLLECTIONS_GET_ID", "COLLECTIONS_GET_SCOPE_ID")),
     _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
@@ -595,7 +608,7 @@ KV_RESPONSES: Final[list[MessageSpec]] = [
     _response("COLLECTIONS_GET_SCOPE_ID", _x(name="scope_id", extras=g.collections_get_scope_id_response_extras,
                                              when=SUCCESS + _when_ext(12))),
     _response("COLLECTIONS_GET_MANIFEST", _x(name="manifest", when=SUCCESS + _when_ext(0), value=ValueKind.JSON,
-                                             value_presence=Presence.REQUIRED)),
+                                             value_presence=Presence.REQUIRED, value_content=Content.NAMES)),
 ]
 
 RESPONSES: Final[list[MessageSpec]] = [
@@ -629,14 +642,15 @@ RESPONSES: Final[list[MessageSpec]] = [
     _response("SASL_LIST_MECHS", _x(name="mechanisms", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
                                     value_presence=Presence.OPTIONAL)),
     _spec(RES, "SASL_AUTH", _x(name="sasl_response", when=_when_ext(0), value=ValueKind.TEXT,
-                               value_presence=Presence.OPTIONAL)),
+                               value_presence=Presence.OPTIONAL, value_content=Content.SECRET)),
     _spec(RES, "SASL_STEP", _x(name="sasl_response", when=_when_ext(0), value=ValueKind.TEXT,
-                               value_presence=Presence.OPTIONAL)),
+                               value_presence=Presence.OPTIONAL, value_content=Content.SECRET)),
     _response("SELECT_BUCKET", _EMPTY_OK),
     _response("GET_ERROR_MAP", _x(name="error_map", when=SUCCESS + _when_ext(0), value=ValueKind.JSON,
                                   value_presence=Presence.REQUIRED)),
     _response("GET_CLUSTER_CONFIG", _x(name="cluster_config", when=SUCCESS + _when_ext(0),
-                                       value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
+                                       value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
+                                       value_content=Content.NAMES)),
     _response("GET_ALL_VB_SEQNOS", _x(name="vbucket_seqnos", when=SUCCESS + _when_ext(0),
                                       value=ValueKind.GRAMMAR, value_presence=Presence.OPTIONAL,
                                       value_grammar=g.get_all_vb_seqnos_value)),
@@ -665,23 +679,23 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(SREQ, "ClustermapChangeNotification",
           _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
              key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
-             value_presence=Presence.OPTIONAL),
+             value_presence=Presence.OPTIONAL, value_content=Content.NAMES),
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
              when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
-             value_presence=Presence.OPTIONAL)),
+             value_presence=Presence.OPTIONAL, value_content=Content.NAMES)),
     # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
     _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
-                                   value_presence=Presence.REQUIRED)),
+                                   value_presence=Presence.REQUIRED, value_content=Content.DATA)),
     _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
                                           value_presence=Presence.REQUIRED)),
     _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,
-                                       key_presence=Presence.REQUIRED)),
+                                       key_presence=Presence.REQUIRED, key_content=Content.NAME)),
 ]
 
 # The client's answers to them (magic 0x83): a status, and for the provider's requests a JSON body.
 SERVER_RESPONSES: Final[list[MessageSpec]] = [
     _spec(SRES, name, _x(name="server_request_answer", when=_when_ext(0), value=ValueKind.AUTO,
-                         value_presence=Presence.OPTIONAL))
+                         value_presence=Presence.OPTIONAL, value_content=Content.DATA))
     for name in ("ClustermapChangeNotification", "Authenticate", "ActiveExternalUsers", "GetAuthorization")
 ]
 
@@ -697,7 +711,7 @@ def _type(n: int) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
     return (("request_type", n),)
 
 
-_UPR_KEY = {"key": KeyKind.TEXT, "key_presence": Presence.REQUIRED}
+_UPR_KEY = {"key": KeyKind.TEXT, "key_presence": Presence.REQUIRED, "key_content": Content.DATA}  # documents' keys
 
 UPR_DRAFT_ROWS: Final[list[MessageSpec]] = [
     _upr(REQ, "UPR_REQUEST",

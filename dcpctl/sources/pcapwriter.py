@@ -22,12 +22,13 @@ MSS: Final = 1448
 
 
 def _checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071). The ones' complement sum of the 16-bit words is the data read as one
+    big-endian integer modulo 0xFFFF (2**16 is 1 modulo 0xFFFF), except that a non-zero sum is never 0."""
     if len(data) % 2:
         data += b"\x00"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return int(~total & 0xFFFF)
+    number = int.from_bytes(data, "big")
+    total = number % 0xFFFF or (0xFFFF if number else 0)
+    return ~total & 0xFFFF
 
 
 class PcapWriter:

@@ -143,6 +143,24 @@ class Reassembler:
             return seg.dst, seg.src, False
         return seg.src, seg.dst, True
 
+    def locate(self, seg: TcpSegment) -> tuple[tuple[tuple[str, int], tuple[str, int]], bool, ConnectionId | None, int]:
+        """Where a segment's payload belongs, before :meth:`push`: its 4-tuple (client, server), its direction,
+        the connection followed so far (None when the segment opens a new one) and the stream offset of its
+        first payload byte (0 for a direction not seen yet). A redactor writes bytes back to the frames that
+        carried them with it; a retransmission's offset lies before the bytes already delivered."""
+        client, server, from_client = self._sides(seg)
+        key = (client, server)
+        state = self.connections.get(key)
+        if state is None:
+            return key, from_client, None, 0
+        direction = state.directions[from_client]
+        if seg.flags & SYN and direction.isn is not None and direction.isn != seg.seq:
+            return key, from_client, None, 0  # a new connection on the same 4-tuple
+        if direction.next is None:
+            return key, from_client, state.conn, 0
+        start = (seg.seq + 1) % _MOD if seg.flags & SYN else seg.seq
+        return key, from_client, state.conn, direction.offset + _diff(start, direction.next)
+
     def push(self, seg: TcpSegment) -> list[Event]:
         client, server, from_client = self._sides(seg)
         key = (client, server)

@@ -1,0 +1,60 @@
+"""dcpctl redact against dcpctl decode --format jsonl on the same realistic capture: wall time and peak RSS.
+
+    python benchmarks/bench_redact.py [--messages N] [--keep DIR]
+
+The capture is make_capture.py's realistic shape (a DCP session of several streams with JSON documents,
+acknowledgements and noops; default 100,000 messages). Each command runs as a user runs it, from a fresh
+process, its output to /dev/null (decode) or a file (redact); --jobs 1 and 2 for decode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_hostile_decode import measure_isolated
+
+HERE = Path(__file__).resolve().parent
+LIMIT = 120.0  # seconds a run may take before it is stopped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--keep", type=Path, help="keep the capture and its redacted copy here")
+    args = parser.parse_args()
+    directory = args.keep or Path(tempfile.mkdtemp(prefix="bench_redact_"))
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        capture = directory / "realistic.pcap"
+        subprocess.run([sys.executable, str(HERE / "make_capture.py"), str(capture), "--messages",
+                        str(args.messages)], check=True)
+        salt = directory / "salt"
+        salt.write_text("benchmark salt")
+        size = capture.stat().st_size / (1 << 20)
+        print(f"capture: {args.messages} messages, {size:.1f} MiB")
+        print(f"{'command':<36} {'wall s':>7} {'peak MB':>8} {'msg/s':>9} exit")
+        dcpctl = [sys.executable, "-m", "dcpctl"]
+        runs = {
+            "decode --format jsonl --jobs 1": [*dcpctl, "decode", "-F", "jsonl", "--jobs", "1", str(capture)],
+            "decode --format jsonl --jobs 2": [*dcpctl, "decode", "-F", "jsonl", "--jobs", "2", str(capture)],
+            "redact": [*dcpctl, "redact", str(capture), "-o", str(directory / "redacted.pcap"),
+                       "--salt-file", str(salt)],
+            "redact --map-addresses --hash-names": [*dcpctl, "redact", str(capture), "-o",
+                                                    str(directory / "redacted.pcap"), "--salt-file", str(salt),
+                                                    "--map-addresses", "--hash-names"],
+        }
+        for label, command in runs.items():
+            wall, peak, code = measure_isolated(command, LIMIT)
+            print(f"{label:<36} {wall:>7.2f} {peak:>8.0f} {args.messages / wall:>9.0f} {code}", flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(directory)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""``dcpctl redact``: a capture a customer can share, its keys, values and secrets replaced in place."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, BinaryIO, Final
+
+import typer
+
+from dcpctl.commands._options import (
+    CollectionsOption,
+    DialectName,
+    DialectOption,
+    MaxBodyOption,
+    MaxConnectionsOption,
+    dialect_of,
+    env_of,
+)
+from dcpctl.exitcode import CommandError, ExitCode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
+from dcpctl.protocol.message import DecodeOptions
+from dcpctl.redact.address import AddressMap
+from dcpctl.redact.core import Policy, Redactor
+from dcpctl.render.env import Environment
+from dcpctl.safetext import shown
+from dcpctl.sources.capture import notice_diagnostic
+from dcpctl.sources.pcap import CaptureError, CaptureNotice
+from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
+
+SALT_ENVIRONMENT: Final = "DCPCTL_REDACT_SALT"
+SaltFileOption = Annotated[Path | None, typer.Option(
+    "--salt-file", help=f"Read the redaction salt from this file (default: ${SALT_ENVIRONMENT}, else a random one, "
+    "printed once on standard error). One salt gives the same placeholders in every file.", metavar="FILE")]
+# A random salt's length: 128 bits, so placeholders cannot be brute-forced back to short keys.
+RANDOM_SALT_BYTES: Final = 16
+# The output file's write buffer: frames are small, so a mebibyte makes one write of many (a constant: the
+# output is written once, front to back, and this only sets how often).
+OUTPUT_BUFFER: Final = 1 << 20
+# A salt file larger than this is not a salt (a capture given by mistake): refused, not read whole.
+MAX_SALT_FILE: Final = 4096
+
+
+def salt_of(salt_file: Path | None, env: Environment) -> bytes:
+    """The salt: from --salt-file, else the environment, else a random one printed once on standard error."""
+    if salt_file is not None:
+        try:
+            with salt_file.open("rb") as stream:
+                data = stream.read(MAX_SALT_FILE + 1)
+        except OSError as exc:
+            raise CommandError(f"--salt-file: {shown(str(salt_file))}: {exc.strerror or exc}", ExitCode.INPUT) from None
+        if len(data) > MAX_SALT_FILE:
+            raise CommandError(f"--salt-file: larger than {MAX_SALT_FILE} bytes: not a salt", ExitCode.USAGE)
+        salt = data.rstrip(b"\r\n")
+        if not salt:
+            raise CommandError("--salt-file: the file is empty", ExitCode.USAGE)
+        return salt
+    text = os.environ.get(SALT_ENVIRONMENT)
+    if text:
+        return text.encode()
+    fresh = secrets.token_hex(RANDOM_SALT_BYTES)
+    env.stderr.write(f"dcpctl: redact: salt {fresh} (give it again with --salt-file or {SALT_ENVIRONMENT} to "
+                     "get the same placeholders)\n")
+    return fresh.encode()
+
+
+def redact(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng).", metavar="FILE")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
+                                         "whole or not at all.", metavar="OUT")],
+    port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
+                                                   "(repeatable; default 11210).", metavar="PORT", min=1,
+                                                   max=65535)] = None,
+    salt_file: SaltFileOption = None,
+    keep_xattr: Annotated[list[str] | None, typer.Option(
+        "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.",
+        metavar="NAME")] = None,
+    keep_unparsed: Annotated[bool, typer.Option(
+        "--keep-unparsed", help="Keep what cannot be parsed at all instead of dropping it, as it is: frames on "
+        "other ports and not TCP, TLS connections.")] = False,
+    hash_names: Annotated[bool, typer.Option(
+        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, "
+        "manifests and cluster maps), by the salt.")] = False,
+    map_addresses: Annotated[bool, typer.Option(
+        "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same "
+        "subnet maps to the same subnet), by the salt.")] = False,
+    max_held_bytes: Annotated[int, typer.Option(
+        "--max-held-bytes", min=0, metavar="BYTES",
+        help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
+             f"unfinished bytes zeroed (default {DEFAULT_MAX_HELD_BYTES}: two of the largest packets).")]
+        = DEFAULT_MAX_HELD_BYTES,
+    dialect: DialectOption = DialectName.DCP,
+    collections: CollectionsOption = None,
+    max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
+    max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
+) -> None:
+    """Replace document keys, values, xattr values and secrets in a capture by same-length placeholders.
+
+    Every protocol fact stays: opcodes, vbuckets, seqnos, uuids, CAS, snapshots, failover logs, flags,
+    datatypes, statuses, timing and TCP behaviour. A summary goes to standard error.
+    """
+    env = env_of(ctx)
+    salt = salt_of(salt_file, env)
+    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names))
+    addresses = AddressMap(salt) if map_addresses else None
+    options = DecodeOptions(dialect_of(dialect), collections)
+    ports = frozenset(port or [11210])
+    def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
+        try:
+            return redact_capture(file, out, redactor, options, ports, keep_unparsed=keep_unparsed,
+                                  max_body_length=max_body_length, max_connections=max_connections,
+                                  max_held_bytes=max_held_bytes, addresses=addresses)
+        except (CaptureError, FileNotFoundError) as exc:
+            raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
+
+    try:
+        if output.exists() and not output.is_file():  # a device or a pipe: written in place, never replaced
+            with output.open("wb") as out:
+                summary, notices = run(out)
+        else:
+            summary, notices = _atomically(output, run)
+    except OSError as exc:
+        raise CommandError(f"{shown(str(output))}: {exc.strerror or exc}", ExitCode.INPUT) from None
+    for notice in notices:
+        env.stderr.write(f"dcpctl: redact: {shown(notice_diagnostic(notice).message)}\n")
+    env.stderr.write(summary_text(summary))
+
+
+def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[CaptureNotice]]]
+                ) -> tuple[Summary, list[CaptureNotice]]:
+    """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    try:
+        with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
+            done = run(out)
+        os.replace(temporary, output)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return done
+
+
+def summary_text(summary: Summary) -> str:
+    """The summary on standard error: what was replaced, what was left out and why."""
+    counts = summary.counts
+    lines = [f"redacted: {summary.frames_out} of {summary.frames_in} frames written, {summary.messages} messages",
+             f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
+             f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}, "
+             f"addresses {counts['addresses']}"]
+    if counts["snappy_replaced"]:
+        lines.append(f"  snappy values replaced by a same-length snappy placeholder (their JSON structure not "
+                     f"kept): {counts['snappy_replaced']}")
+    if counts["unparsed_bytes"]:
+        lines.append(f"  {counts['unparsed_bytes']} bytes of {counts['unparsed_connections']} connections "
+                     "overwritten: not parsed (a start the capture missed, a gap, garbage)")
+    if counts["truncated"]:
+        lines.append(f"  messages cut short by the capture, their bodies zeroed: {counts['truncated']}")
+    if counts["held_too_long"]:
+        lines.append(f"  frames written before their messages ended (--max-held-bytes), unfinished bytes zeroed: "
+                     f"{counts['held_too_long']}")
+    for reason, number in sorted(summary.dropped_connections.items()):
+        lines.append(f"  connections dropped: {number} ({reason})")
+    for reason, number in sorted(summary.dropped.items()):
+        lines.append(f"  frames dropped: {number} ({reason})")
+    return "".join(f"dcpctl: {line}\n" for line in lines)

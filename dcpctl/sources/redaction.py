@@ -1,0 +1,438 @@
+"""Redacting a capture file: frames in, the same frames out in the same order, their DCP bytes redacted.
+
+Theory of operation. Every frame of the input becomes an entry of one output queue, in input order. A frame
+that carries TCP payload of a decoded connection is *held*: its payload is a span of its direction's byte
+stream (``Reassembler.locate``), and it leaves the queue only when every byte of the span is final. Bytes
+become final when the direction's framer has moved past them: by then each message that covered them has
+been decoded (with the options its connection negotiated), redacted by the pure core
+(:class:`dcpctl.redact.core.Redactor`, same length) and written into the direction's *store* of final bytes.
+Bytes no message covered stay zero in the store: those before the first message of a connection whose
+start the capture missed and after a gap (the framer resynchronises on the first plausible header, as
+``decode`` does), garbage, the tail of a capture cut inside a message. The first message after such a skip
+is kept only if it decodes cleanly (else it is likely a document's bytes that look like a header: zeroed too).
+A frame's payload is then copied from the store (a retransmission gets the redacted copy
+of what it repeats; a retransmission older than the store's history gets zeros) and its checksums are
+recomputed.
+
+Invariants: frames come out in input order, with their capture times and link-layer headers; every payload
+byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames wait
+in the queue (past that, the oldest is written with the bytes final so far and the rest zero, counted as
+``held_too_long``). What cannot be parsed at all is dropped and counted by reason unless ``keep_unparsed``:
+frames that are not TCP to or from a decoded port, and TLS connections.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import BinaryIO, Final
+
+import pcapy
+
+from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
+from dcpctl.redact.address import AddressMap
+from dcpctl.redact.core import Redactor
+from dcpctl.sources.capture import CaptureDecoder
+from dcpctl.sources.pcap import (
+    IPV6_EXTENSIONS,
+    CaptureError,
+    CaptureNotice,
+    TcpSegment,
+    _network,
+    parse_any_frame,
+    read_segments,
+)
+from dcpctl.sources.pcapwriter import PcapWriter, _checksum
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, RECENT_BYTES, ConnectionId, Reassembler, StreamData, StreamEvent
+
+# Frames held in the output queue waiting for the messages they carry to end: room for two of the largest
+# messages the framer accepts, so a direction blocked on one big item never forces another's frames out.
+DEFAULT_MAX_HELD_BYTES: Final = 2 * DEFAULT_MAX_BODY_LENGTH + (1 << 20)
+# Final bytes kept per direction for retransmissions: as many as the reassembler compares copies against.
+HISTORY_BYTES: Final = RECENT_BYTES
+TCP: Final = 6
+UDP: Final = 17
+ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_IPV6: Final = 0x86DD
+# The output's snap length: the largest frame libpcap reads, so no frame of the input is cut again.
+OUTPUT_SNAPLEN: Final = 262144
+
+# Why frames were left out (the summary's words).
+NOT_TCP = "not TCP over IP"
+OTHER_PORT = "TCP on a port not decoded"
+TLS = "TLS (encrypted: cannot be redacted)"
+MALFORMED = "malformed frame"
+
+
+@dataclass(slots=True)
+class _Frame:
+    ts: float
+    data: bytearray
+    wire_length: int
+    held: int = 0  # spans of this frame's payload not final yet
+    drop: str | None = None  # why it is left out (unless keep_unparsed)
+    claimed: bool = False  # the reader kept it as a segment of a decoded port
+    changed: bool = False
+
+
+@dataclass(slots=True)
+class _Span:
+    frame: _Frame
+    at: int  # where the payload starts in the frame
+    start: int  # stream offset of its first byte
+    length: int
+
+
+@dataclass
+class _Stream:
+    spans: deque[_Span] = field(default_factory=deque)
+    store: bytearray = field(default_factory=bytearray)  # final bytes from stream offset ``base``
+    base: int = 0
+    resynced: bool = False  # the framer skipped bytes: its next message is checked before it is trusted
+
+
+@dataclass
+class _Conn:
+    label: str
+    drop: str | None = None
+    unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
+    streams: dict[bool, _Stream] = field(default_factory=lambda: {True: _Stream(), False: _Stream()})
+
+
+@dataclass
+class Summary:
+    """What redaction did: the core's counts, frames written and dropped by reason."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    dropped_connections: Counter[str] = field(default_factory=Counter)
+    frames_in: int = 0
+    frames_out: int = 0
+    messages: int = 0
+
+
+class CaptureRedactor:
+    """Feeds a capture's frames through reassembly, decoding and the core; writes the redacted frames."""
+
+    def __init__(self, redactor: Redactor, writer: PcapWriter, linktype: int, options: DecodeOptions,
+                 ports: frozenset[int], tls_ports: frozenset[int], *, keep_unparsed: bool = False,
+                 max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None) -> None:
+        self.redactor = redactor
+        self.addresses = addresses
+        self.writer = writer
+        self.linktype = linktype
+        self.ports = ports
+        self.tls_ports = tls_ports
+        self.keep_unparsed = keep_unparsed
+        self.max_held_bytes = max_held_bytes
+        self.reassembler = Reassembler(ports, max_connections=max_connections)
+        # plain items (most of a DCP capture) come to _plain read in place, not decoded into Messages
+        self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
+                                      items=lambda _label: self._plain)
+        self.queue: deque[_Frame] = deque()
+        self.queued_bytes = 0
+        self.conns: dict[ConnectionId, _Conn] = {}
+        self.labels: dict[str, ConnectionId] = {}
+        self.summary = Summary(counts=redactor.counts)
+        self._last: _Frame | None = None
+
+    # --- input ----------------------------------------------------------------------------------------
+    def tap(self, ts: float, data: bytes, wire_length: int) -> None:
+        """Every frame of the input, in order (the pcap reader's tap)."""
+        self._settle_last()
+        frame = _Frame(ts, bytearray(data), wire_length)
+        self.summary.frames_in += 1
+        self.queue.append(frame)
+        self.queued_bytes += len(data)
+        self._last = frame
+        self._flush()
+
+    def _settle_last(self) -> None:
+        """A frame the reader did not keep as a segment: say why it is left out."""
+        frame = self._last
+        if frame is None or frame.claimed:
+            return
+        parsed = parse_any_frame(self.linktype, bytes(frame.data), frame.wire_length, 0, frame.ts)
+        if parsed is None:
+            frame.drop = NOT_TCP
+        elif isinstance(parsed, str):
+            frame.drop = MALFORMED
+        elif parsed.src[1] in self.tls_ports or parsed.dst[1] in self.tls_ports:
+            frame.drop = TLS
+        else:
+            frame.drop = OTHER_PORT
+
+    def segment(self, seg: TcpSegment) -> None:
+        frame = self._last
+        assert frame is not None
+        frame.claimed = True
+        key, from_client, conn_id, offset = self.reassembler.locate(seg)
+        events = self.reassembler.push(seg)
+        if conn_id is None:  # a new connection: the one the events name (the newest for a reused 4-tuple)
+            named = [event.conn for event in events if event.conn.client == key[0] and event.conn.server == key[1]]
+            conn_id = max(named, key=lambda conn: conn.generation) if named else None
+        for event in events:
+            if isinstance(event, StreamEvent) and event.name in ("connection_open", "midstream"):
+                opened = self._conn(event.conn)
+                if event.name == "midstream":  # its first message may be found inside another's bytes
+                    for stream in opened.streams.values():
+                        stream.resynced = True
+        conn = self.conns.get(conn_id) if conn_id is not None else None
+        if conn is not None and conn.drop is not None:
+            frame.drop = conn.drop
+        if conn is not None and seg.payload:
+            stream = conn.streams[from_client]
+            stream.spans.append(_Span(frame, seg.payload_at, offset, len(seg.payload)))
+            frame.held += 1
+            end = offset + len(seg.payload)
+            if end > stream.base + len(stream.store):
+                stream.store.extend(bytes(end - stream.base - len(stream.store)))
+        for event in events:
+            self._event(event)
+        if conn is not None and conn_id in self.conns:
+            self._settle(conn_id, conn, from_client)
+        self._flush()
+
+    def _conn(self, conn_id: ConnectionId) -> _Conn:
+        found = self.conns.get(conn_id)
+        if found is None:
+            found = self.conns[conn_id] = _Conn(conn_id.label())
+            self.labels[found.label] = conn_id
+        return found
+
+    def _event(self, event: StreamData | StreamEvent) -> None:
+        for item in self.decoder.feed(event):
+            if isinstance(item, Message):
+                self._message(item)
+            elif isinstance(item, Skipped):
+                self._skipped(event.conn, item.length, event.from_client)
+        if isinstance(event, StreamEvent) and event.name == "gap" and event.from_client is not None:
+            conn = self.conns.get(event.conn)
+            if conn is not None:  # the framer resynchronises after a gap
+                conn.streams[event.from_client].resynced = True
+        if isinstance(event, StreamEvent) and event.name == "connection_end":
+            conn = self.conns.pop(event.conn, None)
+            if conn is not None:
+                self.labels.pop(conn.label, None)
+                for from_client in (True, False):
+                    self._settle(event.conn, conn, from_client, everything=True)
+
+    def _skipped(self, conn_id: ConnectionId, length: int, from_client: bool | None) -> None:
+        """Bytes the framer skipped (no message starts there): they stay zero in the store; counted."""
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.drop is not None or not length:
+            return
+        self.summary.counts["unparsed_bytes"] += length
+        if not conn.unparsed:
+            conn.unparsed = True
+            self.summary.counts["unparsed_connections"] += 1
+        if from_client is not None:
+            conn.streams[from_client].resynced = True
+
+    def _message(self, msg: Message) -> None:
+        context = msg.context
+        if context is None:
+            return
+        conn_id = self.labels.get(context[0]["connection"])
+        conn = self.conns.get(conn_id) if conn_id is not None else None
+        if conn is None or conn.drop is not None:
+            return
+        self.summary.messages += 1
+        stream = conn.streams[context[0]["direction"] == "client>server"]
+        if stream.resynced:
+            stream.resynced = False
+            if msg.variant is None or decode(msg.raw, msg.offset, msg.options).diagnostics:
+                # the first header found after a skip does not decode cleanly: likely bytes of a document
+                # that look like a header, so none of it is kept
+                assert conn_id is not None
+                self._skipped(conn_id, len(msg.raw), None)
+                return
+        self._store(stream, msg.offset, self.redactor.message(msg))
+
+    def _plain(self, item: PlainItem, offset: int, _ts: float, label: str, _frames: list[int],
+               _vbucket: int | None, _tracker: ConnectionTracker, buf: bytes) -> None:
+        """A plain item of a server's direction, read in place by the decoder's compiled item reader."""
+        conn_id = self.labels.get(label)
+        conn = self.conns.get(conn_id) if conn_id is not None else None
+        if conn is None or conn.drop is not None:
+            return
+        self.summary.messages += 1
+        end, header = item[0], item[1]
+        start = end - HEADER_LENGTH - header[6]  # the header's total body length
+        key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
+        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], item[6] is not None)
+        self._store(conn.streams[False], offset, data)
+
+    def _store(self, stream: _Stream, offset: int, data: bytes) -> None:
+        """A message's redacted bytes into its direction's store of final bytes."""
+        at = offset - stream.base
+        if at < 0:  # older than the history kept (cannot happen while spans wait for it): the rest only
+            data, at = data[-at:], 0
+        end = at + len(data)
+        if end > len(stream.store):
+            stream.store.extend(bytes(end - len(stream.store)))
+        stream.store[at:end] = data
+
+    def _settle(self, conn_id: ConnectionId, conn: _Conn, from_client: bool, everything: bool = False) -> None:
+        """Write back the spans whose bytes are final (all of them when the connection ended)."""
+        stream = conn.streams[from_client]
+        state = self.decoder.connections.get(conn_id)
+        if state is not None and state.tls and conn.drop is None:
+            conn.drop = TLS
+            self.summary.dropped_connections[TLS] += 1
+        if everything or state is None or conn.drop is not None:
+            final = None
+        else:
+            final = state.directions[from_client].framer.offset
+        spans = stream.spans
+        while spans and (final is None or spans[0].start + spans[0].length <= final):
+            self._write_back(stream, spans.popleft(), conn.drop)
+        # keep the history retransmissions may repeat, and whatever a waiting span still needs
+        keep_from = min(spans[0].start if spans else stream.base + len(stream.store),
+                        stream.base + len(stream.store) - HISTORY_BYTES)
+        if keep_from - stream.base > 2 * HISTORY_BYTES:
+            del stream.store[:keep_from - stream.base]
+            stream.base = keep_from
+
+    def _write_back(self, stream: _Stream, span: _Span, drop: str | None) -> None:
+        frame = span.frame
+        frame.held -= 1
+        if drop is not None:
+            frame.drop = drop
+            if self.keep_unparsed:
+                return
+        start = span.start - stream.base
+        data = bytes(max(0, -start)) + stream.store[max(0, start):start + span.length]
+        data = data[:span.length].ljust(span.length, b"\x00")
+        if frame.data[span.at:span.at + span.length] != data:
+            frame.data[span.at:span.at + span.length] = data
+            frame.changed = True
+
+    # --- output ---------------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        queue = self.queue
+        while queue and (queue[0].held == 0 or self.queued_bytes > self.max_held_bytes):
+            if queue[0] is self._last and not queue[0].claimed:
+                return  # the reader may still claim it
+            frame = queue.popleft()
+            self.queued_bytes -= len(frame.data)
+            if frame.held:
+                self.summary.counts["held_too_long"] += 1
+                self._force(frame)
+            self._output(frame)
+
+    def _force(self, frame: _Frame) -> None:
+        """A frame out before its bytes are final: what is final is written, the rest zeroed."""
+        for conn in self.conns.values():
+            for stream in conn.streams.values():
+                kept = deque(span for span in stream.spans if span.frame is not frame)
+                for span in stream.spans:
+                    if span.frame is frame:
+                        self._write_back(stream, span, conn.drop)
+                stream.spans = kept
+
+    def _output(self, frame: _Frame) -> None:
+        if frame.drop is not None and not self.keep_unparsed:
+            self.summary.dropped[frame.drop] += 1
+            return
+        if frame.changed or self.addresses is not None:
+            rewrite_headers(self.linktype, frame.data, self.addresses)
+        self.writer.write(frame.ts, bytes(frame.data), frame.wire_length)
+        self.summary.frames_out += 1
+
+    def finish(self) -> None:
+        self._settle_last()
+        for event in self.reassembler.flush():
+            self._event(event)
+        for conn_id in list(self.decoder.connections):  # ended here, so their tails are told by connection
+            self._event(StreamEvent(conn_id, None, 0.0, 0, "connection_end", "end of the capture"))
+        for item in self.decoder.finish():
+            if isinstance(item, Message):
+                self._message(item)
+        for conn_id, conn in list(self.conns.items()):
+            for from_client in (True, False):
+                self._settle(conn_id, conn, from_client, everything=True)
+        self.conns.clear()
+        self._last = None
+        self.max_held_bytes = -1  # everything out
+        self._flush()
+        if self.addresses is not None:
+            self.summary.counts["addresses"] = self.addresses.mapped
+
+
+def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None) -> None:
+    """Map a frame's IP addresses (when asked) and recompute its checksums: the IPv4 header's, and the TCP or
+    UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length keeps its transport
+    checksum: its bytes are not all there to sum."""
+    network = _network(linktype, bytes(data[:64]))
+    if network is None:
+        return
+    ethertype, offset = network
+    if ethertype == ETHERTYPE_IPV4 and len(data) >= offset + 20:
+        ihl = data[offset] % 16 * 4  # the IPv4 header length nibble, in words
+        total = struct.unpack_from("!H", data, offset + 2)[0]
+        if addresses is not None:
+            data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
+            data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
+            data[offset + 10:offset + 12] = b"\x00\x00"
+            data[offset + 10:offset + 12] = struct.pack("!H", _checksum(bytes(data[offset:offset + ihl])))
+        protocol, transport_at, end = data[offset + 9], offset + ihl, offset + total
+        pseudo = bytes(data[offset + 12:offset + 20]) + struct.pack("!xBH", protocol, end - transport_at)
+        if struct.unpack_from("!H", data, offset + 6)[0] & 0x1FFF:
+            return  # a later fragment: no transport header in it
+    elif ethertype == ETHERTYPE_IPV6 and len(data) >= offset + 40:
+        if addresses is not None:
+            data[offset + 8:offset + 24] = addresses(bytes(data[offset + 8:offset + 24]))
+            data[offset + 24:offset + 40] = addresses(bytes(data[offset + 24:offset + 40]))
+        payload_length = struct.unpack_from("!H", data, offset + 4)[0]
+        protocol, transport_at, end = data[offset + 6], offset + 40, offset + 40 + payload_length
+        while protocol in IPV6_EXTENSIONS and transport_at + 8 <= len(data):
+            protocol, transport_at = data[transport_at], transport_at + (data[transport_at + 1] + 1) * 8
+        pseudo = bytes(data[offset + 8:offset + 40]) + struct.pack("!IxxxB", end - transport_at, protocol)
+    else:
+        return
+    at = {TCP: 16, UDP: 6}.get(protocol)
+    if at is None or end > len(data) or transport_at + at + 2 > end:
+        return
+    if protocol == UDP and data[transport_at + 6:transport_at + 8] == b"\x00\x00":
+        return  # an IPv4 UDP datagram without a checksum
+    data[transport_at + at:transport_at + at + 2] = b"\x00\x00"
+    check = _checksum(pseudo + bytes(data[transport_at:end]))
+    data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
+
+
+def capture_linktype(path: str) -> int:
+    """The link type of a capture file, as libpcap reads it."""
+    try:
+        reader = pcapy.open_offline(path)
+    except pcapy.PcapError as exc:
+        if "No such file" in str(exc):
+            raise FileNotFoundError("no such file") from None
+        raise CaptureError(f"not a pcap or pcapng capture ({exc})") from None
+    return int(reader.datalink())
+
+
+def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
+                   tls_ports: frozenset[int] = frozenset({11207}), *, keep_unparsed: bool = False,
+                   max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None
+                   ) -> tuple[Summary, list[CaptureNotice]]:
+    """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
+    the reader's notices (a damaged file, a TLS port: each kind once, so few)."""
+    linktype = capture_linktype(path)
+    writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
+    engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
+                             max_body_length=max_body_length, max_connections=max_connections,
+                             max_held_bytes=max_held_bytes, addresses=addresses)
+    notices: list[CaptureNotice] = []
+    for item in read_segments(path, ports, tls_ports, tap=engine.tap):
+        if isinstance(item, TcpSegment):
+            engine.segment(item)
+        else:
+            notices.append(item)
+    engine.finish()
+    return engine.summary, notices

@@ -1,0 +1,625 @@
+"""``dcpctl redact`` on every capture the suite has: decode of input and output agree field by field apart
+from the redacted fields, no key, value or password of the input is left in the output (whole, or across
+segment boundaries), and tshark reads the output as cleanly as the input."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import stat
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from capturekit import session_packets, write_capture
+from servekit import peer
+from vectorfile import all_vectors
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.protocol import build
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, RESPONSE_MAGICS, Opcode
+from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.registry import KeyKind, ValueKind
+from dcpctl.render.env import Environment
+from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.pcap import TcpSegment, read_segments
+from dcpctl.sources.pcapwriter import LINKTYPE_LINUX_SLL, LINKTYPE_NULL, LINKTYPE_RAW, PcapWriter, TcpConversation
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+REAL = ROOT / "tests" / "vectors" / "real"  # ../shared/captures/real/gomemcached, copied into the suite
+# Fields a redaction may change: the document's key and value (and their encodings), xattr values, a SASL
+# value, the compressed form of a value; nothing else of a record.
+REDACTED_FIELDS = {"key", "key_encoding", "value", "value_encoding", "value_compressed", "xattrs"}
+PASSWORD = b"correct horse battery staple"
+SALT = "a salt for the tests"
+# Byte strings shorter than this occur by chance in any capture (a 4-byte key "name" is also a JSON name)
+MIN_SECRET_LENGTH = 8
+DATA_KEYS = {KeyKind.DOCUMENT, KeyKind.RAW}
+DATA_VALUES = {ValueKind.DOCUMENT, ValueKind.SECRET, ValueKind.RAW}
+
+
+class Run:
+    def __init__(self, args: list[str]) -> None:
+        self.out = io.StringIO()
+        self.err = io.StringIO()
+        env = Environment(stdout=self.out, stderr=self.err, stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False, width=160)
+        self.code = main(args, env)
+
+
+def _hello_collections() -> list[tuple[bool, bytes]]:
+    """The sample session's HELLO and its answer: Collections negotiated, so keys carry their prefix."""
+    return session_packets()[:2]
+
+
+def _vector_packets(collections: bool | None) -> list[tuple[bool, bytes]]:
+    out = []
+    for vector in all_vectors():
+        if vector.dialect != "dcp" or vector.lenient or vector.collections != collections:
+            continue
+        if len(vector.data) < 24 or len(vector.data) != 24 + struct.unpack_from(">I", vector.data, 8)[0]:
+            continue
+        out.append((vector.data[0] not in RESPONSE_MAGICS, vector.data))
+    return out
+
+
+def _real_packets() -> list[tuple[bool, bytes]]:
+    """gomemcached's packets captured from a server (see SOURCES.md), the snappy mutation among them."""
+    packets = [(False, (REAL / f"header.{name}.bin").read_bytes() + (REAL / f"body.{name}.bin").read_bytes())
+               for name in ("0x56", "0x57", "0x5f")]
+    for name in sorted((REAL / "client").glob("*.json")):
+        request = json.loads(name.read_text())
+        extras, key, body = (base64.b64decode(request.get(field) or "") for field in ("Extras", "Key", "Body"))
+        packets.append((False, _packet(request, extras, key, body)))
+    return packets
+
+
+def _packet(request: dict[str, object], extras: bytes, key: bytes, body: bytes) -> bytes:
+    """A request as gomemcached's MCRequest JSON holds it (opcode, extras, key and body given as bytes)."""
+    header = struct.pack(">BBHBBHIIQ", 0x80, int(request["Opcode"]), len(key), len(extras),  # type: ignore[call-overload]
+                         int(request.get("DataType", 0)), int(request.get("VBucket", 0)),  # type: ignore[call-overload]
+                         len(extras) + len(key) + len(body), int(request.get("Opaque", 0)),  # type: ignore[call-overload]
+                         int(request.get("Cas", 0)))  # type: ignore[call-overload]
+    return header + extras + key + body
+
+
+def _sasl_packets() -> list[tuple[bool, bytes]]:
+    return [(True, build.request(Opcode.SASL_AUTH, key=b"PLAIN", value=b"\x00someuser\x00" + PASSWORD)),
+            (False, build.response(Opcode.SASL_AUTH, value=b"Authenticated")),
+            (True, build.request(Opcode.SELECT_BUCKET, key=b"travel-sample"))]
+
+
+def _snappy_packets() -> list[tuple[bool, bytes]]:
+    import cramjam  # noqa: PLC0415
+
+    document = json.dumps({"name": "Snappy Secret Airways", "callsign": "SNAPPYSECRET",
+                           "fleet": ["aircraft one", "aircraft two"] * 8}).encode()
+    compressed = bytes(cramjam.snappy.compress_raw(document))
+    return [(False, build.request(Opcode.DCP_MUTATION, key=b"snappy_document_key", datatype=DATATYPE_JSON
+                                  | DATATYPE_SNAPPY, value=compressed, by_seqno=7, rev_seqno=1, flags=0, expiration=0,
+                                  lock_time=0, nmeta=0, nru=0))]
+
+
+def captures(directory: Path) -> Iterator[tuple[str, Path]]:
+    """Every capture of the suite, written as files: the sample, its link-type and segmenting variants, the
+    golden vectors, the real packets, a SASL exchange and a snappy document."""
+    yield "sample", SAMPLE
+    session = session_packets()
+    variants = {
+        "sample-segments-of-7": write_capture(session, segment_size=7),
+        "sample-sll": write_capture(session, linktype=LINKTYPE_LINUX_SLL),
+        "sample-raw-ipv6": write_capture(session, linktype=LINKTYPE_RAW, client=("2001:db8::1", 50123),
+                                         server=("2001:db8::2", 11210)),
+        "sample-null": write_capture(session, linktype=LINKTYPE_NULL),
+        "sample-vlan": write_capture(session, vlan=42),
+        "vectors": write_capture(_vector_packets(None)),
+        "vectors-collections": write_capture(_hello_collections() + _vector_packets(True)),
+        "real": write_capture(_hello_collections() + _real_packets(), segment_size=50),
+        "sasl": write_capture(_sasl_packets(), segment_size=5),
+        "snappy": write_capture(_snappy_packets()),
+    }
+    for name, data in variants.items():
+        path = directory / f"{name}.pcap"
+        path.write_bytes(data)
+        yield name, path
+    pcapng = directory / "sample.pcapng"
+    subprocess.run([peer("editcap"), "-F", "pcapng", str(SAMPLE), str(pcapng)], check=True, capture_output=True)
+    yield "sample-pcapng", pcapng
+
+
+def _messages(path: Path) -> list[Message]:
+    return [item for item in decode_segments(read_segments(str(path)), DecodeOptions(show_secrets=True),
+                                             frozenset({11210})) if isinstance(item, Message)]
+
+
+def _decoded(path: Path) -> list[dict[str, object]]:
+    return _decoded_on(path, 11210)
+
+
+def _decoded_on(path: Path, port: int) -> list[dict[str, object]]:
+    run = Run(["decode", "--format", "jsonl", "--jobs", "1", "--port", str(port), str(path)])
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    return [json.loads(line) for line in run.out.getvalue().splitlines()]
+
+
+def _redact(source: Path, out: Path, *extra: str) -> Run:
+    salt = out.parent / "salt"
+    salt.write_text(SALT)
+    return Run(["redact", str(source), "-o", str(out), "--salt-file", str(salt), *extra])
+
+
+def _streams(path: Path) -> list[bytes]:
+    return _streams_on(path, 11210)
+
+
+def _streams_on(path: Path, port: int) -> list[bytes]:
+    """Each direction's TCP payload joined in order: what a search across segment boundaries looks at."""
+    streams: dict[tuple[object, object], bytearray] = {}
+    for item in read_segments(str(path), frozenset({port})):
+        if isinstance(item, TcpSegment):
+            streams.setdefault((item.src, item.dst), bytearray()).extend(item.payload)
+    return [bytes(stream) for stream in streams.values()]
+
+
+@pytest.fixture(scope="module")
+def redacted(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
+    directory = tmp_path_factory.mktemp("redact")
+    out = []
+    for name, path in captures(directory):
+        target = directory / f"{name}.redacted.pcap"
+        out.append((name, path, target, _redact(path, target)))
+    return out
+
+
+def test_every_capture_redacts_with_exit_0(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, _, target, run in redacted:
+        assert run.code == ExitCode.OK, (name, run.err.getvalue())
+        assert target.exists(), name
+        assert "Traceback" not in run.err.getvalue()
+
+
+def test_decode_agrees_field_by_field(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, source, target, _ in redacted:
+        before, after = _decoded(source), _decoded(target)
+        assert len(before) == len(after), name
+        assert before, name
+        for old, new in zip(before, after, strict=True):
+            changed = list(_differences(old, new, ()))
+            # the same diagnostics at the same bytes; a malformed value's message may quote what it found
+            assert [(d["name"], d.get("offset"), d.get("length")) for d in old["diagnostics"]] == \
+                [(d["name"], d.get("offset"), d.get("length")) for d in new["diagnostics"]], (name, old, new)
+            changed = [path for path in changed if path != ("diagnostics", "message")]
+            assert all(_redactable(path) for path in changed), (name, old.get("opcode"), changed)
+            if "key" in old and old.get("key_encoding") == new.get("key_encoding"):
+                assert len(str(old["key"])) == len(str(new["key"])), (name, old["key"], new["key"])
+            if "xattrs" in old:
+                assert [x["key"] for x in old["xattrs"]] == [x["key"] for x in new["xattrs"]]  # type: ignore[union-attr]
+
+
+def _differences(old: object, new: object, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """Paths of the leaves that differ (list indexes left out of the path)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for field in old.keys() | new.keys():
+            yield from _differences(old.get(field), new.get(field), (*path, field))
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for one, other in zip(old, new, strict=True):
+            yield from _differences(one, other, path)
+    elif old != new:
+        yield path
+
+
+def _redactable(path: tuple[str, ...]) -> bool:
+    """A redacted field: a record's key or value (and their encodings), an xattr's value, a value
+    grammar's key or value (a subdocument spec's), the compressed form of a value."""
+    if path[0] in REDACTED_FIELDS - {"xattrs"} or path == ("xattrs", "value"):
+        return True
+    return len(path) > 1 and path[-1] in {"key", "value", "value_encoding", "key_encoding"}
+
+
+def test_no_key_value_or_password_left(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, source, target, _ in redacted:
+        secrets = {PASSWORD}
+        for msg in _messages(source):
+            record = msg.record()
+            # names and protocol vocabulary (a bucket, a control key, a cluster map) are kept on purpose
+            fields = [field for field, data in (("key", msg.variant is None or msg.variant.key in DATA_KEYS),
+                                                ("value", msg.variant is None or msg.variant.value in DATA_VALUES
+                                                 or msg.opcode_name.startswith("SUBDOC_"))) if data]
+            for field in fields:
+                text = record.get(field)
+                if isinstance(text, str) and record.get(f"{field}_encoding") != "hex" and \
+                        len(text.encode()) >= MIN_SECRET_LENGTH:
+                    secrets.add(text.encode())
+            for xattr in record.get("xattrs") or ():
+                if len(xattr["value"]) >= MIN_SECRET_LENGTH:
+                    secrets.add(xattr["value"].encode())
+        output = target.read_bytes()
+        streams = _streams(target)
+        for secret in secrets:
+            assert secret not in output, (name, secret)
+            assert not any(secret in stream for stream in streams), (name, secret)
+
+
+def test_no_string_of_a_document_left(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    """Inside JSON (names kept) and inside snappy: no string value of a document survives."""
+    for name, source, target, _ in redacted:
+        strings: set[bytes] = set()
+        for msg in _messages(source):
+            record = msg.record()
+            if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
+                continue
+            try:
+                document = json.loads(str(record["value"]))
+            except ValueError:
+                continue
+            strings.update(s.encode() for s in _json_strings(document) if len(s) >= MIN_SECRET_LENGTH)
+        if not strings:
+            continue
+        inflated = [json.dumps(r.get("value")).encode() for r in _decoded(target)]
+        for secret in strings:
+            assert not any(secret in stream for stream in _streams(target)), (name, secret)
+            assert not any(secret in value for value in inflated), (name, secret)
+
+
+def _json_strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _json_strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _json_strings(item)
+
+
+def _expert(path: Path) -> tuple[str, str]:
+    tshark = peer("tshark")
+    done = subprocess.run([tshark, "-r", str(path), "-q", "-z", "expert,warn", "-o", "tcp.check_checksum:TRUE"],
+                          capture_output=True, text=True, check=False, timeout=60)
+    lines = [line for line in done.stdout.splitlines() if line.strip() and "Running as user" not in line]
+    malformed = subprocess.run([tshark, "-r", str(path), "-Y", "_ws.malformed or tcp.checksum.status == 0 or "
+                                "ip.checksum.status == 0"], capture_output=True, text=True, check=False, timeout=60)
+    return "\n".join(lines), malformed.stdout
+
+
+@pytest.mark.peer
+def test_tshark_reads_the_output_as_cleanly_as_the_input(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, source, target, _ in redacted:
+        (expert_in, malformed_in), (expert_out, malformed_out) = _expert(source), _expert(target)
+        assert malformed_out.count("\n") <= malformed_in.count("\n"), (name, malformed_out)
+        assert _warnings(expert_out) <= _warnings(expert_in), (name, expert_in, expert_out)
+
+
+def _warnings(expert: str) -> int:
+    """The number of warnings and errors in tshark's expert summary (the Frequency column)."""
+    total = 0
+    for line in expert.splitlines():
+        words = line.split()
+        if words and words[0].isdigit():
+            total += int(words[0])
+    return total
+
+
+def test_the_same_salt_gives_the_same_placeholders(tmp_path: Path) -> None:
+    first, second = tmp_path / "one.pcap", tmp_path / "two.pcap"
+    assert _redact(SAMPLE, first).code == ExitCode.OK
+    assert _redact(SAMPLE, second).code == ExitCode.OK
+    assert first.read_bytes() == second.read_bytes()
+    os.environ["DCPCTL_REDACT_SALT"] = SALT
+    try:
+        third = tmp_path / "three.pcap"
+        run = Run(["redact", str(SAMPLE), "-o", str(third)])
+        assert run.code == ExitCode.OK
+        assert "salt" not in run.err.getvalue().splitlines()[0]
+    finally:
+        del os.environ["DCPCTL_REDACT_SALT"]
+    assert third.read_bytes() == first.read_bytes()
+
+
+def test_a_random_salt_is_printed_once(tmp_path: Path) -> None:
+    run = Run(["redact", str(SAMPLE), "-o", str(tmp_path / "out.pcap")])
+    assert run.code == ExitCode.OK
+    salts = [line for line in run.err.getvalue().splitlines() if "salt" in line]
+    assert len(salts) == 1
+    salt = salts[0].split("salt ")[1].split()[0]
+    again = tmp_path / "again.pcap"
+    (tmp_path / "salt").write_text(salt + "\n")
+    assert Run(["redact", str(SAMPLE), "-o", str(again), "--salt-file", str(tmp_path / "salt")]).code == ExitCode.OK
+    assert again.read_bytes() == (tmp_path / "out.pcap").read_bytes()
+
+
+def test_the_summary_counts_what_changed(tmp_path: Path) -> None:
+    source = tmp_path / "sasl.pcap"
+    source.write_bytes(write_capture(session_packets() + _sasl_packets()))
+    run = _redact(source, tmp_path / "out.pcap")
+    err = run.err.getvalue()
+    assert run.code == ExitCode.OK
+    assert "keys 3, values 2, xattr values 1, SASL values 2, user agents 1" in err
+    assert "dropped" not in err
+
+
+def _frames(data: bytes) -> tuple[bytes, list[bytes]]:
+    """A classic pcap file's global header and its records (each with its record header)."""
+    header, records, at = data[:24], [], 24
+    while at < len(data):
+        length = struct.unpack_from("<I", data, at + 8)[0]
+        records.append(data[at:at + 16 + length])
+        at += 16 + length
+    return header, records
+
+
+def _cut(directory: Path) -> tuple[Path, Path]:
+    """The sample session in 20-byte segments, and the same capture without its first frames: the
+    handshake, and each direction's first messages up to the middle of the first mutation's key."""
+    packets = session_packets()
+    whole = directory / "whole.pcap"
+    whole.write_bytes(write_capture(packets, segment_size=20))
+    header, records = _frames(whole.read_bytes())
+    server_bytes = 0
+    for from_client, data in packets:
+        if not from_client and data[1] == Opcode.DCP_MUTATION:
+            break
+        server_bytes += 0 if from_client else len(data)
+    cut_at = server_bytes + 24 + 31 + 3  # header, extras, 3 bytes of the key (a payload's first 20 bytes)
+    seen, index = 0, 0
+    while seen <= cut_at:  # up to the first server frame holding the key's cut
+        record = records[index]
+        if struct.unpack_from(">H", record, 16 + 14 + 20)[0] == 11210 and len(record) > 16 + 54:
+            seen += len(record) - 16 - 54
+        index += 1
+    index -= 1
+    cut = directory / "cut.pcap"
+    cut.write_bytes(header + b"".join(records[index:]))
+    return whole, cut
+
+
+def test_a_connection_cut_mid_message_is_resynchronised_and_redacted(tmp_path: Path) -> None:
+    whole, cut = _cut(tmp_path)
+    kept = _decoded(cut)
+    assert "DCP_MUTATION" in [r["opcode"] for r in kept]  # decode resynchronises after the cut mutation
+    run = _redact(cut, tmp_path / "out.pcap")
+    err = run.err.getvalue()
+    assert run.code == ExitCode.OK, err
+    assert "dropped" not in err
+    assert " bytes of 1 connections overwritten: not parsed" in err
+    assert int(err.split(" bytes of 1 connections")[0].rsplit(" ", 1)[1]) > 0
+    records = _decoded(tmp_path / "out.pcap")
+    assert [(r["opcode"], r.get("by_seqno")) for r in records] == [(r["opcode"], r.get("by_seqno")) for r in kept]
+    secrets = set()
+    for msg in _messages(whole):
+        for field in ("key", "value"):
+            text = msg.record().get(field)
+            kind = msg.variant.key if field == "key" else msg.variant.value if msg.variant else None
+            if isinstance(text, str) and kind in DATA_KEYS | DATA_VALUES and len(text) >= MIN_SECRET_LENGTH:
+                secrets |= {text.encode(), text.encode()[-MIN_SECRET_LENGTH:]}  # whole, or the tail a cut leaves
+    assert b"airline_10" in secrets
+    output, streams = (tmp_path / "out.pcap").read_bytes(), _streams(tmp_path / "out.pcap")
+    for secret in secrets:
+        assert secret not in output, secret
+        assert not any(secret in stream for stream in streams), secret
+    assert any(secret in stream for stream in _streams(cut) for secret in secrets)  # the cut input had them
+
+
+def test_tls_and_other_traffic_are_dropped_unless_kept(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    tls = TcpConversation(writer, client=("10.0.0.1", 40000))
+    tls.handshake()
+    tls.send(True, bytes.fromhex("160301003c01000038") + b"secret client hello".ljust(56, b"\x00"))
+    web = TcpConversation(writer, client=("10.0.0.1", 40001), server=("10.0.0.2", 8091))
+    web.handshake()
+    web.send(True, b"GET /pools/default HTTP/1.1\r\nAuthorization: Basic c2VjcmV0\r\n\r\n")
+    source = tmp_path / "mixed.pcap"
+    source.write_bytes(out.getvalue())
+    run = _redact(source, tmp_path / "out.pcap")
+    err = run.err.getvalue()
+    assert run.code == ExitCode.OK
+    assert "frames dropped: 4 (TCP on a port not decoded)" in err
+    assert "(TLS (encrypted: cannot be redacted))" in err
+    assert b"Authorization" not in (tmp_path / "out.pcap").read_bytes()
+    assert b"secret client hello" not in (tmp_path / "out.pcap").read_bytes()
+    kept = _redact(source, tmp_path / "kept.pcap", "--keep-unparsed")
+    assert kept.code == ExitCode.OK
+    assert b"Authorization" in (tmp_path / "kept.pcap").read_bytes()
+
+
+def test_a_retransmission_carries_the_redacted_copy(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer)
+    conversation.handshake()
+    packets = session_packets()
+    for from_client, data in packets:
+        at = conversation.position(from_client)
+        conversation.send(from_client, data)
+        conversation.segment(from_client, data, offset=at)  # the same bytes again
+    source = tmp_path / "retransmitted.pcap"
+    source.write_bytes(out.getvalue())
+    target = tmp_path / "out.pcap"
+    assert _redact(source, target).code == ExitCode.OK
+    assert b"airline_10" not in target.read_bytes()
+    assert b"40-Mile Air" not in target.read_bytes()
+    assert len(_decoded(target)) == len(_decoded(source))
+
+
+def test_bad_input_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    (tmp_path / "salt").write_bytes(bytes(5000))
+    big = Run(["redact", str(SAMPLE), "-o", str(tmp_path / "out.pcap"), "--salt-file", str(tmp_path / "salt")])
+    assert big.code == ExitCode.USAGE  # a capture given by mistake is no salt
+    (tmp_path / "salt").write_text(SALT)
+    missing = Run(["redact", str(tmp_path / "nothing.pcap"), "-o", str(tmp_path / "out.pcap"),
+                   "--salt-file", str(tmp_path / "salt")])
+    assert missing.code == ExitCode.INPUT
+    assert missing.err.getvalue().count("\n") == 1
+    assert missing.err.getvalue().startswith("dcpctl: error:")
+    assert not (tmp_path / "out.pcap").exists()
+    assert list(tmp_path.iterdir()) == [tmp_path / "salt"]  # no temporary file left
+    text = tmp_path / "text.pcap"
+    text.write_text("not a capture\n")
+    assert Run(["redact", str(text), "-o", str(tmp_path / "out.pcap"), "--salt-file",
+                str(tmp_path / "salt")]).code == ExitCode.INPUT
+    unwritable = Run(["redact", str(SAMPLE), "-o", str(tmp_path / "no" / "out.pcap"), "--salt-file",
+                      str(tmp_path / "salt")])
+    assert unwritable.code == ExitCode.INPUT
+    assert unwritable.err.getvalue().startswith("dcpctl: error:")
+
+
+def test_a_full_disk_is_an_error_and_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "salt").write_text(SALT)
+    run = Run(["redact", str(SAMPLE), "-o", "/dev/full", "--salt-file", str(tmp_path / "salt")])
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written to, never replaced by a file
+    assert run.code == ExitCode.INPUT
+    assert run.err.getvalue().startswith("dcpctl: error:")
+
+
+def _two_clients(directory: Path) -> Path:
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    for client in ("10.1.2.3", "10.1.2.4", "192.168.7.9"):
+        conversation = TcpConversation(writer, client=(client, 50123), server=("10.1.2.200", 11210))
+        conversation.handshake()
+        for from_client, data in session_packets():
+            conversation.send(from_client, data)
+        conversation.close()
+    path = directory / "clients.pcap"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+def _hosts(path: Path) -> list[tuple[str, str]]:
+    hosts = [(item.src[0], item.dst[0]) for item in read_segments(str(path))
+             if isinstance(item, TcpSegment) and item.dst[1] == 11210]
+    return list(dict.fromkeys(hosts))
+
+
+def test_map_addresses_is_consistent_and_prefix_preserving(tmp_path: Path) -> None:
+    import ipaddress  # noqa: PLC0415
+
+    source = _two_clients(tmp_path)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--map-addresses")
+    assert run.code == ExitCode.OK
+    assert "addresses 4" in run.err.getvalue()
+    before, after = _hosts(source), _hosts(target)
+    assert len(after) == 3
+    assert not {a for pair in after for a in pair} & {a for pair in before for a in pair}
+    old = [int(ipaddress.ip_address(a)) for pair in before for a in pair]
+    new = [int(ipaddress.ip_address(a)) for pair in after for a in pair]
+    for i, (a, x) in enumerate(zip(old, new, strict=True)):  # the common prefix of every pair is kept exactly
+        for b, y in zip(old[i + 1:], new[i + 1:], strict=True):
+            assert 32 - (a ^ b).bit_length() == 32 - (x ^ y).bit_length()
+    assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
+    again = tmp_path / "again.pcap"
+    assert _redact(source, again, "--map-addresses").code == ExitCode.OK
+    assert _hosts(again) == after
+    (expert_in, malformed_in), (expert_out, malformed_out) = _expert(source), _expert(target)
+    assert malformed_out.count("\n") <= malformed_in.count("\n")  # IP and TCP checksums are right
+    assert _warnings(expert_out) <= _warnings(expert_in)
+
+
+def test_ipv6_addresses_are_mapped_with_correct_checksums(tmp_path: Path) -> None:
+    source = tmp_path / "v6.pcap"
+    source.write_bytes(write_capture(session_packets(), linktype=LINKTYPE_RAW, client=("2001:db8::1", 50123),
+                                     server=("2001:db8::2", 11210)))
+    target = tmp_path / "out.pcap"
+    assert _redact(source, target, "--map-addresses").code == ExitCode.OK
+    (new_client, new_server), = _hosts(target)
+    assert new_client != "2001:db8::1"
+    assert new_client.split(":")[:4] == new_server.split(":")[:4]  # the shared /64 stays shared
+    _, malformed = _expert(target)
+    assert malformed == ""
+
+
+def test_hash_names_hashes_bucket_and_collection_names(tmp_path: Path) -> None:
+    source = tmp_path / "names.pcap"
+    source.write_bytes(write_capture([*_sasl_packets(), (True, build.request(Opcode.COLLECTIONS_GET_ID,
+                                                                             key=b"inventory.airline"))]))
+    kept, hashed = tmp_path / "kept.pcap", tmp_path / "hashed.pcap"
+    assert _redact(source, kept).code == ExitCode.OK
+    run = _redact(source, hashed, "--hash-names")
+    assert run.code == ExitCode.OK
+    assert b"travel-sample" in kept.read_bytes()
+    assert b"travel-sample" not in hashed.read_bytes()
+    assert b"inventory" not in hashed.read_bytes()
+    assert "names 2" in run.err.getvalue()
+    keys = [r.get("key") for r in _decoded(hashed)]
+    assert any(isinstance(k, str) and k.count(".") == 1 and len(k) == len("inventory.airline") for k in keys)
+
+
+def _big_document(directory: Path, cut: int | None = None) -> tuple[Path, bytes]:
+    document = b'{"blob":"' + b"confidential " * 80_000 + b'"}'
+    packet = build.request(Opcode.DCP_MUTATION, key=b"big_secret_document", value=document,
+                           datatype=DATATYPE_JSON, by_seqno=1, rev_seqno=1, flags=0, expiration=0, lock_time=0,
+                           nmeta=0, nru=0)
+    packets = [(False, packet if cut is None else packet[:cut])]
+    path = directory / "big.pcap"
+    path.write_bytes(write_capture(packets, segment_size=1448))
+    return path, document
+
+
+def test_frames_held_past_the_limit_go_out_zeroed(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--max-held-bytes", "100000")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "frames written before their messages ended (--max-held-bytes)" in run.err.getvalue()
+    data = target.read_bytes()
+    assert b"confidential" not in data
+    assert b"big_secret_document" not in data
+    # every frame is there with its length: the message's bytes written before it ended are zeros
+    assert [len(stream) for stream in _streams(target)] == [len(stream) for stream in _streams(source)]
+
+
+def test_a_message_the_capture_ends_inside_is_zeroed(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path, cut=50_000)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target)
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "messages cut short by the capture, their bodies zeroed: 1" in run.err.getvalue()
+    assert b"confidential" not in target.read_bytes()
+    assert b"big_secret_document" not in target.read_bytes()
+
+
+def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
+    source, _ = _big_document(tmp_path)
+    target = tmp_path / "out.pcap"
+    (tmp_path / "salt").write_text(SALT)
+    script = ("import resource,subprocess,sys\n"
+              "subprocess.run(sys.argv[1:],check=True,stderr=subprocess.DEVNULL)\n"
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "dcpctl", "redact", str(source), "-o",
+                           str(target), "--salt-file", str(tmp_path / "salt")], capture_output=True, text=True,
+                          check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    peak_mb = int(done.stdout) / 1024
+    assert peak_mb < 200, peak_mb  # the interpreter and its imports, a few copies of a 1 MB message
+    assert b"confidential" not in target.read_bytes()
+
+
+def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path, Path, Run]]) -> None:
+    """The fast path (an item read in place by its compiled reader) gives the interpreted path's bytes."""
+    from dcpctl.protocol.itemreader import compile_item_reader  # noqa: PLC0415
+    from dcpctl.redact.core import Redactor  # noqa: PLC0415
+
+    plain = 0
+    for _, source, _, _ in redacted:
+        for msg in _messages(source):
+            raw = msg.raw
+            reader = compile_item_reader(msg.options, raw[1], raw[4])
+            item = reader(raw, 0, len(raw)) if reader is not None else None
+            if item is None:
+                continue
+            plain += 1
+            header = item[1]
+            fast, slow = Redactor(SALT.encode()), Redactor(SALT.encode())
+            key_at = 24 + header[3]
+            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[6] is not None) \
+                == slow.message(msg)
+            assert fast.counts == slow.counts
+    assert plain > 10

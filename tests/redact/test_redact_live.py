@@ -1,0 +1,101 @@
+"""--redact for what ``stream --write`` and ``capture -w`` save: the same core, the same placeholders as
+``dcpctl redact`` gives of the plain capture with the same salt."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servekit import serving
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+SALT = "a salt for the live tests"
+ITEMS = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
+
+
+def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    code = main(list(args), env)
+    return code, [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")], err.getvalue()
+
+
+def _items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["opcode"] in ITEMS and r["direction"] == "server>client"]
+
+
+def test_stream_write_redact_saves_what_redact_would_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    plain, redacted, offline = tmp_path / "plain.pcap", tmp_path / "redacted.pcap", tmp_path / "offline.pcap"
+    with serving("--vbuckets", "2", "--items", "60", "--seed", "5") as server:
+        base = ["stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "5", "--until", "now",
+                "--sasl-mech", "PLAIN"]
+        code, live, err = run(*base, "--write", str(plain))
+        assert code == ExitCode.OK, err
+        code, _, err = run(*base, "--write", str(redacted), "--redact", "--salt-file", str(salt))
+        assert code == ExitCode.OK, err
+        port = str(server.port)
+    assert run("redact", str(plain), "-o", str(offline), "--salt-file", str(salt), "--port", port)[0] == ExitCode.OK
+    data = redacted.read_bytes()
+    assert b"password" not in data
+    keys = {r["key"] for r in live if r["opcode"] in ITEMS}
+    assert keys
+    assert not any(key.encode() in data for key in keys if len(key) >= 6)
+    _, saved, _ = run("decode", str(redacted), "-F", "jsonl", "--port", port)
+    _, expected, _ = run("decode", str(offline), "-F", "jsonl", "--port", port)
+    fields = ("opcode", "vbucket", "by_seqno", "key", "value", "cas")
+    assert [{f: r.get(f) for f in fields} for r in _items(saved)] == \
+        [{f: r.get(f) for f in fields} for r in _items(expected)]
+    assert len(_items(saved)) == len([r for r in live if r["opcode"] in ITEMS])
+
+
+def test_redact_needs_write() -> None:
+    code, _, err = run("stream", "127.0.0.1:1", "--redact")
+    assert code == ExitCode.USAGE
+    assert "--write" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_capture_w_redact_saves_redacted_frames(tmp_path: Path) -> None:
+    saved = tmp_path / "live.pcap"
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    with serving("--vbuckets", "2", "--items", "50") as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
+             "-w", str(saved), "--redact", "--salt-file", str(salt)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+        streamed = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
+                                   "--until", "now", "-F", "jsonl"], capture_output=True, timeout=120, check=False,
+                                  env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        assert streamed.returncode == ExitCode.OK, streamed.stderr
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        printed, err = proc.communicate(timeout=60)
+        port = str(server.port)
+    assert proc.returncode == ExitCode.OK, err
+    live = [json.loads(line) for line in streamed.stdout.decode().splitlines()]
+    keys = {r["key"] for r in live if r["opcode"] in ITEMS}
+    assert keys
+    data = saved.read_bytes()
+    assert not any(key.encode() in data for key in keys if len(key) >= 6)
+    assert b"password" not in data
+    code, decoded, _ = run("decode", str(saved), "-F", "jsonl", "--port", port)
+    assert code == ExitCode.OK
+    assert len([r for r in decoded if r["opcode"] in ITEMS]) == len([r for r in live if r["opcode"] in ITEMS])
+    assert printed  # the live output is not redacted: only what -w saves

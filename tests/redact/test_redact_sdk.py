@@ -1,0 +1,93 @@
+"""dcpctl redact on the official Python SDK's traffic (a real client: SCRAM, its HELLO user agent, frame
+infos, subdocument, durability), captured on loopback by dumpcap as pcapng while it works against
+``dcpctl serve``: decode agrees field by field, no document string or key is left, tshark reads it as
+cleanly as the input."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import couchbase.subdocument as sd
+import pytest
+from couchbase.auth import PasswordAuthenticator
+from couchbase.cluster import Cluster
+from couchbase.options import ClusterOptions, ClusterTimeoutOptions
+from servekit import Server, serving
+
+from dcpctl.exitcode import ExitCode
+
+pytestmark = pytest.mark.peer
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str, path: Path) -> object:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# the dumpcap helper of the SDK capture test, and this directory's comparisons
+sdk: object = _load("sdk_capture_for_redact", HERE.parent / "sources" / "test_sdk_capture.py")
+kit: object = _load("redact_capture_for_sdk", HERE / "test_redact_capture.py")
+SECRET_KEY = "customer-document-0042"
+SECRET_TEXT = "Jane Q. Customer, 12 Private Lane"
+
+
+def _session(port: int) -> None:
+    timeouts = ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5), connect_timeout=timedelta(seconds=10))
+    cluster = Cluster(f"couchbase://127.0.0.1:{port}",
+                      ClusterOptions(PasswordAuthenticator("Administrator", "password"), timeout_options=timeouts))
+    cluster.wait_until_ready(timedelta(seconds=10))
+    collection = cluster.bucket("default").default_collection()
+    collection.upsert(SECRET_KEY, {"owner": SECRET_TEXT, "balance": 123456.78, "tags": ["vip customer"]})
+    collection.get(SECRET_KEY)
+    collection.lookup_in(SECRET_KEY, [sd.get("owner")])
+    collection.mutate_in(SECRET_KEY, [sd.upsert("note", "called about the Private Lane account")])
+    collection.remove(SECRET_KEY)
+    cluster.close()
+
+
+@pytest.fixture
+def server() -> object:
+    with serving() as running:
+        yield running
+
+
+def test_the_sdks_capture_redacts(server: Server, tmp_path: Path) -> None:
+    capture = tmp_path / "sdk.pcapng"
+    dumpcap = sdk._capture_on_loopback(server.port, capture)  # type: ignore[attr-defined]
+    try:
+        _session(server.port)
+        time.sleep(0.5)
+    finally:
+        dumpcap.send_signal(signal.SIGINT)
+        dumpcap.communicate(timeout=30)
+    target = tmp_path / "sdk.redacted.pcap"
+    run = kit._redact(capture, target, "--port", str(server.port))  # type: ignore[attr-defined]
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "SASL values" in run.err.getvalue()
+    data = target.read_bytes()
+    for secret in (SECRET_KEY, SECRET_TEXT, "vip customer", "Private Lane", "123456"):
+        assert secret.encode() not in data, secret
+        assert not any(secret.encode() in stream for stream in kit._streams_on(target, server.port)), secret  # type: ignore[attr-defined]
+    before = kit._decoded_on(capture, server.port)  # type: ignore[attr-defined]
+    after = kit._decoded_on(target, server.port)  # type: ignore[attr-defined]
+    assert len(before) == len(after)
+    assert {r["opcode"] for r in before} >= {"HELLO", "SASL_AUTH", "SET", "GET", "SUBDOC_MULTI_LOOKUP", "DELETE"}
+    for old, new in zip(before, after, strict=True):
+        changed = [p for p in kit._differences(old, new, ()) if p != ("diagnostics", "message")]  # type: ignore[attr-defined]
+        assert all(kit._redactable(p) for p in changed), (old["opcode"], changed)  # type: ignore[attr-defined]
+    agents = [r["key"] for r in after if r["opcode"] == "HELLO" and r["magic"] == "ClientRequest"]
+    assert agents
+    assert all("couchbase" not in str(a) and "python" not in str(a).lower() for a in agents)
+    (expert_in, malformed_in), (expert_out, malformed_out) = kit._expert(capture), kit._expert(target)  # type: ignore[attr-defined]
+    assert malformed_out.count("\n") <= malformed_in.count("\n"), malformed_out
+    assert kit._warnings(expert_out) <= kit._warnings(expert_in), (expert_in, expert_out)  # type: ignore[attr-defined]
