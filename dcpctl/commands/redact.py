@@ -7,6 +7,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, BinaryIO, Final
 
@@ -44,6 +45,11 @@ RANDOM_SALT_BYTES: Final = 16
 OUTPUT_BUFFER: Final = 1 << 20
 # A salt file larger than this is not a salt (a capture given by mistake): refused, not read whole.
 MAX_SALT_FILE: Final = 4096
+
+
+class ValuesMode(StrEnum):
+    REDACT = "redact"
+    DROP = "drop"
 
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
@@ -90,6 +96,10 @@ def redact(
     map_addresses: Annotated[bool, typer.Option(
         "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same "
         "subnet maps to the same subnet), by the salt.")] = False,
+    values: Annotated[ValuesMode, typer.Option(
+        "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
+        "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")]
+        = ValuesMode.REDACT,
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
         help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
@@ -107,7 +117,7 @@ def redact(
     """
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
-    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names))
+    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names, values is ValuesMode.DROP))
     addresses = AddressMap(salt) if map_addresses else None
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
@@ -153,9 +163,8 @@ def summary_text(summary: Summary) -> str:
              f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
              f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}, "
              f"addresses {counts['addresses']}"]
-    if counts["snappy_replaced"]:
-        lines.append(f"  snappy values replaced by a same-length snappy placeholder (their JSON structure not "
-                     f"kept): {counts['snappy_replaced']}")
+    if counts["snappy_resized"]:
+        lines.append(f"  snappy values compressed again at a new length: {counts['snappy_resized']}")
     if counts["unparsed_bytes"]:
         lines.append(f"  {counts['unparsed_bytes']} bytes of {counts['unparsed_connections']} connections "
                      "overwritten: not parsed (a start the capture missed, a gap, garbage)")

@@ -1,8 +1,11 @@
-"""Same-length redaction of one decoded message (pure: a message and a salt in, bytes out).
+"""Redaction of one decoded message (pure: a message and a salt in, bytes out), same length where it can.
 
 Theory of operation. Every byte of a message keeps its place: the header, frame infos and extras (opcodes,
 vbuckets, seqnos, uuids, CAS, flags, datatypes, statuses) are copied; what the registry row says is customer
-data is overwritten by a placeholder of the same length, so every length field and offset stays true. What
+data is overwritten by a placeholder of the same length, so every length field and offset stays true. Two
+things change a message's length, its header's total body length then rewritten: a snappy value, redacted
+inside and compressed again, and ``--values drop`` (``Policy.drop_values``); the capture's TCP stream is
+made to agree by ``sources/redaction.py``. What
 is data is read from the declarations, never restated: the row's key and value kinds and contents (a name,
 a secret, free text: ``registry.Content``), the value grammar's leaf fields (a subdocument spec's ``key`` and
 ``value``), the datatype (xattrs, JSON, snappy). A new row is redacted by what it declares.
@@ -30,12 +33,19 @@ from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_X
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
-from dcpctl.protocol.registry import SUBDOC_LOOKUPS, SUBDOC_MUTATIONS, Content, KeyKind, ValueKind
+from dcpctl.protocol.registry import (
+    HEADER_LAYOUT,
+    SUBDOC_LOOKUPS,
+    SUBDOC_MUTATIONS,
+    Content,
+    KeyKind,
+    Presence,
+    ValueKind,
+)
 from dcpctl.protocol.value import (
     Xattr,
     build_xattrs,
     leb128_decode,
-    leb128_encode,
     parse_xattrs,
     snappy_compress,
     snappy_decompress,
@@ -74,6 +84,7 @@ class Policy:
 
     keep_xattrs: frozenset[str] = frozenset()
     hash_names: bool = False
+    drop_values: bool = False  # documents' values emptied (xattrs included): the message's length changes
 
 
 @dataclass
@@ -201,10 +212,10 @@ class Redactor:
                 return self.placeholder(b"value", value)
             inner = self._document(inflated, datatype & ~DATATYPE_SNAPPY)
             compressed = snappy_compress(inner)
-            if len(compressed) == len(value):
-                return compressed
-            self.counts["snappy_replaced"] += 1
-            return same_length_snappy(self.placeholder(b"value", value), len(value), datatype)
+            # a placeholder compresses worse than text: the value then changes length, and the capture's
+            # lengths and TCP stream are rewritten to match (sources/redaction.py)
+            self.counts["snappy_resized"] += len(compressed) != len(value)
+            return compressed
         if datatype & DATATYPE_XATTR:
             return self._xattrs(value)
         return self.body(value, bool(datatype & DATATYPE_JSON))
@@ -270,12 +281,15 @@ class Redactor:
             out[key_at:value_at] = self.placeholder(b"key", data[key_at:value_at])
         if len(data) > value_at:
             self.counts["values"] += 1
+            if self.policy.drop_values:
+                return _with_body_length(out[:value_at])
             is_json = bool(datatype & DATATYPE_JSON)  # then the item reader parsed it
             out[value_at:] = self.body(data[value_at:], is_json, parsed=is_json)
         return bytes(out)
 
     def message(self, msg: Message) -> bytes:
-        """The message's bytes with its keys, values and secrets replaced: the same length, the same header."""
+        """The message's bytes with its keys, values and secrets replaced: the same length and header, unless
+        a snappy value compressed again or a dropped value changed its total body length."""
         raw = msg.raw
         if len(raw) < HEADER_LENGTH or len(raw) < HEADER_LENGTH + msg.total_body_length:
             # cut short (the capture ended inside it): its body cannot be read by its layout, so none of it stays
@@ -290,49 +304,31 @@ class Redactor:
         if value_at > key_at:
             out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
                                              variant.key_content if variant is not None else None)
+        tail = len(raw) - end  # bytes past the declared body (never in a framed stream): not the protocol's
         if end > value_at:
-            out[value_at:end] = self._value(msg, variant.value if variant is not None else None,
-                                            variant.value_content if variant is not None else None, row)
-        if end < len(out):  # bytes past the declared body (never in a framed stream): not the protocol's
-            out[end:] = bytes(len(out) - end)
-        assert len(out) == len(raw)
-        return bytes(out)
+            kind = variant.value if variant is not None else None
+            value = self._value(msg, kind, variant.value_content if variant is not None else None, row)
+            if self.policy.drop_values and kind is ValueKind.DOCUMENT:
+                assert variant is not None
+                value = least_value(msg.datatype) if variant.value_presence is Presence.REQUIRED else b""
+            out[value_at:end] = value
+        if tail:
+            out[len(out) - tail:] = bytes(tail)
+        return bytes(out) if len(out) == len(raw) else _with_body_length(out)
 
 
-def same_length_snappy(filler: bytes, length: int, datatype: int) -> bytes:
-    """A valid raw snappy block of exactly ``length`` bytes (any length but 2) holding literals only: an empty
-    xattr blob when the datatype says xattrs, then a JSON string (or plain letters) made of ``filler``. Used
-    when the redacted document does not compress back to its original length. One literal does not fit
-    every length (a tag grows by a byte past 60 bytes), so a 1-byte literal may go first."""
-    for inner_length in range(length, max(-1, length - 16), -1):
-        for first in (inner_length, 1):
-            rest = inner_length - first
-            if rest < 0:
-                continue
-            size = len(leb128_encode(inner_length)) + len(_literal_tag(first)) + first
-            size += len(_literal_tag(rest)) + rest if rest else 0
-            if size != length:
-                continue
-            prefix = b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR and inner_length >= 4 else b""
-            body_length = inner_length - len(prefix)
-            body = filler[:body_length].ljust(body_length, b"x")
-            if datatype & DATATYPE_JSON and body_length >= 2:
-                body = b'"' + body[1:-1] + b'"'
-            inner = prefix + body
-            block = leb128_encode(inner_length) + _literal_tag(first) + inner[:first]
-            return block + (_literal_tag(rest) + inner[first:] if rest else b"")
-    return bytes(length)  # 2 bytes: no valid block is that long; zeros say nothing
+def least_value(datatype: int) -> bytes:
+    """The shortest document value a message that must have one can carry under its datatype: ``0`` (JSON, and
+    one byte of anything else), an empty xattr section before it, snappy around it."""
+    value = (b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR else b"") + b"0"
+    return snappy_compress(value) if datatype & DATATYPE_SNAPPY else value
 
 
-def _literal_tag(length: int) -> bytes:
-    """A snappy literal element's tag for ``length`` bytes (format_description.txt, 2.1)."""
-    if length == 0:
-        return b""
-    if length <= 60:
-        return bytes([(length - 1) << 2])
-    n = length - 1
-    size = (n.bit_length() + 7) // 8
-    return bytes([(59 + size) << 2]) + n.to_bytes(size, "little")
+def _with_body_length(packet: bytearray) -> bytes:
+    """A packet whose body changed length, its header's total body length made true again."""
+    HEADER_LAYOUT.field("total_body_length").pack_into(packet, HEADER_LAYOUT.offset("total_body_length"),
+                                                        len(packet) - HEADER_LENGTH)
+    return bytes(packet)
 
 
 class ByteStreamRedactor:

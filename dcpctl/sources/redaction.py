@@ -5,7 +5,8 @@ that carries TCP payload of a decoded connection is *held*: its payload is a spa
 stream (``Reassembler.locate``), and it leaves the queue only when every byte of the span is final. Bytes
 become final when the direction's framer has moved past them: by then each message that covered them has
 been decoded (with the options its connection negotiated), redacted by the pure core
-(:class:`dcpctl.redact.core.Redactor`, same length) and written into the direction's *store* of final bytes.
+(:class:`dcpctl.redact.core.Redactor`, same length but for the edits below) and written into the
+direction's *store* of final bytes.
 Bytes no message covered stay zero in the store: those before the first message of a connection whose
 start the capture missed and after a gap (the framer resynchronises on the first plausible header, as
 ``decode`` does), garbage, the tail of a capture cut inside a message. The first message after such a skip
@@ -13,6 +14,15 @@ is kept only if it decodes cleanly (else it is likely a document's bytes that lo
 A frame's payload is then copied from the store (a retransmission gets the redacted copy
 of what it repeats; a retransmission older than the store's history gets zeros) and its checksums are
 recomputed.
+
+Length rewriting. A message whose redacted bytes are not as long as its input (a snappy value compressed
+again, ``--values drop``) is an *edit* of its direction: input offsets map to output offsets (``_Edit.out``),
+monotonically, each input byte to its place in the output while there is one. A frame's payload becomes the
+output bytes of its input range; its sequence number, and the acknowledgement number and SACK edges the
+other direction's frames carry, are fix-ups: zero-length spans held like payload until the offset they name
+is final, then moved by what the stream gained or lost before it. A segment left empty, and a pure ACK that
+acknowledges removed bytes only, are left out (kept, they would be duplicate ACKs the input lacked). IP
+lengths, the wire length and checksums follow. Edits are kept as long as the store's history.
 
 Invariants: frames come out in input order, with their capture times and link-layer headers; every payload
 byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames wait
@@ -23,6 +33,7 @@ frames that are not TCP to or from a decoded port, and TLS connections.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -46,7 +57,18 @@ from dcpctl.sources.pcap import (
     read_segments,
 )
 from dcpctl.sources.pcapwriter import PcapWriter, _checksum
-from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, RECENT_BYTES, ConnectionId, Reassembler, StreamData, StreamEvent
+from dcpctl.sources.tcp import (
+    ACK,
+    DEFAULT_MAX_CONNECTIONS,
+    FIN,
+    RECENT_BYTES,
+    RST,
+    SYN,
+    ConnectionId,
+    Reassembler,
+    StreamData,
+    StreamEvent,
+)
 
 # Frames held in the output queue waiting for the messages they carry to end: room for two of the largest
 # messages the framer accepts, so a direction blocked on one big item never forces another's frames out.
@@ -65,6 +87,10 @@ NOT_TCP = "not TCP over IP"
 OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
+EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
+# The TCP option holding SACK blocks (RFC 2018).
+TCP_OPTION_SACK: Final = 5
+SEQUENCE_SPACE: Final = 1 << 32
 
 
 @dataclass(slots=True)
@@ -76,14 +102,39 @@ class _Frame:
     drop: str | None = None  # why it is left out (unless keep_unparsed)
     claimed: bool = False  # the reader kept it as a segment of a decoded port
     changed: bool = False
+    size: int = 0  # its length as it was queued (its payload may change length before it leaves)
+    flags: int = 0  # its TCP flags
+    resized: int = 0  # payload bytes added (removed when negative) by messages whose length changed
+    emptied: bool = False  # its payload was all removed: left out (see _write_back)
+    # an ACK of a followed connection: that connection, its direction, the acknowledgement it carried, and
+    # whether it is a pure ACK (no payload, no FIN or RST)
+    ack_of: tuple[_Conn, bool, int, bool] | None = None
 
 
 @dataclass(slots=True)
 class _Span:
     frame: _Frame
-    at: int  # where the payload starts in the frame
-    start: int  # stream offset of its first byte
+    at: int  # where the payload starts in the frame (a sequence number field's place for a fix-up)
+    start: int  # stream offset of its first byte (the offset a sequence number names, for a fix-up)
     length: int
+    seq: int | None = None  # a fix-up: the sequence number at ``at``, moved as the stream before it resized
+
+
+@dataclass(slots=True)
+class _Edit:
+    """A message whose redacted bytes are not as long as its input bytes (``--values drop``, snappy)."""
+
+    start: int  # its input stream offset
+    length: int  # its input length
+    data: bytes  # its output bytes
+    shift: int  # output offset minus input offset at its start (what earlier edits added)
+
+    def out(self, offset: int) -> int:
+        """The output offset of input offset ``offset`` (at or after this edit's start): a byte of the message
+        maps to its place in the output while there is one; the output's extra bytes go with its last byte."""
+        if offset < self.start + self.length:
+            return self.start + self.shift + min(offset - self.start, len(self.data))
+        return offset + self.shift + len(self.data) - self.length
 
 
 @dataclass
@@ -91,6 +142,9 @@ class _Stream:
     spans: deque[_Span] = field(default_factory=deque)
     store: bytearray = field(default_factory=bytearray)  # final bytes from stream offset ``base``
     base: int = 0
+    edits: list[_Edit] = field(default_factory=list)  # in stream order, those the history still needs
+    starts: list[int] = field(default_factory=list)  # their starts, to bisect
+    shift: int = 0  # output minus input offset before the first edit kept
     resynced: bool = False  # the framer skipped bytes: its next message is checked before it is trusted
 
 
@@ -100,6 +154,7 @@ class _Conn:
     drop: str | None = None
     unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
     streams: dict[bool, _Stream] = field(default_factory=lambda: {True: _Stream(), False: _Stream()})
+    acks: dict[bool, tuple[int, int]] = field(default_factory=dict)  # last ACK written per direction: in, out
 
 
 @dataclass
@@ -137,6 +192,9 @@ class CaptureRedactor:
         self.queued_bytes = 0
         self.conns: dict[ConnectionId, _Conn] = {}
         self.labels: dict[str, ConnectionId] = {}
+        # the final shift of each direction of connections that ended, for the ACKs that follow their end
+        self.closed: dict[tuple[tuple[str, int], tuple[str, int]], tuple[int, int]] = {}
+        self.max_connections = max_connections
         self.summary = Summary(counts=redactor.counts)
         self._last: _Frame | None = None
 
@@ -144,7 +202,7 @@ class CaptureRedactor:
     def tap(self, ts: float, data: bytes, wire_length: int) -> None:
         """Every frame of the input, in order (the pcap reader's tap)."""
         self._settle_last()
-        frame = _Frame(ts, bytearray(data), wire_length)
+        frame = _Frame(ts, bytearray(data), wire_length, size=len(data))
         self.summary.frames_in += 1
         self.queue.append(frame)
         self.queued_bytes += len(data)
@@ -171,6 +229,8 @@ class CaptureRedactor:
         assert frame is not None
         frame.claimed = True
         key, from_client, conn_id, offset = self.reassembler.locate(seg)
+        frame.flags = seg.flags
+        acked = self._acknowledged(frame, key, not from_client, seg) if conn_id is not None else []
         events = self.reassembler.push(seg)
         if conn_id is None:  # a new connection: the one the events name (the newest for a reused 4-tuple)
             named = [event.conn for event in events if event.conn.client == key[0] and event.conn.server == key[1]]
@@ -184,6 +244,19 @@ class CaptureRedactor:
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is not None and conn.drop is not None:
             frame.drop = conn.drop
+        if conn is None and key in self.closed:  # the last ACK of a closed connection: its final shifts
+            self._shift_closed(frame, from_client, *self.closed[key])
+        if conn is not None and conn.drop is None and not seg.flags & SYN:
+            tcp_at = _tcp_header(self.linktype, frame.data)
+            if tcp_at is not None:  # its sequence number, moved as its direction's bytes before it resized
+                conn.streams[from_client].spans.append(_Span(frame, tcp_at + 4, offset, 0, seg.seq))
+                frame.held += 1
+            for at, acked_offset, number in acked:
+                conn.streams[not from_client].spans.append(_Span(frame, at, acked_offset, 0, number))
+                frame.held += 1
+            if acked:
+                pure = not seg.payload and not seg.truncated and not seg.flags & (FIN | RST)
+                frame.ack_of = (conn, from_client, seg.ack, pure)
         if conn is not None and seg.payload:
             stream = conn.streams[from_client]
             stream.spans.append(_Span(frame, seg.payload_at, offset, len(seg.payload)))
@@ -195,7 +268,50 @@ class CaptureRedactor:
             self._event(event)
         if conn is not None and conn_id in self.conns:
             self._settle(conn_id, conn, from_client)
+            self._settle(conn_id, conn, not from_client)
         self._flush()
+
+    def _shift_closed(self, frame: _Frame, from_client: bool, client: int, server: int) -> None:
+        tcp_at = _tcp_header(self.linktype, frame.data)
+        if tcp_at is None:
+            return
+        own, other = (client, server) if from_client else (server, client)
+        for at, moved in ((tcp_at + 4, own), (tcp_at + 8, other if frame.flags & ACK else 0)):
+            if moved:
+                number = struct.unpack_from("!I", frame.data, at)[0]
+                struct.pack_into("!I", frame.data, at, (number + moved) % SEQUENCE_SPACE)
+                frame.changed = True
+
+    def _acknowledged(self, frame: _Frame, key: tuple[tuple[str, int], tuple[str, int]], other: bool,
+                      seg: TcpSegment) -> list[tuple[int, int, int]]:
+        """The sequence numbers a segment names in the other direction: its acknowledgement number and its
+        SACK blocks' edges, each as (its place in the frame, the stream offset it names, its value)."""
+        tcp_at = _tcp_header(self.linktype, frame.data)
+        if tcp_at is None or not seg.flags & ACK:
+            return []
+        numbers = [(tcp_at + 8, seg.ack)]
+        options_end = min(len(frame.data), tcp_at + (frame.data[tcp_at + 12] >> 4) * 4)
+        at = tcp_at + 20
+        while at < options_end:  # the options: kind, length, data (kinds 0 and 1 are one byte)
+            kind = frame.data[at]
+            if kind == 0:
+                break
+            if kind == 1:
+                at += 1
+                continue
+            if at + 1 >= options_end or frame.data[at + 1] < 2:
+                break
+            size = frame.data[at + 1]
+            if kind == TCP_OPTION_SACK:
+                numbers.extend((edge, struct.unpack_from("!I", frame.data, edge)[0])
+                               for edge in range(at + 2, min(at + size, options_end) - 3, 4))
+            at += size
+        out = []
+        for place, number in numbers:
+            offset = self.reassembler.stream_offset(key, other, number)
+            if offset is not None:
+                out.append((place, offset, number))
+        return out
 
     def _conn(self, conn_id: ConnectionId) -> _Conn:
         found = self.conns.get(conn_id)
@@ -220,6 +336,10 @@ class CaptureRedactor:
                 self.labels.pop(conn.label, None)
                 for from_client in (True, False):
                     self._settle(event.conn, conn, from_client, everything=True)
+                self.closed[(event.conn.client, event.conn.server)] = (_final_shift(conn.streams[True]),
+                                                                        _final_shift(conn.streams[False]))
+                while len(self.closed) > self.max_connections:
+                    del self.closed[next(iter(self.closed))]
 
     def _skipped(self, conn_id: ConnectionId, length: int, from_client: bool | None) -> None:
         """Bytes the framer skipped (no message starts there): they stay zero in the store; counted."""
@@ -251,7 +371,7 @@ class CaptureRedactor:
                 assert conn_id is not None
                 self._skipped(conn_id, len(msg.raw), None)
                 return
-        self._store(stream, msg.offset, self.redactor.message(msg))
+        self._store(stream, msg.offset, self.redactor.message(msg), len(msg.raw))
 
     def _plain(self, item: PlainItem, offset: int, _ts: float, label: str, _frames: list[int],
                _vbucket: int | None, _tracker: ConnectionTracker, buf: bytes) -> None:
@@ -265,10 +385,15 @@ class CaptureRedactor:
         start = end - HEADER_LENGTH - header[6]  # the header's total body length
         key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
         data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], item[6] is not None)
-        self._store(conn.streams[False], offset, data)
+        self._store(conn.streams[False], offset, data, end - start)
 
-    def _store(self, stream: _Stream, offset: int, data: bytes) -> None:
-        """A message's redacted bytes into its direction's store of final bytes."""
+    def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:
+        """A message's redacted bytes into its direction's store of final bytes; one ``length`` input bytes
+        long that became another length is an edit (the store keeps zeros in its place)."""
+        if length is not None and len(data) != length:
+            stream.edits.append(_Edit(offset, length, data, _final_shift(stream)))
+            stream.starts.append(offset)
+            data = bytes(length)
         at = offset - stream.base
         if at < 0:  # older than the history kept (cannot happen while spans wait for it): the rest only
             data, at = data[-at:], 0
@@ -297,6 +422,13 @@ class CaptureRedactor:
         if keep_from - stream.base > 2 * HISTORY_BYTES:
             del stream.store[:keep_from - stream.base]
             stream.base = keep_from
+            done = bisect.bisect_right(stream.starts, keep_from - 1)
+            while done and stream.edits[done - 1].start + stream.edits[done - 1].length > keep_from:
+                done -= 1
+            if done:
+                last = stream.edits[done - 1]
+                stream.shift = last.shift + len(last.data) - last.length
+                del stream.edits[:done], stream.starts[:done]
 
     def _write_back(self, stream: _Stream, span: _Span, drop: str | None) -> None:
         frame = span.frame
@@ -305,12 +437,42 @@ class CaptureRedactor:
             frame.drop = drop
             if self.keep_unparsed:
                 return
-        start = span.start - stream.base
-        data = bytes(max(0, -start)) + stream.store[max(0, start):start + span.length]
-        data = data[:span.length].ljust(span.length, b"\x00")
+        if span.seq is not None:  # a sequence number: moved by what the stream before it gained or lost
+            moved = _out_offset(stream, span.start) - span.start
+            if moved:
+                struct.pack_into("!I", frame.data, span.at, (span.seq + moved) % SEQUENCE_SPACE)
+                frame.changed = True
+            return
+        data = self._output_bytes(stream, span.start, span.start + span.length)
         if frame.data[span.at:span.at + span.length] != data:
             frame.data[span.at:span.at + span.length] = data
             frame.changed = True
+            frame.resized += len(data) - span.length
+            # a segment whose bytes were all removed is left out: kept as a pure ACK it would be a duplicate
+            # ACK to TCP analysis; later segments carry its acknowledgement and window on
+            frame.emptied = not data and not frame.flags & (SYN | FIN | RST)
+
+    def _output_bytes(self, stream: _Stream, start: int, end: int) -> bytes:
+        """The output bytes an input range of a stream becomes: the store's, and the edits' inside it."""
+        out = bytearray()
+        edits, at = stream.edits, bisect.bisect_right(stream.starts, start) - 1
+        if at >= 0 and edits[at].start + edits[at].length <= start:
+            at += 1
+        at = max(at, 0)
+        position = start
+        while position < end:
+            edit = edits[at] if at < len(edits) else None
+            if edit is not None and edit.start <= position:
+                stop = min(end, edit.start + edit.length)
+                out += edit.data[edit.out(position) - edit.start - edit.shift:edit.out(stop) - edit.start - edit.shift]
+                position, at = stop, at + 1
+                continue
+            stop = min(end, edit.start) if edit is not None else end
+            first = position - stream.base
+            piece = bytes(max(0, -first)) + stream.store[max(0, first):stop - stream.base]
+            out += piece[:stop - position].ljust(stop - position, b"\x00")
+            position = stop
+        return bytes(out)
 
     # --- output ---------------------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -319,7 +481,7 @@ class CaptureRedactor:
             if queue[0] is self._last and not queue[0].claimed:
                 return  # the reader may still claim it
             frame = queue.popleft()
-            self.queued_bytes -= len(frame.data)
+            self.queued_bytes -= frame.size
             if frame.held:
                 self.summary.counts["held_too_long"] += 1
                 self._force(frame)
@@ -339,10 +501,30 @@ class CaptureRedactor:
         if frame.drop is not None and not self.keep_unparsed:
             self.summary.dropped[frame.drop] += 1
             return
+        if frame.emptied or self._acks_removed_bytes_only(frame):
+            self.summary.dropped[EMPTIED] += 1
+            return
+        if frame.resized:
+            _resize_ip(self.linktype, frame.data, frame.resized)
         if frame.changed or self.addresses is not None:
-            rewrite_headers(self.linktype, frame.data, self.addresses)
-        self.writer.write(frame.ts, bytes(frame.data), frame.wire_length)
+            rewrite_headers(self.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized))
+        self.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized)
         self.summary.frames_out += 1
+
+    def _acks_removed_bytes_only(self, frame: _Frame) -> bool:
+        """A pure ACK whose acknowledgement moved in the input but not in the output: it acknowledges removed
+        bytes only. Kept, it would be a duplicate ACK (or a window update) the input did not have; the next
+        ACK carries its acknowledgement and window on."""
+        if frame.ack_of is None:
+            return False
+        conn, from_client, ack_in, pure = frame.ack_of
+        tcp_at = _tcp_header(self.linktype, frame.data)
+        if tcp_at is None:
+            return False
+        ack_out = struct.unpack_from("!I", frame.data, tcp_at + 8)[0]
+        last = conn.acks.get(from_client)
+        conn.acks[from_client] = (ack_in, ack_out)
+        return pure and last is not None and last[0] != ack_in and last[1] == ack_out
 
     def finish(self) -> None:
         self._settle_last()
@@ -364,7 +546,49 @@ class CaptureRedactor:
             self.summary.counts["addresses"] = self.addresses.mapped
 
 
-def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None) -> None:
+def _final_shift(stream: _Stream) -> int:
+    """Output minus input offset past every message of a stream."""
+    last = stream.edits[-1] if stream.edits else None
+    return last.shift + len(last.data) - last.length if last is not None else stream.shift
+
+
+def _out_offset(stream: _Stream, offset: int) -> int:
+    """The output stream offset input offset ``offset`` of a stream maps to."""
+    at = bisect.bisect_right(stream.starts, offset) - 1
+    if at < 0:
+        return offset + stream.shift
+    return stream.edits[at].out(offset)
+
+
+def _tcp_header(linktype: int, data: bytearray) -> int | None:
+    """Where a frame's TCP header starts (IPv4 or IPv6 after its extension headers), None if it has none."""
+    network = _network(linktype, bytes(data[:64]))
+    if network is None:
+        return None
+    ethertype, offset = network
+    if ethertype == ETHERTYPE_IPV4 and len(data) >= offset + 20:
+        protocol, at = data[offset + 9], offset + data[offset] % 16 * 4
+    elif ethertype == ETHERTYPE_IPV6 and len(data) >= offset + 40:
+        protocol, at = data[offset + 6], offset + 40
+        while protocol in IPV6_EXTENSIONS and at + 8 <= len(data):
+            protocol, at = data[at], at + (data[at + 1] + 1) * 8
+    else:
+        return None
+    return at if protocol == TCP and at + 20 <= len(data) else None
+
+
+def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
+    """A frame whose TCP payload gained ``resized`` bytes: its IP length field says so."""
+    network = _network(linktype, bytes(data[:64]))
+    if network is None:
+        return
+    ethertype, offset = network
+    at = offset + 2 if ethertype == ETHERTYPE_IPV4 else offset + 4 if ethertype == ETHERTYPE_IPV6 else None
+    if at is not None and len(data) >= at + 2:
+        struct.pack_into("!H", data, at, struct.unpack_from("!H", data, at)[0] + resized)
+
+
+def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False) -> None:
     """Map a frame's IP addresses (when asked) and recompute its checksums: the IPv4 header's, and the TCP or
     UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length keeps its transport
     checksum: its bytes are not all there to sum."""
@@ -378,6 +602,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
         if addresses is not None:
             data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
             data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
+        if addresses is not None or ip_checksum:
             data[offset + 10:offset + 12] = b"\x00\x00"
             data[offset + 10:offset + 12] = struct.pack("!H", _checksum(bytes(data[offset:offset + ihl])))
         protocol, transport_at, end = data[offset + 9], offset + ihl, offset + total

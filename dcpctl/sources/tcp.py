@@ -161,6 +161,15 @@ class Reassembler:
         start = (seg.seq + 1) % _MOD if seg.flags & SYN else seg.seq
         return key, from_client, state.conn, direction.offset + _diff(start, direction.next)
 
+    def stream_offset(self, key: tuple[tuple[str, int], tuple[str, int]], from_client: bool, seq: int) -> int | None:
+        """The stream offset a sequence number of one direction names (an acknowledgement, a SACK edge), None
+        while that direction has delivered nothing."""
+        state = self.connections.get(key)
+        direction = state.directions[from_client] if state is not None else None
+        if direction is None or direction.next is None:
+            return None
+        return direction.offset + _diff(seq, direction.next)
+
     def push(self, seg: TcpSegment) -> list[Event]:
         client, server, from_client = self._sides(seg)
         key = (client, server)

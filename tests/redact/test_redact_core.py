@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import cramjam
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vectorfile import all_vectors
@@ -15,7 +16,7 @@ from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
 from dcpctl.redact.address import AddressMap
-from dcpctl.redact.core import Policy, Redactor, same_length_snappy
+from dcpctl.redact.core import Policy, Redactor
 
 ITEM = {"by_seqno": 5, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0}
 
@@ -76,16 +77,24 @@ def test_xattr_names_kept_values_replaced_unless_kept() -> None:
     assert "2-abc" not in pairs[0].value
 
 
-@given(st.integers(min_value=3, max_value=70000), st.sampled_from([0, DATATYPE_JSON, DATATYPE_XATTR | DATATYPE_JSON]))
-@settings(max_examples=300, deadline=None)
-def test_same_length_snappy_is_valid_and_exactly_as_long(length: int, datatype: int) -> None:
-    block = same_length_snappy(b"x" * length, length, datatype)
-    assert len(block) == length
-    inflated = snappy_decompress(block)
-    assert isinstance(inflated, bytes)
-    if datatype & DATATYPE_JSON and len(inflated) >= 6:
-        body = inflated[4:] if datatype & DATATYPE_XATTR else inflated
-        json.loads(body)
+@pytest.mark.parametrize("datatype", [0, DATATYPE_JSON, DATATYPE_XATTR | DATATYPE_JSON, DATATYPE_SNAPPY])
+def test_drop_values_empties_a_document_and_makes_the_header_true(datatype: int) -> None:
+    value = build_xattrs([Xattr("meta", "x")]) + b'{"a":1}' if datatype & DATATYPE_XATTR else b'{"a":1}'
+    if datatype & DATATYPE_SNAPPY:
+        value = bytes(cramjam.snappy.compress_raw(value))
+    msg = decode(_mutation(b"k", value, datatype))
+    out = decode(Redactor(b"salt", Policy(drop_values=True)).message(msg))
+    assert out.value == b""
+    assert out.total_body_length == msg.total_body_length - len(value)
+    assert (out.extras, out.datatype, out.cas) == (msg.extras, msg.datatype, msg.cas)
+    assert not out.diagnostics
+
+
+def test_drop_values_leaves_the_least_value_a_message_must_have() -> None:
+    msg = decode(build.request(Opcode.APPEND, key=b"k", value=b"secret tail"))
+    out = decode(Redactor(b"salt", Policy(drop_values=True)).message(msg))
+    assert out.value == b"0"
+    assert not out.diagnostics
 
 
 def test_a_snappy_document_is_redacted_inside() -> None:
