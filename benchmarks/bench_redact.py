@@ -47,6 +47,8 @@ def main() -> None:
             "redact --map-addresses --hash-names": [*dcpctl, "redact", str(capture), "-o",
                                                     str(directory / "redacted.pcap"), "--salt-file", str(salt),
                                                     "--map-addresses", "--hash-names"],
+            "redact --values drop": [*dcpctl, "redact", str(capture), "-o", str(directory / "redacted.pcap"),
+                                     "--salt-file", str(salt), "--values", "drop"],
         }
         for label, command in runs.items():
             wall, peak, code = measure_isolated(command, LIMIT)
