@@ -543,8 +543,9 @@ SUBDOC_RESPONSES: Final[list[MessageSpec]] = [
 # Range scans (kv_engine docs/range_scans/): the create's JSON and the scan uuid it answers with; each
 # continue response says in its extras whether its value holds keys or documents, so one packet is enough.
 RANGE_SCAN_REQUESTS: Final[list[MessageSpec]] = [
+    # its JSON names the keys the scan starts and ends at: customer data
     _spec(REQ, "RANGE_SCAN_CREATE", _x(name="range_scan_create", when=_when_ext(0), value=ValueKind.JSON,
-                                       value_presence=Presence.REQUIRED)),
+                                       value_presence=Presence.REQUIRED, value_content=Content.DATA)),
     _spec(REQ, "RANGE_SCAN_CONTINUE", _x(name="range_scan_continue", extras=g.range_scan_continue_extras,
                                          when=_when_ext(28))),
     _spec(REQ, "RANGE_SCAN_CANCEL", _x(name="range_scan_cancel", extras=g.range_scan_cancel_extras,

@@ -159,3 +159,14 @@ def test_what_a_row_declares_decides_its_redaction() -> None:
         assert b"mykey" in raw
         assert b"mykey" not in out
         assert out[:24] == raw[:24]
+
+
+def test_a_range_scans_key_range_is_customer_data() -> None:
+    # the create's JSON names the keys the scan starts and ends at (base64 of document keys)
+    start, end = "YWlybGluZV8x", "YWlybGluZV85"  # airline_1, airline_9
+    body = json.dumps({"collection": "8", "range": {"start": start, "end": end}}).encode()
+    raw = build.request(Opcode.RANGE_SCAN_CREATE, vbucket=3, value=body, datatype=DATATYPE_JSON)
+    out = Redactor(b"salt").message(decode(raw, 0, DecodeOptions()))
+    assert len(out) == len(raw)
+    assert start.encode() not in out and end.encode() not in out
+    assert _shape(json.loads(out[24:])) == _shape(json.loads(body))
