@@ -83,7 +83,7 @@ def _address(raw: bytes) -> str:
     return text
 
 
-def _network(linktype: int, data: bytes) -> tuple[int, int] | None:
+def network_layer(linktype: int, data: bytes) -> tuple[int, int] | None:
     """(ethertype-like protocol, offset of the IP header) for a frame, or None when not IP."""
     if linktype == DLT_EN10MB:
         offset, ethertype = 14, struct.unpack_from("!H", data, 12)[0] if len(data) >= 14 else 0
@@ -141,7 +141,7 @@ def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: fl
 def parse_any_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: float
                     ) -> TcpSegment | str | None:
     """:func:`parse_frame` without its fast path for the common frame (the tests hold the two equal)."""
-    network = _network(linktype, data)
+    network = network_layer(linktype, data)
     if network is None:
         return None
     ethertype, offset = network

@@ -21,7 +21,7 @@ FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10  # TCP header flag bits (
 MSS: Final = 1448
 
 
-def _checksum(data: bytes) -> int:
+def internet_checksum(data: bytes) -> int:
     """The Internet checksum (RFC 1071). The ones' complement sum of the 16-bit words is the data read as one
     big-endian integer modulo 0xFFFF (2**16 is 1 modulo 0xFFFF), except that a non-zero sum is never 0."""
     if len(data) % 2:
@@ -86,7 +86,7 @@ class TcpConversation:
             pseudo = src_ip + dst_ip + struct.pack("!IxxxB", length, 6)
         else:
             pseudo = src_ip + dst_ip + struct.pack("!xBH", 6, length)
-        check = _checksum(pseudo + tcp + payload)
+        check = internet_checksum(pseudo + tcp + payload)
         tcp = tcp[:16] + struct.pack("!H", check) + tcp[18:]
         if self.ipv6:
             ip = struct.pack("!IHBB", 6 << 28, length, 6, 64) + src_ip + dst_ip
@@ -94,7 +94,7 @@ class TcpConversation:
         else:
             # an IPv4 header (RFC 791): version 4 with 20 bytes, don't fragment, TTL 64, TCP
             header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + length, 0, 0x4000, 64, 6, 0, src_ip, dst_ip)
-            ip = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
+            ip = header[:10] + struct.pack("!H", internet_checksum(header)) + header[12:]
             ethertype = 0x0800
         packet = ip + tcp + payload
         linktype = self.writer.linktype

@@ -52,11 +52,11 @@ from dcpctl.sources.pcap import (
     CaptureError,
     CaptureNotice,
     TcpSegment,
-    _network,
+    network_layer,
     parse_any_frame,
     read_segments,
 )
-from dcpctl.sources.pcapwriter import PcapWriter, _checksum
+from dcpctl.sources.pcapwriter import PcapWriter, internet_checksum
 from dcpctl.sources.tcp import (
     ACK,
     DEFAULT_MAX_CONNECTIONS,
@@ -562,7 +562,7 @@ def _out_offset(stream: _Stream, offset: int) -> int:
 
 def _tcp_header(linktype: int, data: bytearray) -> int | None:
     """Where a frame's TCP header starts (IPv4 or IPv6 after its extension headers), None if it has none."""
-    network = _network(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data[:64]))
     if network is None:
         return None
     ethertype, offset = network
@@ -579,7 +579,7 @@ def _tcp_header(linktype: int, data: bytearray) -> int | None:
 
 def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
     """A frame whose TCP payload gained ``resized`` bytes: its IP length field says so."""
-    network = _network(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data[:64]))
     if network is None:
         return
     ethertype, offset = network
@@ -592,7 +592,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
     """Map a frame's IP addresses (when asked) and recompute its checksums: the IPv4 header's, and the TCP or
     UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length keeps its transport
     checksum: its bytes are not all there to sum."""
-    network = _network(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data[:64]))
     if network is None:
         return
     ethertype, offset = network
@@ -604,7 +604,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
             data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
         if addresses is not None or ip_checksum:
             data[offset + 10:offset + 12] = b"\x00\x00"
-            data[offset + 10:offset + 12] = struct.pack("!H", _checksum(bytes(data[offset:offset + ihl])))
+            data[offset + 10:offset + 12] = struct.pack("!H", internet_checksum(bytes(data[offset:offset + ihl])))
         protocol, transport_at, end = data[offset + 9], offset + ihl, offset + total
         pseudo = bytes(data[offset + 12:offset + 20]) + struct.pack("!xBH", protocol, end - transport_at)
         if struct.unpack_from("!H", data, offset + 6)[0] & 0x1FFF:
@@ -626,7 +626,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
     if protocol == UDP and data[transport_at + 6:transport_at + 8] == b"\x00\x00":
         return  # an IPv4 UDP datagram without a checksum
     data[transport_at + at:transport_at + at + 2] = b"\x00\x00"
-    check = _checksum(pseudo + bytes(data[transport_at:end]))
+    check = internet_checksum(pseudo + bytes(data[transport_at:end]))
     data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
 
 
