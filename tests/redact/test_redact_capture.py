@@ -170,14 +170,18 @@ def _streams_on(path: Path, port: int) -> list[bytes]:
     return [bytes(stream) for stream in streams.values()]
 
 
-@pytest.fixture(scope="module")
-def redacted(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
-    directory = tmp_path_factory.mktemp("redact")
+def _redact_all(directory: Path, suffix: str, *options: str) -> list[tuple[str, Path, Path, Run]]:
+    """Every capture of the suite redacted with these options: (name, input, output, the run)."""
     out = []
     for name, path in captures(directory):
-        target = directory / f"{name}.redacted.pcap"
-        out.append((name, path, target, _redact(path, target)))
+        target = directory / f"{name}.{suffix}.pcap"
+        out.append((name, path, target, _redact(path, target, *options)))
     return out
+
+
+@pytest.fixture(scope="module")
+def redacted(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
+    return _redact_all(tmp_path_factory.mktemp("redact"), "redacted")
 
 
 def test_every_capture_redacts_with_exit_0(redacted: list[tuple[str, Path, Path, Run]]) -> None:
@@ -640,17 +644,12 @@ DROPPED_VALUE_FIELDS = frozenset({"total_body_length", "value_length", "xattrs",
                                          "compressed_length", "offset", "request_offset", "frames"})
 # tshark's TCP analysis findings that a stream made inconsistent by the rewriting would add.
 TCP_INCONSISTENCIES = ("previous segment not captured", "ACKed segment that wasn't captured",
-                              "ACKed unseen segment", "Out-Of-Order", "Retransmission", "Dup ACK")
+                       "ACKed unseen segment", "Out-Of-Order", "Retransmission", "Dup ACK")
 
 
 @pytest.fixture(scope="module")
 def dropped(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
-    directory = tmp_path_factory.mktemp("drop")
-    out = []
-    for name, path in captures(directory):
-        target = directory / f"{name}.dropped.pcap"
-        out.append((name, path, target, _redact(path, target, "--values", "drop")))
-    return out
+    return _redact_all(tmp_path_factory.mktemp("drop"), "dropped", "--values", "drop")
 
 
 def test_values_drop_empties_every_document_value(dropped: list[tuple[str, Path, Path, Run]]) -> None:
