@@ -509,21 +509,25 @@ class ProducerConnection:
                         entries.append((vb.vbucket, seqno))
         self._reply(msg, vbucket_seqnos=entries)
 
-    def _failover_log(self, msg: Message) -> None:
+    def _active_vbucket(self, msg: Message) -> VBucket | None:
+        """The request's vbucket if a bucket is selected and its copy here is active; otherwise the
+        request is answered (NoBucket, NotMyVbucket) and None returned."""
         if self._needs_bucket(msg) is None:
-            return
+            return None
         vb = self._vbucket(msg.vbucket_or_status)
         if vb is None:
             self._reply(msg, Status.NOT_MY_VBUCKET)
+        return vb
+
+    def _failover_log(self, msg: Message) -> None:
+        vb = self._active_vbucket(msg)
+        if vb is None:
             return
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
 
     def _observe_seqno(self, msg: Message) -> None:
-        if self._needs_bucket(msg) is None:
-            return
-        vb = self._vbucket(msg.vbucket_or_status)
+        vb = self._active_vbucket(msg)
         if vb is None:
-            self._reply(msg, Status.NOT_MY_VBUCKET)
             return
         if len(msg.value) != 8:
             self._reply(msg, Status.EINVAL)

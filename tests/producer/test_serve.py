@@ -117,6 +117,7 @@ def test_failover_log_seqnos_observe_and_stats(server: Server) -> None:
     assert (observed["format_type"], observed["current_seqno"]) == (0, ITEMS_PER_VB)
     assert client.call(opcode="OBSERVE_SEQNO", vbucket=3, vbucket_uuid=12345)["status"] == "KeyEnoent"
     assert client.call(opcode="GET_FAILOVER_LOG", vbucket=99)["status"] == "NotMyVbucket"
+    assert client.call(opcode="OBSERVE_SEQNO", vbucket=99, vbucket_uuid=12345)["status"] == "NotMyVbucket"
     opaque = client.send(opcode="STAT", key="vbucket-seqno 3")
     stats = {}
     while (reply := client.read())["opaque"] == opaque and reply.get("key"):
