@@ -384,7 +384,10 @@ class CaptureRedactor:
         end, header = item[0], item[1]
         start = end - HEADER_LENGTH - header[6]  # the header's total body length
         key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
-        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], item[6] is not None)
+        variant = item[2].variant
+        assert variant is not None  # a plain item's plan has its row
+        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], variant,
+                                        item[6] is not None)
         self._store(conn.streams[False], offset, data, end - start)
 
     def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:

@@ -631,8 +631,8 @@ def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path
             header = item[1]
             fast, slow = Redactor(SALT.encode()), Redactor(SALT.encode())
             key_at = 24 + header[3]
-            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[6] is not None) \
-                == slow.message(msg)
+            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[2].variant,
+                                   item[6] is not None) == slow.message(msg)
             assert fast.counts == slow.counts
     assert plain > 10
 
