@@ -56,7 +56,7 @@ from dcpctl.sources.pcap import (
     parse_any_frame,
     read_segments,
 )
-from dcpctl.sources.pcapwriter import PcapWriter, internet_checksum
+from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum
 from dcpctl.sources.tcp import (
     ACK,
     DEFAULT_MAX_CONNECTIONS,
@@ -88,8 +88,6 @@ OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
 EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
-# The TCP option holding SACK blocks (RFC 2018).
-TCP_OPTION_SACK: Final = 5
 SEQUENCE_SPACE: Final = 1 << 32
 
 
