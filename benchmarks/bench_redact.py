@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every command")
     parser.add_argument("--before", type=Path, help="another dcpctl source tree, run alternately with this one")
     args = parser.parse_args()
-    directory = args.keep or Path(tempfile.mkdtemp(prefix="bench_redact_"))
+    directory = (args.keep or Path(tempfile.mkdtemp(prefix="bench_redact_"))).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     try:
         capture = directory / "realistic.pcap"
@@ -59,7 +59,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for label, command in runs.items():
                 for tree_label, tree in trees.items():
-                    run = ["env", f"PYTHONPATH={tree.resolve()}", *command]
+                    # from the tree's root: ``python -m`` puts the working directory first on sys.path
+                    run = ["env", "-C", str(tree.resolve()), f"PYTHONPATH={tree.resolve()}", *command]
                     wall, peak, code = measure_isolated(run, LIMIT)
                     print(f"{tree_label + label:<43} {wall:>7.2f} {peak:>8.0f} {args.messages / wall:>9.0f} {code}",
                           flush=True)
