@@ -10,8 +10,9 @@ is data is read from the declarations, never restated: the row's key and value k
 a secret, free text: ``registry.Content``), the value grammar's leaf fields (a subdocument spec's ``key`` and
 ``value``), the datatype (xattrs, JSON, snappy). A new row is redacted by what it declares.
 
-Placeholders are derived from HMAC-SHA256 keyed by the salt over the original bytes, so the same key gives the
-same placeholder in every file and connection redacted with one salt, and ``decode`` of the output still shows
+Placeholders are derived from SHAKE-256 keyed by the salt (the salt, its length and a domain absorbed before the
+original bytes, as KMAC keys SHAKE: one native hash call a placeholder), so the same key gives the same
+placeholder in every file and connection redacted with one salt, and ``decode`` of the output still shows
 which messages concern one document. JSON keeps its structure and names: strings and numbers are replaced
 token by token, each by one of the same length. Secrets (SASL exchanges, the HELLO user agent's text) are
 not hashed but overwritten with ``*``: nothing to correlate, nothing to guess.
@@ -20,7 +21,6 @@ not hashed but overwritten with ``*``: nothing to correlate, nothing to guess.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from dcpctl.protocol.registry import (
     KeyKind,
     Presence,
     ValueKind,
+    Variant,
 )
 from dcpctl.protocol.value import (
     Xattr,
@@ -69,13 +70,14 @@ _TO_NONZERO: Final = bytes(b"123456789"[i % 9] for i in range(256))
 # A JSON string, its text in a group; unrolled, so the matcher steps once per run of plain characters.
 _STRING: Final = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'
 _JSON_TOKEN: Final = re.compile(_STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
-# The tokens replaced, in groups: a string value's text (a string followed by a colon is a name, kept whole),
-# a number's integer digits and its fraction's digits.
-_JSON_VALUE: Final = re.compile(_STRING + rb'(?![ \t\r\n]*:)|"[^"\\]*(?:\\.[^"\\]*)*"|-?(\d+)(?:\.(\d+))?'
-                                rb'(?:[eE][+-]?\d+)?')
+# A number between strings, in groups: its integer digits and its fraction's digits (the exponent stays).
+_JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?\d+)?')
 _WHITESPACE: Final = b" \t\r\n"
+# The keyed hash's domains: what a placeholder stands for, so equal bytes of two kinds get unrelated ones.
+_DOMAINS: Final = (b"key", b"value", b"json", b"name")
 _STAR: Final = ord("*")
-_QUOTE, _COLON, _ZERO = (ord(c) for c in '":0')
+_QUOTE, _COLON, _ZERO, _BACKSLASH = (ord(c) for c in '":0\\')
+_DIGITS: Final = b"0123456789"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +96,18 @@ class Redactor:
     salt: bytes
     policy: Policy = field(default_factory=Policy)
     counts: Counter[str] = field(default_factory=Counter)
+    _keys: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # the keyed hash's prefix per domain: the salt's length, the salt, the domain, a separator
+        self._keys = {domain: len(self.salt).to_bytes(4, "big") + self.salt + domain + b"\x00"
+                      for domain in _DOMAINS}
 
     # --- placeholders ---------------------------------------------------------------------------------
     def _stream(self, domain: bytes, data: bytes, length: int) -> bytes:
-        """``length`` pseudo-random bytes determined by the salt, a domain and the original bytes."""
-        seed = hmac.digest(self.salt, domain + b"\x00" + data, "sha256")  # one-shot: no HMAC object
-        return hashlib.shake_256(seed).digest(length)
+        """``length`` pseudo-random bytes determined by the salt, a domain and the original bytes: SHAKE-256
+        over a prefix that holds the salt (not open to length extension, so a keyed hash as KMAC is)."""
+        return hashlib.shake_256(self._keys[domain] + data).digest(length)
 
     def placeholder(self, domain: bytes, data: bytes) -> bytes:
         """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
@@ -115,22 +123,40 @@ class Redactor:
             except ValueError:
                 return None
         stream = self._stream(b"json", data, len(data))
-        letters, digits, nonzero = (stream.translate(table) for table in (_TO_ALPHABET, _TO_DIGIT, _TO_NONZERO))
+        letters = stream.translate(_TO_ALPHABET)  # digits are made per number: most documents are mostly text
         out = bytearray(data)
-        for match in _JSON_VALUE.finditer(data):
-            start, end = match.span(1)
-            if start >= 0:  # a string value: its text between the quotes
-                out[start:end] = letters[start:end]
-                continue
-            start, end = match.span(2)  # a number's integer digits: a lone 0 stays, else no leading zero
+        # Strings are found by bytes.find (a C scan), not by a regular expression stepping through their
+        # text; numbers only between them. A string followed by a colon is a name, kept whole.
+        find, size, at = data.find, len(data), 0
+        while True:
+            start = find(b'"', at)
+            stop = size if start < 0 else start
+            if stop - at > 1 or (stop > at and data[at] in _DIGITS):  # a number can be between strings
+                for match in _JSON_NUMBER.finditer(data, at, stop):
+                    self._number(out, data, stream, match)
             if start < 0:
-                continue  # a name
-            if end - start > 1 or data[start] != _ZERO:
-                out[start:end] = nonzero[start:start + 1] + digits[start + 1:end]
-            start, end = match.span(3)  # its fraction's digits; the exponent stays (1e999 is not JSON)
-            if start >= 0:
-                out[start:end] = digits[start:end]
+                break
+            end = find(b'"', start + 1)
+            while end > 0 and _escaped(data, end):
+                end = find(b'"', end + 1)
+            if end < 0:  # not JSON after all (the caller said it parsed)
+                return None
+            at = end + 1
+            while at < size and data[at] in _WHITESPACE:
+                at += 1
+            if at >= size or data[at] != _COLON:
+                out[start + 1:end] = letters[start + 1:end]
         return bytes(out)
+
+    @staticmethod
+    def _number(out: bytearray, data: bytes, stream: bytes, match: re.Match[bytes]) -> None:
+        """A number's digits replaced from the stream: a lone 0 stays, else no leading zero."""
+        start, end = match.span(1)
+        if end - start > 1 or data[start] != _ZERO:
+            out[start:end] = stream[start:start + 1].translate(_TO_NONZERO) + stream[start + 1:end].translate(_TO_DIGIT)
+        start, end = match.span(2)  # its fraction's digits
+        if start >= 0:
+            out[start:end] = stream[start:end].translate(_TO_DIGIT)
 
     def json_names(self, data: bytes) -> bytes:
         """JSON with the string values of its "name" fields hashed as names (a manifest's scopes and
@@ -179,12 +205,23 @@ class Redactor:
                 # scope.collection: each name on its own, as a manifest's "name" fields are hashed
                 return b".".join(self.placeholder(b"name", part) for part in key.split(b"."))
             return key
+        prefix = leb128_decode(key) if kind is KeyKind.DOCUMENT and msg.options.collections else None
+        return self.document_key(key, prefix[1] if prefix is not None else 0)
+
+    def document_key(self, key: bytes, prefix: int) -> bytes:
+        """A document's key (and any other key that is data): its ``prefix`` bytes (the collection id) kept,
+        the rest a placeholder."""
         self.counts["keys"] += 1
-        if kind is KeyKind.DOCUMENT and msg.options.collections:
-            prefix = leb128_decode(key)
-            if prefix is not None:
-                return key[:prefix[1]] + self.placeholder(b"key", key[prefix[1]:])
-        return self.placeholder(b"key", key)
+        return key[:prefix] + self.placeholder(b"key", key[prefix:])
+
+    def document_value(self, value: bytes, datatype: int, required: bool, parsed: bool = False) -> bytes:
+        """A document's value redacted inside (snappy, xattrs, JSON with names kept), or emptied under
+        ``--values drop``: to nothing, or to the least its datatype allows when its message must carry one
+        (``required``). ``parsed``: a JSON value the caller's orjson already parsed."""
+        self.counts["values"] += 1
+        if self.policy.drop_values:
+            return least_value(datatype) if required else b""
+        return self._document(value, datatype, parsed)
 
     def _xattrs(self, data: bytes) -> bytes:
         """An xattr blob and its body: names kept, values replaced (JSON with names kept) unless kept."""
@@ -205,7 +242,7 @@ class Redactor:
             return self.placeholder(b"value", data)
         return blob + self.body(data[body_offset:], is_json=False)
 
-    def _document(self, value: bytes, datatype: int) -> bytes:
+    def _document(self, value: bytes, datatype: int, parsed: bool = False) -> bytes:
         if datatype & DATATYPE_SNAPPY:
             inflated = snappy_decompress(value)
             if isinstance(inflated, str):
@@ -218,7 +255,7 @@ class Redactor:
             return compressed
         if datatype & DATATYPE_XATTR:
             return self._xattrs(value)
-        return self.body(value, bool(datatype & DATATYPE_JSON))
+        return self.body(value, bool(datatype & DATATYPE_JSON), parsed)
 
     def _grammar(self, msg: Message, value: bytes) -> bytes:
         variant = msg.variant
@@ -240,8 +277,9 @@ class Redactor:
         self.counts["values"] += changed
         return bytes(out)
 
-    def _value(self, msg: Message, kind: ValueKind | None, content: Content | None, row: str | None) -> bytes:
+    def _value(self, msg: Message, variant: Variant | None) -> bytes:
         value = msg.value
+        kind, content = (variant.value, variant.value_content) if variant is not None else (None, None)
         if kind is ValueKind.SECRET or content is Content.SECRET:
             self.counts["sasl_values"] += 1
             return b"*" * len(value)
@@ -255,37 +293,38 @@ class Redactor:
             self.counts["values"] += 1
             return self.body(value, is_json=True)
         spec = msg.spec
-        if spec is not None and spec.name in SUBDOC_OPCODES and row != "error" and kind is not ValueKind.NONE:
+        if (spec is not None and spec.name in SUBDOC_OPCODES and kind is not ValueKind.NONE
+                and variant is not None and variant.name != "error"):
             self.counts["values"] += 1
             path_length = msg.field("path_length") or 0
             if msg.is_response or not 0 < path_length <= len(value):
                 return self.body(value, is_json=False)
             return value[:path_length] + self.body(value[path_length:], is_json=False)
         if kind is ValueKind.DOCUMENT:
-            self.counts["values"] += 1
-            return self._document(value, datatype)
+            assert variant is not None
+            return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)
         if self.policy.hash_names and content is Content.NAMES and not datatype & DATATYPE_SNAPPY:
             return self.json_names(value)
         # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
         return value
 
-    def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, prefixed: bool) -> bytes:
+    def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, variant: Variant,
+                   prefixed: bool) -> bytes:
         """A plain stream item as :meth:`message` redacts it, without a :class:`Message`: ``data`` is the packet a
         compiled item reader (``protocol.itemreader``) read in place (a document key, after a one-byte collection
-        id when ``prefixed``; a raw or JSON value, no snappy, no xattrs), ``key_at`` and ``value_at`` where its
-        key and value start. A test holds it to :meth:`message` on every plain item of the suite's captures."""
+        id when ``prefixed``; a raw or JSON value, no snappy, no xattrs; ``variant`` its row), ``key_at`` and
+        ``value_at`` where its key and value start. What becomes of the key and the value is decided by
+        :meth:`document_key` and :meth:`document_value`, as for every message; only the offsets come from the
+        item reader. A test holds it to :meth:`message` on every plain item of the suite's captures."""
         out = bytearray(data)
         if value_at > key_at:
-            self.counts["keys"] += 1
-            key_at += prefixed
-            out[key_at:value_at] = self.placeholder(b"key", data[key_at:value_at])
+            out[key_at:value_at] = self.document_key(data[key_at:value_at], int(prefixed))
         if len(data) > value_at:
-            self.counts["values"] += 1
-            if self.policy.drop_values:
-                return _with_body_length(out[:value_at])
-            is_json = bool(datatype & DATATYPE_JSON)  # then the item reader parsed it
-            out[value_at:] = self.body(data[value_at:], is_json, parsed=is_json)
-        return bytes(out)
+            # a JSON value was parsed by the item reader (a plain item's JSON parses)
+            out[value_at:] = self.document_value(data[value_at:], datatype,
+                                                 variant.value_presence is Presence.REQUIRED,
+                                                 parsed=bool(datatype & DATATYPE_JSON))
+        return bytes(out) if len(out) == len(data) else _with_body_length(out)
 
     def message(self, msg: Message) -> bytes:
         """The message's bytes with its keys, values and secrets replaced: the same length and header, unless
@@ -299,22 +338,24 @@ class Redactor:
         if key_at == end == len(raw):  # no key, no value (an ack, a marker, a noop): nothing to replace
             return raw
         variant = msg.variant
-        row = variant.name if variant is not None else None
         out = bytearray(raw)
         if value_at > key_at:
             out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
                                              variant.key_content if variant is not None else None)
         tail = len(raw) - end  # bytes past the declared body (never in a framed stream): not the protocol's
         if end > value_at:
-            kind = variant.value if variant is not None else None
-            value = self._value(msg, kind, variant.value_content if variant is not None else None, row)
-            if self.policy.drop_values and kind is ValueKind.DOCUMENT:
-                assert variant is not None
-                value = least_value(msg.datatype) if variant.value_presence is Presence.REQUIRED else b""
-            out[value_at:end] = value
+            out[value_at:end] = self._value(msg, variant)
         if tail:
             out[len(out) - tail:] = bytes(tail)
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)
+
+
+def _escaped(data: bytes, quote: int) -> bool:
+    """Whether the quote at ``quote`` is escaped: an odd run of backslashes before it."""
+    before = quote - 1
+    while data[before] == _BACKSLASH:
+        before -= 1
+    return (quote - 1 - before) % 2 == 1
 
 
 def least_value(datatype: int) -> bytes:

@@ -18,6 +18,8 @@ LINKTYPE_LINUX_SLL: Final = 113
 # Large enough for any DCP packet plus headers (a 20 MiB item spans many segments anyway).
 DEFAULT_SNAPLEN: Final = 262144
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10  # TCP header flag bits (RFC 9293), not DCP codes
+TCP_OPTION_NOP: Final = 1
+TCP_OPTION_SACK: Final = 5  # the TCP option holding SACK blocks (RFC 2018)
 MSS: Final = 1448
 
 
@@ -76,10 +78,11 @@ class TcpConversation:
             self.ts += self.step
         return self.ts
 
-    def _frame(self, from_client: bool, seq: int, ack: int, flags: int, payload: bytes) -> bytes:
+    def _frame(self, from_client: bool, seq: int, ack: int, flags: int, payload: bytes, options: bytes = b"") -> bytes:
         src, dst = (self.client, self.server) if from_client else (self.server, self.client)
-        tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
-                          65535, 0, 0)
+        options += bytes(-len(options) % 4)  # TCP options end on a 32-bit word (RFC 9293), padded with EOL
+        tcp = struct.pack("!HHIIBBHHH", src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
+                          (5 + len(options) // 4) << 4, flags, 65535, 0, 0) + options
         src_ip, dst_ip = ipaddress.ip_address(src[0]).packed, ipaddress.ip_address(dst[0]).packed
         length = len(tcp) + len(payload)
         if self.ipv6:
@@ -110,12 +113,14 @@ class TcpConversation:
         return macs + struct.pack("!H", ethertype) + packet
 
     def segment(self, from_client: bool, payload: bytes, offset: int | None = None, flags: int = PSH | ACK,
-                ts: float | None = None) -> None:
-        """One segment; ``offset`` (bytes after the SYN) places it anywhere, without moving the sender on."""
+                ts: float | None = None, ack: int | None = None, options: bytes = b"") -> None:
+        """One segment; ``offset`` (bytes after the SYN) places it anywhere, without moving the sender on;
+        ``ack`` (bytes of the other direction after its SYN) acknowledges less than all it sent so far;
+        ``options`` are TCP options (a SACK block: :func:`sack_option`)."""
         base = self.isn[from_client] + 1
         seq = self.next[from_client] if offset is None else base + offset
-        ack = self.next[not from_client]
-        self.writer.write(self._tick(ts), self._frame(from_client, seq, ack, flags, payload))
+        number = self.next[not from_client] if ack is None else self.isn[not from_client] + 1 + ack
+        self.writer.write(self._tick(ts), self._frame(from_client, seq, number, flags, payload, options))
         if offset is None:
             self.next[from_client] += len(payload) + (1 if flags & (SYN | FIN) else 0)
 
@@ -137,6 +142,14 @@ class TcpConversation:
     def position(self, from_client: bool) -> int:
         """Bytes sent so far in one direction (the next segment's offset)."""
         return self.next[from_client] - self.isn[from_client] - 1
+
+    def sack_option(self, from_client: bool, blocks: list[tuple[int, int]]) -> bytes:
+        """A SACK option (RFC 2018) for a segment from one side, acknowledging ``blocks`` of the other side's
+        bytes (offsets after its SYN, end exclusive), preceded by two NOPs as Linux aligns it."""
+        base = self.isn[not from_client] + 1
+        edges = b"".join(struct.pack("!II", (base + left) & 0xFFFFFFFF, (base + right) & 0xFFFFFFFF)
+                         for left, right in blocks)
+        return bytes([TCP_OPTION_NOP, TCP_OPTION_NOP, TCP_OPTION_SACK, 2 + len(edges)]) + edges
 
     def close(self) -> None:
         self.segment(from_client=True, payload=b"", flags=FIN | ACK)

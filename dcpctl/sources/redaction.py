@@ -56,7 +56,7 @@ from dcpctl.sources.pcap import (
     parse_any_frame,
     read_segments,
 )
-from dcpctl.sources.pcapwriter import PcapWriter, internet_checksum
+from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum
 from dcpctl.sources.tcp import (
     ACK,
     DEFAULT_MAX_CONNECTIONS,
@@ -88,8 +88,6 @@ OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
 EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
-# The TCP option holding SACK blocks (RFC 2018).
-TCP_OPTION_SACK: Final = 5
 SEQUENCE_SPACE: Final = 1 << 32
 
 
@@ -106,6 +104,7 @@ class _Frame:
     flags: int = 0  # its TCP flags
     resized: int = 0  # payload bytes added (removed when negative) by messages whose length changed
     emptied: bool = False  # its payload was all removed: left out (see _write_back)
+    tcp_at: int | None = None  # where its TCP header starts, found once when the reader claims it
     # an ACK of a followed connection: that connection, its direction, the acknowledgement it carried, and
     # whether it is a pure ACK (no payload, no FIN or RST)
     ack_of: tuple[_Conn, bool, int, bool] | None = None
@@ -228,6 +227,7 @@ class CaptureRedactor:
         frame = self._last
         assert frame is not None
         frame.claimed = True
+        frame.tcp_at = tcp_at = _tcp_header(self.linktype, frame.data)
         key, from_client, conn_id, offset = self.reassembler.locate(seg)
         frame.flags = seg.flags
         acked = self._acknowledged(frame, key, not from_client, seg) if conn_id is not None else []
@@ -247,12 +247,16 @@ class CaptureRedactor:
         if conn is None and key in self.closed:  # the last ACK of a closed connection: its final shifts
             self._shift_closed(frame, from_client, *self.closed[key])
         if conn is not None and conn.drop is None and not seg.flags & SYN:
-            tcp_at = _tcp_header(self.linktype, frame.data)
             if tcp_at is not None:  # its sequence number, moved as its direction's bytes before it resized
                 conn.streams[from_client].spans.append(_Span(frame, tcp_at + 4, offset, 0, seg.seq))
                 frame.held += 1
+            other = conn.streams[not from_client]
+            final = self._final(conn_id, not from_client)
             for at, acked_offset, number in acked:
-                conn.streams[not from_client].spans.append(_Span(frame, at, acked_offset, 0, number))
+                if not other.spans and acked_offset <= final:  # already final (as a rule, an ACK's is): now
+                    self._move(frame, at, number, _out_offset(other, acked_offset) - acked_offset)
+                    continue
+                other.spans.append(_Span(frame, at, acked_offset, 0, number))
                 frame.held += 1
             if acked:
                 pure = not seg.payload and not seg.truncated and not seg.flags & (FIN | RST)
@@ -272,7 +276,7 @@ class CaptureRedactor:
         self._flush()
 
     def _shift_closed(self, frame: _Frame, from_client: bool, client: int, server: int) -> None:
-        tcp_at = _tcp_header(self.linktype, frame.data)
+        tcp_at = frame.tcp_at
         if tcp_at is None:
             return
         own, other = (client, server) if from_client else (server, client)
@@ -286,7 +290,7 @@ class CaptureRedactor:
                       seg: TcpSegment) -> list[tuple[int, int, int]]:
         """The sequence numbers a segment names in the other direction: its acknowledgement number and its
         SACK blocks' edges, each as (its place in the frame, the stream offset it names, its value)."""
-        tcp_at = _tcp_header(self.linktype, frame.data)
+        tcp_at = frame.tcp_at
         if tcp_at is None or not seg.flags & ACK:
             return []
         numbers = [(tcp_at + 8, seg.ack)]
@@ -384,7 +388,10 @@ class CaptureRedactor:
         end, header = item[0], item[1]
         start = end - HEADER_LENGTH - header[6]  # the header's total body length
         key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
-        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], item[6] is not None)
+        variant = item[2].variant
+        assert variant is not None  # a plain item's plan has its row
+        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], variant,
+                                        item[6] is not None)
         self._store(conn.streams[False], offset, data, end - start)
 
     def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:
@@ -409,6 +416,8 @@ class CaptureRedactor:
         if state is not None and state.tls and conn.drop is None:
             conn.drop = TLS
             self.summary.dropped_connections[TLS] += 1
+        if not stream.spans:  # nothing waits (the history was trimmed when the last span left)
+            return
         if everything or state is None or conn.drop is not None:
             final = None
         else:
@@ -438,10 +447,7 @@ class CaptureRedactor:
             if self.keep_unparsed:
                 return
         if span.seq is not None:  # a sequence number: moved by what the stream before it gained or lost
-            moved = _out_offset(stream, span.start) - span.start
-            if moved:
-                struct.pack_into("!I", frame.data, span.at, (span.seq + moved) % SEQUENCE_SPACE)
-                frame.changed = True
+            self._move(frame, span.at, span.seq, _out_offset(stream, span.start) - span.start)
             return
         data = self._output_bytes(stream, span.start, span.start + span.length)
         if frame.data[span.at:span.at + span.length] != data:
@@ -451,6 +457,18 @@ class CaptureRedactor:
             # a segment whose bytes were all removed is left out: kept as a pure ACK it would be a duplicate
             # ACK to TCP analysis; later segments carry its acknowledgement and window on
             frame.emptied = not data and not frame.flags & (SYN | FIN | RST)
+
+    @staticmethod
+    def _move(frame: _Frame, at: int, number: int, moved: int) -> None:
+        """A sequence number of a frame moved by what the stream before it gained or lost."""
+        if moved:
+            struct.pack_into("!I", frame.data, at, (number + moved) % SEQUENCE_SPACE)
+            frame.changed = True
+
+    def _final(self, conn_id: ConnectionId | None, from_client: bool) -> int:
+        """The stream offset up to which a direction's bytes are final (-1: none known)."""
+        state = self.decoder.connections.get(conn_id) if conn_id is not None else None
+        return state.directions[from_client].framer.offset if state is not None else -1
 
     def _output_bytes(self, stream: _Stream, start: int, end: int) -> bytes:
         """The output bytes an input range of a stream becomes: the store's, and the edits' inside it."""
@@ -518,7 +536,7 @@ class CaptureRedactor:
         if frame.ack_of is None:
             return False
         conn, from_client, ack_in, pure = frame.ack_of
-        tcp_at = _tcp_header(self.linktype, frame.data)
+        tcp_at = frame.tcp_at
         if tcp_at is None:
             return False
         ack_out = struct.unpack_from("!I", frame.data, tcp_at + 8)[0]

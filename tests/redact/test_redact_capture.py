@@ -25,13 +25,20 @@ from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, RESPONSE_MAGICS, Opcode
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import KeyKind, ValueKind
 from dcpctl.protocol.value import snappy_decompress
 from dcpctl.render.env import Environment
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import TcpSegment, read_segments
-from dcpctl.sources.pcapwriter import LINKTYPE_LINUX_SLL, LINKTYPE_NULL, LINKTYPE_RAW, PcapWriter, TcpConversation
+from dcpctl.sources.pcapwriter import (
+    ACK,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_NULL,
+    LINKTYPE_RAW,
+    PcapWriter,
+    TcpConversation,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
@@ -631,8 +638,8 @@ def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path
             header = item[1]
             fast, slow = Redactor(SALT.encode()), Redactor(SALT.encode())
             key_at = 24 + header[3]
-            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[6] is not None) \
-                == slow.message(msg)
+            assert fast.plain_item(raw, key_at, key_at + header[2], header[4], item[2].variant,
+                                   item[6] is not None) == slow.message(msg)
             assert fast.counts == slow.counts
     assert plain > 10
 
@@ -750,3 +757,70 @@ def test_values_drop_keeps_retransmissions_and_cut_streams_consistent(tmp_path: 
     analysis_in, analysis_out = _tcp_analysis(source), _tcp_analysis(target)
     assert len(analysis_out) <= len(analysis_in), (analysis_in, analysis_out)
     assert _warnings(_expert(target)[0]) <= _warnings(_expert(source)[0])
+
+
+def _sacked(directory: Path) -> tuple[Path, int]:
+    """A capture whose client acknowledges selectively: the server sends mutations A and B then a deletion C,
+    the client acknowledges A and SACKs C (B was lost past the capture point), B is sent again, then all is
+    acknowledged. With ``--values drop`` A and B shrink, so C and the SACK block naming it move back.
+    Returns the capture and the bytes A and B carry as values."""
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    packets = session_packets()
+    first = next(i for i, (_, data) in enumerate(packets) if data[1] == Opcode.DCP_MUTATION)
+    for from_client, data in packets[:first]:
+        conversation.send(from_client, data)
+    (_, a), (_, b), (_, c) = packets[first:first + 3]
+    assert b[1] == Opcode.DCP_MUTATION
+    assert c[1] == Opcode.DCP_DELETION
+    start = conversation.position(False)
+    for data in (a, b, c):
+        conversation.segment(False, data)
+    c_at = start + len(a) + len(b)
+    conversation.segment(True, b"", flags=ACK, ack=start + len(a),
+                         options=conversation.sack_option(True, [(c_at, c_at + len(c))]))
+    conversation.segment(False, b, offset=start + len(a))
+    conversation.segment(True, b"", flags=ACK)
+    for from_client, data in packets[first + 3:]:
+        conversation.send(from_client, data)
+    conversation.close()
+    source = directory / "sacked.pcap"
+    source.write_bytes(out.getvalue())
+    return source, sum(len(decode(data, 0, DecodeOptions(collections=True)).value) for data in (a, b))
+
+
+def _sack_view(path: Path) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """tshark's reading (relative sequence numbers): the server's segments (seq, next seq, payload length)
+    and every SACK block the client sent (left edge, right edge)."""
+    done = subprocess.run([peer("tshark"), "-r", str(path), "-T", "fields", "-e", "tcp.srcport",
+                           "-e", "tcp.seq", "-e", "tcp.nxtseq", "-e", "tcp.len", "-e", "tcp.options.sack_le",
+                           "-e", "tcp.options.sack_re"], capture_output=True, text=True, check=True, timeout=60)
+    segments, blocks = [], []
+    for line in done.stdout.splitlines():
+        port, seq, nxtseq, length, left, right = line.split("\t")
+        if port == "11210" and int(length):
+            segments.append((int(seq), int(nxtseq), int(length)))
+        if left:
+            blocks.extend(zip(map(int, left.split(",")), map(int, right.split(",")), strict=True))
+    return segments, blocks
+
+
+@pytest.mark.peer
+def test_values_drop_moves_sack_edges_with_the_bytes_they_name(tmp_path: Path) -> None:
+    source, dropped = _sacked(tmp_path)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--values", "drop")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    (segments_in, blocks_in), (segments_out, blocks_out) = _sack_view(source), _sack_view(target)
+    assert len(blocks_in) == len(blocks_out) == 1
+    # the block names segment C in the input and in the output, where C starts as many bytes earlier as the
+    # values of A and B were long
+    assert any((seq, nxtseq) == blocks_in[0] for seq, nxtseq, _ in segments_in)
+    assert any((seq, nxtseq) == blocks_out[0] for seq, nxtseq, _ in segments_out), (segments_out, blocks_out)
+    assert blocks_out[0] == (blocks_in[0][0] - dropped, blocks_in[0][1] - dropped)
+    assert dropped > 0
+    analysis_in, analysis_out = _tcp_analysis(source), _tcp_analysis(target)
+    assert analysis_out == analysis_in  # the retransmission of B, and nothing the rewriting added
+    assert _warnings(_expert(target)[0]) <= _warnings(_expert(source)[0])
+    assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
