@@ -340,17 +340,19 @@ class Message:
         """The key and value checks, once: their diagnostics go after decode's, and what they read is kept
         for the views below (the collection id, the inflated document, its xattrs, a path's length, a
         GRAMMAR value's reading), so whoever shows the message computes none of it again."""
-        before = len(self._found)
+        checked = self._checked
+        before = len(self._found) if checked else 0
         plan = self.plan
-        if plan is not None and plan.fast is not None and not self.frame_infos and self._extras_values is not None:
-            _check_item(self, plan)
+        if plan is not None and plan.fast is not None and self._extras_values is not None and not self.frame_infos:
+            plain = _check_item(self, plan)
         else:
+            plain = False
             variant = self.variant
             _check_key(self, variant.key if variant is not None else _KEY_RAW)
             _check_value(self, variant)
-        if self._checked and len(self._found) > before:  # item_key() found these add none: never twice
+        if checked and len(self._found) > before:  # item_key() found these add none: never twice
             del self._found[before:]  # type: ignore[union-attr]
-        if self._plain is None:  # (a stored _plain says the pass ran: one store less per item)
+        if not plain:  # (a stored _plain says the pass ran: one store less per item)
             self._read = True
 
     # --- the key and value as the check pass read them ----------------------------------------------
@@ -760,11 +762,11 @@ def _header(msg: Message, raw: bytes) -> None:
 
 
 # --- the key and value checks -------------------------------------------------------------------------
-def _check_item(msg: Message, plan: _Plan) -> None:
+def _check_item(msg: Message, plan: _Plan) -> bool:
     """The check pass for the shapes a DCP stream is made of (``_Plan.fast``), every per-shape decision made
     once: what :func:`_check_key` and :func:`_check_value` find, by a shorter way (a test holds both to it).
     A raw or JSON value with a key that has a one-byte collection id or none, the usual item, is kept as one
-    tuple (:attr:`Message.plain_document`)."""
+    tuple (:attr:`Message.plain_document`); True when it was."""
     raw = msg.raw
     key_offset = msg.key_offset
     value_offset = msg.value_offset
@@ -774,7 +776,7 @@ def _check_item(msg: Message, plan: _Plan) -> None:
         if raw[key_offset] >= 0x80 or present == 1:  # a multi-byte LEB128 id, or no key after it
             _check_key(msg, _KEY_DOCUMENT)
             _check_value(msg, plan.variant)
-            return
+            return False
         collection_id = raw[key_offset]  # a one-byte collection id (below 128: the common case)
         key_offset += 1
     datatype = msg.header[4]
@@ -783,7 +785,7 @@ def _check_item(msg: Message, plan: _Plan) -> None:
             msg._collection_id = collection_id
             msg._key_start = key_offset
         _check_value(msg, plan.variant)
-        return
+        return False
     # _check_document for a raw or JSON value, written out: the per-item path
     value = raw[value_offset:msg.body_end]
     try:
@@ -798,6 +800,7 @@ def _check_item(msg: Message, plan: _Plan) -> None:
             _json_check(value)
         except ValueError:
             msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+    return True
 
 
 def _check_key(msg: Message, kind: KeyKind) -> None:

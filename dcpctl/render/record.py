@@ -128,15 +128,13 @@ def _fast_record(msg: Message, names: tuple[str, str], fields: tuple[str, ...], 
     a datatype byte, a declared layout and a document value): the same keys in the same order (the vectors
     and a hypothesis test hold both paths to that), with every per-shape decision made once."""
     _, _, _, extlen, datatype, word, total, opaque, cas = msg.header
-    rec["offset"] = msg.offset
-    rec["magic"], rec["opcode"] = names
-    rec["vbucket"] = word
-    rec["opaque"] = opaque
-    rec["cas"] = cas
-    rec["datatype"] = datatype
-    rec["key_length"] = msg.key_length
-    rec["extras_length"] = extlen
-    rec["total_body_length"] = total
+    header = {"offset": msg.offset, "magic": names[0], "opcode": names[1], "vbucket": word, "opaque": opaque,
+              "cas": cas, "datatype": datatype, "key_length": msg.key_length, "extras_length": extlen,
+              "total_body_length": total}  # one dict display: cheaper than ten stores
+    if rec:
+        rec.update(header)
+    else:
+        rec = header
     rec.update(zip(fields, values, strict=True))
     plain = msg.plain_document
     if plain is None:
