@@ -110,7 +110,7 @@ class ValueReading(IntEnum):
     NONE = 0  # no value
     TEXT = 1  # the value as it is (text, or hex when it is not text)
     HEX = 2  # the value as hex: a GRAMMAR value that does not fit its declaration
-    DOCUMENT = 3  # document, inflated_document, document_text, xattrs
+    DOCUMENT = 3  # document, document_text, inflated, xattrs (plain_document when neither of the last two)
     BAD_SNAPPY = 4  # a snappy value that does not inflate: kept raw
     PATH = 5  # path_length bytes of path, then the value
     FIELDS = 6  # grammar_reading: the declared fields, maybe trailing bytes
