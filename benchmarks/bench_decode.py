@@ -23,6 +23,7 @@ from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Framer
 from dcpctl.protocol.message import decode
 from dcpctl.render.jsonl import dumps
+from dcpctl.render.record import record as record_of
 
 CHUNK = 1 << 20
 
@@ -63,8 +64,8 @@ def main() -> None:
     stages: dict[str, Callable[[object], object] | None] = {
         "frame": None,
         "frame+decode": lambda message: None,
-        "frame+record": lambda message: message.record(),  # type: ignore[attr-defined]
-        "frame+jsonl": lambda message: sink.write(dumps(message.record())),  # type: ignore[attr-defined]
+        "frame+record": record_of,
+        "frame+jsonl": lambda message: sink.write(dumps(record_of(message))),
     }
     print(f"{args.messages} DCP_MUTATION messages, {len(data) // args.messages} bytes each "
           f"(100-byte JSON values), {len(data) / 1e6:.1f} MB")

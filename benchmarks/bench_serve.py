@@ -22,6 +22,7 @@ from dcpctl.dcp.sasl import plain_message
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import decode
+from dcpctl.render.record import record as record_of
 
 STREAM_END = bytes([0x80, 0x55, 0x00, 0x00, 0x04])
 
@@ -33,7 +34,7 @@ def request(sock: socket.socket, framer: Framer, **record: object) -> dict[str, 
     while True:
         for event in framer.events():
             assert isinstance(event, Frame)
-            return decode(event.data).record()
+            return record_of(decode(event.data))
         data = sock.recv(65536)
         if not data:
             raise ConnectionError("closed")

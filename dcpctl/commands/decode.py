@@ -39,6 +39,7 @@ from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, Stats, emit
+from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
@@ -113,7 +114,7 @@ def decode(
     tally = Summary() if summary else None
 
     def wanted(msg: Message) -> bool:
-        record = msg.record()
+        record = record_of(msg)
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False
         if opcodes is not None and not opcodes(record["opcode"]):
@@ -166,7 +167,7 @@ def decode(
                     if filtering and not wanted(item):
                         continue
                     if tally is not None:
-                        tally.add(item.record(), len(item.raw))
+                        tally.add(record_of(item), len(item.raw))
                     shown += 1
                     yield item
                     if count is not None and shown >= count:

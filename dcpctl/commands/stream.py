@@ -54,6 +54,7 @@ from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
 from dcpctl.render.lines import LineReaders
 from dcpctl.render.output import Format, emit
+from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
@@ -249,7 +250,7 @@ def stream(
 
 class _JsonLines:
     """--format jsonl's plain items, written straight from their bytes: each item shape's line reader fills
-    its record's template (what ``Message.record`` would give, a test holds them to it)."""
+    its record's template (what ``render.record.record`` would give, a test holds them to it)."""
 
     def readers(self, connection: str, max_body_length: int) -> LineReaders:
         return LineReaders({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",),
@@ -394,7 +395,7 @@ def _print_template(messages: Iterator[Message | bytes], template: str, out: Any
     needed = formatter.check(template)
     for msg in messages:
         assert isinstance(msg, Message), "lines come only for --format jsonl"
-        record = msg.record()
+        record = record_of(msg)
         if not needed <= record.keys():
             continue
         try:

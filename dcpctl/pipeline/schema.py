@@ -27,6 +27,7 @@ from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.grammar import request_header
 from dcpctl.protocol.message import Message, item_key
 from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES
+from dcpctl.render.record import record as record_of
 
 # record fields kept as columns, in column order (named and typed by the catalogue)
 RECORD_COLUMNS: Final = ("ts", "connection", "direction", "frames", "offset", "magic", "opcode", "vbucket",
@@ -82,7 +83,7 @@ _ITEM_ROWS: dict[tuple[tuple[str, str], tuple[str, ...]], ItemRow] = {}
 
 def _item_row(plan: Any) -> ItemRow:
     """The function that reads a plain item's record columns (:data:`RECORD_COLUMNS`) out of a message of
-    ``plan``'s shape, what :meth:`Message.record` would give for each: made once per shape from the names
+    ``plan``'s shape, what the record (``render.record``) would give for each: made once per shape from the names
     (the plan's magic and opcode names, the header grammar's fields, the layout's extras fields, the capture
     context's keys); a column none of these has is None."""
     shape = (plan.fast, plan.names)
@@ -179,7 +180,7 @@ class Rows:
 
     def _general(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
         """Any message but a plain item: its record columns from its record, by name."""
-        record = msg.record()
+        record = record_of(msg)
         connection = self.connection(str(record.get("connection")))
         get = record.get
         by_seqno = get("by_seqno")

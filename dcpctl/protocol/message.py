@@ -1,14 +1,21 @@
-"""Decoding one framed packet into a :class:`Message`, and a message into its JSON record.
+"""Decoding one framed packet into a :class:`Message`: read, checked, returned as typed views.
 
 Theory of operation. ``decode`` does the cheap, always-needed work: the 24-byte header (one ``struct``
 unpack), the registry lookup (cached per header shape), frame infos, and the extras through the variant's
-fixed layout, which is derived from its construct declaration. Anything more expensive (snappy, xattrs,
-JSON, value grammars) waits until a renderer asks for :meth:`Message.record` or someone reads
-:attr:`Message.diagnostics`, so a filter on ``opcode`` or ``by_seqno`` never touches values; those checks run
-once, and the diagnostics keep one order whoever asks first (header, frame infos, extras, key, value, then
-the context :meth:`Message.annotate` adds). Code that acts on a message reads it typed (``status``,
-:meth:`Message.field`, :attr:`Message.value_fields`, :attr:`Message.stream_request_value`); the record is
-for renderers. Nothing here raises on bad input: every departure from the declared layout becomes a named
+fixed layout, which is derived from its construct declaration. The key and value checks (LEB128 collection
+id, snappy, xattrs, JSON, value grammars, secrets, a stream request's value) are one check pass that runs
+once, on first use of :attr:`Message.diagnostics` or of a key/value view (:attr:`Message.collection_id`,
+:attr:`Message.document_key`, :attr:`Message.value_reading`, :attr:`Message.document`,
+:attr:`Message.xattrs`, :attr:`Message.grammar_reading`...). It is lazy so that a filter on ``opcode`` or
+``by_seqno`` never pays for values; it keeps what it read (the inflated document, the xattr pairs and the
+body after them, the path's length, the parsed GRAMMAR value and the bytes it took), so whoever shows the
+message computes none of it again. The diagnostics keep one order whoever asks first: header, frame infos,
+extras, key, value, then the context :meth:`Message.annotate` adds.
+
+Nothing here builds the JSON record: ``dcpctl.render.record`` turns a message and its context into the
+documented object (``tests/test_no_rendering_below.py`` keeps it so). Code that acts on a message reads it
+typed (``status``, :meth:`Message.field`, :attr:`Message.value_fields`, :attr:`Message.stream_request_value`).
+Nothing here raises on bad input: every departure from the declared layout becomes a named
 :class:`Diagnostic` and the bytes are kept, so encode can give them back exactly.
 
 Two framing modes exist. From a byte stream the framer hands over exactly ``24 + total_body_length`` bytes.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, Final
 
 import orjson
@@ -37,7 +45,6 @@ from dcpctl.protocol.constants import (
     STATUSES,
     Magic,
     Opcode,
-    Status,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
@@ -55,11 +62,12 @@ from dcpctl.protocol.registry import (
     Variant,
 )
 from dcpctl.protocol.value import (
+    Xattr,
+    as_text,
     leb128_decode,
     parse_xattrs,
     printable,
     snappy_decompress,
-    text_or_hex,
 )
 
 # Enum members as module constants: attribute access on an Enum class is slow on the per-message path.
@@ -96,6 +104,24 @@ class DecodeOptions:
 DEFAULT_OPTIONS: Final = DecodeOptions()
 
 
+class ValueReading(IntEnum):
+    """How the check pass read a value, so a renderer knows which views describe it."""
+
+    NONE = 0  # no value
+    TEXT = 1  # the value as it is (text, or hex when it is not text)
+    HEX = 2  # the value as hex: a GRAMMAR value that does not fit its declaration
+    DOCUMENT = 3  # document, document_text, inflated, xattrs (plain_document when neither of the last two)
+    BAD_SNAPPY = 4  # a snappy value that does not inflate: kept raw
+    PATH = 5  # path_length bytes of path, then the value
+    FIELDS = 6  # grammar_reading: the declared fields, maybe trailing bytes
+    SECRET = 7  # hidden: only its length is shown
+
+
+# Module constants: the per-message path reads no enum class attributes.
+_READ_TEXT: Final = ValueReading.TEXT
+_READ_DOCUMENT: Final = ValueReading.DOCUMENT
+
+
 class Message:
     """One decoded packet; ``raw`` holds its exact bytes and ``offset`` where they started."""
 
@@ -105,15 +131,33 @@ class Message:
     # checks, deferred until first asked for), then the context annotate() added.
     _found: list[Diagnostic] | tuple[()] = ()
     _context_diagnostics: list[Diagnostic] | tuple[()] = ()
-    _checked: bool = False  # the key and value checks have run (they run once, building the record)
+    # the key and value diagnostics are in _found: the check pass ran, or item_key() found they add none
+    _checked: bool = False
+    _read: bool = False  # the check pass ran: the key and value views below are set (or _plain is)
     _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
+    # What the check pass keeps for whoever shows the key and value (read through the views below).
+    # a stream item's (collection id, key after it, value as text or None, value): _check_item's one store
+    _plain: tuple[int | None, bytes, str | None, bytes] | None = None
+    _collection_id: int | None = None
+    _key_start: int = -1  # where the key after its collection id starts (-1: where the key starts)
+    _reading: ValueReading = ValueReading.NONE
+    _document: bytes = b""  # a DOCUMENT's body: inflated, after its xattrs
+    _document_text: str | None = None  # that body as text (None: it is shown as hex)
+    _inflated: bool = False
+    _xattrs: list[Xattr] | None = None
+    _path_length: int = -1
+    _grammar: Any = None  # FIELDS: the declaration the value was read with, what it read, its bytes
+    _fields: Any = None
+    _consumed: int = 0
+    # The renderer's JSON record of this message, kept once built so a filter and the output share one
+    # (``dcpctl.render.record`` builds and fills it; nothing below render/ reads it).
+    rendered: dict[str, Any] | None = None
     frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
     plan: _Plan | None = None  # the registry row and layout this header shape resolved to
     framing_extras_length: int = 0
     _extras: dict[str, int] | None = None
     _extras_values: tuple[int, ...] | None = None
-    _record: dict[str, Any] | None = None
-    _context: tuple[dict[str, Any], dict[str, Any]] | None = None  # annotate()'s keys, until record()
+    _context: tuple[dict[str, Any], dict[str, Any]] | None = None  # annotate()'s keys, until rendered
     _partial_extras: bool = False  # extras cut short: the record keeps them raw as well
     header: tuple[int, ...]
     key_length: int
@@ -285,7 +329,7 @@ class Message:
     def diagnostics(self) -> list[Diagnostic] | tuple[()]:
         """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
         two checked on first use, once), then the context :meth:`annotate` added."""
-        if not self._checked:
+        if not self._checked and self._plain is None and not self._read:
             self._check()
         found, context = self._found, self._context_diagnostics
         if not context:
@@ -293,18 +337,130 @@ class Message:
         return [*found, *context] if found else context
 
     def _check(self) -> None:
-        """Run the key and value checks: they are the record's key and value fields being built, so the
-        record without its context is built now and kept for :meth:`record`."""
-        if self._record is None:
-            self._record = _record(self)
+        """The key and value checks, once: their diagnostics go after decode's, and what they read is kept
+        for the views below (the collection id, the inflated document, its xattrs, a path's length, a
+        GRAMMAR value's reading), so whoever shows the message computes none of it again."""
+        checked = self._checked
+        before = len(self._found) if checked else 0
+        plan = self.plan
+        if plan is not None and plan.fast is not None and self._extras_values is not None and not self.frame_infos:
+            plain = _check_item(self, plan)
+        else:
+            plain = False
+            variant = self.variant
+            _check_key(self, variant.key if variant is not None else _KEY_RAW)
+            _check_value(self, variant)
+        if checked and len(self._found) > before:  # item_key() found these add none: never twice
+            del self._found[before:]  # type: ignore[union-attr]
+        if not plain:  # (a stored _plain says the pass ran: one store less per item)
+            self._read = True
 
-    # --- the JSON record --------------------------------------------------------------------------
+    # --- the key and value as the check pass read them ----------------------------------------------
+    @property
+    def plain_document(self) -> tuple[int | None, bytes, str | None, bytes] | None:
+        """(:attr:`collection_id`, :attr:`document_key`, :attr:`document_text`, :attr:`document`) in one look,
+        when the value reads as a DOCUMENT neither inflated nor with xattrs (what a stream's items mostly
+        are: the record's per-item path); None otherwise."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        if plain is not None or self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
+            return plain
+        start = self._key_start
+        return (self._collection_id, self.raw[self.key_offset if start < 0 else start:self.value_offset],
+                self._document_text, self._document)
+
+    @property
+    def collection_id(self) -> int | None:
+        """The key's collection id (collections negotiated, a document key), None without one."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        return plain[0] if plain is not None else self._collection_id
+
+    @property
+    def document_key(self) -> bytes:
+        """The key after its collection id (the whole key when it has none)."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        if plain is not None:
+            return plain[1]
+        start = self._key_start
+        return self.raw[self.key_offset if start < 0 else start:self.value_offset]
+
+    @property
+    def value_reading(self) -> ValueReading:
+        """How the value reads (which of the views below describe it)."""
+        if self._plain is None and not self._read:
+            self._check()
+        return _READ_DOCUMENT if self._plain is not None else self._reading
+
+    @property
+    def document(self) -> bytes:
+        """A DOCUMENT value's body: inflated when it was snappy, after its xattrs."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        return plain[3] if plain is not None else self._document
+
+    @property
+    def document_text(self) -> str | None:
+        """:attr:`document` as text, None when it is not UTF-8 without control characters."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        return plain[2] if plain is not None else self._document_text
+
+    @property
+    def inflated(self) -> bool:
+        """The DOCUMENT value was snappy and inflated."""
+        if self._plain is None and not self._read:
+            self._check()
+        return self._inflated
+
+    @property
+    def xattrs(self) -> list[Xattr] | None:
+        """A DOCUMENT value's xattr pairs, None without xattrs or when the blob is bad."""
+        if self._plain is None and not self._read:
+            self._check()
+        return self._xattrs
+
+    @property
+    def path_length(self) -> int:
+        """PATH: how many of the value's bytes are the path (the rest is the value)."""
+        if self._plain is None and not self._read:
+            self._check()
+        return self._path_length
+
+    @property
+    def grammar_reading(self) -> tuple[Any, Any, int]:
+        """FIELDS: (the declaration the value was read with, what it read, how many value bytes that is)."""
+        if self._plain is None and not self._read:
+            self._check()
+        return self._grammar, self._fields, self._consumed
+
+    @property
+    def extras_values(self) -> tuple[int, ...] | None:
+        """The extras as the declared layout's tuple (in its field order), None when not read that way."""
+        return self._extras_values
+
+    @property
+    def partial_extras(self) -> bool:
+        """The extras were cut short: :attr:`extras` holds the fields that fit."""
+        return self._partial_extras
+
+    # --- context ------------------------------------------------------------------------------------
     def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
         """Add context a single packet cannot know (capture time, connection, stream state).
 
-        ``first`` keys go before the packet's own, ``last`` after them; diagnostics come after the packet's
-        own, whenever these are checked. The record is built when first asked for (a consumer that only
-        counts never pays for it).
+        ``first`` keys go before the packet's own in the record, ``last`` after them; diagnostics come after
+        the packet's own, whenever these are checked.
         """
         if diagnostics:
             if isinstance(self._context_diagnostics, tuple):
@@ -313,35 +469,15 @@ class Message:
         self._context = (first, last)
 
     @property
-    def has_record(self) -> bool:
-        """Whether :meth:`record` has been built (the key and value checks ran with it)."""
-        return self._record is not None
-
-    @property
     def context(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """What :meth:`annotate` added (``first``, ``last``), until :meth:`record` takes it in."""
+        """What :meth:`annotate` added (``first``, ``last``), until the record takes it in."""
         return self._context
 
-    def record(self) -> dict[str, Any]:
-        """The JSON contract's object for this message (computed once, values decoded here)."""
+    def take_context(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """:attr:`context`, handed over once (the renderer merges it into the record)."""
         context = self._context
-        if context is not None:
-            self._context = None
-            first, last = context
-            if self._record is None:  # the usual case: build the record once, in ``first``'s dict
-                merged = _record(self, first)
-            else:
-                merged = first
-                merged.update(self._record)
-            del merged["diagnostics"]  # they go last, after ``last``'s keys
-            if last:
-                merged.update(last)
-            diagnostics = self.diagnostics
-            merged["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-            self._record = merged
-        elif self._record is None:
-            self._record = _record(self)
-        return self._record
+        self._context = None
+        return context
 
 
 def _cond(name: str, magic: int, extlen: int, word: int, type_byte: int, byte0: int, has_value: int,
@@ -625,132 +761,156 @@ def _header(msg: Message, raw: bytes) -> None:
         msg.key_length = header[2]
 
 
-# --- records ----------------------------------------------------------------------------------------
-def _record(msg: Message, rec: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record; ``rec`` (a fresh dict the caller gives up) holds keys that go first."""
-    plan = msg.plan
-    if plan is not None and plan.fast is not None and not msg.frame_infos and msg._extras_values is not None:
-        return _fast_record(msg, plan, {} if rec is None else rec)
-    spec = msg.spec
-    magic, _, _, extlen, datatype, word, total, opaque, cas = msg.header
-    if rec is None:
-        rec = {}
-    rec["offset"] = msg.offset
-    rec["magic"] = MAGICS.name_of.get(magic) or MAGICS.name(magic)
-    rec["opcode"] = msg.opcode_name
-    type_field = spec.type_field if spec is not None else "datatype"
-    if type_field != "datatype":
-        rec[type_field] = datatype
-        if msg.variant is not None and msg.variant.label:
-            rec[f"{type_field}_name"] = msg.variant.label
-    if magic in RESPONSE_MAGICS and (spec is None or spec.has_status):
-        rec["status"] = msg.status_name
-    else:
-        rec["vbucket"] = word
-    rec["opaque"] = opaque
-    rec["cas"] = cas
-    if type_field == "datatype":
-        rec["datatype"] = datatype
-    rec["key_length"] = msg.key_length
-    rec["extras_length"] = extlen
-    if magic in ALT_MAGICS:
-        rec["framing_extras_length"] = msg.framing_extras_length
-    rec["total_body_length"] = total
-    if msg.frame_infos:
-        vocab = frameinfo.vocabulary(msg.is_response)
-        infos = []
-        for info in msg.frame_infos:
-            item: dict[str, Any] = {"id": info.id, "name": vocab.name(info.id)}
-            item.update(info.fields(msg.is_response))
-            item["data"] = info.data.hex()
-            infos.append(item)
-        rec["frame_infos"] = infos
-        fe_end = HEADER_LENGTH + msg.framing_extras_length
-        canonical = b"".join(frameinfo.encode_element(i.id, i.data) for i in msg.frame_infos)
-        if canonical != msg.raw[HEADER_LENGTH:fe_end]:
-            rec["framing_extras"] = msg.raw[HEADER_LENGTH:fe_end].hex()
-    elif msg.framing_extras_length:
-        rec["framing_extras"] = msg.raw[HEADER_LENGTH:HEADER_LENGTH + msg.framing_extras_length].hex()
-    if msg.frame_infos:
-        stream_id = msg.stream_id
-        if stream_id is not None:
-            rec["stream_id"] = stream_id
-    if msg._extras_values is not None:
-        rec.update(zip(msg.plan.names, msg._extras_values, strict=True))  # type: ignore[union-attr]
-    elif msg._partial_extras and msg._extras is not None:
-        rec.update(msg._extras)
-        rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
-    elif msg.key_offset > msg.extras_offset:
-        rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
-    variant = msg.variant
-    key_kind = variant.key if variant else _KEY_RAW
-    _key(msg, rec, key_kind)
-    _value(msg, rec, variant)
-    if variant is not None and variant.terminator is not None and msg.key_length == 0 and not msg.value \
-            and msg.status == Status.SUCCESS:
-        rec[variant.terminator] = True
-    msg._checked = True
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
-    return rec
-
-
-def _fast_record(msg: Message, plan: _Plan, rec: dict[str, Any]) -> dict[str, Any]:
-    """``_record`` for the shapes a DCP stream is made of (``_Plan.fast``): the same keys in the same order
-    (the vectors and a hypothesis test hold both paths to that), with every per-shape decision made once."""
-    _, _, _, extlen, datatype, word, total, opaque, cas = msg.header
-    rec["offset"] = msg.offset
-    rec["magic"], rec["opcode"] = plan.fast  # type: ignore[misc]
-    rec["vbucket"] = word
-    rec["opaque"] = opaque
-    rec["cas"] = cas
-    rec["datatype"] = datatype
-    rec["key_length"] = msg.key_length
-    rec["extras_length"] = extlen
-    rec["total_body_length"] = total
-    rec.update(zip(plan.names, msg._extras_values, strict=True))  # type: ignore[arg-type]
+# --- the key and value checks -------------------------------------------------------------------------
+def _check_item(msg: Message, plan: _Plan) -> bool:
+    """The check pass for the shapes a DCP stream is made of (``_Plan.fast``), every per-shape decision made
+    once: what :func:`_check_key` and :func:`_check_value` find, by a shorter way (a test holds both to it).
+    A raw or JSON value with a key that has a one-byte collection id or none, the usual item, is kept as one
+    tuple (:attr:`Message.plain_document`); True when it was."""
     raw = msg.raw
     key_offset = msg.key_offset
-    present = msg.value_offset - key_offset  # the key bytes there are (fewer than key_length if cut short)
-    if present:
-        if msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
-            if raw[key_offset] >= 0x80 or present == 1:  # a multi-byte LEB128 id, or no key after it
-                _key(msg, rec, _KEY_DOCUMENT)
-                key_offset = -1
-            else:  # a one-byte collection id (below 128: the common case)
-                rec["collection_id"] = raw[key_offset]
-                key_offset += 1
-        if key_offset >= 0:
-            key = raw[key_offset:msg.value_offset]
-            try:
-                text = key.decode()
-            except UnicodeDecodeError:
-                text = None
-            if text is not None and (text.isprintable() or printable(text)):
-                rec["key"] = text
-            else:
-                rec["key"] = key.hex()
-                rec["key_encoding"] = "hex"
+    value_offset = msg.value_offset
+    present = value_offset - key_offset  # the key bytes there are (fewer than key_length if cut short)
+    collection_id = None
+    if present and msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
+        if raw[key_offset] >= 0x80 or present == 1:  # a multi-byte LEB128 id, or no key after it
+            _check_key(msg, _KEY_DOCUMENT)
+            _check_value(msg, plan.variant)
+            return False
+        collection_id = raw[key_offset]  # a one-byte collection id (below 128: the common case)
+        key_offset += 1
+    datatype = msg.header[4]
     if datatype & ~DATATYPE_JSON:  # snappy or xattrs
-        _value(msg, rec, plan.variant)
+        if collection_id is not None:
+            msg._collection_id = collection_id
+            msg._key_start = key_offset
+        _check_value(msg, plan.variant)
+        return False
+    # _check_document for a raw or JSON value, written out: the per-item path
+    value = raw[value_offset:msg.body_end]
+    try:
+        decoded = value.decode()
+    except UnicodeDecodeError:
+        text = None
     else:
-        value = raw[msg.value_offset:msg.body_end]
+        text = decoded if decoded.isprintable() or printable(decoded) else None
+    msg._plain = (collection_id, raw[key_offset:value_offset], text, value)
+    if datatype and text is not None and value:
         try:
-            text = value.decode()
-        except UnicodeDecodeError:
-            text = None
-        if text is not None and (text.isprintable() or printable(text)):
-            rec["value"] = text
-            if datatype and value:
-                try:
-                    _json_check(value)
-                except ValueError:
-                    msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+            _json_check(value)
+        except ValueError:
+            msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+    return True
+
+
+def _check_key(msg: Message, kind: KeyKind) -> None:
+    key_offset = msg.key_offset
+    if key_offset == msg.value_offset or kind is not _KEY_DOCUMENT or not msg.options.collections:
+        return
+    key = msg.key
+    prefix = leb128_decode(key)
+    if prefix is None:
+        msg.add("bad_leb128", "key does not start with a valid LEB128 collection id", key_offset, min(len(key), 5))
+    else:
+        msg._collection_id = prefix[0]
+        msg._key_start = key_offset + prefix[1]
+
+
+def _check_value(msg: Message, variant: Variant | None) -> None:
+    value = msg.value
+    kind = variant.value if variant else _VALUE_RAW
+    if not value:
+        if kind is _VALUE_DOCUMENT:
+            msg._reading = _READ_DOCUMENT
+            msg._document_text = ""
+        elif kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
+                and walk.item_size(variant.value_grammar) is not None:
+            msg._reading = ValueReading.FIELDS
+            msg._grammar = variant.value_grammar
+            msg._fields = variant.value_grammar.parse(b"")
+        return
+    start = msg.value_offset
+    type_is_datatype = msg.spec is None or msg.spec.type_field == "datatype"
+    if kind is _VALUE_DOCUMENT or (kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR
+                                   and type_is_datatype):
+        _check_document(msg, value, msg.datatype if type_is_datatype else 0)
+        return
+    msg._reading = _READ_TEXT
+    if variant is not None and variant.value_path is not None:
+        _check_path(msg, variant.value_path, value)
+    elif kind is _VALUE_GRAMMAR and variant is not None:
+        _check_grammar(msg, variant, value)
+    elif kind is _VALUE_SECRET and not msg.options.show_secrets:
+        msg._reading = ValueReading.SECRET
+        msg.add("redacted", f"{len(value)} bytes of SASL data hidden", start, len(value))
+    elif kind is _VALUE_STREAM_REQUEST_JSON:
+        _, diags = srv.validate(value, start)
+        msg.extend(diags)
+        if msg.options.collections is False:
+            msg.add("stream_request_value_without_collections",
+                    "a stream-request value without HELLO Collections: the server answers Einval",
+                    start, len(value))
+    elif kind is _VALUE_JSON or (kind is _VALUE_AUTO and value[:1] in (b"{", b"[")):
+        try:
+            _json_check(value)
+        except ValueError:
+            msg.add("bad_json", "value is not valid JSON", start, len(value))
+
+
+def _check_path(msg: Message, length_field: str, value: bytes) -> None:
+    """A value that starts with a path its extras give the length of (single-path subdocument commands): a
+    length past the value keeps path and value together, as TEXT."""
+    length = (msg.extras or {}).get(length_field)
+    if length is None or length > len(value):
+        msg.add("illegal_value_length", f"{length_field} {length} exceeds the {len(value)} value bytes; "
+                "path and value kept together", msg.value_offset, len(value))
+        return
+    msg._reading = ValueReading.PATH
+    msg._path_length = length
+
+
+def _check_document(msg: Message, value: bytes, datatype: int) -> None:
+    """A datatype-driven value: snappy inflated, xattrs split off, the body checked as JSON when marked so
+    and shown as text (a body shown as hex is not checked, as the record has always had it)."""
+    msg._reading = _READ_DOCUMENT
+    data = value
+    if datatype & DATATYPE_SNAPPY:
+        inflated = snappy_decompress(value)
+        if isinstance(inflated, str):
+            msg.add("bad_snappy", inflated, msg.value_offset, len(value))
+            msg._reading = ValueReading.BAD_SNAPPY
+            return
+        msg._inflated = True
+        data = inflated
+    if datatype & DATATYPE_XATTR:
+        parsed = parse_xattrs(data)
+        if isinstance(parsed, str):
+            msg.add("bad_xattr", parsed, msg.value_offset, len(value))
         else:
-            rec["value"] = value.hex()
-            rec["value_encoding"] = "hex"
-    msg._checked = True
-    rec["diagnostics"] = [d.to_json() for d in msg.diagnostics] if msg._found or msg._context_diagnostics else []
-    return rec
+            msg._xattrs, body_offset = parsed
+            data = data[body_offset:]
+    msg._document = data
+    text = msg._document_text = as_text(data)
+    if datatype & DATATYPE_JSON and text is not None and value:
+        try:
+            _json_check(data)
+        except ValueError:
+            msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+
+
+def _check_grammar(msg: Message, variant: Variant, value: bytes) -> None:
+    grammar, parsed, problem = _parse_grammar_value(msg, variant)
+    msg._value_fields = parsed
+    if problem is not None:
+        msg.extend([problem])
+        msg._reading = ValueReading.HEX
+        return
+    consumed = len(grammar.build(parsed))
+    msg._reading = ValueReading.FIELDS
+    msg._grammar, msg._fields, msg._consumed = grammar, parsed, consumed
+    if consumed != len(value):
+        msg.add("illegal_value_length", f"{len(value) - consumed} trailing value bytes after {variant.name}",
+                msg.value_offset + consumed, len(value) - consumed)
 
 
 def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
@@ -764,15 +924,15 @@ def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
 
 
 def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] | None:
-    """A plain stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as
-    :meth:`Message.record` would give them, and the assurance that its value adds no diagnostic, without
+    """A plain stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as the record
+    (``dcpctl.render.record``) would give them, and the assurance that its value adds no diagnostic, without
     building the record: for consumers that need a few fields of millions of items (``analyze``'s rows).
     None when only the record can tell: another shape, frame infos, snappy or xattrs, a multi-byte
     collection id, a key that is not plain text, a value marked JSON that does not parse. A test holds it
     to the record on every message of its captures and on generated ones."""
     plan = msg.plan
     values = msg._extras_values
-    if plan is None or plan.fast is None or msg.frame_infos or values is None or msg._record is not None \
+    if plan is None or plan.fast is None or msg.frame_infos or values is None or msg.rendered is not None \
             or plan.rev_seqno_at < 0:
         return None
     key = _plain_key(msg.raw, plan, msg.header[4], msg.key_offset, msg.value_offset, msg.body_end,
@@ -853,114 +1013,6 @@ def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_of
     return collection_id, key
 
 
-def _key(msg: Message, rec: dict[str, Any], kind: KeyKind) -> None:
-    key = msg.key
-    if not key:
-        return
-    if kind is _KEY_DOCUMENT and msg.options.collections:
-        prefix = leb128_decode(key)
-        if prefix is None:
-            msg.add("bad_leb128", "key does not start with a valid LEB128 collection id", msg.key_offset,
-                    min(len(key), 5))
-        else:
-            rec["collection_id"] = prefix[0]
-            key = key[prefix[1]:]
-    text, is_hex = text_or_hex(key)
-    rec["key"] = text
-    if is_hex:
-        rec["key_encoding"] = "hex"
-
-
-def _set_text(rec: dict[str, Any], name: str, data: bytes) -> None:
-    text, is_hex = text_or_hex(data)
-    rec[name] = text
-    if is_hex:
-        rec[f"{name}_encoding"] = "hex"
-
-
-def _value(msg: Message, rec: dict[str, Any], variant: Variant | None) -> None:
-    value = msg.value
-    kind = variant.value if variant else _VALUE_RAW
-    if not value:
-        if kind is _VALUE_DOCUMENT:
-            rec["value"] = ""
-        elif kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
-                and walk.item_size(variant.value_grammar) is not None:
-            rec.update(walk.to_json(variant.value_grammar, variant.value_grammar.parse(b"")))
-        return
-    start = msg.value_offset
-    if kind is _VALUE_DOCUMENT or (kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR
-                                   and (msg.spec is None or msg.spec.type_field == "datatype")):
-        _document(msg, rec, value)
-    elif variant is not None and variant.value_path is not None:
-        _path_and_value(msg, rec, variant.value_path, value)
-    elif kind is _VALUE_GRAMMAR and variant is not None:
-        _grammar_value(msg, rec, variant, value)
-    elif kind is _VALUE_SECRET and not msg.options.show_secrets:
-        rec["value"] = None
-        rec["value_redacted"] = len(value)
-        msg.add("redacted", f"{len(value)} bytes of SASL data hidden", start, len(value))
-    elif kind is _VALUE_STREAM_REQUEST_JSON:
-        _set_text(rec, "value", value)
-        _, diags = srv.validate(value, start)
-        msg.extend(diags)
-        if msg.options.collections is False:
-            msg.add("stream_request_value_without_collections",
-                    "a stream-request value without HELLO Collections: the server answers Einval",
-                    start, len(value))
-    elif kind is _VALUE_JSON or (kind is _VALUE_AUTO and value[:1] in (b"{", b"[")):
-        _set_text(rec, "value", value)
-        try:
-            _json_check(value)
-        except ValueError:
-            msg.add("bad_json", "value is not valid JSON", start, len(value))
-    else:
-        _set_text(rec, "value", value)
-
-
-def _path_and_value(msg: Message, rec: dict[str, Any], length_field: str, value: bytes) -> None:
-    """A value that starts with a path its extras give the length of (single-path subdocument commands):
-    ``path``, then the rest as ``value``; a length past the value keeps the value whole."""
-    length = (msg.extras or {}).get(length_field)
-    if length is None or length > len(value):
-        msg.add("illegal_value_length", f"{length_field} {length} exceeds the {len(value)} value bytes; "
-                "path and value kept together", msg.value_offset, len(value))
-        _set_text(rec, "value", value)
-        return
-    _set_text(rec, "path", value[:length])
-    if length < len(value):
-        _set_text(rec, "value", value[length:])
-
-
-def _document(msg: Message, rec: dict[str, Any], value: bytes) -> None:
-    start = msg.value_offset
-    datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
-    data = value
-    if datatype & DATATYPE_SNAPPY:
-        inflated = snappy_decompress(value)
-        if isinstance(inflated, str):
-            msg.add("bad_snappy", inflated, start, len(value))
-            rec["value_compressed"] = rec["value"] = value.hex()
-            rec["value_encoding"] = "hex"
-            return
-        rec["value_compressed"] = value.hex()
-        data = inflated
-    if datatype & DATATYPE_XATTR:
-        parsed = parse_xattrs(data)
-        if isinstance(parsed, str):
-            msg.add("bad_xattr", parsed, start, len(value))
-        else:
-            pairs, body_offset = parsed
-            rec["xattrs"] = [{"key": p.key, "value": p.value} for p in pairs]
-            data = data[body_offset:]
-    _set_text(rec, "value", data)
-    if datatype & DATATYPE_JSON and "value_encoding" not in rec:
-        try:
-            _json_check(data)
-        except ValueError:
-            msg.add("bad_json", "value marked JSON is not valid JSON", start, len(value))
-
-
 # orjson: strict RFC 8259 like the server's checker (no NaN or Infinity), and faster than json
 _json_check = orjson.loads
 
@@ -1004,21 +1056,3 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"
         return grammar, False, diagnostic("illegal_value_length", f"{variant.name} value does not parse: {exc}",
                                           start, len(value))
-
-
-def _grammar_value(msg: Message, rec: dict[str, Any], variant: Variant, value: bytes) -> None:
-    start = msg.value_offset
-    grammar, parsed, problem = _parse_grammar_value(msg, variant)
-    msg._value_fields = parsed
-    if problem is not None:
-        msg.extend([problem])
-        rec["value"] = value.hex()
-        rec["value_encoding"] = "hex"
-        return
-    fields = walk.to_json(grammar, parsed)
-    consumed = len(grammar.build(parsed))
-    rec.update(fields)
-    if consumed != len(value):
-        rec["value_trailing"] = value[consumed:].hex()
-        msg.add("illegal_value_length", f"{len(value) - consumed} trailing value bytes after "
-                f"{variant.name}", start + consumed, len(value) - consumed)

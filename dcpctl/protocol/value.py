@@ -111,13 +111,17 @@ def snappy_compress(data: bytes) -> bytes:
 
 def text_or_hex(data: bytes) -> tuple[str, bool]:
     """``(text, False)`` when ``data`` is UTF-8 without control characters, else ``(hex, True)``."""
+    text = as_text(data)
+    return (data.hex(), True) if text is None else (text, False)
+
+
+def as_text(data: bytes) -> str | None:
+    """``data`` as text when it is UTF-8 without control characters, else None (it is shown as hex)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return data.hex(), True
-    if text.isprintable() or printable(text):
-        return text, False
-    return data.hex(), True
+        return None
+    return text if text.isprintable() or printable(text) else None
 
 
 def printable(text: str) -> bool:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from dcpctl.protocol.layout import FieldSpan, spans
 from dcpctl.protocol.message import Message
+from dcpctl.render.record import record as record_of
 from dcpctl.safetext import shown
 
 PALETTE: Final = ("cyan", "green", "yellow", "magenta", "blue", "red", "bright_cyan", "bright_green",
@@ -93,7 +94,7 @@ def render(msg: Message, max_field_bytes: int) -> Text:
     raw = msg.raw
     fields = spans(msg, walk_limit=max_field_bytes)
     text = Text()
-    record = msg.record()
+    record = record_of(msg)
     title = record["opcode"] + (f" ({record['request_type_name']})" if "request_type_name" in record
                                 else "")
     text.append(f"{title} {'response' if msg.is_response else 'request'}", style="bold")

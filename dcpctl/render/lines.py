@@ -35,6 +35,7 @@ from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.itemreader import ShapeReaders, compiled, item_codec, reader_head
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, item_plan
 from dcpctl.protocol.value import printable
+from dcpctl.render.record import record as record_of
 
 if TYPE_CHECKING:
     from dcpctl.protocol.message import _Plan
@@ -58,7 +59,7 @@ _SERVER = "server>client"  # a capture's direction of the producer's items, as t
 def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: bool, key: bool,
                        last: tuple[str, ...], slots: tuple[str, ...] = ("ts",)) -> bytes:
     """The JSON line (``orjson.dumps(record)`` plus a newline) of a plain stream item's record as a bytes
-    %-template, for consumers that print millions of them: the keys :meth:`Message.record` gives, in its
+    %-template, for consumers that print millions of them: the keys :func:`~dcpctl.render.record.record` gives, in its
     order. ``first`` are the annotation's leading keys with their values, except those named in ``slots``
     (per item: ``ts``, a capture's ``frames``), which become the template's first slots, in ``first``'s
     order; ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
@@ -256,7 +257,7 @@ def plain_item_lines(label: str) -> LineMaker:
             msg = decode(bytes(buf[end - HEADER_LENGTH - header[6]:end]), offset, options)
             msg.annotate({"ts": ts, "connection": label, "direction": _SERVER, "frames": frames},
                          {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket}, [])
-            return orjson.dumps(msg.record(), option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(record_of(msg), option=orjson.OPT_APPEND_NEWLINE)
         if ts != seen[0]:
             seen[0], seen[1] = ts, orjson.dumps(ts)
         if frames is not seen[2]:

@@ -12,6 +12,7 @@ from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import Message
 from dcpctl.render import hexdump, jsonl, pretty
 from dcpctl.render.env import Environment
+from dcpctl.render.record import record as record_of
 from dcpctl.safetext import shown
 
 # pretty and hexdump show a longer field (key, value, xattr, a value's declared fields) as its head, its
@@ -96,7 +97,7 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
                 notice(item)
                 continue
             stats.messages += 1
-            record = item.record()
+            record = record_of(item)
             if record_hook is not None:
                 record = record_hook(item, record)
             if item.diagnostics:
@@ -115,7 +116,7 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
     else:
         console = env.console()
         for msg in messages():
-            record = msg.record()
+            record = record_of(msg)
             if record_hook is not None:
                 record = record_hook(msg, record)
             console.print(pretty.render(msg, record, max_field_bytes, local_time=local_time))

@@ -29,6 +29,7 @@ from dcpctl.protocol.constants import DATATYPE_JSON, HELLO_FEATURES, DcpOpenFlag
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.lines import LineReaders
+from dcpctl.render.record import record as record_of
 
 ITEMS = {"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION"}
 
@@ -136,7 +137,7 @@ def test_a_stream_to_its_end_moves_every_position_and_counts_every_item() -> Non
     assert all(p.failover_log and p.vbucket_uuid == p.failover_log[0].vbucket_uuid for p in positions.values())
     ends = [m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_STREAM_END"]
     assert len(ends) == 2
-    record = next(m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_MUTATION").record()
+    record = record_of(next(m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_MUTATION"))
     assert (record["ts"], record["connection"], record["direction"]) == (0.01, "a > b", "server>client")
 
 

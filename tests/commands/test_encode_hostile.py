@@ -15,6 +15,7 @@ from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.render.env import Environment
+from dcpctl.render.record import record as record_of
 
 MUTATION = {"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 1, "by_seqno": 1,
             "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0, "key": "k",
@@ -127,6 +128,6 @@ def test_records_over_several_lines_still_encode() -> None:
 def test_encode_gives_back_what_decode_read(packet: str) -> None:
     raw = bytes.fromhex(packet)
     for options in (DecodeOptions(), DecodeOptions(collections=True)):
-        code, out, err = _encode(json.dumps(decode(raw, 0, options).record()))
+        code, out, err = _encode(json.dumps(record_of(decode(raw, 0, options))))
         assert (code, err) == (ExitCode.OK, "")
         assert out == packet + "\n"

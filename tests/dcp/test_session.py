@@ -9,6 +9,7 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.render.record import record as record_of
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.bin"
 SERVER_PUSHED = {"DCP_SNAPSHOT_MARKER", "DCP_MUTATION", "DCP_DELETION", "DCP_STREAM_END"}
@@ -40,8 +41,8 @@ def test_negotiation_turns_on_collections_for_later_messages() -> None:
     assert tracker.collections is True
     assert tracker.buffer_size == 1048576
     mutation = next(m for m, _ in results if m.opcode_name == "DCP_MUTATION")
-    assert mutation.record()["collection_id"] == 8
-    assert mutation.record()["key"] == "airline_10"
+    assert record_of(mutation)["collection_id"] == 8
+    assert record_of(mutation)["key"] == "airline_10"
 
 
 def test_responses_carry_latency_and_the_rollback_story() -> None:
@@ -71,7 +72,7 @@ def test_capture_started_midstream_says_collections_are_unknown() -> None:
     results = replay(data[start:], tracker)
     assert tracker.collections is None
     assert "collections_unknown" in names(results[0][1])
-    assert "collection_id" not in results[0][0].record()
+    assert "collection_id" not in record_of(results[0][0])
 
 
 def test_seqno_checks_fire() -> None:
@@ -115,7 +116,7 @@ def test_the_tracker_reads_replies_without_building_records() -> None:
     assert tracker.features
     assert tracker.failover_logs
     assert tracker.stories
-    assert [m.opcode_name for m, _ in results if m.has_record] == []
+    assert [m.opcode_name for m, _ in results if m.rendered is not None] == []
 
 
 def _stream_opened(value: str, opaque: int) -> Any:

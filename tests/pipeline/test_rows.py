@@ -130,13 +130,13 @@ def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_
     path = tmp_path / "plain.pcap"
     path.write_bytes(write_capture(hello(True) + stream_open(3, 9) + [(False, i) for i in items]))
     recorded: list[str] = []
-    record = message.Message.record
+    record = schema.record_of
 
     def counted(msg: message.Message) -> dict[str, Any]:
         recorded.append(msg.opcode_name)
         return record(msg)
 
-    monkeypatch.setattr(message.Message, "record", counted)
+    monkeypatch.setattr(schema, "record_of", counted)
     assert len(rows_of(path, records=False)) == 5 + len(items)
     assert recorded  # the bootstrap's rows come from their records; the items' never build one
     assert "DCP_MUTATION" not in recorded

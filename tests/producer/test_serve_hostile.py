@@ -32,6 +32,7 @@ from dcpctl.producer.store import Bucket, Manifest
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import decode
+from dcpctl.render.record import record as record_of
 
 END = (1 << 64) - 1
 MANIFEST = Manifest(2, {0: (0, "_default"), 8: (0, "a")}, {0: "_default"})
@@ -57,7 +58,7 @@ def answers(conn: ProducerConnection) -> list[dict[str, Any]]:
     out = []
     for event in framer.events():
         assert isinstance(event, Frame)
-        out.append(decode(event.data, event.offset).record())
+        out.append(record_of(decode(event.data, event.offset)))
     return out
 
 

@@ -23,6 +23,7 @@ from dcpctl.producer.store import (
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.value import Xattr, build_xattrs
+from dcpctl.render.record import record as record_of
 
 MANIFEST = Manifest(2, {0: (0, "_default"), 8: (0, "a"), 300: (9, "b")}, {0: "_default", 9: "s"})
 
@@ -42,7 +43,7 @@ def test_built_items_are_what_the_encoder_makes_of_their_records(
     built = bucket.encode_item(item, encoding, opaque, stream_id)
     message = decode(built, 0, DecodeOptions(collections=collections))
     assert message.diagnostics == ()
-    assert encode(message.record(), fix_lengths=True) == built
+    assert encode(record_of(message), fix_lengths=True) == built
     assert (message.opaque, message.stream_id, message.by_seqno) == (opaque, stream_id, seqno)
     expired = item.opcode == EXPIRATION and expiry_opcode and delete_times
     assert message.opcode == (item.opcode if item.opcode == MUTATION or expired else DELETION)

@@ -14,6 +14,7 @@ from dcpctl.dcp.sasl import ScramClient, plain_message
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.render.record import record as record_of
 
 END: int = (1 << 64) - 1
 OPEN: list[Client] = []  # closed after each test (conftest)
@@ -53,7 +54,7 @@ class Client:
         """The next packet's record; raises ConnectionError when the server closed the connection."""
         if self.backlog:
             return self.backlog.pop(0)
-        return self.read_message().record()
+        return record_of(self.read_message())
 
     def read_message(self) -> Message:
         while True:
@@ -70,7 +71,7 @@ class Client:
     def call(self, **record: Any) -> dict[str, Any]:
         opaque = self.send(**record)
         while True:
-            reply = self.read_message().record()
+            reply = record_of(self.read_message())
             if reply.get("opaque") == opaque and reply["magic"] == "ClientResponse":
                 return reply
             self.backlog.append(reply)

@@ -11,6 +11,7 @@ from vectorfile import Vector, all_vectors
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DIALECTS
+from dcpctl.render.record import record as record_of
 
 VECTORS = all_vectors()
 CONTEXT = diagnostic("seqno_backwards", "vbucket 0: seqno 1 after 2")
@@ -27,7 +28,7 @@ def _annotate(msg: Message) -> None:
 
 
 def _record_first(msg: Message) -> None:
-    msg.record()
+    record_of(msg)
     _annotate(msg)
 
 
@@ -61,7 +62,7 @@ def test_same_diagnostics_whoever_asks_first(vector: Vector) -> None:
     for order in ORDERS:
         msg = _decoded(vector)
         order(msg)
-        record = msg.record()
+        record = record_of(msg)
         listed = list(msg.diagnostics)
         assert [d.to_json() for d in listed] == record["diagnostics"], order.__name__
         assert listed[-1] is CONTEXT, f"{order.__name__}: the context comes last"

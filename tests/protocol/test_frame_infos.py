@@ -13,6 +13,7 @@ from dcpctl.protocol.constants import Magic, Opcode, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import decode
+from dcpctl.render.record import record as record_of
 
 
 def alt(magic: int, opcode: int, framing: bytes, extras: bytes = b"", key: bytes = b"", word: int = 0) -> bytes:
@@ -44,7 +45,7 @@ REQUESTS: list[tuple[bytes, dict[str, Any]]] = [
 @pytest.mark.parametrize(("framing", "expected"), REQUESTS, ids=[str(e) for _, e in REQUESTS])
 def test_request_frame_infos_are_named_with_their_fields(framing: bytes, expected: dict[str, Any]) -> None:
     raw = alt(Magic.ALT_CLIENT_REQUEST, Opcode.SET, framing, struct.pack(">II", 0, 0), b"k")
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert record["diagnostics"] == []
     (info,) = record["frame_infos"]
     assert {k: info[k] for k in expected} == expected
@@ -58,7 +59,7 @@ def test_durations_decode_as_kv_engine_decodes_them(micros: int) -> None:
     encoded = kv_encode_micros(micros)
     raw = alt(Magic.ALT_CLIENT_RESPONSE, Opcode.GET, b"\x02" + struct.pack(">H", encoded) + b"\x32"
               + struct.pack(">H", encoded) + b"\x12\x00\x03" + b"\x22\x00\x04", word=Status.KEY_ENOENT)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     duration, throttle, read, write = record["frame_infos"]
     assert duration["name"] == "ServerRecvSendDuration"
     assert duration["server_duration_us"] == int(encoded ** 1.74 / 2) == frameinfo.decode_micros(encoded)
@@ -76,7 +77,7 @@ def test_durations_decode_as_kv_engine_decodes_them(micros: int) -> None:
 ])
 def test_a_durability_requirement_kv_engine_refuses_is_diagnosed(framing: bytes, name: str) -> None:
     raw = alt(Magic.ALT_CLIENT_REQUEST, Opcode.DELETE, framing, key=b"k")
-    assert [d["name"] for d in decode(raw).record()["diagnostics"]] == [name]
+    assert [d["name"] for d in record_of(decode(raw))["diagnostics"]] == [name]
 
 
 def test_fields_lists_each_frame_info_field() -> None:

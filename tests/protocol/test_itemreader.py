@@ -19,6 +19,7 @@ from vectorfile import all_vectors
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.render.lines import ItemLines, LineReaders, compile_reader, plain_value
+from dcpctl.render.record import record as record_of
 
 FIRST = {"ts": None, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client", "frames": None}
 LEAD = (b"1795458637.25", b"[3,4]")
@@ -127,7 +128,7 @@ def test_a_line_is_the_records_json() -> None:
     assert got is not None
     message = decode(raw, 40, options)
     message.annotate({"ts": 2.5, "connection": "c", "direction": "server>client"}, {"stream_vbucket": 3}, [])
-    assert got[3] == orjson.dumps(message.record(), option=orjson.OPT_APPEND_NEWLINE)
+    assert got[3] == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
     assert orjson.loads(got[3])["collection_id"] == 8
 
 

@@ -24,6 +24,7 @@ from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DCP, REQ, RES, SUBDOC_LOOKUPS, KeyKind
 from dcpctl.protocol.value import Xattr, build_xattrs, snappy_compress
 from dcpctl.render.env import Environment
+from dcpctl.render.record import record as record_of
 
 # Issue 15's first list: the document operations `dcpctl serve` answers for the SDK.
 KV_OPCODES = ("GET", "GETQ", "GETK", "GETKQ", "GAT", "GATQ", "TOUCH", "GET_LOCKED", "UNLOCK_KEY", "GET_REPLICA",
@@ -110,7 +111,7 @@ def test_each_kv_opcode_has_a_request_and_a_response_row(name: str) -> None:
 @pytest.mark.parametrize(("name", "raw", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_kv_packet_decodes_to_named_fields_and_encodes_back(name: str, raw: bytes, expected: dict[str, Any]) -> None:
     message = decode(raw)
-    record = message.record()
+    record = record_of(message)
     assert record["diagnostics"] == [], record["diagnostics"]
     assert "extras" not in record  # every extras byte is a named field
     for field, value in expected.items():
@@ -120,7 +121,7 @@ def test_kv_packet_decodes_to_named_fields_and_encodes_back(name: str, raw: byte
 
 def test_getk_key_is_a_document_key_split_with_collections() -> None:
     raw = res(Opcode.GETK, FLAGS, b"\x08Hello", b"World")
-    record = decode(raw, 0, DecodeOptions(collections=True)).record()
+    record = record_of(decode(raw, 0, DecodeOptions(collections=True)))
     assert (record["collection_id"], record["key"]) == (8, "Hello")
     assert encode(record, DCP) == raw
 
@@ -191,7 +192,7 @@ def test_without_hello_collections_kv_keys_are_whole(tmp_path: Path) -> None:
 def test_a_collection_id_in_a_longer_leb128_form_keeps_the_key_whole() -> None:
     # 5888 is 80 2e; 80 ae 00 says the same in three bytes, which would not encode back (found by test_fuzz)
     raw = req(Opcode.GET, key=b"\x80\xae\x00doc")
-    record = decode(raw, 0, DecodeOptions(collections=True)).record()
+    record = record_of(decode(raw, 0, DecodeOptions(collections=True)))
     assert ("collection_id" in record, record["key"]) == (False, b"\x80\xae\x00doc".hex())
     assert [d["name"] for d in record["diagnostics"]] == ["bad_leb128"]
     assert encode(record, DCP) == raw
@@ -200,7 +201,7 @@ def test_a_collection_id_in_a_longer_leb128_form_keeps_the_key_whole() -> None:
 def test_a_compressed_get_response_is_decompressed() -> None:
     body = b'{"greeting":"hello, world, hello, world"}'
     raw = res(Opcode.GET, FLAGS, value=snappy_compress(body), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert (record["value"], record["value_compressed"]) == (body.decode(), snappy_compress(body).hex())
     assert record["diagnostics"] == []
     assert encode(record, DCP) == raw
@@ -210,7 +211,7 @@ def test_a_compressed_get_response_is_decompressed() -> None:
 def test_snappy_everywhere_json_responses_are_decompressed(opcode: Opcode) -> None:
     body = b'{"rev":1,"name":"default","nodes":["a","a","a","a"]}'
     raw = res(opcode, value=snappy_compress(body), datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert record["value"] == body.decode()
     assert record["diagnostics"] == []
     assert encode(record, DCP) == raw
@@ -220,7 +221,7 @@ def test_a_compressed_error_body_is_decompressed() -> None:
     body = b'{"error":{"context":"Not found, not found, not found"}}'
     raw = res(Opcode.GET, value=snappy_compress(body), status=Status.KEY_ENOENT,
               datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert record["value"] == body.decode()
     assert encode(record, DCP) == raw
 
@@ -228,7 +229,7 @@ def test_a_compressed_error_body_is_decompressed() -> None:
 def test_xattrs_are_split_off_a_kv_value() -> None:
     value = build_xattrs([Xattr("_sync", '{"rev":"1"}')]) + b'{"a":1}'
     raw = res(Opcode.GET_REPLICA, FLAGS, value=value, datatype=DATATYPE_JSON | DATATYPE_XATTR)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert (record["xattrs"], record["value"]) == ([{"key": "_sync", "value": '{"rev":"1"}'}], '{"a":1}')
     assert encode(record, DCP) == raw
 
@@ -385,7 +386,7 @@ def test_a_single_path_body_is_split_into_path_and_value(name: str, extras: byte
         expected = {}
     raw = req(Opcode[name], extras, b"doc", b"a.b[12]" + b'{"x":1}')
     message = decode(raw)
-    record = message.record()
+    record = record_of(message)
     assert record["diagnostics"] == []
     assert (record["key"], record["path"], record["value"]) == ("doc", "a.b[12]", '{"x":1}')
     assert {k: record[k] for k in expected} == expected
@@ -399,11 +400,11 @@ def test_a_single_path_body_is_split_into_path_and_value(name: str, extras: byte
 
 def test_a_path_alone_has_no_value_and_a_path_past_the_body_keeps_it_whole() -> None:
     lookup = req(Opcode.SUBDOC_GET, struct.pack(">HB", 4, 0), b"doc", b"name")
-    record = decode(lookup).record()
+    record = record_of(decode(lookup))
     assert (record["path"], "value" in record, record["diagnostics"]) == ("name", False, [])
     assert encode(record, DCP) == lookup
     bad = req(Opcode.SUBDOC_GET, struct.pack(">HB", 9, 0), b"doc", b"name")
-    record = decode(bad).record()
+    record = record_of(decode(bad))
     assert ("path" in record, record["value"]) == (False, "name")
     assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
     assert encode(record, DCP) == bad
@@ -415,7 +416,7 @@ def test_each_path_spec_is_decoded_and_shown_in_the_hexdump() -> None:
     specs = struct.pack(">BBH", 0xC5, 0x04, 5) + b"_sync" + struct.pack(">BBH", 0x00, 0, 0)
     raw = req(Opcode.SUBDOC_MULTI_LOOKUP, b"\x04", b"doc", specs)
     message = decode(raw)
-    record = message.record()
+    record = record_of(message)
     assert record["doc_flags"] == 4
     assert record["lookup_specs"] == [{"opcode": 0xC5, "flags": 4, "path_length": 5, "path": "_sync"},
                                       {"opcode": 0, "flags": 0, "path_length": 0, "path": ""}]
@@ -426,7 +427,7 @@ def test_each_path_spec_is_decoded_and_shown_in_the_hexdump() -> None:
 def test_a_failed_multi_mutation_names_its_spec_and_status() -> None:
     raw = res(Opcode.SUBDOC_MULTI_MUTATION, value=struct.pack(">BH", 2, Status.SUBDOC_PATH_EEXISTS),
               status=Status.SUBDOC_MULTI_PATH_FAILURE)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert (record["status"], record["failed_index"], record["failed_status"]) == \
         ("SubdocMultiPathFailure", 2, "SubdocPathEexists")
     assert record["diagnostics"] == []
@@ -435,7 +436,7 @@ def test_a_failed_multi_mutation_names_its_spec_and_status() -> None:
 
 def test_a_path_that_is_not_utf8_leaves_the_value_raw() -> None:
     raw = req(Opcode.SUBDOC_MULTI_LOOKUP, key=b"doc", value=struct.pack(">BBH", 0xC5, 0, 2) + b"\xff\xfe")
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
     assert encode(record, DCP) == raw
 
@@ -448,7 +449,7 @@ def test_a_path_that_is_not_utf8_leaves_the_value_raw() -> None:
 ])
 def test_with_meta_extras_are_named(extras: bytes, expected: dict[str, int]) -> None:
     raw = req(Opcode.SET_WITH_META, extras, b"doc", b"{}", datatype=DATATYPE_JSON, cas=99)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert record["diagnostics"] == []
     assert record["cas"] == 99  # the header's; the source cluster's is meta_cas
     assert {k: record[k] for k in expected} == expected
@@ -457,9 +458,9 @@ def test_with_meta_extras_are_named(extras: bytes, expected: dict[str, int]) -> 
 
 def test_observe_keys_and_states() -> None:
     raw = req(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc")
-    assert decode(raw).record()["observe_keys"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex()}]
+    assert record_of(decode(raw))["observe_keys"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex()}]
     answer = res(Opcode.OBSERVE, value=struct.pack(">HH", 5, 3) + b"doc" + struct.pack(">BQ", 1, 77))
-    record = decode(answer).record()
+    record = record_of(decode(answer))
     assert record["observe_states"] == [{"vbucket": 5, "key_length": 3, "key": b"doc".hex(), "key_state": 1,
                                          "cas": 77}]
     assert encode(record, DCP) == answer
@@ -469,11 +470,11 @@ def test_observe_keys_and_states() -> None:
                                                (3, b'["joe","smith"]')])
 def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) -> None:
     raw = packet(Magic.SERVER_REQUEST, opcode, value=value, datatype=DATATYPE_JSON)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert (record["opcode"], record["value"], record["diagnostics"]) == (
         {2: "Authenticate", 3: "ActiveExternalUsers"}[opcode], value.decode(), [])
     answer = packet(Magic.SERVER_RESPONSE, opcode, value=b'{"rbac":{}}', datatype=DATATYPE_JSON)
-    reply = decode(answer).record()
+    reply = record_of(decode(answer))
     assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
     assert encode(reply, DCP) == answer
 
@@ -485,7 +486,7 @@ def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) 
 ])
 def test_a_range_scan_value_that_does_not_fit_is_kept_raw(flags: int, value: bytes, kept: str) -> None:
     raw = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", flags), value=value, status=Status.SUCCESS)
-    record = decode(raw).record()
+    record = record_of(decode(raw))
     assert [d["name"] for d in record["diagnostics"]] == ["illegal_value_length"]
     assert record[kept] == value.hex()
     assert encode(record, DCP) == raw
@@ -494,9 +495,9 @@ def test_a_range_scan_value_that_does_not_fit_is_kept_raw(flags: int, value: byt
 def test_range_scan_continue_keys_and_documents_are_told_apart_by_the_extras() -> None:
     keys = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 0), value=b"\x01a\x02bc",
                status=Status.RANGE_SCAN_MORE)
-    assert decode(keys).record()["scan_keys"] == [{"key_length": 1, "key": "61"}, {"key_length": 2, "key": "6263"}]
+    assert record_of(decode(keys))["scan_keys"] == [{"key_length": 1, "key": "61"}, {"key_length": 2, "key": "6263"}]
     empty = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 1), status=Status.RANGE_SCAN_COMPLETE)
-    record = decode(empty).record()
+    record = record_of(decode(empty))
     assert (record["scan_flags"], record["diagnostics"]) == (1, [])
     assert encode(record, DCP) == empty
 

@@ -14,6 +14,7 @@ from dcpctl.protocol.constants import MAGIC_CLASS, Magic, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS, Dialect
+from dcpctl.render.record import record as record_of
 
 ALL_CODES = range(256)
 
@@ -36,7 +37,7 @@ def test_a_reply_to_any_opcode_encodes_from_its_decoded_record(dialect: Dialect,
         for word in (Status.SUCCESS, Status.UNKNOWN_COMMAND):
             raw = struct.pack(">BBHBBHIIQ", magic, code, 0, 0, 0, word, 0, 0xC0FFEE, 0)
             message = decode(raw, 0, DecodeOptions(dialect=dialect))
-            record = message.record()
+            record = record_of(message)
             assert record["opcode"] == message.opcode_name
             assert encode(record, dialect) == raw, (code, record)
 

@@ -18,6 +18,7 @@ from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, PlainItem, decode, item_key
 from dcpctl.protocol.registry import DIALECTS, HEADER_LAYOUT
 from dcpctl.render.lines import item_line_template, plain_line, plain_value
+from dcpctl.render.record import record as record_of
 
 ITEM_VARIANTS = [v for v in every_variant() if v[1].name in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
                  and v[2].layout is not None and v[0].startswith("dcp:")]
@@ -46,9 +47,9 @@ def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = Non
     fields = item_key(message) if message.magic == 0x80 else None
     clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
     if found is None:
-        assert not clean, (raw.hex(), message.record())
+        assert not clean, (raw.hex(), record_of(message))
         return True
-    assert clean, (raw.hex(), message.record())
+    assert clean, (raw.hex(), record_of(message))
     end, header, _, values, *rest = found
     assert end == n
     assert header == message.header
@@ -129,4 +130,4 @@ def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: A
     message = decode(raw, 0, options)
     message.annotate(first, last, [])
     assert plain_line(template, found, (orjson.dumps(ts),), 0, text, tuple(last.values())) == \
-        orjson.dumps(message.record(), option=orjson.OPT_APPEND_NEWLINE)
+        orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)

@@ -17,6 +17,7 @@ from dcpctl.protocol import stream_request_value
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.env import Environment
+from dcpctl.render.record import record as record_of
 
 DEEP = b"[" * 5000 + b"]" * 5000
 DEEP_VALUE = b'{"sid":' + DEEP + b"}"
@@ -39,7 +40,7 @@ def _stream_request(value: bytes) -> bytes:
                          ids=["deep", "purge-inf", "sid-inf", "surrogate"])
 def test_a_hostile_stream_request_value_is_a_diagnostic(value: bytes) -> None:
     msg = decode(_stream_request(value), 0, DecodeOptions(collections=True))
-    names = [d["name"] for d in msg.record()["diagnostics"]]
+    names = [d["name"] for d in record_of(msg)["diagnostics"]]
     assert names == ["stream_request_json_invalid"]
 
 
@@ -80,7 +81,7 @@ def test_many_unknown_keys_make_few_diagnostics() -> None:
 def test_a_mutation_cut_after_its_extras_with_collections_on(lenient: bool) -> None:
     extras = struct.pack(">QQIIIHB", 5, 1, 0, 0, 0, 0, 0)
     header = struct.pack(">BBHBBHIIQ", 0x80, 0x57, 4, len(extras), 0, 0, len(extras) + 6, 0, 0)
-    record = decode(header + extras, 0, DecodeOptions(collections=True, lenient=lenient)).record()
+    record = record_of(decode(header + extras, 0, DecodeOptions(collections=True, lenient=lenient)))
     assert "key" not in record
     assert record["by_seqno"] == 5
     assert [d["name"] for d in record["diagnostics"]] == ["body_length_mismatch" if lenient else "truncated"]

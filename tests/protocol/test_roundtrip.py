@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from dcpctl.protocol import grammar
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS, UPR_DRAFT_ROWS
+from dcpctl.render.record import record as record_of
 
 VARIANTS = every_variant()
 UPR_SPECS = {id(s) for s in UPR_DRAFT_ROWS}
@@ -28,8 +28,8 @@ def test_variant_round_trips(name: str, spec: Any, variant: Any, data: st.DataOb
     record = data.draw(variant_records(spec, variant))
     wire = encode(record, dialect, fix_lengths=True)
     message = decode(wire, 0, DecodeOptions(dialect=dialect, show_secrets=True))
-    assert message.variant is variant, (message.variant, message.record()["diagnostics"])
-    again = message.record()
+    assert message.variant is variant, (message.variant, record_of(message)["diagnostics"])
+    again = record_of(message)
     assert encode(again, dialect) == wire
     for field in ("key", "by_seqno", "failover_log", "xattrs"):
         if field in record:
@@ -94,38 +94,3 @@ def _compiled(name: str, declaration: Construct) -> Construct:
     if name not in _COMPILED:
         _COMPILED[name] = declaration.compile()
     return _COMPILED[name]
-
-
-# The fast path is for items with a declared extras layout (a stream's) and nothing to note; APPEND/PREPEND
-# carry a document value without extras, the 18-byte expiration a legacy-layout note: the general path.
-FAST = [v for v in VARIANTS if v[2].value.value == "document" and v[2].layout is not None and v[2].note is None
-        and id(v[1]) not in UPR_SPECS]
-
-
-@pytest.mark.parametrize(("name", "spec", "variant"), FAST, ids=[v[0] for v in FAST])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), collections=st.sampled_from([None, False, True]),
-       value=st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=20).map(str.encode),
-                       st.sampled_from([b'{"a":1}', b"NaN", b"[1,", b"", b"x\ty\n", b"\x00\x01"])),
-       datatype=st.sampled_from([None, 0, 1]))
-def test_fast_record_path_equals_the_general_one(name: str, spec: Any, variant: Any, data: st.DataObject,
-                                                 collections: bool | None, value: bytes | None,
-                                                 datatype: int | None) -> None:
-    """The stream items' fast path (``_Plan.fast``) builds the same record, key order included."""
-    record = data.draw(variant_records(spec, variant))
-    if value is not None:
-        record["value"] = value.hex()
-        record["value_encoding"] = "hex"
-        record.pop("xattrs", None)
-    if datatype is not None:
-        record["datatype"] = datatype
-    wire = encode(record, DIALECTS["dcp"], fix_lengths=True)
-    options = DecodeOptions(collections=collections)
-    fast = decode(wire, 0, options)
-    general = decode(wire, 0, options)
-    assert general.plan is not None
-    general.plan = dataclasses.replace(general.plan, fast=None)
-    assert list(fast.record().items()) == list(general.record().items())
-    if record["magic"] == "ClientRequest":
-        assert fast.plan is not None
-        assert fast.plan.fast is not None  # the fast path was the one compared

@@ -10,6 +10,7 @@ from vectorfile import Vector, all_vectors
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
+from dcpctl.render.record import record as record_of
 
 VECTORS = all_vectors()
 
@@ -37,7 +38,7 @@ def test_vectors_exist() -> None:
 
 @pytest.mark.parametrize("vector", VECTORS, ids=repr)
 def test_decode(vector: Vector) -> None:
-    record = decode(vector.data, 0, _options(vector)).record()
+    record = record_of(decode(vector.data, 0, _options(vector)))
     problems = _subset(vector.expect, record, "record")
     assert not problems, "\n".join(problems)
     got = sorted({d["name"] for d in record["diagnostics"]})
@@ -48,5 +49,5 @@ def test_decode(vector: Vector) -> None:
 
 @pytest.mark.parametrize("vector", VECTORS, ids=repr)
 def test_encode_gives_the_bytes_back(vector: Vector) -> None:
-    record = decode(vector.data, 0, _options(vector)).record()
+    record = record_of(decode(vector.data, 0, _options(vector)))
     assert encode(record, DIALECTS[vector.dialect]).hex() == vector.data.hex()

@@ -29,6 +29,7 @@ from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import KeyKind, ValueKind
 from dcpctl.protocol.value import snappy_decompress
 from dcpctl.render.env import Environment
+from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import TcpSegment, read_segments
 from dcpctl.sources.pcapwriter import (
@@ -246,7 +247,7 @@ def test_no_key_value_or_password_left(redacted: list[tuple[str, Path, Path, Run
     for name, source, target, _ in redacted:
         secrets = {PASSWORD}
         for msg in _messages(source):
-            record = msg.record()
+            record = record_of(msg)
             # names and protocol vocabulary (a bucket, a control key, a cluster map) are kept on purpose
             fields = [field for field, data in (("key", msg.variant is None or msg.variant.key in DATA_KEYS),
                                                 ("value", msg.variant is None or msg.variant.value in DATA_VALUES
@@ -271,7 +272,7 @@ def test_no_string_of_a_document_left(redacted: list[tuple[str, Path, Path, Run]
     for name, source, target, _ in redacted:
         strings: set[bytes] = set()
         for msg in _messages(source):
-            record = msg.record()
+            record = record_of(msg)
             if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
                 continue
             try:
@@ -414,7 +415,7 @@ def test_a_connection_cut_mid_message_is_resynchronised_and_redacted(tmp_path: P
     secrets = set()
     for msg in _messages(whole):
         for field in ("key", "value"):
-            text = msg.record().get(field)
+            text = record_of(msg).get(field)
             kind = msg.variant.key if field == "key" else msg.variant.value if msg.variant else None
             if isinstance(text, str) and kind in DATA_KEYS | DATA_VALUES and len(text) >= MIN_SECRET_LENGTH:
                 secrets |= {text.encode(), text.encode()[-MIN_SECRET_LENGTH:]}  # whole, or the tail a cut leaves

@@ -17,6 +17,7 @@ from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render import hexdump, pretty
 from dcpctl.render.output import MAX_FIELD_BYTES
+from dcpctl.render.record import record as record_of
 
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 
@@ -61,7 +62,7 @@ def _annotation(text: str, span: FieldSpan) -> str:
 
 @pytest.mark.parametrize("msg", MESSAGES)
 def test_every_name_the_record_shows_is_in_the_hexdump(msg: Message) -> None:
-    record = msg.record()
+    record = record_of(msg)
     text = hexdump.render(msg, MAX_FIELD_BYTES).plain
     checked = 0
     for span in spans(msg, walk_limit=MAX_FIELD_BYTES):
@@ -79,13 +80,13 @@ def test_every_name_the_record_shows_is_in_the_hexdump(msg: Message) -> None:
 def test_hello_features_are_named() -> None:
     hello = next(m for m in _session_messages() if m.opcode_name == "HELLO")
     text = hexdump.render(hello, MAX_FIELD_BYTES).plain
-    for name in hello.record()["features"]:
+    for name in record_of(hello)["features"]:
         assert re.search(rf"features\.\d+ +\(\d+-\d+\) +: 0x[0-9a-f]{{4}} \(\d+ {name}\)", text), (name, text)
 
 
 def _pretty_names(msg: Message) -> dict[str, list[str]]:
     """The extras fields pretty output names, with the names it gives (``flags=5 (Producer|IncludeXattrs)``)."""
-    record = msg.record()
+    record = record_of(msg)
     shown = " ".join(line.text.plain for line in pretty.render(msg, record, MAX_FIELD_BYTES).renderables)
     out = {}
     for span in spans(msg, walk_limit=MAX_FIELD_BYTES):

@@ -16,8 +16,9 @@ import pytest
 from capturekit import session_packets, write_capture
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions
+from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.lines import PlainLines
+from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import CaptureDecoder, decode_segments
 from dcpctl.sources.pcap import TcpSegment, read_segments
 from dcpctl.sources.tcp import Reassembler
@@ -93,8 +94,8 @@ def test_a_message_spanning_many_segments_names_each_frame_once() -> None:
                        "by_seqno": 1, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0,
                        "nru": 0, "datatype": 0, "key": "big", "value": "x" * 100_000})
     segments = server_stream(mutation, 536)
-    (message,) = [m for m in decode_all(segments, lines=False) if hasattr(m, "record")]
-    assert message.record()["frames"] == [s.frame for s in segments[2:]]  # type: ignore[attr-defined]
+    (message,) = [m for m in decode_all(segments, lines=False) if isinstance(m, Message)]
+    assert record_of(message)["frames"] == [s.frame for s in segments[2:]]
 
 
 def test_garbage_is_skipped_in_linear_time() -> None:

@@ -26,6 +26,7 @@ from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.env import Environment
 from dcpctl.render.lines import PlainLines
+from dcpctl.render.record import record as record_of
 from dcpctl.sources import capture, parallel
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import read_segments
@@ -94,7 +95,7 @@ def test_items_are_identical_to_the_serial_decoder(tmp_path: Path) -> None:
             assert type(mine) is type(theirs)
             if isinstance(mine, Message):
                 assert isinstance(theirs, Message)
-                assert mine.record() == theirs.record(), path.name
+                assert record_of(mine) == record_of(theirs), path.name
             else:
                 assert mine == theirs, path.name
 
@@ -124,7 +125,7 @@ def as_lines(items: Iterable[Any]) -> list[Any]:
     """Items with every message as its JSON line and consecutive lines joined, notices as they are."""
     out: list[Any] = []
     for item in items:
-        line = orjson.dumps(item.record(), option=orjson.OPT_APPEND_NEWLINE) if isinstance(item, Message) else item
+        line = orjson.dumps(record_of(item), option=orjson.OPT_APPEND_NEWLINE) if isinstance(item, Message) else item
         if isinstance(line, bytes) and out and isinstance(out[-1], bytes):
             out[-1] += line
         else:
