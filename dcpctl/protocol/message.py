@@ -526,7 +526,7 @@ class _Plan:
     flag_checks: tuple[tuple[str, int], ...]  # (field, mask of defined bits)
     simple: bool  # declared layout, size equal to the header's extras length, no note
     item_checks: bool  # nmeta, by_seqno or flags to check
-    # (magic name, opcode name) when this shape's record can take the fast path: a request with the plain
+    # (magic name, opcode name) when this shape takes the check pass's fast path: a request with the plain
     # magic, a datatype byte, a declared layout and a document value (the items a DCP stream is made of)
     fast: tuple[str, str] | None = None
     seqno_at: int = -1  # position of by_seqno in the extras tuple, whatever the opcode, or -1

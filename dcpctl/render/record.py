@@ -6,17 +6,28 @@ formats it: text or hex, the key order of the contract, the context :meth:`Messa
 ``first`` keys before the packet's own, its ``last`` keys after them, its diagnostics last). The record is
 built once and kept on the message (:attr:`Message.rendered`), so a filter, a summary and the output share
 one.
+
+Theory of operation. The record's header part is the same per message shape but for its values: the magic
+and opcode names, the type field and its label, status or vbucket (a response's status word is part of its
+shape), framing extras present, the extras' names. So each shape gets one builder, generated when the shape
+is first seen (:func:`builder_of`, as ``render.lines``' JSON line templates and ``pipeline.schema``'s item rows
+are), whose every key is a constant and which only stores values. What differs per message within a shape is
+left to the builder at run time: frame infos, extras cut short, the key and value (one shared path,
+:func:`_key_value`, that takes a plain document in one look), a terminator's empty key and value. Builders are
+cached per plan and per shape with decode's plan-cache bound (more shapes only means generating again).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.constants import ALT_MAGICS, MAGICS, RESPONSE_MAGICS, Status
 from dcpctl.protocol.grammar import HEADER_LENGTH
-from dcpctl.protocol.message import Message, ValueReading
-from dcpctl.protocol.value import printable, text_or_hex
+from dcpctl.protocol.itemreader import compiled
+from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading, _Plan
+from dcpctl.protocol.value import as_text
 
 # Enum members as module constants: attribute access on an Enum class is slow on the per-message path.
 _NONE: Final = ValueReading.NONE
@@ -28,156 +39,195 @@ _PATH: Final = ValueReading.PATH
 _FIELDS: Final = ValueReading.FIELDS
 _SUCCESS: Final = int(Status.SUCCESS)
 
+# A shape's record builder: (message, the annotation's leading keys) -> a new dict with those keys, then the
+# packet's own in the contract's order (no diagnostics: record() adds them after the trailing keys)
+Builder = Callable[[Message, dict[str, Any]], dict[str, Any]]
+# What a builder depends on: magic name, opcode name, type field (None: the datatype byte) and its label,
+# status name (None: a vbucket), alt magic (framing extras), extras names, terminator (None: none)
+Shape = tuple[str, str, str | None, str | None, str | None, bool, tuple[str, ...], str | None]
+# Builders kept, by plan and by shape: decode's plan-cache bound, for the same reason (a few dozen shapes
+# occur in practice; past the bound a builder is generated again, never wrong, only slower)
+BUILDER_LIMIT: Final = _PLAN_LIMIT
+_BY_PLAN: dict[int, tuple[_Plan, Builder]] = {}  # id(plan) -> (plan, kept so that its id is not reused)
+_BY_SHAPE: dict[Shape, Builder] = {}
+_NO_CONTEXT: Final[dict[str, Any]] = {}
+
 
 def record(msg: Message) -> dict[str, Any]:
     """The JSON contract's object for ``msg`` (built once; later calls give the same dict)."""
     context = msg.take_context()
     built = msg.rendered
-    if context is None:
-        if built is None:
-            built = msg.rendered = _record(msg, {})
+    if built is None:
+        if context is None:
+            rec = builder_of(msg)(msg, _NO_CONTEXT)
+            diagnostics = msg.diagnostics
+            rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
+            msg.rendered = rec
+            return rec
+        first, last = context
+        rec = builder_of(msg)(msg, first)
+    elif context is None:
         return built
-    first, last = context
-    if built is None:  # the usual case: build the record once, in ``first``'s dict
-        plan = msg.plan
-        values = msg.extras_values
-        if plan is not None and plan.fast is not None and values is not None and not msg.frame_infos:
-            merged = _fast_record(msg, plan.fast, plan.names, values, first)
-        else:
-            merged = _record(msg, first)
     else:
-        merged = first
-        merged.update(built)
-    del merged["diagnostics"]  # they go last, after ``last``'s keys
+        first, last = context
+        rec = first
+        rec.update(built)
+        del rec["diagnostics"]  # they go last, after ``last``'s keys
     if last:
-        merged.update(last)
+        rec.update(last)
     diagnostics = msg.diagnostics
-    merged["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-    msg.rendered = merged
-    return merged
+    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
+    msg.rendered = rec
+    return rec
 
 
-def _record(msg: Message, rec: dict[str, Any]) -> dict[str, Any]:
-    """The record; ``rec`` (a fresh dict the caller gives up) holds keys that go first."""
+def builder_of(msg: Message) -> Builder:
+    """The record builder of ``msg``'s shape (generated on first sight of the shape)."""
     plan = msg.plan
-    values = msg.extras_values
-    if plan is not None and plan.fast is not None and values is not None and not msg.frame_infos:
-        return _fast_record(msg, plan.fast, plan.names, values, rec)
-    spec = msg.spec
-    magic, _, _, extlen, datatype, word, total, opaque, cas = msg.header
-    rec["offset"] = msg.offset
-    rec["magic"] = MAGICS.name_of.get(magic) or MAGICS.name(magic)
-    rec["opcode"] = msg.opcode_name
+    held = _BY_PLAN.get(id(plan))
+    if held is not None and held[0] is plan:
+        return held[1]
+    shape = shape_of(msg)
+    made = _BY_SHAPE.get(shape)
+    if made is None:
+        made = _generate(shape)
+        if len(_BY_SHAPE) < BUILDER_LIMIT:
+            _BY_SHAPE[shape] = made
+    # A plan's key holds everything a shape is made of (a response's status word included), so every message
+    # of one plan has one shape; a message without a plan (a cut header) is looked up by its shape each time.
+    if plan is not None and len(_BY_PLAN) < BUILDER_LIMIT:
+        _BY_PLAN[id(plan)] = (plan, made)
+    return made
+
+
+def shape_of(msg: Message) -> Shape:
+    """Every per-shape decision of ``msg``'s record, as the names the builder writes."""
+    magic = msg.magic
+    spec, variant = msg.spec, msg.variant
     type_field = spec.type_field if spec is not None else "datatype"
-    if type_field != "datatype":
-        rec[type_field] = datatype
-        if msg.variant is not None and msg.variant.label:
-            rec[f"{type_field}_name"] = msg.variant.label
-    if magic in RESPONSE_MAGICS and (spec is None or spec.has_status):
-        rec["status"] = msg.status_name
+    status = msg.status_name if magic in RESPONSE_MAGICS and (spec is None or spec.has_status) else None
+    terminator = variant.terminator if variant is not None and msg.status == _SUCCESS else None
+    return (MAGICS.name_of.get(magic) or MAGICS.name(magic), msg.opcode_name,
+            None if type_field == "datatype" else type_field,
+            variant.label or None if variant is not None and type_field != "datatype" else None,
+            status, magic in ALT_MAGICS, msg.plan.names if msg.plan is not None else (), terminator)
+
+
+def _generate(shape: Shape) -> Builder:
+    """The builder of one shape: the header's keys as constants in one dict display, the values read from the
+    message; the extras in it too when nothing comes between (no framing extras)."""
+    magic, opcode, type_field, label, status, alt, names, terminator = shape
+    head = ["'offset': msg.offset", f"'magic': {magic!r}", f"'opcode': {opcode!r}"]
+    if type_field is not None:
+        head.append(f"{type_field!r}: datatype")
+        if label is not None:
+            head.append(f"{f'{type_field}_name'!r}: {label!r}")
+    head.append(f"'status': {status!r}" if status is not None else "'vbucket': word")
+    head += ["'opaque': opaque", "'cas': cas"]
+    if type_field is None:
+        head.append("'datatype': datatype")
+    head += ["'key_length': msg.key_length", "'extras_length': extlen"]
+    if alt:
+        head.append("'framing_extras_length': msg.framing_extras_length")
+    head.append("'total_body_length': total")
+    extras = [f"{name!r}: values[{at}]" for at, name in enumerate(names)]
+    lines = ["def read(msg, first):",
+             "    _, _, _, extlen, datatype, word, total, opaque, cas = msg.header"]
+    if names:
+        lines.append("    values = msg.extras_values")
+    if names and not alt:
+        lines += ["    if values is not None:",
+                  f"        rec = {{**first, {', '.join(head + extras)}}}",
+                  "    else:",
+                  f"        rec = {{**first, {', '.join(head)}}}",
+                  "        raw_extras(msg, rec)"]
     else:
-        rec["vbucket"] = word
-    rec["opaque"] = opaque
-    rec["cas"] = cas
-    if type_field == "datatype":
-        rec["datatype"] = datatype
-    rec["key_length"] = msg.key_length
-    rec["extras_length"] = extlen
-    if magic in ALT_MAGICS:
-        rec["framing_extras_length"] = msg.framing_extras_length
-    rec["total_body_length"] = total
-    if msg.frame_infos:
-        vocab = frameinfo.vocabulary(msg.is_response)
-        infos = []
-        for info in msg.frame_infos:
-            item: dict[str, Any] = {"id": info.id, "name": vocab.name(info.id)}
-            item.update(info.fields(msg.is_response))
-            item["data"] = info.data.hex()
-            infos.append(item)
-        rec["frame_infos"] = infos
-        fe_end = HEADER_LENGTH + msg.framing_extras_length
-        canonical = b"".join(frameinfo.encode_element(i.id, i.data) for i in msg.frame_infos)
-        if canonical != msg.raw[HEADER_LENGTH:fe_end]:
-            rec["framing_extras"] = msg.raw[HEADER_LENGTH:fe_end].hex()
-        stream_id = msg.stream_id
-        if stream_id is not None:
-            rec["stream_id"] = stream_id
-    elif msg.framing_extras_length:
-        rec["framing_extras"] = msg.raw[HEADER_LENGTH:HEADER_LENGTH + msg.framing_extras_length].hex()
-    if values is not None:
-        rec.update(zip(plan.names, values, strict=True))  # type: ignore[union-attr]
-    elif msg.partial_extras and msg.extras is not None:
+        lines.append(f"    rec = {{**first, {', '.join(head)}}}")
+        if alt:
+            lines += ["    if msg.framing_extras_length:",
+                      "        framing(msg, rec)"]
+        if names:
+            lines += ["    if values is not None:",
+                      *(f"        rec[{name!r}] = values[{at}]" for at, name in enumerate(names)),
+                      "    else:",
+                      "        raw_extras(msg, rec)"]
+        else:
+            lines.append("    raw_extras(msg, rec)")
+    lines.append("    key_value(msg, rec)")
+    if terminator is not None:
+        lines += ["    if msg.key_length == 0 and not msg.value:",
+                  f"        rec[{terminator!r}] = True"]
+    lines.append("    return rec")
+    made: Builder = compiled(lines, f"record builder {opcode}/{len(names)}",
+                             {"raw_extras": _raw_extras, "framing": _framing, "key_value": _key_value})
+    return made
+
+
+def _framing(msg: Message, rec: dict[str, Any]) -> None:
+    """Framing extras: the frame infos read from them, or raw when none could be read."""
+    fe_end = HEADER_LENGTH + msg.framing_extras_length
+    if not msg.frame_infos:
+        rec["framing_extras"] = msg.raw[HEADER_LENGTH:fe_end].hex()
+        return
+    vocab = frameinfo.vocabulary(msg.is_response)
+    infos = []
+    for info in msg.frame_infos:
+        item: dict[str, Any] = {"id": info.id, "name": vocab.name(info.id)}
+        item.update(info.fields(msg.is_response))
+        item["data"] = info.data.hex()
+        infos.append(item)
+    rec["frame_infos"] = infos
+    canonical = b"".join(frameinfo.encode_element(i.id, i.data) for i in msg.frame_infos)
+    if canonical != msg.raw[HEADER_LENGTH:fe_end]:
+        rec["framing_extras"] = msg.raw[HEADER_LENGTH:fe_end].hex()
+    stream_id = msg.stream_id
+    if stream_id is not None:
+        rec["stream_id"] = stream_id
+
+
+def _raw_extras(msg: Message, rec: dict[str, Any]) -> None:
+    """Extras not read as a whole layout: the fields that fit and the bytes, or only the bytes."""
+    if msg.partial_extras and msg.extras is not None:
         rec.update(msg.extras)
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
     elif msg.key_offset > msg.extras_offset:
         rec["extras"] = msg.raw[msg.extras_offset:msg.key_offset].hex()
-    _key(msg, rec)
-    _value(msg, rec)
-    variant = msg.variant
-    if variant is not None and variant.terminator is not None and msg.key_length == 0 and not msg.value \
-            and msg.status == _SUCCESS:
-        rec[variant.terminator] = True
-    diagnostics = msg.diagnostics
-    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-    return rec
 
 
-def _fast_record(msg: Message, names: tuple[str, str], fields: tuple[str, ...], values: tuple[int, ...],
-                 rec: dict[str, Any]) -> dict[str, Any]:
-    """``_record`` for the shapes a DCP stream is made of (``_Plan.fast``: a request with the plain magic,
-    a datatype byte, a declared layout and a document value): the same keys in the same order (the vectors
-    and a hypothesis test hold both paths to that), with every per-shape decision made once."""
-    _, _, _, extlen, datatype, word, total, opaque, cas = msg.header
-    header = {"offset": msg.offset, "magic": names[0], "opcode": names[1], "vbucket": word, "opaque": opaque,
-              "cas": cas, "datatype": datatype, "key_length": msg.key_length, "extras_length": extlen,
-              "total_body_length": total}  # one dict display: cheaper than ten stores
-    if rec:
-        rec.update(header)
-    else:
-        rec = header
-    rec.update(zip(fields, values, strict=True))
+def _key_value(msg: Message, rec: dict[str, Any]) -> None:
+    """The key and the value, as the check pass read them; a plain document (most of a stream) in one look."""
     plain = msg.plain_document
     if plain is None:
-        _key(msg, rec)
-        _value(msg, rec)
-    else:  # _key and _value, written out: the per-item path
-        collection_id, key, text, document = plain
         if msg.value_offset != msg.key_offset:
-            if collection_id is not None:
-                rec["collection_id"] = collection_id
-            try:
-                key_text: str | None = key.decode()
-            except UnicodeDecodeError:
-                key_text = None
-            if key_text is not None and (key_text.isprintable() or printable(key_text)):
-                rec["key"] = key_text
-            else:
-                rec["key"] = key.hex()
-                rec["key_encoding"] = "hex"
-        if text is None:
-            rec["value"] = document.hex()
-            rec["value_encoding"] = "hex"
-        else:
-            rec["value"] = text
-    diagnostics = msg.diagnostics
-    rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-    return rec
+            _key(rec, msg.collection_id, msg.document_key)
+        _value(msg, rec)
+    else:
+        if msg.value_offset != msg.key_offset:
+            _key(rec, plain[0], plain[1])
+        _document(rec, plain[2], plain[3])
 
 
-def _key(msg: Message, rec: dict[str, Any]) -> None:
-    if msg.value_offset == msg.key_offset:
-        return
-    collection_id = msg.collection_id
+def _key(rec: dict[str, Any], collection_id: int | None, key: bytes) -> None:
     if collection_id is not None:
         rec["collection_id"] = collection_id
-    _set_text(rec, "key", msg.document_key)
+    _set_text(rec, "key", key)
+
+
+def _document(rec: dict[str, Any], text: str | None, document: bytes) -> None:
+    if text is None:
+        rec["value"] = document.hex()
+        rec["value_encoding"] = "hex"
+    else:
+        rec["value"] = text
 
 
 def _set_text(rec: dict[str, Any], name: str, data: bytes) -> None:
-    text, is_hex = text_or_hex(data)
-    rec[name] = text
-    if is_hex:
+    text = as_text(data)
+    if text is None:
+        rec[name] = data.hex()
         rec[f"{name}_encoding"] = "hex"
+    else:
+        rec[name] = text
 
 
 def _value(msg: Message, rec: dict[str, Any]) -> None:
@@ -192,12 +242,7 @@ def _value(msg: Message, rec: dict[str, Any]) -> None:
         xattrs = msg.xattrs
         if xattrs is not None:
             rec["xattrs"] = [{"key": p.key, "value": p.value} for p in xattrs]
-        text = msg.document_text
-        if text is None:
-            rec["value"] = msg.document.hex()
-            rec["value_encoding"] = "hex"
-        else:
-            rec["value"] = text
+        _document(rec, msg.document_text, msg.document)
     elif reading is _FIELDS:
         grammar, fields, consumed = msg.grammar_reading
         rec.update(walk.to_json(grammar, fields))
