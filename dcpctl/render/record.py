@@ -26,7 +26,7 @@ from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.constants import ALT_MAGICS, MAGICS, RESPONSE_MAGICS, Status
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.itemreader import compiled
-from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading, _Plan
+from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading
 from dcpctl.protocol.value import as_text
 
 # Enum members as module constants: attribute access on an Enum class is slow on the per-message path.
@@ -48,7 +48,7 @@ Shape = tuple[str, str, str | None, str | None, str | None, bool, tuple[str, ...
 # Builders kept, by plan and by shape: decode's plan-cache bound, for the same reason (a few dozen shapes
 # occur in practice; past the bound a builder is generated again, never wrong, only slower)
 BUILDER_LIMIT: Final = _PLAN_LIMIT
-_BY_PLAN: dict[int, tuple[_Plan, Builder]] = {}  # id(plan) -> (plan, kept so that its id is not reused)
+_BY_PLAN: dict[int, tuple[object, Builder]] = {}  # id(plan) -> (plan, kept so that its id is not reused)
 _BY_SHAPE: dict[Shape, Builder] = {}
 _NO_CONTEXT: Final[dict[str, Any]] = {}
 
