@@ -356,15 +356,21 @@ class Message:
             self._read = True
 
     # --- the key and value as the check pass read them ----------------------------------------------
+    def _views(self) -> tuple[int | None, bytes, str | None, bytes] | None:
+        """Run the check pass if it has not run, then give its plain-document reading (None: the views are
+        in the separate fields)."""
+        plain = self._plain
+        if plain is None and not self._read:
+            self._check()
+            plain = self._plain
+        return plain
+
     @property
     def plain_document(self) -> tuple[int | None, bytes, str | None, bytes] | None:
         """(:attr:`collection_id`, :attr:`document_key`, :attr:`document_text`, :attr:`document`) in one look,
         when the value reads as a DOCUMENT neither inflated nor with xattrs (what a stream's items mostly
         are: the record's per-item path); None otherwise."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
+        plain = self._views()
         if plain is not None or self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
             return plain
         start = self._key_start
@@ -374,19 +380,13 @@ class Message:
     @property
     def collection_id(self) -> int | None:
         """The key's collection id (collections negotiated, a document key), None without one."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
+        plain = self._views()
         return plain[0] if plain is not None else self._collection_id
 
     @property
     def document_key(self) -> bytes:
         """The key after its collection id (the whole key when it has none)."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
+        plain = self._views()
         if plain is not None:
             return plain[1]
         start = self._key_start
@@ -395,54 +395,42 @@ class Message:
     @property
     def value_reading(self) -> ValueReading:
         """How the value reads (which of the views below describe it)."""
-        if self._plain is None and not self._read:
-            self._check()
-        return _READ_DOCUMENT if self._plain is not None else self._reading
+        return _READ_DOCUMENT if self._views() is not None else self._reading
 
     @property
     def document(self) -> bytes:
         """A DOCUMENT value's body: inflated when it was snappy, after its xattrs."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
+        plain = self._views()
         return plain[3] if plain is not None else self._document
 
     @property
     def document_text(self) -> str | None:
         """:attr:`document` as text, None when it is not UTF-8 without control characters."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
+        plain = self._views()
         return plain[2] if plain is not None else self._document_text
 
     @property
     def inflated(self) -> bool:
         """The DOCUMENT value was snappy and inflated."""
-        if self._plain is None and not self._read:
-            self._check()
+        self._views()
         return self._inflated
 
     @property
     def xattrs(self) -> list[Xattr] | None:
         """A DOCUMENT value's xattr pairs, None without xattrs or when the blob is bad."""
-        if self._plain is None and not self._read:
-            self._check()
+        self._views()
         return self._xattrs
 
     @property
     def path_length(self) -> int:
         """PATH: how many of the value's bytes are the path (the rest is the value)."""
-        if self._plain is None and not self._read:
-            self._check()
+        self._views()
         return self._path_length
 
     @property
     def grammar_reading(self) -> tuple[Any, Any, int]:
         """FIELDS: (the declaration the value was read with, what it read, how many value bytes that is)."""
-        if self._plain is None and not self._read:
-            self._check()
+        self._views()
         return self._grammar, self._fields, self._consumed
 
     @property
