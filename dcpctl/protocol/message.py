@@ -66,7 +66,6 @@ from dcpctl.protocol.value import (
     as_text,
     leb128_decode,
     parse_xattrs,
-    printable,
     snappy_decompress,
 )
 
@@ -131,13 +130,12 @@ class Message:
     # checks, deferred until first asked for), then the context annotate() added.
     _found: list[Diagnostic] | tuple[()] = ()
     _context_diagnostics: list[Diagnostic] | tuple[()] = ()
-    # the key and value diagnostics are in _found: the check pass ran, or item_key() found they add none
-    _checked: bool = False
     _read: bool = False  # the check pass ran: the key and value views below are set (or _plain is)
     _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
     # What the check pass keeps for whoever shows the key and value (read through the views below).
-    # a stream item's (collection id, key after it, value as text or None, value): _check_item's one store
-    _plain: tuple[int | None, bytes, str | None, bytes] | None = None
+    # a stream item's (collection id, key after it, value): _check_item's one store
+    _plain: tuple[int | None, bytes, bytes] | None = None
+    _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # with the value's text, once asked
     _collection_id: int | None = None
     _key_start: int = -1  # where the key after its collection id starts (-1: where the key starts)
     _reading: ValueReading = ValueReading.NONE
@@ -329,7 +327,7 @@ class Message:
     def diagnostics(self) -> list[Diagnostic] | tuple[()]:
         """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
         two checked on first use, once), then the context :meth:`annotate` added."""
-        if not self._checked and self._plain is None and not self._read:
+        if self._plain is None and not self._read:
             self._check()
         found, context = self._found, self._context_diagnostics
         if not context:
@@ -340,8 +338,6 @@ class Message:
         """The key and value checks, once: their diagnostics go after decode's, and what they read is kept
         for the views below (the collection id, the inflated document, its xattrs, a path's length, a
         GRAMMAR value's reading), so whoever shows the message computes none of it again."""
-        checked = self._checked
-        before = len(self._found) if checked else 0
         plan = self.plan
         if plan is not None and plan.fast is not None and self._extras_values is not None and not self.frame_infos:
             plain = _check_item(self, plan)
@@ -350,13 +346,11 @@ class Message:
             variant = self.variant
             _check_key(self, variant.key if variant is not None else _KEY_RAW)
             _check_value(self, variant)
-        if checked and len(self._found) > before:  # item_key() found these add none: never twice
-            del self._found[before:]  # type: ignore[union-attr]
         if not plain:  # (a stored _plain says the pass ran: one store less per item)
             self._read = True
 
     # --- the key and value as the check pass read them ----------------------------------------------
-    def _views(self) -> tuple[int | None, bytes, str | None, bytes] | None:
+    def _views(self) -> tuple[int | None, bytes, bytes] | None:
         """Run the check pass if it has not run, then give its plain-document reading (None: the views are
         in the separate fields)."""
         plain = self._plain
@@ -370,9 +364,15 @@ class Message:
         """(:attr:`collection_id`, :attr:`document_key`, :attr:`document_text`, :attr:`document`) in one look,
         when the value reads as a DOCUMENT neither inflated nor with xattrs (what a stream's items mostly
         are: the record's per-item path); None otherwise."""
+        found = self._plain_document
+        if found is not None:
+            return found
         plain = self._views()
-        if plain is not None or self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
-            return plain
+        if plain is not None:  # the value's text is found when first shown (a check needs it only for bad JSON)
+            found = self._plain_document = (plain[0], plain[1], as_text(plain[2]), plain[2])
+            return found
+        if self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
+            return None
         start = self._key_start
         return (self._collection_id, self.raw[self.key_offset if start < 0 else start:self.value_offset],
                 self._document_text, self._document)
@@ -401,13 +401,16 @@ class Message:
     def document(self) -> bytes:
         """A DOCUMENT value's body: inflated when it was snappy, after its xattrs."""
         plain = self._views()
-        return plain[3] if plain is not None else self._document
+        return plain[2] if plain is not None else self._document
 
     @property
     def document_text(self) -> str | None:
         """:attr:`document` as text, None when it is not UTF-8 without control characters."""
-        plain = self._views()
-        return plain[2] if plain is not None else self._document_text
+        if self._views() is None:
+            return self._document_text
+        found = self.plain_document
+        assert found is not None  # a plain item's reading is a plain document
+        return found[2]
 
     @property
     def inflated(self) -> bool:
@@ -768,26 +771,24 @@ def _check_item(msg: Message, plan: _Plan) -> bool:
         collection_id = raw[key_offset]  # a one-byte collection id (below 128: the common case)
         key_offset += 1
     datatype = msg.header[4]
-    if datatype & ~DATATYPE_JSON:  # snappy or xattrs
+    value = raw[value_offset:msg.body_end]
+    if datatype & ~DATATYPE_JSON or (datatype and value and not _parses(value)):
+        # snappy or xattrs, or JSON that does not parse: the general check reads it and says what is wrong
         if collection_id is not None:
             msg._collection_id = collection_id
             msg._key_start = key_offset
         _check_value(msg, plan.variant)
         return False
-    # _check_document for a raw or JSON value, written out: the per-item path
-    value = raw[value_offset:msg.body_end]
+    # a raw value or JSON that parses: nothing to say; its text is found when it is shown
+    msg._plain = (collection_id, raw[key_offset:value_offset], value)
+    return True
+
+
+def _parses(value: bytes) -> bool:
     try:
-        decoded = value.decode()
-    except UnicodeDecodeError:
-        text = None
-    else:
-        text = decoded if decoded.isprintable() or printable(decoded) else None
-    msg._plain = (collection_id, raw[key_offset:value_offset], text, value)
-    if datatype and text is not None and value:
-        try:
-            _json_check(value)
-        except ValueError:
-            msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+        _json_check(value)
+    except ValueError:
+        return False
     return True
 
 
@@ -913,23 +914,29 @@ def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
 
 def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] | None:
     """A plain stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as the record
-    (``dcpctl.render.record``) would give them, and the assurance that its value adds no diagnostic, without
-    building the record: for consumers that need a few fields of millions of items (``analyze``'s rows).
-    None when only the record can tell: another shape, frame infos, snappy or xattrs, a multi-byte
-    collection id, a key that is not plain text, a value marked JSON that does not parse. A test holds it
-    to the record on every message of its captures and on generated ones."""
+    (``dcpctl.render.record``) would give them, without building the record: for consumers that need a few
+    fields of millions of items (``analyze``'s rows). Read from the check pass's views (run here if it has
+    not run), so its diagnostics are the message's as for any other. None when only the record can tell:
+    another shape, frame infos, snappy or xattrs, a multi-byte collection id, a key that is not plain text."""
     plan = msg.plan
     values = msg._extras_values
     if plan is None or plan.fast is None or msg.frame_infos or values is None or msg.rendered is not None \
             or plan.rev_seqno_at < 0:
         return None
-    key = _plain_key(msg.raw, plan, msg.header[4], msg.key_offset, msg.value_offset, msg.body_end,
-                     msg.options.collections)
-    if key is None:
+    plain = msg._views()
+    if plain is None:
         return None
-    msg._checked = True  # the key and value were found to add no diagnostic: that is their check
+    collection_id, key, _ = plain
+    text = None
+    if msg.key_offset != msg.value_offset:
+        try:
+            text = key.decode()
+        except UnicodeDecodeError:
+            return None
+        if not text.isprintable():
+            return None
     magic, opcode = plan.fast
-    return magic, opcode, key[0], key[1], values[plan.seqno_at], values[plan.rev_seqno_at]
+    return magic, opcode, collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
 # A plain stream item (a producer's mutation, deletion or expiration that decode() finds clean) as the
@@ -970,35 +977,6 @@ def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
 
 
 _ITEM_PLANS: dict[tuple[str, int, int], ItemPlan] = {}  # item readers' plans (a few shapes per dialect)
-
-
-def _plain_key(raw: bytes, plan: _Plan, datatype: int, key_offset: int, value_offset: int, body_end: int,
-               collections: bool | None) -> tuple[int | None, str | None] | None:
-    """(collection_id, key) as the fast record gives them, if the key is plain text and the value adds no
-    diagnostic (raw, or JSON that parses); else None."""
-    if datatype & ~DATATYPE_JSON:
-        return None
-    collection_id = None
-    if key_offset == value_offset:
-        key = None
-    else:
-        if collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
-            collection_id = raw[key_offset]
-            if collection_id >= 0x80 or value_offset - key_offset == 1:
-                return None
-            key_offset += 1
-        try:
-            key = raw[key_offset:value_offset].decode()
-        except UnicodeDecodeError:
-            return None
-        if not key.isprintable():
-            return None
-    if datatype and body_end > value_offset:
-        try:
-            _json_check(raw[value_offset:body_end])
-        except ValueError:
-            return None
-    return collection_id, key
 
 
 # orjson: strict RFC 8259 like the server's checker (no NaN or Infinity), and faster than json
