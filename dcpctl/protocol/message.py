@@ -79,7 +79,6 @@ _VALUE_RAW: Final = ValueKind.RAW
 _VALUE_SECRET: Final = ValueKind.SECRET
 _VALUE_STREAM_REQUEST_JSON: Final = ValueKind.STREAM_REQUEST_JSON
 _KEY_DOCUMENT: Final = KeyKind.DOCUMENT
-_KEY_RAW: Final = KeyKind.RAW
 
 HEADER: Final = HEADER_LAYOUT.codec
 # Datatypes a deletion may carry (reference 3.10, valid_dcp_delete_datatype).
@@ -130,17 +129,16 @@ class Message:
     # checks, deferred until first asked for), then the context annotate() added.
     _found: list[Diagnostic] | tuple[()] = ()
     _context_diagnostics: list[Diagnostic] | tuple[()] = ()
-    _read: bool = False  # the check pass ran: the key and value views below are set (or _plain is)
+    _read: bool = False  # the check pass ran: the key and value views below are set
     _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
     # What the check pass keeps for whoever shows the key and value (read through the views below).
-    # a stream item's (collection id, key after it, value): _check_item's one store
-    _plain: tuple[int | None, bytes, bytes] | None = None
-    _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # with the value's text, once asked
+    _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # the views in one, once asked
     _collection_id: int | None = None
     _key_start: int = -1  # where the key after its collection id starts (-1: where the key starts)
     _reading: ValueReading = ValueReading.NONE
     _document: bytes = b""  # a DOCUMENT's body: inflated, after its xattrs
-    _document_text: str | None = None  # that body as text (None: it is shown as hex)
+    _document_text: str | None = None  # that body as text (None: it is shown as hex), once found
+    _text_found: bool = False  # (found when first shown: a check needs it only for JSON that does not parse)
     _inflated: bool = False
     _xattrs: list[Xattr] | None = None
     _path_length: int = -1
@@ -327,7 +325,7 @@ class Message:
     def diagnostics(self) -> list[Diagnostic] | tuple[()]:
         """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
         two checked on first use, once), then the context :meth:`annotate` added."""
-        if self._plain is None and not self._read:
+        if not self._read:
             self._check()
         found, context = self._found, self._context_diagnostics
         if not context:
@@ -338,27 +336,32 @@ class Message:
         """The key and value checks, once: their diagnostics go after decode's, and what they read is kept
         for the views below (the collection id, the inflated document, its xattrs, a path's length, a
         GRAMMAR value's reading), so whoever shows the message computes none of it again."""
+        self._read = True
         plan = self.plan
-        if plan is not None and plan.fast is not None and self._extras_values is not None and not self.frame_infos:
-            plain = _check_item(self, plan)
-        else:
-            plain = False
-            variant = self.variant
-            _check_key(self, variant.key if variant is not None else _KEY_RAW)
+        variant = plan.variant if plan is not None else None
+        if variant is None:
+            _check_value(self, None)
+            return
+        # the key, then the value; a stream's items (a DOCUMENT value) in this one frame, as there are millions
+        key_offset, value_offset = self.key_offset, self.value_offset
+        if variant.key is _KEY_DOCUMENT and key_offset != value_offset and self.options.collections:
+            prefix = leb128_decode(self.raw, key_offset, value_offset)
+            if prefix is None:
+                self.add("bad_leb128", "key does not start with a valid LEB128 collection id", key_offset,
+                         min(value_offset - key_offset, 5))
+            else:
+                self._collection_id = prefix[0]
+                self._key_start = key_offset + prefix[1]
+        if variant.value is not _VALUE_DOCUMENT:
             _check_value(self, variant)
-        if not plain:  # (a stored _plain says the pass ran: one store less per item)
-            self._read = True
+        elif value_offset < self.body_end:
+            spec = plan.spec  # type: ignore[union-attr]  # (a variant comes with its plan)
+            _check_document(self, self.raw[value_offset:self.body_end],
+                            self.header[4] if spec is None or spec.type_field == "datatype" else 0)
+        else:
+            self._reading = _READ_DOCUMENT
 
     # --- the key and value as the check pass read them ----------------------------------------------
-    def _views(self) -> tuple[int | None, bytes, bytes] | None:
-        """Run the check pass if it has not run, then give its plain-document reading (None: the views are
-        in the separate fields)."""
-        plain = self._plain
-        if plain is None and not self._read:
-            self._check()
-            plain = self._plain
-        return plain
-
     @property
     def plain_document(self) -> tuple[int | None, bytes, str | None, bytes] | None:
         """(:attr:`collection_id`, :attr:`document_key`, :attr:`document_text`, :attr:`document`) in one look,
@@ -367,73 +370,82 @@ class Message:
         found = self._plain_document
         if found is not None:
             return found
-        plain = self._views()
-        if plain is not None:  # the value's text is found when first shown (a check needs it only for bad JSON)
-            found = self._plain_document = (plain[0], plain[1], as_text(plain[2]), plain[2])
-            return found
+        if not self._read:
+            self._check()
         if self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
             return None
         start = self._key_start
-        return (self._collection_id, self.raw[self.key_offset if start < 0 else start:self.value_offset],
-                self._document_text, self._document)
+        found = self._plain_document = (self._collection_id,
+                                        self.raw[self.key_offset if start < 0 else start:self.value_offset],
+                                        self.document_text, self._document)
+        return found
 
     @property
     def collection_id(self) -> int | None:
         """The key's collection id (collections negotiated, a document key), None without one."""
-        plain = self._views()
-        return plain[0] if plain is not None else self._collection_id
+        if not self._read:
+            self._check()
+        return self._collection_id
 
     @property
     def document_key(self) -> bytes:
         """The key after its collection id (the whole key when it has none)."""
-        plain = self._views()
-        if plain is not None:
-            return plain[1]
+        if not self._read:
+            self._check()
         start = self._key_start
         return self.raw[self.key_offset if start < 0 else start:self.value_offset]
 
     @property
     def value_reading(self) -> ValueReading:
         """How the value reads (which of the views below describe it)."""
-        return _READ_DOCUMENT if self._views() is not None else self._reading
+        if not self._read:
+            self._check()
+        return self._reading
 
     @property
     def document(self) -> bytes:
         """A DOCUMENT value's body: inflated when it was snappy, after its xattrs."""
-        plain = self._views()
-        return plain[2] if plain is not None else self._document
+        if not self._read:
+            self._check()
+        return self._document
 
     @property
     def document_text(self) -> str | None:
-        """:attr:`document` as text, None when it is not UTF-8 without control characters."""
-        if self._views() is None:
-            return self._document_text
-        found = self.plain_document
-        assert found is not None  # a plain item's reading is a plain document
-        return found[2]
+        """:attr:`document` as text, None when it is not UTF-8 without control characters (or the value
+        does not read as a DOCUMENT)."""
+        if not self._read:
+            self._check()
+        if not self._text_found and self._reading is _READ_DOCUMENT:
+            self._document_text = as_text(self._document)
+            self._text_found = True
+        return self._document_text
 
     @property
     def inflated(self) -> bool:
         """The DOCUMENT value was snappy and inflated."""
-        self._views()
+        if not self._read:
+            self._check()
         return self._inflated
 
     @property
     def xattrs(self) -> list[Xattr] | None:
         """A DOCUMENT value's xattr pairs, None without xattrs or when the blob is bad."""
-        self._views()
+        if not self._read:
+            self._check()
         return self._xattrs
 
     @property
     def path_length(self) -> int:
         """PATH: how many of the value's bytes are the path (the rest is the value)."""
-        self._views()
+        if not self._read:
+            self._check()
         return self._path_length
 
     @property
     def grammar_reading(self) -> tuple[Any, Any, int]:
         """FIELDS: (the declaration the value was read with, what it read, how many value bytes that is)."""
-        self._views()
+        if not self._read:
+            self._check()
         return self._grammar, self._fields, self._consumed
 
     @property
@@ -517,8 +529,8 @@ class _Plan:
     flag_checks: tuple[tuple[str, int], ...]  # (field, mask of defined bits)
     simple: bool  # declared layout, size equal to the header's extras length, no note
     item_checks: bool  # nmeta, by_seqno or flags to check
-    # (magic name, opcode name) when this shape takes the check pass's fast path: a request with the plain
-    # magic, a datatype byte, a declared layout and a document value (the items a DCP stream is made of)
+    # (magic name, opcode name) when this shape is a stream item's: a request with the plain magic, a
+    # datatype byte, a declared layout and a document value (what item_key and the item readers read)
     fast: tuple[str, str] | None = None
     seqno_at: int = -1  # position of by_seqno in the extras tuple, whatever the opcode, or -1
     rev_seqno_at: int = -1  # position of rev_seqno in the extras tuple, or -1
@@ -753,76 +765,21 @@ def _header(msg: Message, raw: bytes) -> None:
 
 
 # --- the key and value checks -------------------------------------------------------------------------
-def _check_item(msg: Message, plan: _Plan) -> bool:
-    """The check pass for the shapes a DCP stream is made of (``_Plan.fast``), every per-shape decision made
-    once: what :func:`_check_key` and :func:`_check_value` find, by a shorter way (a test holds both to it).
-    A raw or JSON value with a key that has a one-byte collection id or none, the usual item, is kept as one
-    tuple (:attr:`Message.plain_document`); True when it was."""
-    raw = msg.raw
-    key_offset = msg.key_offset
-    value_offset = msg.value_offset
-    present = value_offset - key_offset  # the key bytes there are (fewer than key_length if cut short)
-    collection_id = None
-    if present and msg.options.collections and plan.variant.key is _KEY_DOCUMENT:  # type: ignore[union-attr]
-        if raw[key_offset] >= 0x80 or present == 1:  # a multi-byte LEB128 id, or no key after it
-            _check_key(msg, _KEY_DOCUMENT)
-            _check_value(msg, plan.variant)
-            return False
-        collection_id = raw[key_offset]  # a one-byte collection id (below 128: the common case)
-        key_offset += 1
-    datatype = msg.header[4]
-    value = raw[value_offset:msg.body_end]
-    if datatype & ~DATATYPE_JSON or (datatype and value and not _parses(value)):
-        # snappy or xattrs, or JSON that does not parse: the general check reads it and says what is wrong
-        if collection_id is not None:
-            msg._collection_id = collection_id
-            msg._key_start = key_offset
-        _check_value(msg, plan.variant)
-        return False
-    # a raw value or JSON that parses: nothing to say; its text is found when it is shown
-    msg._plain = (collection_id, raw[key_offset:value_offset], value)
-    return True
-
-
-def _parses(value: bytes) -> bool:
-    try:
-        _json_check(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_key(msg: Message, kind: KeyKind) -> None:
-    key_offset = msg.key_offset
-    if key_offset == msg.value_offset or kind is not _KEY_DOCUMENT or not msg.options.collections:
-        return
-    key = msg.key
-    prefix = leb128_decode(key)
-    if prefix is None:
-        msg.add("bad_leb128", "key does not start with a valid LEB128 collection id", key_offset, min(len(key), 5))
-    else:
-        msg._collection_id = prefix[0]
-        msg._key_start = key_offset + prefix[1]
-
-
 def _check_value(msg: Message, variant: Variant | None) -> None:
+    """The checks of every value but a DOCUMENT (:meth:`Message._check` reads those)."""
+    kind = variant.value if variant is not None else _VALUE_RAW
     value = msg.value
-    kind = variant.value if variant else _VALUE_RAW
     if not value:
-        if kind is _VALUE_DOCUMENT:
-            msg._reading = _READ_DOCUMENT
-            msg._document_text = ""
-        elif kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
+        if kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
                 and walk.item_size(variant.value_grammar) is not None:
             msg._reading = ValueReading.FIELDS
             msg._grammar = variant.value_grammar
             msg._fields = variant.value_grammar.parse(b"")
         return
     start = msg.value_offset
-    type_is_datatype = msg.spec is None or msg.spec.type_field == "datatype"
-    if kind is _VALUE_DOCUMENT or (kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR
-                                   and type_is_datatype):
-        _check_document(msg, value, msg.datatype if type_is_datatype else 0)
+    if kind in DATATYPE_VALUE_KINDS and msg.datatype & _SNAPPY_OR_XATTR \
+            and (msg.spec is None or msg.spec.type_field == "datatype"):
+        _check_document(msg, value, msg.datatype)
         return
     msg._reading = _READ_TEXT
     if variant is not None and variant.value_path is not None:
@@ -879,12 +836,12 @@ def _check_document(msg: Message, value: bytes, datatype: int) -> None:
             msg._xattrs, body_offset = parsed
             data = data[body_offset:]
     msg._document = data
-    text = msg._document_text = as_text(data)
-    if datatype & DATATYPE_JSON and text is not None and value:
+    if datatype & DATATYPE_JSON:  # a body that is not text is shown as hex and not checked
         try:
             _json_check(data)
         except ValueError:
-            msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+            if msg.document_text is not None:
+                msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
 
 
 def _check_grammar(msg: Message, variant: Variant, value: bytes) -> None:
@@ -913,30 +870,26 @@ def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
 
 
 def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] | None:
-    """A plain stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as the record
+    """A stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as the record
     (``dcpctl.render.record``) would give them, without building the record: for consumers that need a few
     fields of millions of items (``analyze``'s rows). Read from the check pass's views (run here if it has
     not run), so its diagnostics are the message's as for any other. None when only the record can tell:
-    another shape, frame infos, snappy or xattrs, a multi-byte collection id, a key that is not plain text."""
+    another shape, frame infos, a key that is not plain text."""
     plan = msg.plan
     values = msg._extras_values
     if plan is None or plan.fast is None or msg.frame_infos or values is None or msg.rendered is not None \
             or plan.rev_seqno_at < 0:
         return None
-    plain = msg._views()
-    if plain is None:
-        return None
-    collection_id, key, _ = plain
     text = None
     if msg.key_offset != msg.value_offset:
         try:
-            text = key.decode()
+            text = msg.document_key.decode()
         except UnicodeDecodeError:
             return None
         if not text.isprintable():
             return None
     magic, opcode = plan.fast
-    return magic, opcode, collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
+    return magic, opcode, msg._collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
 # A plain stream item (a producer's mutation, deletion or expiration that decode() finds clean) as the

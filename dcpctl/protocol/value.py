@@ -15,13 +15,17 @@ MAX_LEB128_BYTES: Final = 5
 MAX_DECOMPRESSED_LENGTH: Final = 21 * 1024 * 1024
 
 
-def leb128_decode(buf: bytes) -> tuple[int, int] | None:
-    """``(value, bytes used)`` of the unsigned LEB128 prefix of ``buf``, or None if it is not valid: a value
-    above 32 bits, or a longer form than the shortest (a last byte of 0 after others), which would not
-    encode back to the same bytes."""
+def leb128_decode(buf: bytes, start: int = 0, end: int = -1) -> tuple[int, int] | None:
+    """``(value, bytes used)`` of the unsigned LEB128 prefix of ``buf[start:end]`` (``end`` -1: the end of
+    ``buf``), or None if it is not valid: a value above 32 bits, or a longer form than the shortest (a last
+    byte of 0 after others), which would not encode back to the same bytes."""
+    if end < 0:
+        end = len(buf)
+    if start < end and buf[start] < 0x80:  # one byte, the common collection id: no loop to set up
+        return buf[start], 1
     value = 0
-    for i in range(min(len(buf), MAX_LEB128_BYTES)):
-        byte = buf[i]
+    for i in range(min(end - start, MAX_LEB128_BYTES)):
+        byte = buf[start + i]
         value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
             if value > 0xFFFFFFFF or (i and not byte):

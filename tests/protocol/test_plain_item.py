@@ -45,7 +45,11 @@ def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = Non
     raw = buf[pos:n]
     message = decode(raw, 0, options)
     fields = item_key(message) if message.magic == 0x80 else None
-    clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59)
+    # plain, as the reader's module says: a key with a one-byte collection id or none, raw or JSON datatype
+    # and a JSON value that parses (one that does not, shown as hex, has no diagnostic but is not plain)
+    one_byte_id = message.collection_id is None or (message.collection_id < 0x80 and len(message.key) > 1)
+    clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59) \
+        and one_byte_id and message.datatype in (0, 1) and (message.datatype == 0 or parses(message.value))
     if found is None:
         assert not clean, (raw.hex(), record_of(message))
         return True
@@ -56,6 +60,16 @@ def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = Non
     assert values == message._extras_values
     assert tuple(rest[:6]) == fields
     assert rest[6] == pos + message.value_offset
+    return True
+
+
+def parses(value: bytes) -> bool:
+    if not value:
+        return True
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
     return True
 
 
