@@ -86,11 +86,11 @@ def _item_row(plan: Any) -> ItemRow:
     ``plan``'s shape, what the record (``render.record``) would give for each: made once per shape from the names
     (the plan's magic and opcode names, the header grammar's fields, the layout's extras fields, the capture
     context's keys); a column none of these has is None."""
-    shape = (plan.fast, plan.names)
+    shape = (plan.item_names, plan.names)
     found = _ITEM_ROWS.get(shape)
     if found is not None:
         return found
-    magic, opcode = plan.fast
+    magic, opcode = plan.item_names
     sources = []
     for name in RECORD_COLUMNS:
         if name in _CONTEXT_FIRST:

@@ -531,7 +531,7 @@ class _Plan:
     item_checks: bool  # nmeta, by_seqno or flags to check
     # (magic name, opcode name) when this shape is a stream item's: a request with the plain magic, a
     # datatype byte, a declared layout and a document value (what item_key and the item readers read)
-    fast: tuple[str, str] | None = None
+    item_names: tuple[str, str] | None = None
     seqno_at: int = -1  # position of by_seqno in the extras tuple, whatever the opcode, or -1
     rev_seqno_at: int = -1  # position of rev_seqno in the extras tuple, or -1
 
@@ -577,7 +577,7 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
         plan = dataclasses.replace(plan, rev_seqno_at=names.index("rev_seqno"))
     if plan.simple and spec is not None and variant is not None and magic not in RESPONSE_MAGICS \
             and magic not in ALT_MAGICS and spec.type_field == "datatype" and variant.value is _VALUE_DOCUMENT:
-        plan = dataclasses.replace(plan, fast=(MAGICS.name_of.get(magic) or MAGICS.name(magic), spec.name))
+        plan = dataclasses.replace(plan, item_names=(MAGICS.name_of.get(magic) or MAGICS.name(magic), spec.name))
     if len(_PLANS) < _PLAN_LIMIT:
         _PLANS[key] = plan
     return plan
@@ -877,7 +877,7 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     another shape, frame infos, a key that is not plain text."""
     plan = msg.plan
     values = msg._extras_values
-    if plan is None or plan.fast is None or msg.frame_infos or values is None or msg.rendered is not None \
+    if plan is None or plan.item_names is None or msg.frame_infos or values is None or msg.rendered is not None \
             or plan.rev_seqno_at < 0:
         return None
     text = None
@@ -888,7 +888,7 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
             return None
         if not text.isprintable():
             return None
-    magic, opcode = plan.fast
+    magic, opcode = plan.item_names
     return magic, opcode, msg._collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
@@ -918,12 +918,12 @@ def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
     if opcode not in CHANGE_OPCODES or dialect.layout_authoritative or extlen == 1:
         return None
     plan = _plan(dialect, _REQUEST, opcode, extlen, 0, 0, -1, 0)
-    if plan.fast is None or plan.rev_seqno_at < 0:
+    if plan.item_names is None or plan.rev_seqno_at < 0:
         return None
     item: ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
                        tuple((plan.names.index(name), mask) for name, mask in plan.flag_checks),
                        _RULE_CODES[plan.key_rule], _RULE_CODES[plan.value_rule], plan.seqno_at, plan.rev_seqno_at,
-                       plan.fast, DELETION_DATATYPES if opcode == _DELETION and plan.by_seqno_index >= 0
+                       plan.item_names, DELETION_DATATYPES if opcode == _DELETION and plan.by_seqno_index >= 0
                        else frozenset(range(256)))
     _ITEM_PLANS[(dialect.name, opcode, extlen)] = item
     return item

@@ -66,8 +66,8 @@ def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: boo
     ``slots``' values (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length,
     every extras value, then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then
     ``last``'s values. A test holds it to the record on every shape it is used for."""
-    assert plan.fast is not None
-    magic, opcode = plan.fast
+    assert plan.item_names is not None
+    magic, opcode = plan.item_names
     parts = [b"," + orjson.dumps(name) + b":" + (b"%b" if name in slots else orjson.dumps(value).replace(b"%", b"%%"))
              for name, value in first.items()]
     parts[0] = b"{" + parts[0][1:]
