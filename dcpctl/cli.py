@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Annotated, Any, Final
 
 import typer
 
 from dcpctl import __version__
-from dcpctl.commands.analyze import analyze
-from dcpctl.commands.capture import capture
-from dcpctl.commands.decode import decode
-from dcpctl.commands.encode import encode_command
-from dcpctl.commands.failover import failover
-from dcpctl.commands.fields import fields
-from dcpctl.commands.hexdump import hexdump
-from dcpctl.commands.redact import redact
-from dcpctl.commands.rollback import rollback_app
-from dcpctl.commands.serve import serve
-from dcpctl.commands.stream import stream
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.nearest import closest
 from dcpctl.render.env import Environment, OutputError, checked_stdout, discard_stdout
@@ -32,25 +22,49 @@ from dcpctl.safetext import shown
 # narrowest width at which every option name stays whole beside its description. COLUMNS, when set, wins.
 HELP_WIDTH = 120
 
-app = typer.Typer(
-    name="dcpctl",
-    help="See, capture and understand Couchbase's Database Change Protocol (DCP).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command("decode")(decode)
-app.command("capture")(capture)
-app.command("hexdump")(hexdump)
-app.command("encode")(encode_command)
-app.command("fields")(fields)
-app.command("stream")(stream)
-app.command("failover")(failover)
-app.command("serve")(serve)
-app.command("analyze")(analyze)
-app.command("redact")(redact)
-app.add_typer(rollback_app, name="rollback")
+# Each command's module and function, in the order help lists them. A command's module is imported only when
+# that command runs (or help lists them all), so a command's start does not pay for the others' imports:
+# serve's producer, analyze's pipeline, capture's sniffer.
+COMMANDS: Final = {
+    "decode": ("dcpctl.commands.decode", "decode"),
+    "capture": ("dcpctl.commands.capture", "capture"),
+    "hexdump": ("dcpctl.commands.hexdump", "hexdump"),
+    "encode": ("dcpctl.commands.encode", "encode_command"),
+    "fields": ("dcpctl.commands.fields", "fields"),
+    "stream": ("dcpctl.commands.stream", "stream"),
+    "failover": ("dcpctl.commands.failover", "failover"),
+    "serve": ("dcpctl.commands.serve", "serve"),
+    "analyze": ("dcpctl.commands.analyze", "analyze"),
+    "redact": ("dcpctl.commands.redact", "redact"),
+    "rollback": ("dcpctl.commands.rollback", "rollback_app"),  # a group of its own
+}
+
+
+def make_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
+    """The root command with the subcommands ``names`` (every one by default)."""
+    made = typer.Typer(
+        name="dcpctl",
+        help="See, capture and understand Couchbase's Database Change Protocol (DCP).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    made.callback()(root)
+    for name in names:
+        module, attribute = COMMANDS[name]
+        function = getattr(importlib.import_module(module), attribute)
+        if isinstance(function, typer.Typer):
+            made.add_typer(function, name=name)
+        else:
+            made.command(name)(function)
+    return made
+
+
+def commands_for(args: Sequence[str]) -> Iterable[str]:
+    """The subcommands a command line needs: the one it starts with, or all (root help or --version, even
+    before a command's name, a name that is not a command, which click answers with the closest ones)."""
+    return (args[0],) if args and args[0] in COMMANDS else COMMANDS
 
 
 def _version(value: bool) -> None:
@@ -59,7 +73,6 @@ def _version(value: bool) -> None:
         raise typer.Exit
 
 
-@app.callback()
 def root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -126,7 +139,7 @@ def _no_type(ctx: object) -> None:  # typer passes ctx by name
 
 
 def _main(args: list[str], environment: Environment) -> int:
-    command = _name_the_values(typer.main.get_command(app))
+    command = _name_the_values(typer.main.get_command(make_app(commands_for(args))))
     try:
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:
@@ -206,3 +219,11 @@ def run() -> None:
     sys.unraisablehook = quiet_interrupts
     checked_stdout()
     sys.exit(main())
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the root command with every subcommand, made when first asked for (``dcpctl.cli.app``)."""
+    if name == "app":
+        made = globals()["app"] = make_app()
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -185,3 +185,21 @@ def test_a_ctrl_c_in_a_finalizer_is_not_reported() -> None:
     assert done.stdout == "went on\n"
     assert "KeyboardInterrupt" not in done.stderr
     assert "ValueError: a real bug" in done.stderr
+
+
+# what a command's start must not import: the other commands' heavy parts
+OTHERS_ONLY = ("dcpctl.commands.serve", "dcpctl.commands.analyze", "dcpctl.producer", "dcpctl.pipeline",
+               "pyspark", "pyarrow")
+
+
+@pytest.mark.parametrize("args", [["decode", str(ROOT / "samples" / "dcp-session.pcap"), "-F", "jsonl"],
+                                  ["hexdump", str(SAMPLE)], ["encode", str(SAMPLE_JSONL)]])
+def test_a_command_imports_only_what_it_runs(args: list[str]) -> None:
+    # a fresh interpreter: this one has imported everything by now
+    code = ("import sys\nfrom dcpctl.cli import main\nmain(sys.argv[1:])\n"
+            "sys.stderr.write(' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    loaded = done.stderr.split()
+    assert f"dcpctl.commands.{args[0]}" in loaded
+    assert [m for m in loaded if m.startswith(OTHERS_ONLY)] == []
+

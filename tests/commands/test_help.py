@@ -89,3 +89,19 @@ def test_help_names_what_each_option_takes(words: list[str], command: object) ->
             name = re.escape(param.opts[0])
             row = next(line for line in text.splitlines() if re.match(rf"│\s{{1,40}}(\*\s+)?{name}\s", line))
             assert (param.metavar or "|") in row, row
+
+
+@pytest.mark.parametrize("words", [["-h", "decode"], ["--version", "decode"], ["decod"]])
+def test_the_root_knows_every_command_whatever_comes_after(words: list[str]) -> None:
+    """A command's start imports its own module only; the root's help, --version and a misspelt name still
+    see every command."""
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *words], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    if words[0] == "-h":
+        listed = re.findall(r"^│ (\w+) ", done.stdout, re.MULTILINE)
+        assert listed == list(typer.main.get_command(app).commands), done.stdout  # type: ignore[attr-defined]
+    elif words[0] == "--version":
+        assert done.stdout.startswith("dcpctl "), done.stdout
+    else:
+        assert "did you mean 'decode'" in done.stderr.lower(), done.stderr
+
