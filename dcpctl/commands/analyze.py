@@ -99,7 +99,7 @@ def analyze(
     try:
         report = _on_spark(env, archive, paths, master, ports, out, chunk_size, plot_dir, records=records,
                            stall_ms=stall_ms, master_timeout=master_timeout)
-        if (fmt or (AnalyzeFormat.TABLE if env.stdout_isatty else AnalyzeFormat.JSON)) is AnalyzeFormat.JSON:
+        if env.output_format(fmt, AnalyzeFormat.TABLE, AnalyzeFormat.JSON) is AnalyzeFormat.JSON:
             env.stdout.write(json.dumps(report, default=str) + "\n")
         else:
             print_report(env.console(), report)

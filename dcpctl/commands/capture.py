@@ -105,7 +105,7 @@ def capture(
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "
                                   f"{', '.join(map(str, sorted(ports)))}; Ctrl-C stops", markup=False)
-        output = fmt or Format(env.default_format())
+        output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
         # every message printed as its JSON line: plain items as lines from templates, as decode does
         lines = output is Format.JSONL and count is None and not base64
 

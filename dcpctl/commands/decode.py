@@ -132,7 +132,7 @@ def decode(
 
     current = [paths[0]]  # the file being read, for error messages
 
-    output = fmt or Format(env.default_format())
+    output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
     # every message printed as its JSON line, untouched: plain items may come out as their lines already
     lines = output is Format.JSONL and not filtering and tally is None and count is None and not base64
 

@@ -116,7 +116,7 @@ def failover(
                 conn.close()
     rows.sort(key=lambda r: r["vbucket"])
     changes = compare(earlier, dump_logs(rows)) if earlier is not None else None
-    if (fmt or (FailoverFormat.TABLE if env.stdout_isatty else FailoverFormat.JSON)) is FailoverFormat.JSON:
+    if env.output_format(fmt, FailoverFormat.TABLE, FailoverFormat.JSON) is FailoverFormat.JSON:
         if changes is not None:
             env.stdout.write(json.dumps([c.to_json() for c in changes]) + "\n")
         else:

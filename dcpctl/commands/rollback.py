@@ -119,7 +119,7 @@ def explain(
 
     The answer comes with the rule that decided it; each retry is the one a correct client makes."""
     env = env_of(ctx)
-    output = fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)
+    output = env.output_format(fmt, ExplainFormat.PRETTY, ExplainFormat.JSON)
     one_request = {"--failover-log": failover_log, "--uuid": uuid, "--start": start, "--snap-start": snap_start,
                    "--snap-end": snap_end, "--high-seqno": high_seqno, "--purge-seqno": purge_seqno,
                    "--client-purge-seqno": client_purge_seqno, "--strict": strict or None,
@@ -298,7 +298,7 @@ def negotiate_command(
               "server": {"failover_log": [e.to_json() for e in server.failover_log], "high_seqno": server.high_seqno},
               "rounds": [r.to_json() for r in rounds],
               "result": {"status": final.status, **final.request.to_json()}}
-    if (fmt or (ExplainFormat.PRETTY if env.stdout_isatty else ExplainFormat.JSON)) is ExplainFormat.JSON:
+    if env.output_format(fmt, ExplainFormat.PRETTY, ExplainFormat.JSON) is ExplainFormat.JSON:
         env.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         console = env.console()

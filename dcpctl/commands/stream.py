@@ -166,7 +166,7 @@ def stream(
         noop_interval, count, on_rollback.value, state, save_items,
         quiet=summary and fmt is None and template is None and write is None,
         max_scram_iterations=max_scram_iterations)
-    output = fmt or Format(env.default_format())
+    output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
         options.line_maker = _JsonLines()  # plain items go out as lines from a template (the JSON of their record)

@@ -7,9 +7,11 @@ import io
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, TextIO, TypeVar
 
 from rich.console import Console
+
+Choice = TypeVar("Choice")
 
 
 class OutputError(OSError):
@@ -113,6 +115,9 @@ class Environment:
         return _Console(file=self.stderr, force_terminal=color, no_color=not color, highlight=False,
                        soft_wrap=True, width=self.width or (None if self.stderr_isatty else 200))
 
-    def default_format(self) -> str:
-        """pretty on a terminal, JSON lines when piped (kcat, httpie)."""
-        return "pretty" if self.stdout_isatty else "jsonl"
+    def output_format(self, chosen: Choice | None, terminal: Choice, piped: Choice) -> Choice:
+        """The format asked for; without one, ``terminal``'s (made to read) on a terminal and ``piped``'s
+        (machine-readable) when piped, as kcat and httpie choose. Every command asks here."""
+        if chosen is not None:
+            return chosen
+        return terminal if self.stdout_isatty else piped

@@ -218,6 +218,22 @@ def test_the_table_reads_as_a_person_expects(spark: Any, tmp_path: Path) -> None
     assert "busiest second: 2023-11-14T22:13:20Z (+0 s) 3 items" in text
 
 
+class _TableWhenPiped(Environment):
+    """Piped, yet it chooses the terminal's format: analyze printing JSON would restate the rule itself."""
+
+    def output_format(self, chosen: Any, terminal: Any, piped: Any) -> Any:
+        return chosen if chosen is not None else terminal
+
+
+def test_without_a_format_analyze_asks_the_environment(spark: Any, tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    env = _TableWhenPiped(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                          color=False)
+    code = main(["analyze", str(SAMPLE), "--out", str(tmp_path / "ds"), "--master", "local[2]"], env)
+    assert code == ExitCode.OK, err.getvalue()
+    assert "per second (items and bytes the producer pushed)" in out.getvalue()  # the table, not JSON
+
+
 def test_the_samples_plots_are_not_empty(spark: Any, tmp_path: Path) -> None:
     """Issue 18: the sample's plots looked empty: single points drawn as lines without markers, x in epoch
     seconds with an offset, unacked-bytes.png with negative times (its per-second rows start at the whole
