@@ -17,6 +17,7 @@ from dcpctl.protocol import itemreader, message
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
+from dcpctl.protocol.value import Xattr, build_xattrs, snappy_compress
 from dcpctl.sources.pcapchunks import plan
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
@@ -92,8 +93,13 @@ def item_packet(draw: st.DrawFn, collections: bool) -> bytes:
         prefix = draw(st.sampled_from([b"\x00", b"\x08", b"\x7f", b"\x80\x01", b"\xff"]))
         key_bytes = prefix + key_bytes
     value = draw(values)
+    datatype = draw(st.sampled_from([0, 1, 1, 2, 4, 5, 7]))  # snappy and xattr items take the fast row too
+    if datatype & 4 and draw(st.booleans()):  # as often whole as not: the record then reads them
+        value = build_xattrs([Xattr("_sync", '{"rev":"1-a"}')]) + value
+    if datatype & 2 and draw(st.booleans()):
+        value = snappy_compress(value)
     record: dict[str, Any] = {"magic": "ClientRequest", "opcode": opcode, "vbucket": 3, "opaque": 9,
-                              "cas": draw(st.integers(0, 2**64 - 1)), "datatype": draw(st.sampled_from([0, 1, 1, 2])),
+                              "cas": draw(st.integers(0, 2**64 - 1)), "datatype": datatype,
                               "by_seqno": seqno, "rev_seqno": draw(st.integers(0, 2**64 - 1)),
                               "key": key_bytes.hex(), "key_encoding": "hex", "value": value.hex(),
                               "value_encoding": "hex"}
