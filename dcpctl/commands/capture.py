@@ -23,12 +23,20 @@ from dcpctl.commands._options import (
     env_of,
     first_ctrl_c_stops,
 )
-from dcpctl.commands.redact import SaltFileOption, salt_of
+from dcpctl.commands.redact import (
+    HashNamesOption,
+    KeepJsonNamesOption,
+    KeepXattrOption,
+    MapAddressesOption,
+    SaltFileOption,
+    ValuesMode,
+    ValuesOption,
+    live_redactor,
+)
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message
-from dcpctl.redact.core import Redactor
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments
@@ -75,18 +83,24 @@ def capture(
     redact: Annotated[bool, typer.Option("--redact", help="-w saves the frames redacted as dcpctl redact "
                                          "writes them (what cannot be redacted left out).")] = False,
     salt_file: SaltFileOption = None,
+    keep_xattr: KeepXattrOption = None,
+    hash_names: HashNamesOption = False,
+    keep_json_names: KeepJsonNamesOption = True,
+    values: ValuesOption = ValuesMode.REDACT,
+    map_addresses: MapAddressesOption = False,
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
     env = env_of(ctx)
     ports = frozenset(port or [11210])
+    if redact and write is None:
+        raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
+    redacting = live_redactor(redact, salt_file, env, keep_xattr, hash_names, keep_json_names, values,
+                              map_addresses, "-w")
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:
         raise CommandError(f"{exc}{_privilege_hint(str(exc))}", ExitCode.INPUT) from None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
-    if redact and write is None:
-        raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
-    redactor = Redactor(salt_of(salt_file, env)) if redact else None
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
         writer, saved = None, None
@@ -97,10 +111,10 @@ def capture(
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
         engine = None
-        if redactor is not None and writer is not None:
-            engine = CaptureRedactor(redactor, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
+        if redacting is not None and writer is not None:
+            engine = CaptureRedactor(redacting[0], writer, linktype, DecodeOptions(dialect_of(dialect), collections),
                                      ports, frozenset({11207}), max_body_length=max_body_length,
-                                     max_connections=max_connections)
+                                     max_connections=max_connections, addresses=redacting[1])
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "

@@ -52,6 +52,49 @@ class ValuesMode(StrEnum):
     DROP = "drop"
 
 
+# What to keep: declared once for redact, capture --redact and stream --redact.
+KeepXattrOption = Annotated[list[str] | None, typer.Option(
+    "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME")]
+HashNamesOption = Annotated[bool, typer.Option(
+    "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests "
+    "and cluster maps), by the salt.")]
+KeepJsonNamesOption = Annotated[bool, typer.Option(
+    "--keep-json-names/--no-keep-json-names", help="Keep the names in JSON documents and subdocument paths; "
+    "with --no-keep-json-names each is hashed by the salt, the same name to the same placeholder everywhere.")]
+MapAddressesOption = Annotated[bool, typer.Option(
+    "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
+    "maps to the same subnet), by the salt.")]
+ValuesOption = Annotated[ValuesMode, typer.Option(
+    "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
+    "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")]
+
+
+def redactor_of(salt: bytes, keep_xattr: list[str] | None, hash_names: bool, keep_json_names: bool,
+                values: ValuesMode) -> Redactor:
+    """The redactor the options ask for."""
+    return Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names, values is ValuesMode.DROP,
+                                 keep_json_names))
+
+
+def live_redactor(redact: bool, salt_file: Path | None, env: Environment, keep_xattr: list[str] | None,
+                  hash_names: bool, keep_json_names: bool, values: ValuesMode, map_addresses: bool,
+                  saved: str) -> tuple[Redactor, AddressMap | None] | None:
+    """capture's and stream's --redact: the redactor and address map for what ``saved`` (their file option)
+    writes, None without --redact. What to keep without --redact is a mistake said, not ignored."""
+    if not redact:
+        given = [name for name, on in (("--keep-xattr", keep_xattr), ("--hash-names", hash_names),
+                                       ("--no-keep-json-names", not keep_json_names),
+                                       ("--values", values is not ValuesMode.REDACT),
+                                       ("--map-addresses", map_addresses)) if on]
+        if given:
+            raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
+                               ExitCode.USAGE)
+        return None
+    salt = salt_of(salt_file, env)
+    return (redactor_of(salt, keep_xattr, hash_names, keep_json_names, values),
+            AddressMap(salt) if map_addresses else None)
+
+
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
     """The salt: from --salt-file, else the environment, else a random one printed once on standard error."""
     if salt_file is not None:
@@ -84,22 +127,14 @@ def redact(
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
                                                    max=65535)] = None,
     salt_file: SaltFileOption = None,
-    keep_xattr: Annotated[list[str] | None, typer.Option(
-        "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.",
-        metavar="NAME")] = None,
+    keep_xattr: KeepXattrOption = None,
     keep_unparsed: Annotated[bool, typer.Option(
         "--keep-unparsed", help="Keep what cannot be parsed at all instead of dropping it, as it is: frames on "
         "other ports and not TCP, TLS connections.")] = False,
-    hash_names: Annotated[bool, typer.Option(
-        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, "
-        "manifests and cluster maps), by the salt.")] = False,
-    map_addresses: Annotated[bool, typer.Option(
-        "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same "
-        "subnet maps to the same subnet), by the salt.")] = False,
-    values: Annotated[ValuesMode, typer.Option(
-        "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
-        "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")]
-        = ValuesMode.REDACT,
+    hash_names: HashNamesOption = False,
+    keep_json_names: KeepJsonNamesOption = True,
+    map_addresses: MapAddressesOption = False,
+    values: ValuesOption = ValuesMode.REDACT,
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
         help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
@@ -117,7 +152,7 @@ def redact(
     """
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
-    redactor = Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names, values is ValuesMode.DROP))
+    redactor = redactor_of(salt, keep_xattr, hash_names, keep_json_names, values)
     addresses = AddressMap(salt) if map_addresses else None
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
@@ -163,6 +198,8 @@ def summary_text(summary: Summary) -> str:
              f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
              f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}, "
              f"addresses {counts['addresses']}"]
+    if counts["json_names"]:
+        lines.append(f"  JSON names hashed (--no-keep-json-names): {counts['json_names']}")
     if counts["snappy_resized"]:
         lines.append(f"  snappy values compressed again at a new length: {counts['snappy_resized']}")
     if counts["unparsed_bytes"]:

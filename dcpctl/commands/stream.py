@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import re
 import signal
 import string
@@ -43,13 +44,23 @@ from dcpctl.commands._live import (
     window_of,
 )
 from dcpctl.commands._options import Base64Option, LocalTimeOption, env_of, first_signal_stops, parse_ranges
-from dcpctl.commands.redact import SaltFileOption, salt_of
+from dcpctl.commands.redact import (
+    HashNamesOption,
+    KeepJsonNamesOption,
+    KeepXattrOption,
+    MapAddressesOption,
+    SaltFileOption,
+    ValuesMode,
+    ValuesOption,
+    live_redactor,
+)
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import DecodeOptions, Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
+from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
 from dcpctl.render.lines import LineReaders
@@ -127,6 +138,11 @@ def stream(
     redact: Annotated[bool, typer.Option("--redact", help="--write saves keys, values, xattr values and SASL "
                                          "exchanges redacted, as dcpctl redact does.")] = False,
     salt_file: SaltFileOption = None,
+    keep_xattr: KeepXattrOption = None,
+    hash_names: HashNamesOption = False,
+    keep_json_names: KeepJsonNamesOption = True,
+    values: ValuesOption = ValuesMode.REDACT,
+    map_addresses: MapAddressesOption = False,
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,
@@ -136,6 +152,8 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
+    redacting = live_redactor(redact, salt_file, env, keep_xattr, hash_names, keep_json_names, values,
+                              map_addresses, "--write")
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
@@ -176,7 +194,7 @@ def stream(
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
             errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
-    capture = _Capture(write, Redactor(salt_of(salt_file, env)) if redact else None) if write is not None else None
+    capture = _Capture(write, *(redacting or (None, None))) if write is not None else None
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that."""
@@ -271,9 +289,10 @@ class _Capture:
     """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
     error naming the file; after it, nothing more is written."""
 
-    def __init__(self, path: Path, redactor: Redactor | None = None) -> None:
+    def __init__(self, path: Path, redactor: Redactor | None = None, addresses: AddressMap | None = None) -> None:
         self.path = path
         self.redactor = redactor
+        self.addresses = addresses
         self.redacting: dict[tuple[int, bool], ByteStreamRedactor] = {}  # per connection and direction
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}
@@ -290,13 +309,20 @@ class _Capture:
             self.failed = True
             raise _OutputError(f"{self.path}: {exc.strerror or exc}") from None
 
+    def _address(self, address: tuple[str, int]) -> tuple[str, int]:
+        """An endpoint as the file shows it: mapped under --map-addresses (the port kept)."""
+        if self.addresses is None:
+            return address
+        return str(ipaddress.ip_address(self.addresses(ipaddress.ip_address(address[0]).packed))), address[1]
+
     def tap(self, conn: Connection, from_client: bool, data: bytes) -> None:
         if self.failed:
             return
         conversation = self.conversations.get(id(conn))
         if conversation is None:
             # by address: a host name (localhost) is what the client resolved, not what a packet carries
-            conversation = TcpConversation(self.writer, conn.local, conn.peer, ts=time.time())
+            conversation = TcpConversation(self.writer, self._address(conn.local), self._address(conn.peer),
+                                           ts=time.time())
             self.conversations[id(conn)] = conversation
             self._guarded(conversation.handshake)
         if self.redactor is not None:  # whole messages, redacted: a message is held until its last byte

@@ -29,7 +29,7 @@ from typing import Final
 import orjson
 
 from dcpctl.protocol import walk
-from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
@@ -74,10 +74,13 @@ _JSON_TOKEN: Final = re.compile(_STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
 _JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?\d+)?')
 _WHITESPACE: Final = b" \t\r\n"
 # The keyed hash's domains: what a placeholder stands for, so equal bytes of two kinds get unrelated ones.
-_DOMAINS: Final = (b"key", b"value", b"json", b"name")
+_DOMAINS: Final = (b"key", b"value", b"json", b"name", b"field")
 _STAR: Final = ord("*")
 _QUOTE, _COLON, _ZERO, _BACKSLASH = (ord(c) for c in '":0\\')
 _DIGITS: Final = b"0123456789"
+# A subdocument path's names: what is between its dots and array indexes (``a.b[2].c``); a backquoted name
+# may hold dots, and is hashed in pieces, still the same length.
+_PATH_NAME: Final = re.compile(rb"[^.\[\]`]+(?![^\[]*\])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,9 @@ class Policy:
     keep_xattrs: frozenset[str] = frozenset()
     hash_names: bool = False
     drop_values: bool = False  # documents' values emptied (xattrs included): the message's length changes
+    # JSON names (and the subdocument paths that name them) in clear; else hashed, the same name to the same
+    # placeholder everywhere: a map keyed by customers' ids or addresses leaks them through its names
+    keep_json_names: bool = True
 
 
 @dataclass
@@ -113,10 +119,13 @@ class Redactor:
         """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
         return self._stream(domain, data, len(data)).translate(_TO_ALPHABET)
 
-    def json(self, data: bytes, parsed: bool = False) -> bytes | None:
-        """JSON with its structure and names kept, strings and numbers replaced (same length); None when
-        ``data`` is not JSON (``parsed``: the caller's orjson already found it is). The replacement bytes come
-        from one keyed stream per document: a value's strings do not give away which of them are equal."""
+    def json(self, data: bytes, parsed: bool = False, keep_names: bool | None = None) -> bytes | None:
+        """JSON with its structure kept, strings and numbers replaced (same length); None when ``data`` is not
+        JSON (``parsed``: the caller's orjson already found it is). The replacement bytes come from one keyed
+        stream per document: a value's strings do not give away which of them are equal. Names are kept, or
+        hashed each on its own as :meth:`field` does (``keep_names``, by default the policy's)."""
+        if keep_names is None:
+            keep_names = self.policy.keep_json_names
         if not parsed:
             try:
                 orjson.loads(data)
@@ -146,7 +155,24 @@ class Redactor:
                 at += 1
             if at >= size or data[at] != _COLON:
                 out[start + 1:end] = letters[start + 1:end]
+            elif not keep_names and end > start + 1:
+                out[start + 1:end] = self.field(data[start + 1:end])
         return bytes(out)
+
+    def field(self, name: bytes) -> bytes:
+        """A JSON name's placeholder: the same for the same name in every document and subdocument path."""
+        self.counts["json_names"] += 1
+        return self.placeholder(b"field", name)
+
+    def path(self, path: bytes, flags: int) -> bytes:
+        """A subdocument path with its names hashed as :meth:`field` hashes them in documents (dots and array
+        indexes kept; an xattr path's first name is the xattr's, kept as every xattr name is), or as it is
+        when JSON names are kept. ``flags``: the path's subdocument flags."""
+        if self.policy.keep_json_names:
+            return path
+        first = _PATH_NAME.match(path) if flags & SubdocPathFlag.XATTR_PATH else None
+        kept = first.end() if first is not None else 0
+        return path[:kept] + _PATH_NAME.sub(lambda match: self.field(match[0]), path[kept:])
 
     @staticmethod
     def _number(out: bytearray, data: bytes, stream: bytes, match: re.Match[bytes]) -> None:
@@ -195,7 +221,7 @@ class Redactor:
         key = msg.key
         if content is Content.FREE_TEXT:
             self.counts["user_agents"] += 1
-            found = self.json(key)
+            found = self.json(key, keep_names=True)
             if found is not None:  # the JSON agent's names stay; its text goes
                 return bytes(byte if found[i] == byte else _STAR for i, byte in enumerate(key))
             return b"*" * len(key)
@@ -269,11 +295,18 @@ class Redactor:
         except Exception:  # noqa: BLE001 - a value that does not fit its grammar is replaced whole
             return self.placeholder(b"value", value)
         changed = False
+        flags = 0
         for span in spans:
-            if span.path.rsplit(".", 1)[-1] in DATA_FIELDS and span.length:
+            name = span.path.rsplit(".", 1)[-1]
+            if name == "flags":  # a multi-path spec's flags come before its path
+                flags = span.value
+            if name in DATA_FIELDS and span.length:
                 part = value[span.offset:span.offset + span.length]
                 out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
                 changed = True
+            elif name == "path" and span.length:  # a multi-path spec's path: the JSON names it holds
+                out[span.offset:span.offset + span.length] = self.path(value[span.offset:span.offset + span.length],
+                                                                       flags)
         self.counts["values"] += changed
         return bytes(out)
 
@@ -299,7 +332,8 @@ class Redactor:
             path_length = msg.field("path_length") or 0
             if msg.is_response or not 0 < path_length <= len(value):
                 return self.body(value, is_json=False)
-            return value[:path_length] + self.body(value[path_length:], is_json=False)
+            path = self.path(value[:path_length], msg.field("subdoc_flags") or 0)
+            return path + self.body(value[path_length:], is_json=False)
         if kind is ValueKind.DOCUMENT:
             assert variant is not None
             return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)

@@ -828,3 +828,27 @@ def test_values_drop_moves_sack_edges_with_the_bytes_they_name(tmp_path: Path) -
     assert analysis_out == analysis_in  # the retransmission of B, and nothing the rewriting added
     assert _warnings(_expert(target)[0]) <= _warnings(_expert(source)[0])
     assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
+
+
+def test_no_keep_json_names_hashes_every_json_name_the_same_way(tmp_path: Path) -> None:
+    kept, hashed = tmp_path / "kept.pcap", tmp_path / "hashed.pcap"
+    assert _redact(SAMPLE, kept).code == ExitCode.OK
+    run = _redact(SAMPLE, hashed, "--no-keep-json-names")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    # the sample's documents: name, iata, country; name, iata; rev inside the _sync xattr
+    assert "JSON names hashed (--no-keep-json-names): 6" in run.err.getvalue()
+    assert "JSON names" not in Run(["redact", str(SAMPLE), "-o", str(tmp_path / "again.pcap"), "--salt-file",
+                                    str(tmp_path / "salt")]).err.getvalue()
+    before = [json.loads(str(r["value"])) for r in _decoded(kept) if str(r.get("value")).startswith("{")]
+    after = [json.loads(str(r["value"])) for r in _decoded(hashed) if str(r.get("value")).startswith("{")]
+    assert [list(value) for value in before] == [["name", "iata", "country"], ["name", "iata"]]
+    names = [list(value) for value in after]
+    assert [len(n) for n in names[0]] == [4, 4, 7]
+    assert names[1] == names[0][:2]  # one name, one placeholder, in every document
+    assert not {"name", "iata", "country"} & {n for doc in names for n in doc}
+    xattrs = [x for r in _decoded(hashed) for x in r.get("xattrs") or []]  # type: ignore[attr-defined]
+    assert [x["key"] for x in xattrs] == ["_sync"]  # an xattr's own name is kept
+    assert list(json.loads(xattrs[0]["value"])) != ["rev"]
+    for record, other in zip(_decoded(kept), _decoded(hashed), strict=True):
+        assert {k: v for k, v in record.items() if k not in REDACTED_FIELDS} == \
+            {k: v for k, v in other.items() if k not in REDACTED_FIELDS}

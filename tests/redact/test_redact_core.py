@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vectorfile import all_vectors
 
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Opcode
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Opcode, SubdocPathFlag
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
@@ -173,3 +173,105 @@ def test_a_range_scans_key_range_is_customer_data() -> None:
     assert start.encode() not in out
     assert end.encode() not in out
     assert _shape(json.loads(out[24:])) == _shape(json.loads(body))
+
+
+# --- --no-keep-json-names --------------------------------------------------------------------------------
+HASHED_NAMES = Policy(keep_json_names=False)
+
+
+class _Pairs(list[tuple[str, object]]):
+    """A JSON object as its name-value pairs: a name that occurs twice is kept twice."""
+
+
+def _names(value: object) -> list[str]:
+    """Every JSON name in ``value`` (parsed with :class:`_Pairs` objects), depth first, in document order."""
+    if isinstance(value, _Pairs):
+        return [name for key, item in value for name in (key, *_names(item))]
+    if isinstance(value, list):
+        return [name for item in value for name in _names(item)]
+    return []
+
+
+def _parsed(text: bytes) -> object:
+    return json.loads(text, object_pairs_hook=_Pairs)
+
+
+def _skeleton(value: object) -> object:
+    """A parsed value without its names and leaves' values: objects, lists and the leaves' types."""
+    if isinstance(value, _Pairs):
+        return ("object", [_skeleton(item) for _, item in value])
+    if isinstance(value, list):
+        return [_skeleton(item) for item in value]
+    return type(value).__name__
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.integers() | st.text(), lambda inner: st.lists(inner)
+                    | st.dictionaries(st.text(min_size=1), inner), max_leaves=12),
+       st.sampled_from([(",", ":"), (", ", " : ")]), st.booleans())
+def test_json_names_hashed_keep_structure_length_and_map_one_to_one(document: object, separators: tuple[str, str],
+                                                                    ascii_only: bool) -> None:
+    text = json.dumps(document, separators=separators, ensure_ascii=ascii_only).encode()
+    redactor = Redactor(b"salt", HASHED_NAMES)
+    out = redactor.json(text)
+    assert out is not None
+    assert len(out) == len(text)
+    # two short names may hash to one placeholder (documented), so objects are read as their pairs
+    before, after = _parsed(text), _parsed(out)
+    assert _skeleton(after) == _skeleton(before)
+    names, hashed = _names(before), _names(after)
+    assert len(hashed) == len(names)
+    for name, placeholder in zip(names, hashed, strict=True):
+        raw = json.dumps(name, ensure_ascii=ascii_only).encode()[1:-1]  # the name as the text spells it
+        assert placeholder.encode() == redactor.field(raw)
+        assert len(placeholder) == len(raw)
+
+
+def test_a_json_name_gets_one_placeholder_in_every_document_and_path() -> None:
+    redactor = Redactor(b"salt", HASHED_NAMES)
+    one = redactor.json(b'{"customers": {"alice@example.com": {"email": "a"}}}')
+    two = redactor.json(b'{"email": 1, "list": [{"email": null}]}')
+    assert one is not None
+    assert two is not None
+    placeholder = redactor.field(b"email").decode()
+    assert [name for name in _names(_parsed(one)) if len(name) == 5] == [placeholder]
+    assert _names(_parsed(two)) == [placeholder, redactor.field(b"list").decode(), placeholder]
+    for text in (one, two):
+        assert b"alice" not in text
+        assert b"email" not in text
+    # a subdocument path names the same fields: the same placeholders, dots and indexes kept
+    path = b"customers.email[2].list[-1]"
+    assert redactor.path(path, 0) == b".".join(
+        (redactor.field(b"customers"), redactor.field(b"email") + b"[2]", redactor.field(b"list") + b"[-1]"))
+    # an xattr path's first name is the xattr's, kept as xattr names are
+    assert redactor.path(b"_sync.rev", SubdocPathFlag.XATTR_PATH) == b"_sync." + redactor.field(b"rev")
+    assert Redactor(b"salt").path(path, 0) == path
+
+
+def test_json_names_are_kept_by_default_and_in_the_user_agent() -> None:
+    document = b'{"email": "alice@example.com"}'
+    out = Redactor(b"salt").json(document)
+    assert out is not None
+    assert list(json.loads(out)) == ["email"]
+    hello = build.request(Opcode.HELLO, key=b'{"a":"my-app/1.0","i":"abc/def"}', features=[])
+    assert b'"a":' in Redactor(b"salt", HASHED_NAMES).message(decode(hello))
+
+
+def test_subdocument_paths_are_hashed_in_single_and_multi_path_requests() -> None:
+    redactor = Redactor(b"salt", HASHED_NAMES)
+    single = build.request(Opcode.SUBDOC_DICT_UPSERT, key=b"doc", value=b'address.city"Paris"', path_length=12,
+                           subdoc_flags=0)
+    out = decode(redactor.message(decode(single)))
+    assert not out.diagnostics
+    assert out.value[:12] == redactor.field(b"address") + b"." + redactor.field(b"city")
+    assert b"Paris" not in out.value
+    specs = b"".join(bytes([Opcode.SUBDOC_GET, flags]) + len(path).to_bytes(2, "big") + path
+                     for flags, path in ((0, b"address.city"), (SubdocPathFlag.XATTR_PATH, b"_sync.rev")))
+    multi = build.request(Opcode.SUBDOC_MULTI_LOOKUP, key=b"doc", value=specs)
+    out = decode(redactor.message(decode(multi)))
+    assert not out.diagnostics
+    assert [spec["path"] for spec in out.field("lookup_specs")] == [
+        (redactor.field(b"address") + b"." + redactor.field(b"city")).decode(),
+        "_sync." + redactor.field(b"rev").decode()]
+    kept = decode(Redactor(b"salt").message(decode(multi)))
+    assert [spec["path"] for spec in kept.field("lookup_specs")] == ["address.city", "_sync.rev"]

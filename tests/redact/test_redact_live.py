@@ -99,3 +99,44 @@ def test_capture_w_redact_saves_redacted_frames(tmp_path: Path) -> None:
     assert code == ExitCode.OK
     assert len([r for r in decoded if r["opcode"] in ITEMS]) == len([r for r in live if r["opcode"] in ITEMS])
     assert printed  # the live output is not redacted: only what -w saves
+
+
+def test_stream_redact_takes_redact_s_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    hashed, dropped = tmp_path / "hashed.pcap", tmp_path / "dropped.pcap"
+    with serving("--vbuckets", "2", "--items", "20", "--seed", "5") as server:
+        base = ["stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "5", "--until", "now",
+                "--redact", "--salt-file", str(salt)]
+        code, live, err = run(*base, "--write", str(hashed), "--no-keep-json-names", "--map-addresses")
+        assert code == ExitCode.OK, err
+        code, _, err = run(*base, "--write", str(dropped), "--values", "drop")
+        assert code == ExitCode.OK, err
+        port = str(server.port)
+    names = {name for r in live if r["opcode"] in ITEMS and r["value"] for name in json.loads(r["value"])}
+    assert names == {"key", "vbucket", "seqno", "pad"}
+    _, saved, _ = run("decode", str(hashed), "-F", "jsonl", "--port", port)
+    values = [json.loads(r["value"]) for r in _items(saved) if r["value"]]
+    assert len(values) == len([r for r in live if r["opcode"] in ITEMS and r["value"]])
+    assert all(len(value) == 4 and not set(value) & names for value in values)
+    assert len({tuple(value) for value in values}) == 1  # one placeholder per name, in every document
+    assert saved
+    assert not any("127.0.0.1" in r["connection"] for r in saved)
+    assert all(r["connection"].split(" > ")[1].endswith(f":{port}") for r in _items(saved))
+    _, emptied, _ = run("decode", str(dropped), "-F", "jsonl", "--port", port)
+    assert _items(emptied)
+    assert all(r["value"] == "" for r in _items(emptied))
+
+
+@pytest.mark.parametrize("command", [["stream", "127.0.0.1:1", "--write", "x.pcap"],
+                                     ["capture", "-i", "lo", "-w", "x.pcap"]])
+@pytest.mark.parametrize("option", [["--hash-names"], ["--no-keep-json-names"], ["--keep-xattr", "_sync"],
+                                    ["--values", "drop"], ["--map-addresses"]])
+def test_what_to_keep_needs_redact(command: list[str], option: list[str], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*command, *option)
+    assert code == ExitCode.USAGE
+    assert f"{option[0]}: only with --redact" in err
+    assert not (tmp_path / "x.pcap").exists()
