@@ -76,6 +76,17 @@ def drain(port: int, vbuckets: int) -> tuple[int, float]:
     return total, elapsed
 
 
+def serve(items: int, vbuckets: int, value_size: int) -> tuple[subprocess.Popen[str], int]:
+    """``dcpctl serve`` on a free port with these items, once it listens: the process and its port."""
+    server = subprocess.Popen([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--items", str(items),
+                               "--vbuckets", str(vbuckets), "--value-size", str(value_size)],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    port = int(re.search(r":(\d+)", server.stdout.readline()).group(1))  # type: ignore[union-attr]
+    server.stdout.readline()
+    return server, port
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=2_000_000)
@@ -83,12 +94,7 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--items", str(args.items),
-                               "--vbuckets", str(args.vbuckets), "--value-size", str(args.value_size)],
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    port = int(re.search(r":(\d+)", server.stdout.readline()).group(1))  # type: ignore[union-attr]
-    server.stdout.readline()
+    server, port = serve(args.items, args.vbuckets, args.value_size)
     try:
         for run in range(1, args.runs + 1):
             total, elapsed = drain(port, args.vbuckets)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_serve import drain
+from bench_serve import drain, serve
 
 
 def timed(args: list[str]) -> float:
@@ -37,12 +36,7 @@ def main() -> None:
     parser.add_argument("--vbuckets", type=int, default=8)
     parser.add_argument("--value-size", type=int, default=100)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--items", str(args.items),
-                               "--vbuckets", str(args.vbuckets), "--value-size", str(args.value_size)],
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    port = int(re.search(r":(\d+)", server.stdout.readline()).group(1))  # type: ignore[union-attr]
-    server.stdout.readline()
+    server, port = serve(args.items, args.vbuckets, args.value_size)
     try:
         target = f"127.0.0.1:{port}"
         # warm-up: the server encodes the items once per stream shape (the drain asks without collections,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
 
-from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, TlsOptions, split_host
+from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, Connection, TlsOptions, split_host
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -59,29 +60,66 @@ def window_of(value: str, option: str) -> int:
 HostArgument = Annotated[str, typer.Argument(help="A data node: HOST, HOST:PORT or [IPv6]:PORT (default port "
                                              "11210, 11207 with --tls).", metavar="HOST[:PORT]",
                                              callback=_checked_host)]
-BucketOption = Annotated[str, typer.Option("--bucket", "-b", help="The bucket.", metavar="BUCKET")]
-UserOption = Annotated[str, typer.Option("--user", "-u", help="The user to authenticate as.", metavar="USER")]
-PasswordEnvOption = Annotated[str, typer.Option("--password-env", help="Environment variable holding the "
-                                                "password.", metavar="VAR")]
-PasswordFileOption = Annotated[Path | None, typer.Option("--password-file", help="File whose first line is the "
-                                                         "password.", metavar="FILE")]
-MechanismOption = Annotated[str | None, typer.Option("--sasl-mech", help="SASL mechanism (default: the strongest "
-                                                     "offered: SCRAM-SHA512, SCRAM-SHA256, SCRAM-SHA1, PLAIN).",
-                                                     callback=_checked_mechanism, metavar="MECH")]
-MaxScramOption = Annotated[int, typer.Option(
-    "--max-scram-iterations", min=1, metavar="N",
-    help=f"Refuse a server that asks for more SCRAM iterations (default {MAX_SCRAM_ITERATIONS}; Couchbase asks "
-         "15000): a hostile server could otherwise hold the client in PBKDF2 for minutes.")]
-TlsOption = Annotated[bool, typer.Option("--tls", help="Connect with TLS (default port 11207).")]
-CaOption = Annotated[Path | None, typer.Option("--cacert", help="CA certificate (PEM) to trust; implies --tls.",
-                                               metavar="PEM")]
-CertOption = Annotated[Path | None, typer.Option("--cert", help="Client certificate (PEM); implies --tls.",
-                                                 metavar="PEM")]
-KeyOption = Annotated[Path | None, typer.Option("--key", help="Private key of --cert.", metavar="PEM")]
-NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Do not verify the server's certificate "
-                                              "(only when asked for: never by default).")]
-TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for a connection and "
-                                              "for each answer.", metavar="SECONDS")]
+# The options every live command takes, declared once (commands take them through _options.option_groups).
+CONNECTION_PANEL: Final = "Connection"
+
+
+@dataclass(frozen=True)
+class Login:
+    """Who to connect to and as whom: the options stream, failover and rollback negotiate share."""
+
+    bucket: Annotated[str, typer.Option("--bucket", "-b", help="The bucket.", metavar="BUCKET",
+                                        rich_help_panel=CONNECTION_PANEL)] = "default"
+    user: Annotated[str, typer.Option("--user", "-u", help="The user to authenticate as.", metavar="USER",
+                                      rich_help_panel=CONNECTION_PANEL)] = "Administrator"
+    password_env: Annotated[str, typer.Option("--password-env", help="Environment variable holding the password.",
+                                              metavar="VAR", rich_help_panel=CONNECTION_PANEL)] = DEFAULT_PASSWORD_ENV
+    password_file: Annotated[Path | None, typer.Option("--password-file", help="File whose first line is the "
+                                                       "password.", metavar="FILE",
+                                                       rich_help_panel=CONNECTION_PANEL)] = None
+    sasl_mech: Annotated[str | None, typer.Option("--sasl-mech", help="SASL mechanism (default: the strongest "
+                                                  "offered: SCRAM-SHA512, SCRAM-SHA256, SCRAM-SHA1, PLAIN).",
+                                                  callback=_checked_mechanism, metavar="MECH",
+                                                  rich_help_panel=CONNECTION_PANEL)] = None
+    tls: Annotated[bool, typer.Option("--tls", help="Connect with TLS (default port 11207).",
+                                      rich_help_panel=CONNECTION_PANEL)] = False
+    cacert: Annotated[Path | None, typer.Option("--cacert", help="CA certificate (PEM) to trust; implies --tls.",
+                                                metavar="PEM", rich_help_panel=CONNECTION_PANEL)] = None
+    cert: Annotated[Path | None, typer.Option("--cert", help="Client certificate (PEM); implies --tls.",
+                                              metavar="PEM", rich_help_panel=CONNECTION_PANEL)] = None
+    key: Annotated[Path | None, typer.Option("--key", help="Private key of --cert.", metavar="PEM",
+                                             rich_help_panel=CONNECTION_PANEL)] = None
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify the server's certificate (only "
+                                            "when asked for: never by default).",
+                                            rich_help_panel=CONNECTION_PANEL)] = False
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for a connection and for "
+                                           "each answer.", metavar="SECONDS",
+                                           rich_help_panel=CONNECTION_PANEL)] = DEFAULT_TIMEOUT
+    max_scram_iterations: Annotated[int, typer.Option(
+        "--max-scram-iterations", min=1, metavar="N", rich_help_panel=CONNECTION_PANEL,
+        help=f"Refuse a server that asks for more SCRAM iterations (default {MAX_SCRAM_ITERATIONS}; Couchbase asks "
+             "15000): a hostile server could otherwise hold the client in PBKDF2 for minutes.")] = MAX_SCRAM_ITERATIONS
+
+    def password(self, env: Environment) -> str:
+        return password_of(env, self.password_env, self.password_file, self.user)
+
+    def tls_options(self) -> TlsOptions | None:
+        return tls_of(self.tls, self.cacert, self.cert, self.key, self.no_verify)
+
+    def seed(self, host: str, tls_options: TlsOptions | None) -> tuple[str, int]:
+        """The node the command was given, its port defaulted by --tls."""
+        return split_host(host, 11207 if tls_options else 11210)
+
+    def connect(self, host: str, port: int, password: str, tls_options: TlsOptions | None) -> Connection:
+        """A connection to one node, logged in and on the bucket (closed again if that fails)."""
+        conn = Connection(host, port, tls=tls_options, timeout=self.timeout,
+                          max_scram_iterations=self.max_scram_iterations)
+        try:
+            conn.bootstrap(self.user, password, self.bucket, self.sasl_mech)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 def password_of(env: Environment, variable: str, path: Path | None, user: str) -> str:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import signal
+import typing
 from collections.abc import Callable, Iterator
 from enum import StrEnum
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -28,6 +32,41 @@ def env_of(ctx: typer.Context) -> Environment:
     obj = ctx.find_root().obj
     assert isinstance(obj, Environment)
     return obj
+
+
+def option_groups(command: Callable[..., None]) -> Callable[..., None]:
+    """A command that takes groups of options, each one parameter typed with a dataclass whose fields are typer
+    options (``Login``: how to reach a node). Typer sees each group's fields as the command's own options, in
+    the group's place; the command gets the group built from them. Typer has no parameter groups: this gives
+    typer the command's signature with the groups spread out, so a group is declared once for every command
+    that takes it."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    groups: dict[str, type[Any]] = {}
+    spread: list[inspect.Parameter] = []
+    for name, param in inspect.signature(command).parameters.items():
+        kind = hints.get(name)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            groups[name] = kind
+            fields = typing.get_type_hints(kind, include_extras=True)
+            spread += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                         annotation=fields[f.name]) for f in dataclasses.fields(kind)]
+        else:  # typer passes every parameter by name
+            spread.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY,
+                                        annotation=hints.get(name, param.annotation)))
+    names = [param.name for param in spread]
+    clashes = {name for name in names if names.count(name) > 1}
+    if clashes:
+        raise TypeError(f"{command.__name__}: a group's option has a parameter's name: {', '.join(sorted(clashes))}")
+
+    @functools.wraps(command)
+    def grouped(**given: Any) -> None:
+        for name, kind in groups.items():
+            given[name] = kind(**{f.name: given.pop(f.name) for f in dataclasses.fields(kind)})
+        command(**given)
+
+    grouped.__signature__ = inspect.Signature(spread)  # type: ignore[attr-defined]
+    grouped.__annotations__ = {param.name: param.annotation for param in spread}
+    return grouped
 
 
 def parse_ranges(values: list[str], option: str = "--vbuckets") -> frozenset[int]:

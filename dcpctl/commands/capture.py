@@ -22,17 +22,9 @@ from dcpctl.commands._options import (
     dialect_of,
     env_of,
     first_ctrl_c_stops,
+    option_groups,
 )
-from dcpctl.commands.redact import (
-    HashNamesOption,
-    KeepJsonNamesOption,
-    KeepXattrOption,
-    MapAddressesOption,
-    SaltFileOption,
-    ValuesMode,
-    ValuesOption,
-    live_redactor,
-)
+from dcpctl.commands.redact import Redaction, SaltFileOption
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
@@ -56,6 +48,7 @@ def _privilege_hint(reason: str) -> str:
     return " (capturing needs root, or CAP_NET_RAW and CAP_NET_ADMIN: sudo, or setcap on the Python binary)"
 
 
+@option_groups
 def capture(
     ctx: typer.Context,
     interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on (any, lo, eth0).",
@@ -83,19 +76,14 @@ def capture(
     redact: Annotated[bool, typer.Option("--redact", help="-w saves the frames redacted as dcpctl redact "
                                          "writes them (what cannot be redacted left out).")] = False,
     salt_file: SaltFileOption = None,
-    keep_xattr: KeepXattrOption = None,
-    hash_names: HashNamesOption = False,
-    keep_json_names: KeepJsonNamesOption = True,
-    values: ValuesOption = ValuesMode.REDACT,
-    map_addresses: MapAddressesOption = False,
+    redaction: Redaction = Redaction(),
 ) -> None:
     """Capture live traffic and decode it as it arrives; Ctrl-C stops (and closes the --write file)."""
     env = env_of(ctx)
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
-    redacting = live_redactor(redact, salt_file, env, keep_xattr, hash_names, keep_json_names, values,
-                              map_addresses, "-w")
+    redacting = redaction.live(redact, salt_file, env, "-w")
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:

@@ -10,32 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dcpctl.client.connection import Connection, split_host
 from dcpctl.client.streamer import vbucket_map
-from dcpctl.commands._live import (
-    DEFAULT_PASSWORD_ENV,
-    DEFAULT_TIMEOUT,
-    BucketOption,
-    CaOption,
-    CertOption,
-    HostArgument,
-    KeyOption,
-    MaxScramOption,
-    MechanismOption,
-    NoVerifyOption,
-    PasswordEnvOption,
-    PasswordFileOption,
-    TimeoutOption,
-    TlsOption,
-    UserOption,
-    client_errors,
-    password_of,
-    tls_of,
-)
-from dcpctl.commands._options import env_of, parse_ranges
+from dcpctl.commands._live import HostArgument, Login, client_errors
+from dcpctl.commands._options import env_of, option_groups, parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
 from dcpctl.dcp.rollback import failover_entries, load_json
-from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import Opcode
@@ -46,27 +25,17 @@ class FailoverFormat(StrEnum):
     JSON = "json"
 
 
+@option_groups
 def failover(
     ctx: typer.Context,
     host: HostArgument,
-    bucket: BucketOption = "default",
-    user: UserOption = "Administrator",
-    password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,
-    password_file: PasswordFileOption = None,
-    sasl_mech: MechanismOption = None,
-    tls: TlsOption = False,
-    cacert: CaOption = None,
-    cert: CertOption = None,
-    key: KeyOption = None,
-    no_verify: NoVerifyOption = False,
+    login: Login = Login(),
     vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets: 0-1023,5 (repeatable; "
                                                        "default all).", metavar="RANGES")] = None,
     fmt: Annotated[FailoverFormat | None, typer.Option("--format", "-F", help="table on a terminal, json when "
                                                        "piped.")] = None,
     compare_with: Annotated[Path | None, typer.Option("--compare", help="An earlier --format json dump: name "
                                                       "new entries and divergent histories.", metavar="FILE")] = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
 ) -> None:
     """Dump the failover log of every vbucket with its high seqno, each from its active node."""
     env = env_of(ctx)
@@ -81,15 +50,13 @@ def failover(
         except (ValueError, TypeError) as exc:
             raise CommandError(f"--compare: {compare_with}: {exc!s}", ExitCode.INPUT) from None
     chosen = parse_ranges(vbuckets) if vbuckets else None  # a bad range is a usage error before connecting
-    password = password_of(env, password_env, password_file, user)
-    tls_options = tls_of(tls, cacert, cert, key, no_verify)
-    seed_host, seed_port = split_host(host, 11207 if tls_options else 11210)
+    password = login.password(env)
+    tls_options = login.tls_options()
+    seed_host, seed_port = login.seed(host, tls_options)
     rows: list[dict[str, Any]] = []
     with client_errors():
-        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout,
-                          max_scram_iterations=max_scram_iterations)
+        seed = login.connect(seed_host, seed_port, password, tls_options)
         try:
-            seed.bootstrap(user, password, bucket, sasl_mech)
             count, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
         finally:
             seed.close()
@@ -100,10 +67,8 @@ def failover(
                 raise CommandError(f"vbucket {vb} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
             by_node.setdefault(owner[vb], []).append(vb)
         for (node_host, node_port), node_vbuckets in by_node.items():
-            conn = Connection(node_host, node_port, tls=tls_options, timeout=timeout,
-                              max_scram_iterations=max_scram_iterations)
+            conn = login.connect(node_host, node_port, password, tls_options)
             try:
-                conn.bootstrap(user, password, bucket, sasl_mech)
                 seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos")
                 high = {int(e.vbucket): int(e.seqno) for e in seqnos or ()}
                 for vb in node_vbuckets:
@@ -131,7 +96,7 @@ def failover(
         console.print(f"{unchanged} of {len(changes)} vbuckets unchanged")
         return
     table = Table("vbucket", "high seqno", "entries", "failover log (uuid@seqno, newest first)", "node",
-                  title=f"failover logs of {bucket}")
+                  title=f"failover logs of {login.bucket}")
     for row in rows:
         log = ", ".join(f"{e['vbucket_uuid']}@{e['seqno']}" for e in row["failover_log"])
         table.add_row(str(row["vbucket"]), str(row["high_seqno"]), str(len(row["failover_log"])), log, row["node"])

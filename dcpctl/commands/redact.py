@@ -7,6 +7,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, BinaryIO, Final
@@ -21,6 +22,7 @@ from dcpctl.commands._options import (
     MaxConnectionsOption,
     dialect_of,
     env_of,
+    option_groups,
 )
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
@@ -52,47 +54,50 @@ class ValuesMode(StrEnum):
     DROP = "drop"
 
 
-# What to keep: declared once for redact, capture --redact and stream --redact.
-KeepXattrOption = Annotated[list[str] | None, typer.Option(
-    "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME")]
-HashNamesOption = Annotated[bool, typer.Option(
-    "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests "
-    "and cluster maps), by the salt.")]
-KeepJsonNamesOption = Annotated[bool, typer.Option(
-    "--keep-json-names/--no-keep-json-names", help="Keep the names in JSON documents and subdocument paths; "
-    "with --no-keep-json-names each is hashed by the salt, the same name to the same placeholder everywhere.")]
-MapAddressesOption = Annotated[bool, typer.Option(
-    "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
-    "maps to the same subnet), by the salt.")]
-ValuesOption = Annotated[ValuesMode, typer.Option(
-    "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
-    "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")]
+@dataclass(frozen=True)
+class Redaction:
+    """What to keep: the options redact, capture --redact and stream --redact share (commands take them
+    through _options.option_groups)."""
 
+    keep_xattr: Annotated[list[str] | None, typer.Option(
+        "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME")] = None
+    hash_names: Annotated[bool, typer.Option(
+        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests "
+        "and cluster maps), by the salt.")] = False
+    keep_json_names: Annotated[bool, typer.Option(
+        "--keep-json-names/--no-keep-json-names", help="Keep the names in JSON documents and subdocument paths; "
+        "with --no-keep-json-names each is hashed by the salt, the same name to the same placeholder "
+        "everywhere.")] = True
+    values: Annotated[ValuesMode, typer.Option(
+        "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
+        "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")] \
+        = ValuesMode.REDACT
+    map_addresses: Annotated[bool, typer.Option(
+        "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
+        "maps to the same subnet), by the salt.")] = False
 
-def redactor_of(salt: bytes, keep_xattr: list[str] | None, hash_names: bool, keep_json_names: bool,
-                values: ValuesMode) -> Redactor:
-    """The redactor the options ask for."""
-    return Redactor(salt, Policy(frozenset(keep_xattr or ()), hash_names, values is ValuesMode.DROP,
-                                 keep_json_names))
+    def redactor(self, salt: bytes) -> Redactor:
+        return Redactor(salt, Policy(frozenset(self.keep_xattr or ()), self.hash_names,
+                                     self.values is ValuesMode.DROP, self.keep_json_names))
 
+    def addresses(self, salt: bytes) -> AddressMap | None:
+        return AddressMap(salt) if self.map_addresses else None
 
-def live_redactor(redact: bool, salt_file: Path | None, env: Environment, keep_xattr: list[str] | None,
-                  hash_names: bool, keep_json_names: bool, values: ValuesMode, map_addresses: bool,
-                  saved: str) -> tuple[Redactor, AddressMap | None] | None:
-    """capture's and stream's --redact: the redactor and address map for what ``saved`` (their file option)
-    writes, None without --redact. What to keep without --redact is a mistake said, not ignored."""
-    if not redact:
-        given = [name for name, on in (("--keep-xattr", keep_xattr), ("--hash-names", hash_names),
-                                       ("--no-keep-json-names", not keep_json_names),
-                                       ("--values", values is not ValuesMode.REDACT),
-                                       ("--map-addresses", map_addresses)) if on]
-        if given:
-            raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
-                               ExitCode.USAGE)
-        return None
-    salt = salt_of(salt_file, env)
-    return (redactor_of(salt, keep_xattr, hash_names, keep_json_names, values),
-            AddressMap(salt) if map_addresses else None)
+    def live(self, redact: bool, salt_file: Path | None, env: Environment,
+             saved: str) -> tuple[Redactor, AddressMap | None] | None:
+        """capture's and stream's --redact: the redactor and address map for what ``saved`` (their file
+        option) writes, None without --redact. What to keep without --redact is a mistake said, not ignored."""
+        if not redact:
+            given = [name for name, on in (("--keep-xattr", self.keep_xattr), ("--hash-names", self.hash_names),
+                                           ("--no-keep-json-names", not self.keep_json_names),
+                                           ("--values", self.values is not ValuesMode.REDACT),
+                                           ("--map-addresses", self.map_addresses)) if on]
+            if given:
+                raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
+                                   ExitCode.USAGE)
+            return None
+        salt = salt_of(salt_file, env)
+        return self.redactor(salt), self.addresses(salt)
 
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
@@ -118,23 +123,20 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
     return fresh.encode()
 
 
+@option_groups
 def redact(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng).", metavar="FILE")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
                                          "whole or not at all.", metavar="OUT")],
+    redaction: Redaction = Redaction(),
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
                                                    max=65535)] = None,
     salt_file: SaltFileOption = None,
-    keep_xattr: KeepXattrOption = None,
     keep_unparsed: Annotated[bool, typer.Option(
         "--keep-unparsed", help="Keep what cannot be parsed at all instead of dropping it, as it is: frames on "
         "other ports and not TCP, TLS connections.")] = False,
-    hash_names: HashNamesOption = False,
-    keep_json_names: KeepJsonNamesOption = True,
-    map_addresses: MapAddressesOption = False,
-    values: ValuesOption = ValuesMode.REDACT,
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
         help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
@@ -152,8 +154,7 @@ def redact(
     """
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
-    redactor = redactor_of(salt, keep_xattr, hash_names, keep_json_names, values)
-    addresses = AddressMap(salt) if map_addresses else None
+    redactor, addresses = redaction.redactor(salt), redaction.addresses(salt)
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:

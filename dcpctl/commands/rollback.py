@@ -10,31 +10,10 @@ from typing import Annotated, Any, Final
 import typer
 from rich.text import Text
 
-from dcpctl.client.connection import Connection, split_host
 from dcpctl.client.negotiate import negotiate_live, server_view
 from dcpctl.client.streamer import vbucket_map
-from dcpctl.commands._live import (
-    DEFAULT_PASSWORD_ENV,
-    DEFAULT_TIMEOUT,
-    MAX_SEQNO,
-    BucketOption,
-    CaOption,
-    CertOption,
-    HostArgument,
-    KeyOption,
-    MaxScramOption,
-    MechanismOption,
-    NoVerifyOption,
-    PasswordEnvOption,
-    PasswordFileOption,
-    TimeoutOption,
-    TlsOption,
-    UserOption,
-    client_errors,
-    password_of,
-    tls_of,
-)
-from dcpctl.commands._options import env_of
+from dcpctl.commands._live import MAX_SEQNO, HostArgument, Login, client_errors
+from dcpctl.commands._options import env_of, option_groups
 from dcpctl.dcp.rollback import (
     IGNORE_PURGED_TOMBSTONES,
     STRICT_VB_UUID,
@@ -45,7 +24,6 @@ from dcpctl.dcp.rollback import (
     negotiate,
     parse_failover_log,
 )
-from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.dcp.session import RollbackStory
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -235,6 +213,7 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
 
 
 @rollback_app.command("negotiate")
+@option_groups
 def negotiate_command(
     ctx: typer.Context,
     host: HostArgument,
@@ -242,22 +221,11 @@ def negotiate_command(
     uuid: Annotated[str, typer.Option("--uuid", help="The vbucket uuid the client has (decimal or 0x hex).",
                                       metavar="UUID")],
     seqno: Annotated[str, typer.Option("--seqno", help="The client's start seqno.", metavar="SEQNO")],
+    login: Login = Login(),
     snap_start: Annotated[str | None, typer.Option("--snap-start", help="Snapshot start (default: seqno).",
                                                    metavar="SEQNO")] = None,
     snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: seqno).",
                                                  metavar="SEQNO")] = None,
-    bucket: BucketOption = "default",
-    user: UserOption = "Administrator",
-    password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,
-    password_file: PasswordFileOption = None,
-    sasl_mech: MechanismOption = None,
-    tls: TlsOption = False,
-    cacert: CaOption = None,
-    cert: CertOption = None,
-    key: KeyOption = None,
-    no_verify: NoVerifyOption = False,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     fmt: Annotated[ExplainFormat | None, typer.Option("--format", "-F", help="pretty (on a terminal) or json.")]
     = None,
 ) -> None:
@@ -269,23 +237,19 @@ def negotiate_command(
     start = _int(seqno, "--seqno")
     request = StreamRequest(start, _int(uuid, "--uuid"), _int(snap_start, "--snap-start") if snap_start else None,
                             _int(snap_end, "--snap-end") if snap_end else None)
-    password = password_of(env, password_env, password_file, user)
-    tls_options = tls_of(tls, cacert, cert, key, no_verify)
-    seed_host, seed_port = split_host(host, 11207 if tls_options else 11210)
+    password = login.password(env)
+    tls_options = login.tls_options()
+    seed_host, seed_port = login.seed(host, tls_options)
     with client_errors():
-        seed = Connection(seed_host, seed_port, tls=tls_options, timeout=timeout,
-                          max_scram_iterations=max_scram_iterations)
+        seed = login.connect(seed_host, seed_port, password, tls_options)
         try:
-            seed.bootstrap(user, password, bucket, sasl_mech)
             _, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
         finally:
             seed.close()
         if vbucket not in owner:
             raise CommandError(f"vbucket {vbucket} is not in the cluster map", ExitCode.USAGE)
-        conn = Connection(*owner[vbucket], tls=tls_options, timeout=timeout,
-                          max_scram_iterations=max_scram_iterations)
+        conn = login.connect(*owner[vbucket], password, tls_options)
         try:
-            conn.bootstrap(user, password, bucket, sasl_mech)
             server = server_view(conn, vbucket)
             conn.check(Opcode.DCP_OPEN, key=f"dcpctl-negotiate:{os.getpid()}".encode(), seqno=0,
                        flags=DcpOpenFlag.PRODUCER)

@@ -20,41 +20,16 @@ import typer
 from dcpctl.client.connection import Connection
 from dcpctl.client.state import StateError, check_writable
 from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, SAVE_EVERY_ITEMS, Streamer, StreamOptions
-from dcpctl.commands._live import (
-    DEFAULT_PASSWORD_ENV,
-    DEFAULT_TIMEOUT,
-    MAX_BUFFER_SIZE,
-    BucketOption,
-    CaOption,
-    CertOption,
-    HostArgument,
-    KeyOption,
-    MaxScramOption,
-    MechanismOption,
-    NoVerifyOption,
-    PasswordEnvOption,
-    PasswordFileOption,
-    TimeoutOption,
-    TlsOption,
-    UserOption,
-    client_errors,
-    password_of,
-    seqno_or,
-    tls_of,
-    window_of,
+from dcpctl.commands._live import MAX_BUFFER_SIZE, HostArgument, Login, client_errors, seqno_or, window_of
+from dcpctl.commands._options import (
+    Base64Option,
+    LocalTimeOption,
+    env_of,
+    first_signal_stops,
+    option_groups,
+    parse_ranges,
 )
-from dcpctl.commands._options import Base64Option, LocalTimeOption, env_of, first_signal_stops, parse_ranges
-from dcpctl.commands.redact import (
-    HashNamesOption,
-    KeepJsonNamesOption,
-    KeepXattrOption,
-    MapAddressesOption,
-    SaltFileOption,
-    ValuesMode,
-    ValuesOption,
-    live_redactor,
-)
-from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
+from dcpctl.commands.redact import Redaction, SaltFileOption
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
@@ -79,19 +54,11 @@ class OnRollback(StrEnum):
     REPORT = "report"
 
 
+@option_groups
 def stream(
     ctx: typer.Context,
     host: HostArgument,
-    bucket: BucketOption = "default",
-    user: UserOption = "Administrator",
-    password_env: PasswordEnvOption = DEFAULT_PASSWORD_ENV,
-    password_file: PasswordFileOption = None,
-    sasl_mech: MechanismOption = None,
-    tls: TlsOption = False,
-    cacert: CaOption = None,
-    cert: CertOption = None,
-    key: KeyOption = None,
-    no_verify: NoVerifyOption = False,
+    login: Login = Login(),
     vbuckets: Annotated[list[str] | None, typer.Option("--vbuckets", help="vbuckets to stream: 0-1023,5 "
                                                        "(repeatable; default all).", metavar="RANGES")] = None,
     start: Annotated[str, typer.Option("--from", help="beginning, now, resume (from --state) or a seqno.",
@@ -123,8 +90,6 @@ def stream(
     = SAVE_EVERY_ITEMS,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N mutations, deletions "
                                               "and expirations.", metavar="N")] = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    max_scram_iterations: MaxScramOption = MAX_SCRAM_ITERATIONS,
     on_rollback: Annotated[OnRollback, typer.Option("--on-rollback", help="follow: explain, roll back, retry; "
                                                     "fail: exit 9; report: explain and leave the vbucket.")]
     = OnRollback.FOLLOW,
@@ -138,11 +103,7 @@ def stream(
     redact: Annotated[bool, typer.Option("--redact", help="--write saves keys, values, xattr values and SASL "
                                          "exchanges redacted, as dcpctl redact does.")] = False,
     salt_file: SaltFileOption = None,
-    keep_xattr: KeepXattrOption = None,
-    hash_names: HashNamesOption = False,
-    keep_json_names: KeepJsonNamesOption = True,
-    values: ValuesOption = ValuesMode.REDACT,
-    map_addresses: MapAddressesOption = False,
+    redaction: Redaction = Redaction(),
     summary: Annotated[bool, typer.Option("--summary", help="Per-vbucket counts, seqno ranges and rate on "
                                           "standard error at the end (alone: no per-message output).")] = False,
     base64: Base64Option = False,
@@ -152,8 +113,7 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
-    redacting = live_redactor(redact, salt_file, env, keep_xattr, hash_names, keep_json_names, values,
-                              map_addresses, "--write")
+    redacting = redaction.live(redact, salt_file, env, "--write")
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
@@ -177,13 +137,13 @@ def stream(
     if "connection_buffer_size" in controls:  # the window acknowledgements are counted against
         buffer_size = window_of(controls["connection_buffer_size"], "--control connection_buffer_size")
     options = StreamOptions(
-        bucket, user, password_of(env, password_env, password_file, user), sasl_mech,
-        tls_of(tls, cacert, cert, key, no_verify), timeout, parse_ranges(vbuckets) if vbuckets else None, start,
+        login.bucket, login.user, login.password(env), login.sasl_mech, login.tls_options(), login.timeout,
+        parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
         noop_interval, count, on_rollback.value, state, save_items,
         quiet=summary and fmt is None and template is None and write is None,
-        max_scram_iterations=max_scram_iterations)
+        max_scram_iterations=login.max_scram_iterations)
     output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
