@@ -24,7 +24,7 @@ from dcpctl.commands._options import (
     first_ctrl_c_stops,
     option_groups,
 )
-from dcpctl.commands.redact import Redaction, SaltFileOption
+from dcpctl.commands.redact import Redaction, SaltFileOption, summary_text
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
@@ -130,9 +130,6 @@ def capture(
                     except OSError:
                         stopping.append(True)
                 yield item
-            if saved is not None and saved.error is None:
-                with contextlib.suppress(OSError):  # the error is the file's, reported below
-                    engine.finish()
 
         def tap(ts: float, data: bytes, wire: int) -> None:
             assert engine is not None
@@ -161,6 +158,12 @@ def capture(
         # decoded and written whole; a second one (output blocked, say) stops at once
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True, local_time=local_time)
+        if engine is not None and saved is not None:
+            # however the capture ended (its traffic, Ctrl-C, --count): the frames still held go out
+            if saved.error is None:
+                with contextlib.suppress(OSError):  # the error is the file's, reported below
+                    engine.finish()
+            env.stderr.write(summary_text(engine.summary))
         if saved is not None and saved.error is not None:
             raise CommandError(f"{write!s}: {saved.error.strerror or saved.error}: the capture stopped; "
                                f"the file holds the {saved.records} frames saved before, whole", ExitCode.INPUT)

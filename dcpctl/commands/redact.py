@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -192,15 +193,21 @@ def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[Capt
     return done
 
 
-def summary_text(summary: Summary) -> str:
-    """The summary on standard error: what was replaced, what was left out and why."""
-    counts = summary.counts
-    lines = [f"redacted: {summary.frames_out} of {summary.frames_in} frames written, {summary.messages} messages",
-             f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
+def replaced_lines(counts: Counter[str]) -> list[str]:
+    """The summary's lines of what was replaced (a redactor's counts)."""
+    lines = [f"  keys {counts['keys']}, values {counts['values']}, xattr values {counts['xattrs']}, "
              f"SASL values {counts['sasl_values']}, user agents {counts['user_agents']}, names {counts['names']}, "
              f"addresses {counts['addresses']}"]
     if counts["json_names"]:
         lines.append(f"  JSON names hashed (--no-keep-json-names): {counts['json_names']}")
+    return lines
+
+
+def summary_text(summary: Summary) -> str:
+    """The summary on standard error: what was replaced, what was left out and why."""
+    counts = summary.counts
+    lines = [f"redacted: {summary.frames_out} of {summary.frames_in} frames written, {summary.messages} messages",
+             *replaced_lines(counts)]
     if counts["snappy_resized"]:
         lines.append(f"  snappy values compressed again at a new length: {counts['snappy_resized']}")
     if counts["unparsed_bytes"]:

@@ -9,6 +9,7 @@ import re
 import signal
 import string
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -29,7 +30,7 @@ from dcpctl.commands._options import (
     option_groups,
     parse_ranges,
 )
-from dcpctl.commands.redact import Redaction, SaltFileOption
+from dcpctl.commands.redact import Redaction, SaltFileOption, replaced_lines
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
@@ -222,6 +223,10 @@ def stream(
             finally:
                 if capture is not None:
                     capture.close(quiet=failing)
+    if capture is not None and capture.redactor is not None:
+        mapped = capture.addresses.mapped if capture.addresses is not None else 0
+        lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + Counter(addresses=mapped))]
+        env.stderr.write("".join(f"dcpctl: {shown(line)}\n" for line in lines))
     if summary:
         _print_summary(streamer, env)
 

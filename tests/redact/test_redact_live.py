@@ -111,6 +111,9 @@ def test_stream_redact_takes_redact_s_options(tmp_path: Path, monkeypatch: pytes
                 "--redact", "--salt-file", str(salt)]
         code, live, err = run(*base, "--write", str(hashed), "--no-keep-json-names", "--map-addresses")
         assert code == ExitCode.OK, err
+        assert f"dcpctl: redacted in {hashed}:" in err
+        assert ", addresses 1\n" in err  # 127.0.0.1, both ends
+        assert "JSON names hashed (--no-keep-json-names): " in err
         code, _, err = run(*base, "--write", str(dropped), "--values", "drop")
         assert code == ExitCode.OK, err
         port = str(server.port)
@@ -140,3 +143,32 @@ def test_what_to_keep_needs_redact(command: list[str], option: list[str], tmp_pa
     assert code == ExitCode.USAGE
     assert f"{option[0]}: only with --redact" in err
     assert not (tmp_path / "x.pcap").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_path: Path) -> None:
+    # --count ends the capture inside the traffic: the frames the redactor still held (the last one waits for
+    # the next) must reach the file, and the summary says what was replaced
+    saved = tmp_path / "live.pcap"
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    with serving("--vbuckets", "2", "--items", "400") as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
+             "--count", "40", "-w", str(saved), "--redact", "--salt-file", str(salt)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+        subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--until", "now",
+                        "-F", "jsonl"], capture_output=True, timeout=120, check=False,
+                       env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        printed, err = proc.communicate(timeout=60)
+        port = str(server.port)
+    assert proc.returncode == ExitCode.OK, err
+    shown = [json.loads(line) for line in printed.decode().splitlines()]
+    assert len(shown) == 40
+    code, decoded, _ = run("decode", str(saved), "-F", "jsonl", "--port", port)
+    assert code == ExitCode.OK
+    assert [(r["opcode"], r.get("by_seqno")) for r in decoded[:40]] == [(r["opcode"], r.get("by_seqno")) for r in shown]
+    assert b"dcpctl: redacted: " in err
+    assert b"  keys " in err
