@@ -78,9 +78,10 @@ _DOMAINS: Final = (b"key", b"value", b"json", b"name", b"field")
 _STAR: Final = ord("*")
 _QUOTE, _COLON, _ZERO, _BACKSLASH = (ord(c) for c in '":0\\')
 _DIGITS: Final = b"0123456789"
-# A subdocument path's names: what is between its dots and array indexes (``a.b[2].c``); a backquoted name
-# may hold dots, and is hashed in pieces, still the same length.
-_PATH_NAME: Final = re.compile(rb"[^.\[\]`]+(?![^\[]*\])")
+# What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
+# so a hostile path of brackets is split in one pass. A backquoted name may hold dots: it is hashed in
+# pieces, still the same length.
+_PATH_SEPARATOR: Final = re.compile(rb"(\[[^\[\]]*\]|\.)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +171,10 @@ class Redactor:
         when JSON names are kept. ``flags``: the path's subdocument flags."""
         if self.policy.keep_json_names:
             return path
-        first = _PATH_NAME.match(path) if flags & SubdocPathFlag.XATTR_PATH else None
-        kept = first.end() if first is not None else 0
-        return path[:kept] + _PATH_NAME.sub(lambda match: self.field(match[0]), path[kept:])
+        parts = _PATH_SEPARATOR.split(path)  # names at even places, the separators between them
+        first = 2 if flags & SubdocPathFlag.XATTR_PATH else 0
+        return b"".join(self.field(part) if place >= first and not place % 2 and part else part
+                        for place, part in enumerate(parts))
 
     @staticmethod
     def _number(out: bytearray, data: bytes, stream: bytes, match: re.Match[bytes]) -> None:

@@ -275,3 +275,17 @@ def test_subdocument_paths_are_hashed_in_single_and_multi_path_requests() -> Non
         "_sync." + redactor.field(b"rev").decode()]
     kept = decode(Redactor(b"salt").message(decode(multi)))
     assert [spec["path"] for spec in kept.field("lookup_specs")] == ["address.city", "_sync.rev"]
+
+
+HOSTILE_PATHS = {"a-name-then-a-bracket": b"a" * 65534 + b"]", "open-brackets": b"[" * 65535,
+                 "unclosed-indexes": b"[1" * 32767, "dots": b"a." * 32767, "backquotes": b"`a.b`[0" * 9362}
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS.values(), ids=HOSTILE_PATHS.keys())
+def test_a_hostile_path_of_the_largest_length_is_hashed_in_one_pass(path: bytes) -> None:
+    # path_length is 16 bits; a matcher that backtracked over brackets would not finish these
+    out = Redactor(b"salt", HASHED_NAMES).path(path, 0)
+    assert len(out) == len(path)
+    assert out != path
+    assert out.count(b".") == path.count(b".")
+    assert all(new == old or chr(new).isalnum() for new, old in zip(out, path, strict=True))
