@@ -127,7 +127,7 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
 @option_groups
 def redact(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng).", metavar="FILE")],
+    file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng; - for standard input).", metavar="FILE")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
                                          "whole or not at all.", metavar="OUT")],
     redaction: Redaction = Redaction(),

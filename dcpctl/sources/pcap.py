@@ -318,14 +318,25 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
     if path != "-" and pcapchunks.short_snaplen(path):
         yield from pcapchunks.read_records(path, ports, tls_ports, tap)
         return
+    yield from reader_segments(open_offline(path), ports, tls_ports, tap)
+
+
+def open_offline(path: str) -> Any:
+    """libpcap's reader of a capture file (``-``: standard input, which can be opened once)."""
     try:
-        reader = pcapy.open_offline(path)
+        return pcapy.open_offline(path)
     except pcapy.PcapError as exc:
         message = str(exc)
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
-    yield from _segments(reader, ports, tls_ports, tap=tap)
+
+
+def reader_segments(reader: Any, ports: frozenset[int] = frozenset({11210}),
+                    tls_ports: frozenset[int] = frozenset({11207}),
+                    tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+    """:func:`read_segments` of a reader :func:`open_offline` opened."""
+    return _segments(reader, ports, tls_ports, tap=tap)
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),

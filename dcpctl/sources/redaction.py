@@ -39,8 +39,6 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final
 
-import pcapy
-
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
@@ -49,12 +47,13 @@ from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
 from dcpctl.sources.pcap import (
     IPV6_EXTENSIONS,
-    CaptureError,
     CaptureNotice,
     TcpSegment,
     network_layer,
+    open_offline,
     parse_any_frame,
     read_segments,
+    reader_segments,
 )
 from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum
 from dcpctl.sources.tcp import (
@@ -648,17 +647,6 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
     data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
 
 
-def capture_linktype(path: str) -> int:
-    """The link type of a capture file, as libpcap reads it."""
-    try:
-        reader = pcapy.open_offline(path)
-    except pcapy.PcapError as exc:
-        if "No such file" in str(exc):
-            raise FileNotFoundError("no such file") from None
-        raise CaptureError(f"not a pcap or pcapng capture ({exc})") from None
-    return int(reader.datalink())
-
-
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
                    tls_ports: frozenset[int] = frozenset({11207}), *, keep_unparsed: bool = False,
                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -666,13 +654,18 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
                    ) -> tuple[Summary, list[CaptureNotice]]:
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
     the reader's notices (a damaged file, a TLS port: each kind once, so few)."""
-    linktype = capture_linktype(path)
+    # standard input is opened once: read by the reader its link type comes from; a file is read again by
+    # read_segments, which reads a short snap length's records whole
+    reader = open_offline(path)
+    linktype = int(reader.datalink())
     writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
                              max_held_bytes=max_held_bytes, addresses=addresses)
     notices: list[CaptureNotice] = []
-    for item in read_segments(path, ports, tls_ports, tap=engine.tap):
+    items = (reader_segments(reader, ports, tls_ports, tap=engine.tap) if path == "-"
+             else read_segments(path, ports, tls_ports, tap=engine.tap))
+    for item in items:
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:

@@ -852,3 +852,21 @@ def test_no_keep_json_names_hashes_every_json_name_the_same_way(tmp_path: Path) 
     for record, other in zip(_decoded(kept), _decoded(hashed), strict=True):
         assert {k: v for k, v in record.items() if k not in REDACTED_FIELDS} == \
             {k: v for k, v in other.items() if k not in REDACTED_FIELDS}
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("form", ["pcap", "pcapng"])
+def test_standard_input_is_redacted_as_the_file_is(form: str, tmp_path: Path) -> None:
+    # a capture piped in (tcpdump -w - | dcpctl redact -) never lands on disk unredacted
+    source = SAMPLE
+    if form == "pcapng":
+        source = tmp_path / "sample.pcapng"
+        subprocess.run([peer("editcap"), "-F", "pcapng", str(SAMPLE), str(source)], check=True, capture_output=True)
+    from_file, from_stdin = tmp_path / "file.pcap", tmp_path / "stdin.pcap"
+    assert _redact(source, from_file).code == ExitCode.OK
+    with source.open("rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "dcpctl", "redact", "-", "-o", str(from_stdin), "--salt-file",
+                               str(tmp_path / "salt")], stdin=stdin, capture_output=True, timeout=60, check=False)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert from_stdin.read_bytes() == from_file.read_bytes()
+    assert b"redacted: 30 of 30 frames written" in done.stderr
