@@ -30,7 +30,7 @@ from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Policy, Redactor
-from dcpctl.render.env import Environment
+from dcpctl.render.env import Environment, OutputError
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.pcap import CaptureError, CaptureNotice
@@ -129,7 +129,7 @@ def redact(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng; - for standard input).", metavar="FILE")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
-                                         "whole or not at all.", metavar="OUT")],
+                                         "whole or not at all; - for standard output.", metavar="OUT")],
     redaction: Redaction = Redaction(),
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
@@ -158,6 +158,7 @@ def redact(
     redactor, addresses = redaction.redactor(salt), redaction.addresses(salt)
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
+
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
             return redact_capture(file, out, redactor, options, ports, keep_unparsed=keep_unparsed,
@@ -166,13 +167,23 @@ def redact(
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
 
+    binary: BinaryIO | None = getattr(env.stdout, "buffer", None)
+    if str(output) == "-" and (env.stdout_isatty or binary is None):
+        raise CommandError("-o -: standard output is a terminal: redirect it, or name a file", ExitCode.USAGE)
     try:
-        if output.exists() and not output.is_file():  # a device or a pipe: written in place, never replaced
+        if binary is not None and str(output) == "-":  # a pipe: the next program reads the capture as it goes
+            summary, notices = run(binary)
+            binary.flush()
+        elif output.exists() and not output.is_file():  # a device or a pipe: written in place, never replaced
             with output.open("wb") as out:
                 summary, notices = run(out)
         else:
             summary, notices = _atomically(output, run)
+    except BrokenPipeError:
+        raise  # -o - and the reader went away (| head): the root stops quietly
     except OSError as exc:
+        if str(output) == "-":
+            raise OutputError(exc.errno, exc.strerror or str(exc)) from None
         raise CommandError(f"{shown(str(output))}: {exc.strerror or exc}", ExitCode.INPUT) from None
     for notice in notices:
         env.stderr.write(f"dcpctl: redact: {shown(notice_diagnostic(notice).message)}\n")

@@ -870,3 +870,21 @@ def test_standard_input_is_redacted_as_the_file_is(form: str, tmp_path: Path) ->
     assert done.returncode == ExitCode.OK, done.stderr
     assert from_stdin.read_bytes() == from_file.read_bytes()
     assert b"redacted: 30 of 30 frames written" in done.stderr
+
+
+def test_standard_output_takes_the_capture_unless_it_is_a_terminal(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # "-" is standard output, never a file of that name
+    to_file = tmp_path / "file.pcap"
+    assert _redact(SAMPLE, to_file).code == ExitCode.OK
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "redact", str(SAMPLE), "-o", "-", "--salt-file",
+                           str(tmp_path / "salt")], capture_output=True, timeout=60, check=False)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stdout == to_file.read_bytes()
+    assert b"redacted: 30 of 30 frames written" in done.stderr
+    out, err = io.StringIO(), io.StringIO()
+    terminal = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=True, stderr_isatty=False,
+                           color=False, width=160)
+    assert main(["redact", str(SAMPLE), "-o", "-", "--salt-file", str(tmp_path / "salt")], terminal) == ExitCode.USAGE
+    assert "standard output is a terminal" in err.getvalue()
+    assert not (tmp_path / "-").exists()
