@@ -200,7 +200,13 @@ def test_every_capture_redacts_with_exit_0(redacted: list[tuple[str, Path, Path,
 
 
 def test_decode_agrees_field_by_field(redacted: list[tuple[str, Path, Path, Run]]) -> None:
-    for name, source, target, run in redacted:
+    _agree_field_by_field(redacted)
+
+
+def _agree_field_by_field(runs: list[tuple[str, Path, Path, Run]], names: bool = False) -> None:
+    """Decode of each input and output agree but for the redacted fields (``names``: and subdocument paths,
+    their JSON names hashed)."""
+    for name, source, target, run in runs:
         before, after = _decoded(source), _decoded(target)
         assert len(before) == len(after), name
         assert before, name
@@ -216,6 +222,7 @@ def test_decode_agrees_field_by_field(redacted: list[tuple[str, Path, Path, Run]
                 changed = [path for path in changed if path[0] not in {"offset", "request_offset"}]
             if int(old.get("datatype") or 0) & DATATYPE_SNAPPY:
                 changed = [path for path in changed if path[0] != "total_body_length"]
+            changed = [path for path in changed if not (names and path[-1] == "path")]
             assert all(_redactable(path) for path in changed), (name, old.get("opcode"), changed)
             if "key" in old and old.get("key_encoding") == new.get("key_encoding"):
                 assert len(str(old["key"])) == len(str(new["key"])), (name, old["key"], new["key"])
@@ -888,3 +895,44 @@ def test_standard_output_takes_the_capture_unless_it_is_a_terminal(tmp_path: Pat
     assert main(["redact", str(SAMPLE), "-o", "-", "--salt-file", str(tmp_path / "salt")], terminal) == ExitCode.USAGE
     assert "standard output is a terminal" in err.getvalue()
     assert not (tmp_path / "-").exists()
+
+
+@pytest.fixture(scope="module")
+def hashed_names(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
+    return _redact_all(tmp_path_factory.mktemp("names"), "names", "--no-keep-json-names")
+
+
+def test_hashed_json_names_change_only_redacted_fields(hashed_names: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, _, _, run in hashed_names:
+        assert run.code == ExitCode.OK, (name, run.err.getvalue())
+    _agree_field_by_field(hashed_names, names=True)
+
+
+def test_no_json_name_of_a_document_left(hashed_names: list[tuple[str, Path, Path, Run]]) -> None:
+    found = 0
+    for name, source, target, _ in hashed_names:
+        names: set[bytes] = set()
+        for msg in _messages(source):
+            record = record_of(msg)
+            if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
+                continue
+            try:
+                document = json.loads(str(record["value"]))
+            except ValueError:
+                continue
+            names.update(n.encode() for n in _json_names(document) if len(n) >= MIN_SECRET_LENGTH)
+        found += len(names)
+        streams = _streams(target)
+        for secret in names:
+            assert not any(secret in stream for stream in streams), (name, secret)
+    assert found  # the suite's captures have documents with long names
+
+
+def _json_names(value: object) -> Iterator[str]:
+    if isinstance(value, list):
+        for item in value:
+            yield from _json_names(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _json_names(item)
