@@ -55,27 +55,33 @@ class ValuesMode(StrEnum):
     DROP = "drop"
 
 
+# The help panel of Redaction's options: in redact's help and in capture's and stream's (with --redact).
+KEEP_PANEL: Final = "What redaction keeps"
+
+
 @dataclass(frozen=True)
 class Redaction:
     """What to keep: the options redact, capture --redact and stream --redact share (commands take them
     through _options.option_groups)."""
 
     keep_xattr: Annotated[list[str] | None, typer.Option(
-        "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME")] = None
+        "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME",
+        rich_help_panel=KEEP_PANEL)] = None
     hash_names: Annotated[bool, typer.Option(
         "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests "
-        "and cluster maps), by the salt.")] = False
+        "and cluster maps), by the salt.", rich_help_panel=KEEP_PANEL)] = False
     keep_json_names: Annotated[bool, typer.Option(
         "--keep-json-names/--no-keep-json-names", help="Keep the names in JSON documents and subdocument paths; "
         "with --no-keep-json-names each is hashed by the salt, the same name to the same placeholder "
-        "everywhere.")] = True
+        "everywhere.", rich_help_panel=KEEP_PANEL)] = True
     values: Annotated[ValuesMode, typer.Option(
         "--values", help="redact: documents' values replaced by same-length placeholders (JSON keeps its "
-        "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.")] \
+        "structure); drop: emptied (xattrs too), the lengths and the TCP stream rewritten to match.",
+        rich_help_panel=KEEP_PANEL)] \
         = ValuesMode.REDACT
     map_addresses: Annotated[bool, typer.Option(
         "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
-        "maps to the same subnet), by the salt.")] = False
+        "maps to the same subnet), by the salt.", rich_help_panel=KEEP_PANEL)] = False
 
     def redactor(self, salt: bytes) -> Redactor:
         return Redactor(salt, Policy(frozenset(self.keep_xattr or ()), self.hash_names,
