@@ -277,22 +277,26 @@ def test_no_key_value_or_password_left(redacted: list[tuple[str, Path, Path, Run
 def test_no_string_of_a_document_left(redacted: list[tuple[str, Path, Path, Run]]) -> None:
     """Inside JSON (names kept) and inside snappy: no string value of a document survives."""
     for name, source, target, _ in redacted:
-        strings: set[bytes] = set()
-        for msg in _messages(source):
-            record = record_of(msg)
-            if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
-                continue
-            try:
-                document = json.loads(str(record["value"]))
-            except ValueError:
-                continue
-            strings.update(s.encode() for s in _json_strings(document) if len(s) >= MIN_SECRET_LENGTH)
+        strings = {s.encode() for document in _documents(source) for s in _json_strings(document)
+                   if len(s) >= MIN_SECRET_LENGTH}
         if not strings:
             continue
         inflated = [json.dumps(r.get("value")).encode() for r in _decoded(target)]
         for secret in strings:
             assert not any(secret in stream for stream in _streams(target)), (name, secret)
             assert not any(secret in value for value in inflated), (name, secret)
+
+
+def _documents(path: Path) -> Iterator[object]:
+    """The JSON documents the capture's messages carry as values (shown as text, parsed)."""
+    for msg in _messages(path):
+        record = record_of(msg)
+        if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
+            continue
+        try:
+            yield json.loads(str(record["value"]))
+        except ValueError:
+            continue
 
 
 def _json_strings(value: object) -> Iterator[str]:
@@ -911,16 +915,8 @@ def test_hashed_json_names_change_only_redacted_fields(hashed_names: list[tuple[
 def test_no_json_name_of_a_document_left(hashed_names: list[tuple[str, Path, Path, Run]]) -> None:
     found = 0
     for name, source, target, _ in hashed_names:
-        names: set[bytes] = set()
-        for msg in _messages(source):
-            record = record_of(msg)
-            if msg.variant is None or msg.variant.value.value != "document" or not isinstance(record.get("value"), str):
-                continue
-            try:
-                document = json.loads(str(record["value"]))
-            except ValueError:
-                continue
-            names.update(n.encode() for n in _json_names(document) if len(n) >= MIN_SECRET_LENGTH)
+        names = {n.encode() for document in _documents(source) for n in _json_names(document)
+                 if len(n) >= MIN_SECRET_LENGTH}
         found += len(names)
         streams = _streams(target)
         for secret in names:
