@@ -78,6 +78,9 @@ _DOMAINS: Final = (b"key", b"value", b"json", b"name", b"field")
 _STAR: Final = ord("*")
 _QUOTE, _COLON, _ZERO, _BACKSLASH = (ord(c) for c in '":0\\')
 _DIGITS: Final = b"0123456789"
+# JSON names whose placeholders are kept: a bucket's documents share a vocabulary far smaller than this, and
+# a hostile stream of fresh names costs a hash each, never memory.
+FIELDS_KEPT: Final = 4096
 # What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
 # so a hostile path of brackets is split in one pass. A backquoted name may hold dots: it is hashed in
 # pieces, still the same length.
@@ -104,6 +107,7 @@ class Redactor:
     policy: Policy = field(default_factory=Policy)
     counts: Counter[str] = field(default_factory=Counter)
     _keys: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
+    _fields: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # the keyed hash's prefix per domain: the salt's length, the salt, the domain, a separator
@@ -161,9 +165,15 @@ class Redactor:
         return bytes(out)
 
     def field(self, name: bytes) -> bytes:
-        """A JSON name's placeholder: the same for the same name in every document and subdocument path."""
+        """A JSON name's placeholder: the same for the same name in every document and subdocument path.
+        Documents repeat a few names, so placeholders are kept (at most FIELDS_KEPT, then forgotten)."""
         self.counts["json_names"] += 1
-        return self.placeholder(b"field", name)
+        found = self._fields.get(name)
+        if found is None:
+            if len(self._fields) >= FIELDS_KEPT:
+                self._fields.clear()
+            found = self._fields[name] = self.placeholder(b"field", name)
+        return found
 
     def path(self, path: bytes, flags: int) -> bytes:
         """A subdocument path with its names hashed as :meth:`field` hashes them in documents (dots and array

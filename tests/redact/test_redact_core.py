@@ -16,7 +16,7 @@ from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
 from dcpctl.redact.address import AddressMap
-from dcpctl.redact.core import Policy, Redactor
+from dcpctl.redact.core import FIELDS_KEPT, Policy, Redactor
 
 ITEM = {"by_seqno": 5, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0}
 
@@ -289,3 +289,13 @@ def test_a_hostile_path_of_the_largest_length_is_hashed_in_one_pass(path: bytes)
     assert out != path
     assert out.count(b".") == path.count(b".")
     assert all(new == old or chr(new).isalnum() for new, old in zip(out, path, strict=True))
+
+
+def test_kept_name_placeholders_are_bounded_and_stay_the_same() -> None:
+    redactor = Redactor(b"salt", HASHED_NAMES)
+    names = [f"field_{i}".encode() for i in range(FIELDS_KEPT + 100)]  # more than are kept: forgotten, remade
+    first = [redactor.field(name) for name in names]
+    again = [redactor.field(name) for name in reversed(names)][::-1]
+    assert first == again == [Redactor(b"salt").placeholder(b"field", name) for name in names]
+    assert len(redactor._fields) <= FIELDS_KEPT
+    assert redactor.counts["json_names"] == 2 * len(names)
