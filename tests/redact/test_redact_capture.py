@@ -912,6 +912,12 @@ def test_hashed_json_names_change_only_redacted_fields(hashed_names: list[tuple[
     _agree_field_by_field(hashed_names, names=True)
 
 
+@pytest.mark.peer
+def test_tshark_reads_hashed_json_names_as_cleanly(hashed_names: list[tuple[str, Path, Path, Run]]) -> None:
+    for name, source, target, _ in hashed_names:
+        _reads_as_cleanly(name, source, target)
+
+
 def test_no_json_name_of_a_document_left(hashed_names: list[tuple[str, Path, Path, Run]]) -> None:
     found = 0
     for name, source, target, _ in hashed_names:
