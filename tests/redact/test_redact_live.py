@@ -148,14 +148,15 @@ def test_what_to_keep_needs_redact(command: list[str], option: list[str], tmp_pa
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
 def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_path: Path) -> None:
     # --count ends the capture inside the traffic: the frames the redactor still held (the last one waits for
-    # the next) must reach the file, and the summary says what was replaced
+    # the next) must reach the file, and the summary says what was replaced; redact's options apply
     saved = tmp_path / "live.pcap"
     salt = tmp_path / "salt"
     salt.write_text(SALT)
     with serving("--vbuckets", "2", "--items", "400") as server:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
-             "--count", "40", "-w", str(saved), "--redact", "--salt-file", str(salt)],
+             "--count", "40", "-w", str(saved), "--redact", "--salt-file", str(salt), "--map-addresses",
+             "--no-keep-json-names"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stderr is not None
         assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
@@ -172,3 +173,9 @@ def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_pat
     assert [(r["opcode"], r.get("by_seqno")) for r in decoded[:40]] == [(r["opcode"], r.get("by_seqno")) for r in shown]
     assert b"dcpctl: redacted: " in err
     assert b"  keys " in err
+    assert not any("127.0.0.1" in r["connection"] for r in decoded)
+    # the message the stop cut (its bytes after the stop zeroed) aside
+    documents = [json.loads(r["value"]) for r in _items(decoded) if r["value"] and not r["diagnostics"]]
+    assert documents
+    assert not any({"key", "vbucket", "seqno", "pad"} & set(document) for document in documents)
+    assert b"JSON names hashed (--no-keep-json-names): " in err
