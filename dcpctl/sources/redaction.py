@@ -139,7 +139,7 @@ class _Edit:
         return offset + self.shift + len(self.data) - self.length
 
 
-@dataclass
+@dataclass(slots=True)  # two for every connection followed, up to --max-connections: slots keep them small
 class _Stream:
     spans: deque[_Span] = field(default_factory=deque)
     store: bytearray = field(default_factory=bytearray)  # final bytes from stream offset ``base``
@@ -150,7 +150,7 @@ class _Stream:
     resynced: bool = False  # the framer skipped bytes: its next message is checked before it is trusted
 
 
-@dataclass
+@dataclass(slots=True)
 class _Conn:
     label: str
     drop: str | None = None
