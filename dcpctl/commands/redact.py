@@ -146,9 +146,8 @@ def redact(
         "other ports and not TCP, TLS connections.")] = False,
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
-        help=f"Frames held waiting for the messages they carry to end, each counted with a kilobyte besides its "
-             f"bytes; past it the oldest is written with its unfinished bytes zeroed (default "
-             f"{DEFAULT_MAX_HELD_BYTES}: two of the largest packets).")]
+        help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
+             f"unfinished bytes zeroed (default {DEFAULT_MAX_HELD_BYTES}: two of the largest packets).")]
         = DEFAULT_MAX_HELD_BYTES,
     dialect: DialectOption = DialectName.DCP,
     collections: CollectionsOption = None,

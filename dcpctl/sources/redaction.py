@@ -26,9 +26,9 @@ lengths, the wire length and checksums follow. Edits are kept as long as the sto
 
 Invariants: frames come out in input order, with their capture times and link-layer headers; every payload
 byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames wait
-in the queue, each counted with FRAME_COST (past that, the oldest is written with the bytes final so far and
-the rest zero, counted as ``held_too_long``). What cannot be parsed at all is dropped and counted by reason
-unless ``keep_unparsed``: frames that are not TCP to or from a decoded port, and TLS connections.
+in the queue (past that, the oldest is written with the bytes final so far and the rest zero, counted as
+``held_too_long``). What cannot be parsed at all is dropped and counted by reason unless ``keep_unparsed``:
+frames that are not TCP to or from a decoded port, and TLS connections.
 """
 
 from __future__ import annotations
@@ -72,10 +72,6 @@ from dcpctl.sources.tcp import (
 # Frames held in the output queue waiting for the messages they carry to end: room for two of the largest
 # messages the framer accepts, so a direction blocked on one big item never forces another's frames out.
 DEFAULT_MAX_HELD_BYTES: Final = 2 * DEFAULT_MAX_BODY_LENGTH + (1 << 20)
-# What a waiting frame costs beyond its bytes (its record, its spans, the connection state it keeps alive),
-# counted against max_held_bytes so that it bounds memory for small frames too: a queue of 54-byte ACKs took
-# about a kilobyte each (benchmarks/README.md, hostile captures)
-FRAME_COST: Final = 1024
 # Final bytes kept per direction for retransmissions: as many as the reassembler compares copies against.
 HISTORY_BYTES: Final = RECENT_BYTES
 TCP: Final = 6
@@ -207,7 +203,7 @@ class CaptureRedactor:
         frame = _Frame(ts, bytearray(data), wire_length, size=len(data))
         self.summary.frames_in += 1
         self.queue.append(frame)
-        self.queued_bytes += len(data) + FRAME_COST
+        self.queued_bytes += len(data)
         self._last = frame
         self._flush()
 
@@ -502,7 +498,7 @@ class CaptureRedactor:
             if queue[0] is self._last and not queue[0].claimed:
                 return  # the reader may still claim it
             frame = queue.popleft()
-            self.queued_bytes -= frame.size + FRAME_COST
+            self.queued_bytes -= frame.size
             if frame.held:
                 self.summary.counts["held_too_long"] += 1
                 self._force(frame)
