@@ -25,10 +25,10 @@ acknowledges removed bytes only, are left out (kept, they would be duplicate ACK
 lengths, the wire length and checksums follow. Edits are kept as long as the store's history.
 
 Invariants: frames come out in input order, with their capture times and link-layer headers; every payload
-byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames wait
-in the queue (past that, the oldest is written with the bytes final so far and the rest zero, counted as
-``held_too_long``). What cannot be parsed at all is dropped and counted by reason unless ``keep_unparsed``:
-frames that are not TCP to or from a decoded port, and TLS connections.
+byte of a kept frame is either part of a redacted message or zero; at most ``max_held_bytes`` of frames, and
+``max_held_frames``, wait in the queue (past that, the oldest is written with the bytes final so far and the
+rest zero, counted as ``held_too_long``). What cannot be parsed at all is dropped and counted by reason
+unless ``keep_unparsed``: frames that are not TCP to or from a decoded port, and TLS connections.
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ from dcpctl.sources.tcp import (
 # Frames held in the output queue waiting for the messages they carry to end: room for two of the largest
 # messages the framer accepts, so a direction blocked on one big item never forces another's frames out.
 DEFAULT_MAX_HELD_BYTES: Final = 2 * DEFAULT_MAX_BODY_LENGTH + (1 << 20)
+# The smallest segment a sender cuts a large message into (TCP's default MSS): frames held are also bounded in
+# number, by two of the largest messages in such segments, since a small frame costs far more memory than its
+# bytes (a queue of 54-byte ACKs behind one held frame took about a kilobyte each).
+SMALLEST_SEGMENT: Final = 536
 # Final bytes kept per direction for retransmissions: as many as the reassembler compares copies against.
 HISTORY_BYTES: Final = RECENT_BYTES
 TCP: Final = 6
@@ -104,9 +108,10 @@ class _Frame:
     resized: int = 0  # payload bytes added (removed when negative) by messages whose length changed
     emptied: bool = False  # its payload was all removed: left out (see _write_back)
     tcp_at: int | None = None  # where its TCP header starts, found once when the reader claims it
-    # an ACK of a followed connection: that connection, its direction, the acknowledgement it carried, and
-    # whether it is a pure ACK (no payload, no FIN or RST)
-    ack_of: tuple[_Conn, bool, int, bool] | None = None
+    # an ACK of a followed connection: that connection's last ACKs written (not the connection: a frame waiting
+    # in the queue must not keep an ended connection's streams alive), its direction, the acknowledgement it
+    # carried, and whether it is a pure ACK (no payload, no FIN or RST)
+    ack_of: tuple[dict[bool, tuple[int, int]], bool, int, bool] | None = None
 
 
 @dataclass(slots=True)
@@ -182,6 +187,7 @@ class CaptureRedactor:
         self.tls_ports = tls_ports
         self.keep_unparsed = keep_unparsed
         self.max_held_bytes = max_held_bytes
+        self.max_held_frames = 2 * (max_body_length // SMALLEST_SEGMENT + 1)
         self.reassembler = Reassembler(ports, max_connections=max_connections)
         # plain items (most of a DCP capture) come to _plain read in place, not decoded into Messages
         self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
@@ -259,7 +265,7 @@ class CaptureRedactor:
                 frame.held += 1
             if acked:
                 pure = not seg.payload and not seg.truncated and not seg.flags & (FIN | RST)
-                frame.ack_of = (conn, from_client, seg.ack, pure)
+                frame.ack_of = (conn.acks, from_client, seg.ack, pure)
         if conn is not None and seg.payload:
             stream = conn.streams[from_client]
             stream.spans.append(_Span(frame, seg.payload_at, offset, len(seg.payload)))
@@ -494,7 +500,8 @@ class CaptureRedactor:
     # --- output ---------------------------------------------------------------------------------------
     def _flush(self) -> None:
         queue = self.queue
-        while queue and (queue[0].held == 0 or self.queued_bytes > self.max_held_bytes):
+        while queue and (queue[0].held == 0 or self.queued_bytes > self.max_held_bytes
+                         or len(queue) > self.max_held_frames):
             if queue[0] is self._last and not queue[0].claimed:
                 return  # the reader may still claim it
             frame = queue.popleft()
@@ -534,13 +541,13 @@ class CaptureRedactor:
         ACK carries its acknowledgement and window on."""
         if frame.ack_of is None:
             return False
-        conn, from_client, ack_in, pure = frame.ack_of
+        acks, from_client, ack_in, pure = frame.ack_of
         tcp_at = frame.tcp_at
         if tcp_at is None:
             return False
         ack_out = struct.unpack_from("!I", frame.data, tcp_at + 8)[0]
-        last = conn.acks.get(from_client)
-        conn.acks[from_client] = (ack_in, ack_out)
+        last = acks.get(from_client)
+        acks[from_client] = (ack_in, ack_out)
         return pure and last is not None and last[0] != ack_in and last[1] == ack_out
 
     def finish(self) -> None:

@@ -40,6 +40,7 @@ from dcpctl.sources.pcapwriter import (
     PcapWriter,
     TcpConversation,
 )
+from dcpctl.sources.redaction import CaptureRedactor
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
@@ -938,3 +939,34 @@ def _json_names(value: object) -> Iterator[str]:
         for key, item in value.items():
             yield key
             yield from _json_names(item)
+
+
+def test_frames_held_behind_one_are_bounded_in_number_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a connection from port 11210 to port 11210 keeps its last ACK waiting to the end; the small frames behind it
+    # (short connections, 54-byte ACKs) cost far more memory than their bytes: their number is bounded too, by
+    # two of the largest messages in 536-byte segments (here --max-body-length 10000: 38 frames)
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    for index in range(300):
+        conversation = TcpConversation(writer, (f"10.0.{index >> 8}.{index & 0xFF}", 11210 if index == 0 else 40000),
+                                       ts=1_700_000_000 + index * 1e-3)
+        conversation.handshake()
+        conversation.send(from_client=False, payload=build.request(Opcode.DCP_NOOP, opaque=index))
+        conversation.send(from_client=True, payload=build.response(Opcode.DCP_NOOP, opaque=index))
+        conversation.close()
+    source = tmp_path / "held.pcap"
+    source.write_bytes(out.getvalue())
+    longest = [0]
+    flush = CaptureRedactor._flush
+
+    def measured(self: CaptureRedactor) -> None:
+        flush(self)
+        longest[0] = max(longest[0], len(self.queue))
+
+    monkeypatch.setattr(CaptureRedactor, "_flush", measured)
+    target = tmp_path / "out.pcap"
+    run = _redact(source, target, "--max-body-length", "10000")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "frames written before their messages ended (--max-held-bytes)" in run.err.getvalue()
+    assert longest[0] <= 2 * (10000 // 536 + 1)
+    assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
