@@ -512,14 +512,14 @@ class CaptureRedactor:
             self._output(frame)
 
     def _force(self, frame: _Frame) -> None:
-        """A frame out before its bytes are final: what is final is written, the rest zeroed."""
+        """A frame out before its bytes are final: what is final is written, the rest zeroed. Spans wait in
+        the order their frames came, and every older frame has left the queue: the oldest frame's spans are
+        first in each stream, so each stream is looked at once, not walked whole for every forced frame."""
         for conn in self.conns.values():
             for stream in conn.streams.values():
-                kept = deque(span for span in stream.spans if span.frame is not frame)
-                for span in stream.spans:
-                    if span.frame is frame:
-                        self._write_back(stream, span, conn.drop)
-                stream.spans = kept
+                spans = stream.spans
+                while spans and spans[0].frame is frame:
+                    self._write_back(stream, spans.popleft(), conn.drop)
 
     def _output(self, frame: _Frame) -> None:
         if frame.drop is not None and not self.keep_unparsed:
