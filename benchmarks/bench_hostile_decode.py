@@ -1,6 +1,7 @@
 """dcpctl decode on hostile captures (issue 17, items 11 and 12): wall time and peak RSS, tshark side by side.
 
-    python benchmarks/bench_hostile_decode.py [--scale S] [--only NAME,...] [--no-tshark] [--keep DIR] [--limit SECONDS]
+    python benchmarks/bench_hostile_decode.py [--scale S] [--only NAME,...] [--no-tshark] [--redact] [--keep DIR]
+                                              [--limit SECONDS]
 
 Each capture is written by dcpctl's own pcap writer, at two sizes (S and 2*S times the base size), so that
 linear time and bounded memory show as a doubling of time and a flat RSS:
@@ -10,13 +11,16 @@ linear time and bounded memory show as a doubling of time and a flat RSS:
   document_1448 one legal 20 MiB DCP_MUTATION in 1448-byte segments (base: 1 document)
   document_536  the same in 536-byte segments
   garbage       bytes that never frame, from the server (base 50 MiB): random and 0x80 runs, by turns
+  json_names    mutations whose JSON documents hold 1,000 names never seen before each (base 2,000 documents)
 dcpctl runs as a user runs it: ``dcpctl decode -F jsonl FILE > /dev/null`` (--jobs 1, then --jobs 2);
-tshark as its users run it: ``tshark -r FILE -T fields -e couchbase.opcode > /dev/null``.
+tshark as its users run it: ``tshark -r FILE -T fields -e couchbase.opcode > /dev/null``. With --redact,
+``dcpctl redact FILE -o OUT`` too, and with ``--no-keep-json-names`` (the salt from the environment).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import struct
@@ -101,6 +105,20 @@ def garbage(path: Path, size: int) -> None:
         conversation.close()
 
 
+def json_names(path: Path, n: int) -> None:
+    """``n`` mutations, each a JSON document of 1,000 names that no other document has."""
+    with path.open("wb") as out:
+        conversation = TcpConversation(PcapWriter(out))
+        conversation.handshake()
+        for index in range(n):
+            document = "{" + ",".join(f'"n{index}_{name}":{name}' for name in range(1000)) + "}"
+            conversation.send(from_client=False, payload=encode({
+                "magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 0, "opaque": 1, "by_seqno": index + 1,
+                "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0, "datatype": 1,
+                "key": f"doc{index}", "value": document}))
+        conversation.close()
+
+
 CASES: dict[str, tuple[Callable[[Path, int], None], int]] = {
     "syn_flood": (syn_flood, 200_000),
     "closed": (closed, 25_000),
@@ -108,6 +126,7 @@ CASES: dict[str, tuple[Callable[[Path, int], None], int]] = {
     "document_1448": (lambda p, n: document(p, n, 1448), 1),
     "document_536": (lambda p, n: document(p, n, 536), 1),
     "garbage": (garbage, 50 * MIB),
+    "json_names": (json_names, 2_000),
 }
 
 
@@ -116,9 +135,11 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--only", default=",".join(CASES))
     parser.add_argument("--no-tshark", action="store_true")
+    parser.add_argument("--redact", action="store_true", help="dcpctl redact too, with names kept and hashed")
     parser.add_argument("--limit", type=float, default=120.0, help="seconds after which a command is stopped")
     parser.add_argument("--keep", type=Path, default=None, help="write the captures here and keep them")
     args = parser.parse_args()
+    os.environ.setdefault("DCPCTL_REDACT_SALT", "a benchmark's salt")  # no random salt line per run
     tshark = None if args.no_tshark else shutil.which("tshark")
     directory = args.keep or Path(tempfile.mkdtemp(prefix="hostile-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -134,6 +155,10 @@ def main() -> None:
                 megabytes = path.stat().st_size / MIB
                 commands = {f"dcpctl -j{jobs}": [sys.executable, "-m", "dcpctl", "decode", "-F", "jsonl", "-j",
                                                  str(jobs), str(path)] for jobs in (1, 2)}
+                if args.redact:
+                    redacted = str(directory / "redacted.pcap")
+                    commands["redact"] = [sys.executable, "-m", "dcpctl", "redact", str(path), "-o", redacted]
+                    commands["redact names"] = [*commands["redact"], "--no-keep-json-names"]
                 if tshark is not None:
                     commands["tshark"] = [tshark, "-r", str(path), "-T", "fields", "-e", "couchbase.opcode"]
                 for label, command in commands.items():
