@@ -69,20 +69,31 @@ def test_redact_needs_write() -> None:
     assert "--write" in err
 
 
+def _capturing(port: int, saved: Path, salt: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``dcpctl capture -w saved --redact`` on loopback for the server's port, once it captures."""
+    proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(port), "-F", "jsonl",
+                             "-w", str(saved), "--redact", "--salt-file", str(salt), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+    return proc
+
+
+def _streamed(port: int) -> subprocess.CompletedProcess[bytes]:
+    """The server's items streamed once, up to now (the traffic a live capture sees)."""
+    return subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{port}", "--until", "now", "-F",
+                           "jsonl"], capture_output=True, timeout=120, check=False,
+                          env={**os.environ, "DCPCTL_PASSWORD": "password"})
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
 def test_capture_w_redact_saves_redacted_frames(tmp_path: Path) -> None:
     saved = tmp_path / "live.pcap"
     salt = tmp_path / "salt"
     salt.write_text(SALT)
     with serving("--vbuckets", "2", "--items", "50") as server:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
-             "-w", str(saved), "--redact", "--salt-file", str(salt)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert proc.stderr is not None
-        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
-        streamed = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
-                                   "--until", "now", "-F", "jsonl"], capture_output=True, timeout=120, check=False,
-                                  env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        proc = _capturing(server.port, saved, salt)
+        streamed = _streamed(server.port)
         assert streamed.returncode == ExitCode.OK, streamed.stderr
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
@@ -153,16 +164,8 @@ def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_pat
     salt = tmp_path / "salt"
     salt.write_text(SALT)
     with serving("--vbuckets", "2", "--items", "400") as server:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port), "-F", "jsonl",
-             "--count", "40", "-w", str(saved), "--redact", "--salt-file", str(salt), "--map-addresses",
-             "--no-keep-json-names"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert proc.stderr is not None
-        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
-        subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--until", "now",
-                        "-F", "jsonl"], capture_output=True, timeout=120, check=False,
-                       env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        proc = _capturing(server.port, saved, salt, "--count", "40", "--map-addresses", "--no-keep-json-names")
+        _streamed(server.port)
         printed, err = proc.communicate(timeout=60)
         port = str(server.port)
     assert proc.returncode == ExitCode.OK, err
