@@ -156,8 +156,21 @@ class _Conn:
     label: str
     drop: str | None = None
     unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
-    streams: dict[bool, _Stream] = field(default_factory=lambda: {True: _Stream(), False: _Stream()})
+    midstream: bool = False  # its start was not seen: each direction's first message is checked before trusted
+    # each direction's stream, made when first needed: a connection that only opens (a SYN flood, up to
+    # --max-connections of them) has none
+    streams: dict[bool, _Stream] = field(default_factory=dict)
     acks: dict[bool, tuple[int, int]] = field(default_factory=dict)  # last ACK written per direction: in, out
+
+    def stream(self, from_client: bool) -> _Stream:
+        found = self.streams.get(from_client)
+        if found is None:
+            found = self.streams[from_client] = _Stream(resynced=self.midstream)
+        return found
+
+    def final_shift(self, from_client: bool) -> int:
+        stream = self.streams.get(from_client)
+        return _final_shift(stream) if stream is not None else 0
 
 
 @dataclass
@@ -244,6 +257,7 @@ class CaptureRedactor:
             if isinstance(event, StreamEvent) and event.name in ("connection_open", "midstream"):
                 opened = self._conn(event.conn)
                 if event.name == "midstream":  # its first message may be found inside another's bytes
+                    opened.midstream = True
                     for stream in opened.streams.values():
                         stream.resynced = True
         conn = self.conns.get(conn_id) if conn_id is not None else None
@@ -253,9 +267,9 @@ class CaptureRedactor:
             self._shift_closed(frame, from_client, *self.closed[key])
         if conn is not None and conn.drop is None and not seg.flags & SYN:
             if tcp_at is not None:  # its sequence number, moved as its direction's bytes before it resized
-                conn.streams[from_client].spans.append(_Span(frame, tcp_at + 4, offset, 0, seg.seq))
+                conn.stream(from_client).spans.append(_Span(frame, tcp_at + 4, offset, 0, seg.seq))
                 frame.held += 1
-            other = conn.streams[not from_client]
+            other = conn.stream(not from_client)
             final = self._final(conn_id, not from_client)
             for at, acked_offset, number in acked:
                 if not other.spans and acked_offset <= final:  # already final (as a rule, an ACK's is): now
@@ -267,7 +281,7 @@ class CaptureRedactor:
                 pure = not seg.payload and not seg.truncated and not seg.flags & (FIN | RST)
                 frame.ack_of = (conn.acks, from_client, seg.ack, pure)
         if conn is not None and seg.payload:
-            stream = conn.streams[from_client]
+            stream = conn.stream(from_client)
             stream.spans.append(_Span(frame, seg.payload_at, offset, len(seg.payload)))
             frame.held += 1
             end = offset + len(seg.payload)
@@ -338,15 +352,15 @@ class CaptureRedactor:
         if isinstance(event, StreamEvent) and event.name == "gap" and event.from_client is not None:
             conn = self.conns.get(event.conn)
             if conn is not None:  # the framer resynchronises after a gap
-                conn.streams[event.from_client].resynced = True
+                conn.stream(event.from_client).resynced = True
         if isinstance(event, StreamEvent) and event.name == "connection_end":
             conn = self.conns.pop(event.conn, None)
             if conn is not None:
                 self.labels.pop(conn.label, None)
                 for from_client in (True, False):
                     self._settle(event.conn, conn, from_client, everything=True)
-                self.closed[(event.conn.client, event.conn.server)] = (_final_shift(conn.streams[True]),
-                                                                        _final_shift(conn.streams[False]))
+                self.closed[(event.conn.client, event.conn.server)] = (conn.final_shift(from_client=True),
+                                                                        conn.final_shift(from_client=False))
                 while len(self.closed) > self.max_connections:
                     del self.closed[next(iter(self.closed))]
 
@@ -360,7 +374,7 @@ class CaptureRedactor:
             conn.unparsed = True
             self.summary.counts["unparsed_connections"] += 1
         if from_client is not None:
-            conn.streams[from_client].resynced = True
+            conn.stream(from_client).resynced = True
 
     def _message(self, msg: Message) -> None:
         context = msg.context
@@ -371,7 +385,7 @@ class CaptureRedactor:
         if conn is None or conn.drop is not None:
             return
         self.summary.messages += 1
-        stream = conn.streams[context[0]["direction"] == "client>server"]
+        stream = conn.stream(context[0]["direction"] == "client>server")
         if stream.resynced:
             stream.resynced = False
             if msg.variant is None or decode(msg.raw, msg.offset, msg.options).diagnostics:
@@ -397,7 +411,7 @@ class CaptureRedactor:
         assert variant is not None  # a plain item's plan has its row
         data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], variant,
                                         item[6] is not None)
-        self._store(conn.streams[False], offset, data, end - start)
+        self._store(conn.stream(from_client=False), offset, data, end - start)
 
     def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:
         """A message's redacted bytes into its direction's store of final bytes; one ``length`` input bytes
@@ -416,12 +430,12 @@ class CaptureRedactor:
 
     def _settle(self, conn_id: ConnectionId, conn: _Conn, from_client: bool, everything: bool = False) -> None:
         """Write back the spans whose bytes are final (all of them when the connection ended)."""
-        stream = conn.streams[from_client]
         state = self.decoder.connections.get(conn_id)
         if state is not None and state.tls and conn.drop is None:
             conn.drop = TLS
             self.summary.dropped_connections[TLS] += 1
-        if not stream.spans:  # nothing waits (the history was trimmed when the last span left)
+        stream = conn.streams.get(from_client)
+        if stream is None or not stream.spans:  # nothing waits (the history was trimmed when the last span left)
             return
         if everything or state is None or conn.drop is not None:
             final = None
