@@ -69,14 +69,17 @@ def test_redact_needs_write() -> None:
     assert "--write" in err
 
 
-def _capturing(port: int, saved: Path, salt: Path, *extra: str) -> subprocess.Popen[bytes]:
-    """``dcpctl capture -w saved --redact`` on loopback for the server's port, once it captures."""
+def _capturing(port: int, directory: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``dcpctl capture -w FILE --redact`` on loopback for the server's port, once it captures: the process and
+    the file it saves (in ``directory``, with the salt file)."""
+    saved, salt = directory / "live.pcap", directory / "salt"
+    salt.write_text(SALT)
     proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(port), "-F", "jsonl",
                              "-w", str(saved), "--redact", "--salt-file", str(salt), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
-    return proc
+    return proc, saved
 
 
 def _streamed(port: int) -> subprocess.CompletedProcess[bytes]:
@@ -88,11 +91,8 @@ def _streamed(port: int) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
 def test_capture_w_redact_saves_redacted_frames(tmp_path: Path) -> None:
-    saved = tmp_path / "live.pcap"
-    salt = tmp_path / "salt"
-    salt.write_text(SALT)
     with serving("--vbuckets", "2", "--items", "50") as server:
-        proc = _capturing(server.port, saved, salt)
+        proc, saved = _capturing(server.port, tmp_path)
         streamed = _streamed(server.port)
         assert streamed.returncode == ExitCode.OK, streamed.stderr
         time.sleep(1)
@@ -160,11 +160,8 @@ def test_what_to_keep_needs_redact(command: list[str], option: list[str], tmp_pa
 def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_path: Path) -> None:
     # --count ends the capture inside the traffic: the frames the redactor still held (the last one waits for
     # the next) must reach the file, and the summary says what was replaced; redact's options apply
-    saved = tmp_path / "live.pcap"
-    salt = tmp_path / "salt"
-    salt.write_text(SALT)
     with serving("--vbuckets", "2", "--items", "400") as server:
-        proc = _capturing(server.port, saved, salt, "--count", "40", "--map-addresses", "--no-keep-json-names")
+        proc, saved = _capturing(server.port, tmp_path, "--count", "40", "--map-addresses", "--no-keep-json-names")
         _streamed(server.port)
         printed, err = proc.communicate(timeout=60)
         port = str(server.port)
