@@ -12,6 +12,7 @@ from typing import Annotated, Final
 import typer
 
 from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, Connection, TlsOptions, split_host
+from dcpctl.client.streamer import vbucket_map
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -120,6 +121,16 @@ class Login:
             conn.close()
             raise
         return conn
+
+    def cluster_map(self, host: str, password: str, tls_options: TlsOptions | None
+                    ) -> tuple[int, dict[int, tuple[str, int]]]:
+        """The number of vbuckets and each one's active node, read from the node the command was given."""
+        seed_host, seed_port = self.seed(host, tls_options)
+        seed = self.connect(seed_host, seed_port, password, tls_options)
+        try:
+            return vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
+        finally:
+            seed.close()
 
 
 def password_of(env: Environment, variable: str, path: Path | None, user: str) -> str:

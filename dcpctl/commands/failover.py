@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dcpctl.client.streamer import vbucket_map
 from dcpctl.commands._live import HostArgument, Login, client_errors
 from dcpctl.commands._options import env_of, option_groups, parse_ranges
 from dcpctl.dcp.failover import compare, dump_logs
@@ -52,14 +51,9 @@ def failover(
     chosen = parse_ranges(vbuckets) if vbuckets else None  # a bad range is a usage error before connecting
     password = login.password(env)
     tls_options = login.tls_options()
-    seed_host, seed_port = login.seed(host, tls_options)
     rows: list[dict[str, Any]] = []
     with client_errors():
-        seed = login.connect(seed_host, seed_port, password, tls_options)
-        try:
-            count, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
-        finally:
-            seed.close()
+        count, owner = login.cluster_map(host, password, tls_options)
         wanted = sorted(chosen if chosen is not None else range(count))
         by_node: dict[tuple[str, int], list[int]] = {}
         for vb in wanted:

@@ -11,7 +11,6 @@ import typer
 from rich.text import Text
 
 from dcpctl.client.negotiate import negotiate_live, server_view
-from dcpctl.client.streamer import vbucket_map
 from dcpctl.commands._live import MAX_SEQNO, HostArgument, Login, client_errors
 from dcpctl.commands._options import env_of, option_groups
 from dcpctl.dcp.rollback import (
@@ -239,13 +238,8 @@ def negotiate_command(
                             _int(snap_end, "--snap-end") if snap_end else None)
     password = login.password(env)
     tls_options = login.tls_options()
-    seed_host, seed_port = login.seed(host, tls_options)
     with client_errors():
-        seed = login.connect(seed_host, seed_port, password, tls_options)
-        try:
-            _, owner = vbucket_map(seed, seed_host, seed_port, tls=tls_options is not None)
-        finally:
-            seed.close()
+        _, owner = login.cluster_map(host, password, tls_options)
         if vbucket not in owner:
             raise CommandError(f"vbucket {vbucket} is not in the cluster map", ExitCode.USAGE)
         conn = login.connect(*owner[vbucket], password, tls_options)
