@@ -28,6 +28,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
 from dcpctl import __version__
 from dcpctl.dcp import rollback
@@ -144,8 +145,14 @@ class Cluster:
         if not bucket:
             return {"rev": self.revision, "revEpoch": MAP_EPOCH, "nodesExt": nodes_ext,
                     "clusterCapabilitiesVer": [1, 0], "clusterCapabilities": {"n1ql": []}}
-        return {"rev": self.revision, "revEpoch": MAP_EPOCH, "name": self.bucket.name, "nodeLocator": "vbucket",
-                "bucketCapabilities": ["dcp", "xattr", "collections", "json", "snappy"],
+        # ns_server names the bucket again in its URIs (what a redaction with --hash-names must find too)
+        name, uuid = self.bucket.name, self.bucket.uuid
+        return {"rev": self.revision, "revEpoch": MAP_EPOCH, "name": name, "nodeLocator": "vbucket", "uuid": uuid,
+                "uri": f"/pools/default/buckets/{quote(name)}?bucket_uuid={uuid}",
+                "streamingUri": f"/pools/default/bucketsStreaming/{quote(name)}?bucket_uuid={uuid}",
+                "bucketCapabilitiesVer": "", "bucketCapabilities": ["dcp", "xattr", "collections", "json", "snappy"],
+                "collectionsManifestUid": f"{self.bucket.manifest.uid:x}",
+                "ddocs": {"uri": f"/pools/default/buckets/{quote(name)}/ddocs"},
                 "nodesExt": nodes_ext,
                 "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 0, "serverList": servers,
                                      "vBucketMap": [[owner] for owner in self.owner]}}

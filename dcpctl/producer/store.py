@@ -224,6 +224,8 @@ class Bucket:
             uuid = rng.getrandbits(48) or 1
             self.vbuckets.append(VBucket(vb, [FailoverEntry(uuid, 0)], count))
         self._rng = rng
+        # the bucket's uuid, as ns_server gives each bucket (32 hex digits; its own draw keeps the vbuckets')
+        self.uuid = f"{random.Random(f'{name} {seed}').getrandbits(128):032x}"  # noqa: S311 - not a secret
 
     # --- items ------------------------------------------------------------------------------------
     def item(self, vb: VBucket, seqno: int) -> Item:
