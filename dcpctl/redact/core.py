@@ -198,13 +198,17 @@ class Redactor:
 
     def json_names(self, data: bytes) -> bytes:
         """JSON with the string values of its "name" fields hashed as names (a manifest's scopes and
-        collections, a cluster map's bucket), the rest as it is."""
+        collections, a cluster map's bucket), and those names wherever other strings of it hold them: a
+        cluster map names its bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``). The
+        rest stays as it is."""
         try:
             orjson.loads(data)
         except ValueError:
             return data
         out = bytearray(data)
         named = False
+        names: set[bytes] = set()
+        others: list[tuple[int, int]] = []  # the other strings' text
         for match in _JSON_TOKEN.finditer(data):
             start, end = match.span()
             token = data[start:end]
@@ -214,11 +218,34 @@ class Redactor:
             if after < len(data) and data[after] == _COLON:
                 named = token == NAME_FIELD
                 continue
-            if named and data[start] == _QUOTE:
-                self.counts["names"] += 1
-                out[start + 1:end - 1] = self.placeholder(b"name", data[start + 1:end - 1])
+            if data[start] == _QUOTE:
+                if named and end - start > 2:
+                    self.counts["names"] += 1
+                    names.add(data[start + 1:end - 1])
+                    out[start + 1:end - 1] = self.placeholder(b"name", data[start + 1:end - 1])
+                elif not named:
+                    others.append((start + 1, end - 1))
             named = False
+        if names and others:
+            self._names_within(data, out, names, others)
         return bytes(out)
+
+    def _names_within(self, data: bytes, out: bytearray, names: set[bytes], spans: list[tuple[int, int]]) -> None:
+        """Each of ``names`` where it stands on its own (not inside a longer word) in the strings at ``spans``,
+        replaced by its placeholder; in its percent-encoded form too (a URI's), by as many characters of the
+        same keyed stream, so both forms start alike."""
+        forms: dict[bytes, bytes] = {}
+        for name in names:
+            forms[name] = self.placeholder(b"name", name)
+            encoded = name.replace(b"%", b"%25")
+            if encoded != name:
+                forms[encoded] = self._stream(b"name", name, len(encoded)).translate(_TO_ALPHABET)
+        alternatives = b"|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+        pattern = re.compile(rb"(?<![A-Za-z0-9_-])(?:" + alternatives + rb")(?![A-Za-z0-9_-])")
+        for start, end in spans:
+            for match in pattern.finditer(data, start, end):
+                self.counts["names"] += 1
+                out[match.start():match.end()] = forms[match.group()]
 
     def body(self, data: bytes, is_json: bool, parsed: bool = False) -> bytes:
         """A document body: JSON with names kept when it is JSON, else a placeholder."""

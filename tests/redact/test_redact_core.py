@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import cramjam
 import pytest
@@ -173,6 +174,48 @@ def test_a_range_scans_key_range_is_customer_data() -> None:
     assert start.encode() not in out
     assert end.encode() not in out
     assert _shape(json.loads(out[24:])) == _shape(json.loads(body))
+
+
+def _bucket_config(name: str, uuid: str = "ae4c45a9818aee3bd83bf65d10c99d9d") -> dict[str, object]:
+    """A bucket's cluster map as ns_server writes it (the names and URIs of Couchbase 7's terse bucket info)."""
+    encoded = name.replace("%", "%25")
+    return {"rev": 2, "revEpoch": 2, "name": name, "nodeLocator": "vbucket", "uuid": uuid,
+            "uri": f"/pools/default/buckets/{encoded}?bucket_uuid={uuid}",
+            "streamingUri": f"/pools/default/bucketsStreaming/{encoded}?bucket_uuid={uuid}",
+            "bucketCapabilitiesVer": "", "bucketCapabilities": ["collections", "dcp", "couchapi", "xattr"],
+            "collectionsManifestUid": "1", "ddocs": {"uri": f"/pools/default/buckets/{encoded}/ddocs"},
+            "nodes": [{"couchApiBase": f"http://$HOST:8092/{encoded}%2B{uuid}", "hostname": "$HOST:8091",
+                       "ports": {"direct": 11210}}],
+            "vBucketServerMap": {"hashAlgorithm": "CRC", "numReplicas": 1, "serverList": ["$HOST:11210"],
+                                 "vBucketMap": [[0, -1], [0, -1]]}}
+
+
+@pytest.mark.parametrize("bucket", ["travel-sample", "sales%eu", "dc"])
+def test_hash_names_hashes_a_cluster_maps_bucket_in_its_uris_too(bucket: str) -> None:
+    """A cluster map names its bucket in "name" and again in its URIs: --hash-names replaces both by one
+    placeholder (a URI's percent-encoded form by one that starts alike), and nothing else of the map."""
+    config = _bucket_config(bucket)
+    raw = build.response(Opcode.GET_CLUSTER_CONFIG, value=json.dumps(config).encode(), datatype=DATATYPE_JSON)
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
+    out = Redactor(b"salt", Policy(hash_names=True)).message(decode(raw, 0, DecodeOptions()))
+    assert len(out) == len(raw)
+    for form in {bucket, bucket.replace("%", "%25")}:  # as a word of its own: "dc" is in "dcp"
+        assert re.search(rb"(?<![A-Za-z0-9_-])" + re.escape(form.encode()) + rb"(?![A-Za-z0-9_-])", out) is None
+    got = json.loads(out[24:])
+    hashed = got["name"]
+    assert len(hashed) == len(bucket)
+    assert got == _bucket_config(hashed) | {"uri": got["uri"], "streamingUri": got["streamingUri"],
+                                            "ddocs": got["ddocs"], "nodes": got["nodes"]}
+    for uri, prefix, suffix in ((got["uri"], "/pools/default/buckets/", "?bucket_uuid="),
+                                (got["streamingUri"], "/pools/default/bucketsStreaming/", "?bucket_uuid="),
+                                (got["ddocs"]["uri"], "/pools/default/buckets/", "/ddocs"),
+                                (got["nodes"][0]["couchApiBase"], "http://$HOST:8092/", "%2B")):
+        assert uri.startswith(prefix + hashed)
+        assert suffix in uri[len(prefix):]
+        placeholder = uri[len(prefix):uri.index(suffix, len(prefix))]
+        assert len(placeholder) == len(bucket.replace("%", "%25"))
+    # a name inside a longer word ("dc" in "dcp") is not that name
+    assert got["bucketCapabilities"] == config["bucketCapabilities"]
 
 
 # --- --no-keep-json-names --------------------------------------------------------------------------------

@@ -63,6 +63,33 @@ def test_stream_write_redact_saves_what_redact_would_write(tmp_path: Path, monke
     assert len(_items(saved)) == len([r for r in live if r["opcode"] in ITEMS])
 
 
+def test_hash_names_leaves_the_bucket_name_nowhere_in_what_stream_saves(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the bucket is named in SELECT_BUCKET, in the cluster map's "name" and in its URIs (serve writes them as
+    # ns_server does): --hash-names gives it one placeholder in all of them
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    plain, redacted = tmp_path / "plain.pcap", tmp_path / "redacted.pcap"
+    bucket = "customer-orders"
+    with serving("--vbuckets", "2", "--items", "20", "--bucket", bucket) as server:
+        base = ["stream", f"127.0.0.1:{server.port}", "-b", bucket, "-F", "jsonl", "--timeout", "5", "--until",
+                "now", "--sasl-mech", "PLAIN"]
+        assert run(*base, "--write", str(plain))[0] == ExitCode.OK
+        code, _, err = run(*base, "--write", str(redacted), "--redact", "--salt-file", str(salt), "--hash-names")
+        assert code == ExitCode.OK, err
+        port = str(server.port)
+    assert plain.read_bytes().count(bucket.encode()) >= 5  # SELECT_BUCKET, the map's name and its three URIs
+    assert bucket.encode() not in redacted.read_bytes()
+    _, saved, _ = run("decode", str(redacted), "-F", "jsonl", "--port", port)
+    maps = [json.loads(r["value"]) for r in saved if r["opcode"] == "GET_CLUSTER_CONFIG" and r.get("value")]
+    assert maps
+    hashed = maps[0]["name"]
+    assert len(hashed) == len(bucket)
+    assert maps[0]["uri"].startswith(f"/pools/default/buckets/{hashed}?bucket_uuid=")
+    assert {r["key"] for r in saved if r["opcode"] == "SELECT_BUCKET" and r.get("key")} == {hashed}
+
+
 def test_redact_needs_write() -> None:
     code, _, err = run("stream", "127.0.0.1:1", "--redact")
     assert code == ExitCode.USAGE
