@@ -68,8 +68,8 @@ class Redaction:
         "--keep-xattr", help="Keep this xattr's value (repeatable); its name is always kept.", metavar="NAME",
         rich_help_panel=KEEP_PANEL)] = None
     hash_names: Annotated[bool, typer.Option(
-        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests "
-        "and cluster maps), by the salt.", rich_help_panel=KEEP_PANEL)] = False
+        "--hash-names", help="Hash bucket, scope, collection, user and connection names too (in keys, manifests, "
+        "cluster maps and stats), by the salt.", rich_help_panel=KEEP_PANEL)] = False
     keep_json_names: Annotated[bool, typer.Option(
         "--keep-json-names/--no-keep-json-names", help="Keep the names in JSON documents and subdocument paths; "
         "with --no-keep-json-names each is hashed by the salt, the same name to the same placeholder "

@@ -63,7 +63,8 @@ class Content(Enum):
     DATA = "data"  # customer data or credentials, whatever the kind
     SECRET = "secret"  # noqa: S105 - a kind of content, not a password; a credential exchange (SASL server)
     NAME = "name"  # a bucket, scope, collection, user or connection name
-    NAMES = "names"  # JSON whose "name" fields are such names (manifests, cluster maps)
+    NAMES = "names"  # JSON whose "name" fields are such names (manifests, cluster maps), maybe named again
+    MENTIONS = "mentions"  # the protocol's text that may name them (stats: a connection's, a collection's)
     FREE_TEXT = "free_text"  # text a person or program chose (HELLO's user agent)
 
 
@@ -435,8 +436,9 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
                                    value_presence=Presence.REQUIRED,
                                    value_grammar=g.observe_seqno_request_value), per_vbucket=True),
     _spec(REQ, "GET_FAILOVER_LOG", EMPTY, per_vbucket=True),
+    # the key is the group and its arguments ("dcp-vbtakeover 5 NAME", "collections SCOPE.COLLECTION")
     _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
-                          value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
+                          key_content=Content.MENTIONS, value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
     _spec(REQ, "VERSION", EMPTY, before_auth=True),
     _spec(REQ, "NOOP", EMPTY, before_auth=True),
 ]
@@ -663,8 +665,8 @@ RESPONSES: Final[list[MessageSpec]] = [
     _response("GET_FAILOVER_LOG", _FAILOVER_LOG),
     # one response per stat (key its name, value its text), then an empty one ending the group
     _spec(RES, "STAT", _x(name="stat_response", when=_when_ext(0), key=KeyKind.TEXT,
-                          key_presence=Presence.OPTIONAL, value=ValueKind.AUTO,
-                          value_presence=Presence.OPTIONAL, terminator="stat_end")),
+                          key_presence=Presence.OPTIONAL, value=ValueKind.AUTO, key_content=Content.MENTIONS,
+                          value_presence=Presence.OPTIONAL, value_content=Content.MENTIONS, terminator="stat_end")),
     _response("VERSION", _x(name="version", when=SUCCESS + _when_ext(0), value=ValueKind.TEXT,
                             value_presence=Presence.OPTIONAL)),
     _response("NOOP", _EMPTY_OK),
@@ -677,13 +679,14 @@ META_RESPONSES: Final[list[MessageSpec]] = [
 ]
 
 SERVER_REQUESTS: Final[list[MessageSpec]] = [
+    # the key is the bucket's name (reference 4.9)
     _spec(SREQ, "ClustermapChangeNotification",
           _x(name="clustermap_notification", extras=g.clustermap_notification_extras, when=_when_ext(4),
-             key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
+             key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, key_content=Content.NAME, value=ValueKind.JSON,
              value_presence=Presence.OPTIONAL, value_content=Content.NAMES),
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
-             when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.JSON,
-             value_presence=Presence.OPTIONAL, value_content=Content.NAMES)),
+             when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, key_content=Content.NAME,
+             value=ValueKind.JSON, value_presence=Presence.OPTIONAL, value_content=Content.NAMES)),
     # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
     _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
                                    value_presence=Presence.REQUIRED, value_content=Content.DATA)),

@@ -81,6 +81,15 @@ _DIGITS: Final = b"0123456789"
 # JSON names whose placeholders are kept: a bucket's documents share a vocabulary far smaller than this, and
 # a hostile stream of fresh names costs a hash each, never memory.
 FIELDS_KEPT: Final = 4096
+# Bucket, scope, collection, user and connection names are hashed word by word: runs of the characters a
+# bucket's name is made of but its dots and percent signs, so "scope.collection" and "eventing:BUCKET:fn" keep
+# their separators and one word gets one placeholder in every name, stats key and URI that holds it.
+_NAME_WORD: Final = re.compile(rb"[A-Za-z0-9_-]+")
+# The same in text that percent-encodes (a map's URIs): an escape is a separator, not the start of a word.
+_ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_-]+)")
+# Name words remembered, for the text that mentions them (stats, a map's URIs): a cluster has far fewer; a
+# hostile stream of fresh names costs a hash each, and memory up to this many words.
+NAME_WORDS_KEPT: Final = 1 << 16
 # What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
 # so a hostile path of brackets is split in one pass. A backquoted name may hold dots: it is hashed in
 # pieces, still the same length.
@@ -108,6 +117,7 @@ class Redactor:
     counts: Counter[str] = field(default_factory=Counter)
     _keys: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
     _fields: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
+    _words: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)  # name words' placeholders
 
     def __post_init__(self) -> None:
         # the keyed hash's prefix per domain: the salt's length, the salt, the domain, a separator
@@ -196,18 +206,57 @@ class Redactor:
         if start >= 0:
             out[start:end] = stream[start:end].translate(_TO_DIGIT)
 
+    def name(self, data: bytes) -> bytes:
+        """A bucket, scope, collection, user or connection name hashed word by word (its dots, colons and the
+        like kept: ``scope.collection`` stays two names), each word to the one placeholder it gets everywhere.
+        The words are remembered, so that :meth:`mentions` finds them in text that names them again."""
+        self.counts["names"] += 1
+        out = bytearray(data)
+        for match in _NAME_WORD.finditer(data):
+            start, end = match.span()
+            out[start:end] = self._word(data[start:end])
+        return bytes(out)
+
+    def _word(self, word: bytes) -> bytes:
+        found = self._words.get(word)
+        if found is None:
+            if len(self._words) >= NAME_WORDS_KEPT:
+                self._words.clear()
+            found = self._words[word] = self.placeholder(b"name", word)
+        return found
+
+    def mentions(self, data: bytes, spans: list[tuple[int, int]] | None = None) -> bytes:
+        """Protocol text (a stat's name and value, a cluster map's URIs) with every word of the names hashed so
+        far replaced where it stands as a word of its own, in its percent-encoded form too; in ``spans`` of
+        ``data`` only, when given. A word that is also a name (a collection named "dcp") is replaced in
+        the text's own vocabulary too: the price of not leaving a name in clear."""
+        words = self._words
+        if not words:
+            return data
+        out = bytearray(data)
+        for start, end in spans if spans is not None else [(0, len(data))]:
+            patterns = (_NAME_WORD, _ENCODED_WORD) if data.find(b"%", start, end) >= 0 else (_NAME_WORD,)
+            for pattern in patterns:
+                for match in pattern.finditer(data, start, end):
+                    word = match.group(pattern.groups)
+                    found = words.get(word) if word is not None else None
+                    if found is not None:
+                        self.counts["names"] += 1
+                        at = match.start(pattern.groups)
+                        out[at:at + len(found)] = found
+        return bytes(out)
+
     def json_names(self, data: bytes) -> bytes:
         """JSON with the string values of its "name" fields hashed as names (a manifest's scopes and
-        collections, a cluster map's bucket), and those names wherever other strings of it hold them: a
-        cluster map names its bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``). The
-        rest stays as it is."""
+        collections, a cluster map's bucket), then its other strings' mentions of names replaced: a cluster map
+        names its bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``). Numbers, JSON
+        names and the rest of the text stay as they are."""
         try:
             orjson.loads(data)
         except ValueError:
             return data
         out = bytearray(data)
         named = False
-        names: set[bytes] = set()
         others: list[tuple[int, int]] = []  # the other strings' text
         for match in _JSON_TOKEN.finditer(data):
             start, end = match.span()
@@ -219,33 +268,15 @@ class Redactor:
                 named = token == NAME_FIELD
                 continue
             if data[start] == _QUOTE:
-                if named and end - start > 2:
-                    self.counts["names"] += 1
-                    names.add(data[start + 1:end - 1])
-                    out[start + 1:end - 1] = self.placeholder(b"name", data[start + 1:end - 1])
-                elif not named:
+                if named:
+                    out[start + 1:end - 1] = self.name(data[start + 1:end - 1])
+                else:
                     others.append((start + 1, end - 1))
             named = False
-        if names and others:
-            self._names_within(data, out, names, others)
+        mentioned = self.mentions(data, others)
+        for start, end in others:
+            out[start:end] = mentioned[start:end]
         return bytes(out)
-
-    def _names_within(self, data: bytes, out: bytearray, names: set[bytes], spans: list[tuple[int, int]]) -> None:
-        """Each of ``names`` where it stands on its own (not inside a longer word) in the strings at ``spans``,
-        replaced by its placeholder; in its percent-encoded form too (a URI's), by as many characters of the
-        same keyed stream, so both forms start alike."""
-        forms: dict[bytes, bytes] = {}
-        for name in names:
-            forms[name] = self.placeholder(b"name", name)
-            encoded = name.replace(b"%", b"%25")
-            if encoded != name:
-                forms[encoded] = self._stream(b"name", name, len(encoded)).translate(_TO_ALPHABET)
-        alternatives = b"|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
-        pattern = re.compile(rb"(?<![A-Za-z0-9_-])(?:" + alternatives + rb")(?![A-Za-z0-9_-])")
-        for start, end in spans:
-            for match in pattern.finditer(data, start, end):
-                self.counts["names"] += 1
-                out[match.start():match.end()] = forms[match.group()]
 
     def body(self, data: bytes, is_json: bool, parsed: bool = False) -> bytes:
         """A document body: JSON with names kept when it is JSON, else a placeholder."""
@@ -266,10 +297,10 @@ class Redactor:
             return b"*" * len(key)
         if content is Content.NAME or (kind is KeyKind.TEXT and content is None):
             if content is Content.NAME and self.policy.hash_names:
-                self.counts["names"] += 1
-                # scope.collection: each name on its own, as a manifest's "name" fields are hashed
-                return b".".join(self.placeholder(b"name", part) for part in key.split(b"."))
+                return self.name(key)
             return key
+        if content is Content.MENTIONS:
+            return self.mentions(key) if self.policy.hash_names else key
         prefix = leb128_decode(key) if kind is KeyKind.DOCUMENT and msg.options.collections else None
         return self.document_key(key, prefix[1] if prefix is not None else 0)
 
@@ -376,8 +407,11 @@ class Redactor:
         if kind is ValueKind.DOCUMENT:
             assert variant is not None
             return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)
-        if self.policy.hash_names and content is Content.NAMES and not datatype & DATATYPE_SNAPPY:
-            return self.json_names(value)
+        if self.policy.hash_names and not datatype & DATATYPE_SNAPPY:
+            if content is Content.NAMES:
+                return self.json_names(value)
+            if content is Content.MENTIONS:
+                return self.mentions(value)
         # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
         return value
 

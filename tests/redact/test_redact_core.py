@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import cramjam
 import pytest
@@ -12,7 +11,14 @@ from hypothesis import strategies as st
 from vectorfile import all_vectors
 
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Opcode, SubdocPathFlag
+from dcpctl.protocol.constants import (
+    DATATYPE_JSON,
+    DATATYPE_SNAPPY,
+    DATATYPE_XATTR,
+    Opcode,
+    ServerOpcode,
+    SubdocPathFlag,
+)
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
@@ -192,30 +198,67 @@ def _bucket_config(name: str, uuid: str = "ae4c45a9818aee3bd83bf65d10c99d9d") ->
 
 @pytest.mark.parametrize("bucket", ["travel-sample", "sales%eu", "dc"])
 def test_hash_names_hashes_a_cluster_maps_bucket_in_its_uris_too(bucket: str) -> None:
-    """A cluster map names its bucket in "name" and again in its URIs: --hash-names replaces both by one
-    placeholder (a URI's percent-encoded form by one that starts alike), and nothing else of the map."""
+    """A cluster map names its bucket in "name" and again in its URIs (percent-encoded): --hash-names gives
+    each word of the name one placeholder in all of them, and changes nothing else of the map."""
     config = _bucket_config(bucket)
     raw = build.response(Opcode.GET_CLUSTER_CONFIG, value=json.dumps(config).encode(), datatype=DATATYPE_JSON)
     assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
-    out = Redactor(b"salt", Policy(hash_names=True)).message(decode(raw, 0, DecodeOptions()))
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    out = redactor.message(decode(raw, 0, DecodeOptions()))
     assert len(out) == len(raw)
-    for form in {bucket, bucket.replace("%", "%25")}:  # as a word of its own: "dc" is in "dcp"
-        assert re.search(rb"(?<![A-Za-z0-9_-])" + re.escape(form.encode()) + rb"(?![A-Za-z0-9_-])", out) is None
     got = json.loads(out[24:])
     hashed = got["name"]
-    assert len(hashed) == len(bucket)
-    assert got == _bucket_config(hashed) | {"uri": got["uri"], "streamingUri": got["streamingUri"],
-                                            "ddocs": got["ddocs"], "nodes": got["nodes"]}
-    for uri, prefix, suffix in ((got["uri"], "/pools/default/buckets/", "?bucket_uuid="),
-                                (got["streamingUri"], "/pools/default/bucketsStreaming/", "?bucket_uuid="),
-                                (got["ddocs"]["uri"], "/pools/default/buckets/", "/ddocs"),
-                                (got["nodes"][0]["couchApiBase"], "http://$HOST:8092/", "%2B")):
-        assert uri.startswith(prefix + hashed)
-        assert suffix in uri[len(prefix):]
-        placeholder = uri[len(prefix):uri.index(suffix, len(prefix))]
-        assert len(placeholder) == len(bucket.replace("%", "%25"))
-    # a name inside a longer word ("dc" in "dcp") is not that name
-    assert got["bucketCapabilities"] == config["bucketCapabilities"]
+    assert hashed == redactor.name(bucket.encode()).decode()
+    assert hashed != bucket
+    # the same map around the hashed name: its URIs name it encoded as they named the bucket; "dc" is not in "dcp"
+    assert got == _bucket_config(hashed)
+
+
+def test_hash_names_hashes_the_bucket_a_map_notification_names() -> None:
+    # the server's ClustermapChangeNotification: key the bucket's name, value the map (reference 4.9)
+    config = json.dumps(_bucket_config("travel-sample")).encode()
+    raw = build.server_request(ServerOpcode.CLUSTERMAP_CHANGE_NOTIFICATION, key=b"travel-sample", value=config,
+                               datatype=DATATYPE_JSON, epoch=2, revision=2)
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    out = redactor.message(decode(raw, 0, DecodeOptions()))
+    assert len(out) == len(raw)
+    assert b"travel-sample" not in out
+    msg = decode(out, 0, DecodeOptions())
+    assert msg.key == redactor.name(b"travel-sample") == json.loads(msg.value)["name"].encode()
+
+
+def test_hash_names_hashes_the_names_stats_mention() -> None:
+    """Stats name connections and collections in their keys and values: the words of every name hashed
+    before (a DCP_OPEN's, a manifest's) are replaced there too, as words of their own only."""
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    opened = redactor.message(decode(build.request(Opcode.DCP_OPEN, key=b"eventing:orders-eu:fn1", seqno=0,
+                                                   flags=1), 0, DecodeOptions()))
+    name = decode(opened, 0, DecodeOptions()).key
+    assert name.count(b":") == 2
+    assert b"orders-eu" not in name
+    manifest = {"uid": "2", "scopes": [{"name": "inventory", "uid": "8",
+                                        "collections": [{"name": "airline", "uid": "9"}]}]}
+    redactor.message(decode(build.response(Opcode.COLLECTIONS_GET_MANIFEST, value=json.dumps(manifest).encode(),
+                                           datatype=DATATYPE_JSON), 0, DecodeOptions()))
+    for key, value in ((b"eq_dcpq:eventing:orders-eu:fn1:items_sent", b"12"),
+                       (b"0x8:0x9:name", b"airline"), (b"0x8:name", b"inventory"),
+                       (b"airlines_total", b"inventory-eu")):  # other words that only start alike
+        raw = build.response(Opcode.STAT, key=key, value=value)
+        out = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+        assert len(out.raw) == len(raw)
+        assert (out.key, out.value) == (redactor.mentions(key), redactor.mentions(value))
+        assert (out.key, out.value) != (key, value) or key == b"airlines_total"
+    stat = decode(redactor.message(decode(build.response(Opcode.STAT, key=b"eq_dcpq:eventing:orders-eu:fn1:x"),
+                                          0, DecodeOptions())), 0, DecodeOptions())
+    assert stat.key.startswith(b"eq_dcpq:" + name + b":")
+    assert redactor.mentions(b"0x8:0x9:name") == b"0x8:0x9:name"  # stats' own words are not names
+    assert b"airline" not in redactor.mentions(b"airline")
+    assert redactor.mentions(b"airlines") == b"airlines"
+    # without --hash-names stats stay as they are
+    raw = build.response(Opcode.STAT, key=b"0x8:0x9:name", value=b"airline")
+    plain = Redactor(b"salt")
+    plain.message(decode(build.request(Opcode.SELECT_BUCKET, key=b"airline"), 0, DecodeOptions()))
+    assert plain.message(decode(raw, 0, DecodeOptions())) == raw
 
 
 # --- --no-keep-json-names --------------------------------------------------------------------------------
