@@ -62,7 +62,7 @@ class Content(Enum):
 
     DATA = "data"  # customer data or credentials, whatever the kind
     SECRET = "secret"  # noqa: S105 - a kind of content, not a password; a credential exchange (SASL server)
-    NAME = "name"  # a bucket, scope, collection, user or connection name
+    NAME = "name"  # a bucket, scope, collection, user or connection name (or a JSON list of user names)
     NAMES = "names"  # JSON whose "name" fields are such names (manifests, cluster maps), maybe named again
     MENTIONS = "mentions"  # the protocol's text that may name them (stats: a connection's, a collection's)
     FREE_TEXT = "free_text"  # text a person or program chose (HELLO's user agent)
@@ -309,7 +309,8 @@ _DOC_KEY = {"key": KeyKind.DOCUMENT, "key_presence": Presence.REQUIRED}
 DCP_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "DCP_OPEN", _x(name="dcp_open", extras=g.dcp_open_extras, when=_when_ext(8),
                               key=KeyKind.TEXT, key_presence=Presence.REQUIRED, key_content=Content.NAME,
-                              value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
+                              # {"consumer_name": ...}: a replication's names its nodes and bucket again
+                              value=ValueKind.JSON, value_presence=Presence.OPTIONAL, value_content=Content.MENTIONS,
                               vocabularies={"flags": DCP_OPEN_FLAGS})),
     _spec(REQ, "DCP_ADD_STREAM", _x(name="add_stream", extras=g.add_stream_extras, when=_when_ext(4),
                                     vocabularies=_STREAM_FLAGS), per_vbucket=True),
@@ -375,9 +376,10 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "DCP_NOOP", EMPTY, pushed=Pushed.CONNECTION, answered=True),
     _spec(REQ, "DCP_BUFFER_ACKNOWLEDGEMENT", _x(name="buffer_ack", extras=g.buffer_ack_extras,
                                                 when=_when_ext(4))),
+    # the value of "consumer_name" names the connection again
     _spec(REQ, "DCP_CONTROL", _x(name="control", when=_when_ext(0), key=KeyKind.TEXT,
                                  key_presence=Presence.REQUIRED, value=ValueKind.TEXT,
-                                 value_presence=Presence.REQUIRED)),
+                                 value_presence=Presence.REQUIRED, value_content=Content.MENTIONS)),
     _spec(REQ, "DCP_SYSTEM_EVENT", _x(
         name="system_event", extras=g.system_event_extras, when=_when_ext(13),
         key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR, key_content=Content.NAME,
@@ -475,7 +477,8 @@ KV_REQUESTS: Final[list[MessageSpec]] = [
     *(_spec(REQ, name, *_GET_META) for name in ("GET_META", "GETQ_META")),
     # the path (scope.collection) is the key in 7.0's first form, the value since (MB-42701)
     *(_spec(REQ, name, _x(name="collections_path", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.NAME,
-                          key_presence=Presence.OPTIONAL, value=ValueKind.TEXT, value_presence=Presence.OPTIONAL))
+                          key_presence=Presence.OPTIONAL, value=ValueKind.TEXT, value_presence=Presence.OPTIONAL,
+                          value_content=Content.NAME))
       for name in ("COLLECTIONS_GET_ID", "COLLECTIONS_GET_SCOPE_ID")),
     _spec(REQ, "COLLECTIONS_GET_MANIFEST", EMPTY),
 ]
@@ -691,7 +694,7 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
                                    value_presence=Presence.REQUIRED, value_content=Content.DATA)),
     _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
-                                          value_presence=Presence.REQUIRED)),
+                                          value_presence=Presence.REQUIRED, value_content=Content.NAME)),
     _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,
                                        key_presence=Presence.REQUIRED, key_content=Content.NAME)),
 ]

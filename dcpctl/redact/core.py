@@ -412,6 +412,8 @@ class Redactor:
                 return self.json_names(value)
             if content is Content.MENTIONS:
                 return self.mentions(value)
+            if content is Content.NAME:  # a collections path, a JSON list of users: hashed word by word
+                return self.name(value)
         # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
         return value
 

@@ -261,6 +261,41 @@ def test_hash_names_hashes_the_names_stats_mention() -> None:
     assert plain.message(decode(raw, 0, DecodeOptions())) == raw
 
 
+def test_hash_names_hashes_names_in_values_too() -> None:
+    """Names a value holds: a collections path in the value (clients since MB-42701), the users of
+    ActiveExternalUsers, a DCP consumer's name in DCP_OPEN's JSON and in its control; the same word, the same
+    placeholder as in the connection's name."""
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+
+    def redacted(raw: bytes) -> bytes:
+        out = redactor.message(decode(raw, 0, DecodeOptions()))
+        assert len(out) == len(raw)
+        return out
+
+    connection = b"replication:ns_1@node-a->ns_1@node-b:orders"
+    name = decode(redacted(build.request(Opcode.DCP_OPEN, key=connection, seqno=0, flags=1)), 0,
+                  DecodeOptions()).key
+    value = json.dumps({"consumer_name": connection.decode()}).encode()
+    opened = decode(redacted(build.request(Opcode.DCP_OPEN, key=connection, value=value, seqno=0, flags=1)), 0,
+                    DecodeOptions())
+    assert json.loads(opened.value) == {"consumer_name": name.decode()}
+    control = decode(redacted(build.request(Opcode.DCP_CONTROL, key=b"consumer_name", value=connection)), 0,
+                     DecodeOptions())
+    assert (control.key, control.value) == (b"consumer_name", name)
+    assert decode(redacted(build.request(Opcode.DCP_CONTROL, key=b"enable_noop", value=b"true")), 0,
+                  DecodeOptions()).value == b"true"
+    path = decode(redacted(build.request(Opcode.COLLECTIONS_GET_ID, value=b"inventory.airline")), 0,
+                  DecodeOptions()).value
+    assert path == redactor.name(b"inventory.airline")
+    assert b"inventory" not in path
+    assert b"airline" not in path
+    users = decode(redacted(build.server_request(ServerOpcode.ACTIVE_EXTERNAL_USERS, value=b'["alice","bob"]',
+                                                 datatype=DATATYPE_JSON)), 0, DecodeOptions()).value
+    assert len(json.loads(users)) == 2
+    assert b"alice" not in users
+    assert b"bob" not in users
+
+
 # --- --no-keep-json-names --------------------------------------------------------------------------------
 HASHED_NAMES = Policy(keep_json_names=False)
 

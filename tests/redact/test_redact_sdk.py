@@ -6,6 +6,7 @@ cleanly as the input."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import time
 from datetime import timedelta
@@ -91,3 +92,46 @@ def test_the_sdks_capture_redacts(server: Server, tmp_path: Path) -> None:
     (expert_in, malformed_in), (expert_out, malformed_out) = kit._expert(capture), kit._expert(target)  # type: ignore[attr-defined]
     assert malformed_out.count("\n") <= malformed_in.count("\n"), malformed_out
     assert kit._warnings(expert_out) <= kit._warnings(expert_in), (expert_in, expert_out)  # type: ignore[attr-defined]
+
+
+# names a customer's cluster gives away: its bucket, scope and collection (each long enough not to occur by
+# chance in a capture's bytes)
+BUCKET, SCOPE, COLLECTION = "acme-customer-orders", "acme_europe", "invoices_2026"
+
+
+def test_hash_names_leaves_no_bucket_scope_or_collection_name_in_the_sdks_capture(tmp_path: Path) -> None:
+    # the SDK reads the map (the bucket's name and URIs), asks GET_COLLECTION_ID for scope.collection (in the
+    # value, as clients since MB-42701 do) and sends keys with the collection's id: nothing of it in clear
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"uid": "2", "scopes": [
+        {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
+        {"name": SCOPE, "uid": "8", "collections": [{"name": COLLECTION, "uid": "9"}]}]}))
+    capture, target = tmp_path / "sdk.pcapng", tmp_path / "sdk.hashed.pcap"
+    with serving("--bucket", BUCKET, "--collections", str(manifest)) as server:
+        dumpcap = sdk._capture_on_loopback(server.port, capture)  # type: ignore[attr-defined]
+        try:
+            timeouts = ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5), connect_timeout=timedelta(seconds=10))
+            cluster = Cluster(f"couchbase://127.0.0.1:{server.port}", ClusterOptions(
+                PasswordAuthenticator("Administrator", "password"), timeout_options=timeouts))
+            cluster.wait_until_ready(timedelta(seconds=10))
+            collection = cluster.bucket(BUCKET).scope(SCOPE).collection(COLLECTION)
+            collection.upsert(SECRET_KEY, {"owner": SECRET_TEXT})
+            collection.get(SECRET_KEY)
+            cluster.close()
+            time.sleep(0.5)
+        finally:
+            dumpcap.send_signal(signal.SIGINT)
+            dumpcap.communicate(timeout=30)
+        port = str(server.port)
+    data = capture.read_bytes()
+    assert all(name.encode() in data for name in (BUCKET, SCOPE, COLLECTION))
+    run = kit._redact(capture, target, "--port", port, "--hash-names")  # type: ignore[attr-defined]
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    streams = kit._streams_on(target, server.port)  # type: ignore[attr-defined]
+    for name in (BUCKET, SCOPE, COLLECTION, SECRET_KEY):
+        assert name.encode() not in target.read_bytes(), name
+        assert not any(name.encode() in stream for stream in streams), name
+    after = kit._decoded_on(target, server.port)  # type: ignore[attr-defined]
+    paths = [r["value"] for r in after if r["opcode"] == "COLLECTIONS_GET_ID" and r["magic"] == "ClientRequest"]
+    assert paths
+    assert all(len(p) == len(f"{SCOPE}.{COLLECTION}") and p.count(".") == 1 for p in paths)
