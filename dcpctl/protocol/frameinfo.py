@@ -34,6 +34,7 @@ RESPONSE_FRAME_GRAMMARS: Final[Mapping[int, Mapping[int, Struct]]] = {
 TEXT_FRAMES: Final = frozenset({3, 4, 6})
 EMPTY_FRAMES: Final = frozenset({0, 5})
 DCP_STREAM_ID: Final = 2
+IMPERSONATE_USER: Final = 4  # a request's: the user name it acts for (``^name``: an external user)
 DURABILITY: Final = 1
 # Response frame fields kv_engine encodes as variable-precision durations (cb::tracing::Tracer::encodeMicros).
 ENCODED_DURATIONS: Final = ("server_duration_encoded", "throttle_duration_encoded")

@@ -30,6 +30,7 @@ import orjson
 
 from dcpctl.protocol import walk
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
+from dcpctl.protocol.frameinfo import IMPERSONATE_USER
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
@@ -444,10 +445,15 @@ class Redactor:
             self.counts["truncated"] += 1
             return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
-        if key_at == end == len(raw):  # no key, no value (an ack, a marker, a noop): nothing to replace
+        impersonates = self.policy.hash_names and msg.frame_infos and not msg.is_response
+        if key_at == end == len(raw) and not impersonates:  # no key, no value (an ack, a noop): nothing to replace
             return raw
         variant = msg.variant
         out = bytearray(raw)
+        for info in msg.frame_infos if impersonates else ():
+            if info.id == IMPERSONATE_USER:  # the user a request acts for: its data ends the element
+                start = info.offset + info.length - len(info.data)
+                out[start:start + len(info.data)] = self.name(info.data)
         if value_at > key_at:
             out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
                                              variant.key_content if variant is not None else None)

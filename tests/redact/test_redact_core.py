@@ -19,6 +19,7 @@ from dcpctl.protocol.constants import (
     ServerOpcode,
     SubdocPathFlag,
 )
+from dcpctl.protocol.frameinfo import IMPERSONATE_USER, FrameInfo
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
@@ -294,6 +295,22 @@ def test_hash_names_hashes_names_in_values_too() -> None:
     assert len(json.loads(users)) == 2
     assert b"alice" not in users
     assert b"bob" not in users
+
+
+@pytest.mark.parametrize("opcode", [Opcode.GET, Opcode.GET_CLUSTER_CONFIG])
+def test_hash_names_hashes_the_user_a_request_impersonates(opcode: int) -> None:
+    # frame info 4: the user a request acts for (``^name``: an external user), kept in clear by default
+    impersonated = FrameInfo(IMPERSONATE_USER, b"^alice.admin", 0, 0)
+    raw = build.request(opcode, key=b"doc-1" if opcode == Opcode.GET else b"", frame_infos=[impersonated])
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())).find(b"alice") > 0
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    out = redactor.message(decode(raw, 0, DecodeOptions()))
+    assert len(out) == len(raw)
+    frames = decode(out, 0, DecodeOptions()).frame_infos
+    assert [(f.id, f.data) for f in frames] == [(IMPERSONATE_USER, redactor.name(b"^alice.admin"))]
+    assert frames[0].data.startswith(b"^")
+    assert b"alice" not in out
+    assert b"admin" not in out
 
 
 # --- --no-keep-json-names --------------------------------------------------------------------------------
