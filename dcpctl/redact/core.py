@@ -179,11 +179,15 @@ class Redactor:
         """A JSON name's placeholder: the same for the same name in every document and subdocument path.
         Documents repeat a few names, so placeholders are kept (at most FIELDS_KEPT, then forgotten)."""
         self.counts["json_names"] += 1
-        found = self._fields.get(name)
+        return self._kept(self._fields, FIELDS_KEPT, b"field", name)
+
+    def _kept(self, kept: dict[bytes, bytes], limit: int, domain: bytes, data: bytes) -> bytes:
+        """The placeholder of ``data`` in ``domain``, from ``kept`` (at most ``limit``, then forgotten)."""
+        found = kept.get(data)
         if found is None:
-            if len(self._fields) >= FIELDS_KEPT:
-                self._fields.clear()
-            found = self._fields[name] = self.placeholder(b"field", name)
+            if len(kept) >= limit:
+                kept.clear()
+            found = kept[data] = self.placeholder(domain, data)
         return found
 
     def path(self, path: bytes, flags: int) -> bytes:
@@ -215,16 +219,8 @@ class Redactor:
         out = bytearray(data)
         for match in _NAME_WORD.finditer(data):
             start, end = match.span()
-            out[start:end] = self._word(data[start:end])
+            out[start:end] = self._kept(self._words, NAME_WORDS_KEPT, b"name", data[start:end])
         return bytes(out)
-
-    def _word(self, word: bytes) -> bytes:
-        found = self._words.get(word)
-        if found is None:
-            if len(self._words) >= NAME_WORDS_KEPT:
-                self._words.clear()
-            found = self._words[word] = self.placeholder(b"name", word)
-        return found
 
     def mentions(self, data: bytes, spans: list[tuple[int, int]] | None = None) -> bytes:
         """Protocol text (a stat's name and value, a cluster map's URIs) with every word of the names hashed so
