@@ -84,11 +84,10 @@ class Redaction:
         "maps to the same subnet), by the salt.", rich_help_panel=KEEP_PANEL)] = False
 
     def redactor(self, salt: bytes) -> Redactor:
+        """The redactor; with --map-addresses its address map (``.addresses``) maps the frames' headers too."""
         return Redactor(salt, Policy(frozenset(self.keep_xattr or ()), self.hash_names,
-                                     self.values is ValuesMode.DROP, self.keep_json_names))
-
-    def addresses(self, salt: bytes) -> AddressMap | None:
-        return AddressMap(salt) if self.map_addresses else None
+                                     self.values is ValuesMode.DROP, self.keep_json_names),
+                        addresses=AddressMap(salt) if self.map_addresses else None)
 
     def live(self, redact: bool, salt_file: Path | None, env: Environment,
              saved: str) -> tuple[Redactor, AddressMap | None] | None:
@@ -103,8 +102,8 @@ class Redaction:
                 raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
                                    ExitCode.USAGE)
             return None
-        salt = salt_of(salt_file, env)
-        return self.redactor(salt), self.addresses(salt)
+        redactor = self.redactor(salt_of(salt_file, env))
+        return redactor, redactor.addresses
 
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
@@ -161,7 +160,8 @@ def redact(
     """
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
-    redactor, addresses = redaction.redactor(salt), redaction.addresses(salt)
+    redactor = redaction.redactor(salt)
+    addresses = redactor.addresses
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
 

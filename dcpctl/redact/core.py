@@ -21,6 +21,7 @@ not hashed but overwritten with ``*``: nothing to correlate, nothing to guess.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Final
 import orjson
 
 from dcpctl.protocol import walk
-from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
+from dcpctl.protocol.constants import ALT_MAGICS, DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
 from dcpctl.protocol.frameinfo import IMPERSONATE_USER
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
@@ -52,6 +53,7 @@ from dcpctl.protocol.value import (
     snappy_compress,
     snappy_decompress,
 )
+from dcpctl.redact.address import AddressMap
 
 # Subdocument commands: a request's text value is the path (a JSON name: kept, its length in the extras'
 # path_length) then the fragment (replaced); a response's value is the fragment found, unless it is an error.
@@ -91,6 +93,13 @@ _ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_-]+)")
 # Name words remembered, for the text that mentions them (stats, a map's URIs): a cluster has far fewer; a
 # hostile stream of fresh names costs a hash each, and memory up to this many words.
 NAME_WORDS_KEPT: Final = 1 << 16
+# Addresses written as text inside messages (a cluster map's nodes, a replication's connection name, a stat):
+# IPv6 groups (maybe ending in a dotted quad) or IPv4 dotted quads; ipaddress decides which are addresses.
+_ADDRESS_TEXT: Final = re.compile(
+    rb"(?<![0-9A-Fa-f:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f]{1,4})?(?![0-9A-Fa-f:.])"
+    rb"|(?<![0-9.])[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?![0-9.])")
+# Contents whose text may hold names and addresses (what --hash-names and --map-addresses read).
+_NAMED: Final = frozenset({Content.NAME, Content.NAMES, Content.MENTIONS})
 # What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
 # so a hostile path of brackets is split in one pass. A backquoted name may hold dots: it is hashed in
 # pieces, still the same length.
@@ -116,6 +125,9 @@ class Redactor:
     salt: bytes
     policy: Policy = field(default_factory=Policy)
     counts: Counter[str] = field(default_factory=Counter)
+    # --map-addresses: the frames' IP headers are mapped by the capture's writer, addresses written inside
+    # messages here, by the same map
+    addresses: AddressMap | None = None
     _keys: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
     _fields: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
     _words: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)  # name words' placeholders
@@ -211,6 +223,22 @@ class Redactor:
         if start >= 0:
             out[start:end] = stream[start:end].translate(_TO_DIGIT)
 
+    def addresses_in(self, data: bytes) -> bytes:
+        """Text with the IPv4 and IPv6 addresses written in it mapped as the frames' addresses are (their
+        text's length may change), or as it is without --map-addresses."""
+        if self.addresses is None:
+            return data
+        return _ADDRESS_TEXT.sub(self._mapped_text, data)
+
+    def _mapped_text(self, match: re.Match[bytes]) -> bytes:
+        text = match.group()
+        try:
+            address = ipaddress.ip_address(text.decode("ascii"))
+        except ValueError:  # a time, a MAC address, a version: not an address
+            return text
+        assert self.addresses is not None
+        return str(ipaddress.ip_address(self.addresses(address.packed))).encode()
+
     def name(self, data: bytes) -> bytes:
         """A bucket, scope, collection, user or connection name hashed word by word (its dots, colons and the
         like kept: ``scope.collection`` stays two names), each word to the one placeholder it gets everywhere.
@@ -292,12 +320,10 @@ class Redactor:
             if found is not None:  # the JSON agent's names stay; its text goes
                 return bytes(byte if found[i] == byte else _STAR for i, byte in enumerate(key))
             return b"*" * len(key)
-        if content is Content.NAME or (kind is KeyKind.TEXT and content is None):
-            if content is Content.NAME and self.policy.hash_names:
-                return self.name(key)
+        if content in _NAMED:
+            return self._named(key, content)
+        if kind is KeyKind.TEXT and content is None:
             return key
-        if content is Content.MENTIONS:
-            return self.mentions(key) if self.policy.hash_names else key
         prefix = leb128_decode(key) if kind is KeyKind.DOCUMENT and msg.options.collections else None
         return self.document_key(key, prefix[1] if prefix is not None else 0)
 
@@ -404,15 +430,27 @@ class Redactor:
         if kind is ValueKind.DOCUMENT:
             assert variant is not None
             return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)
-        if self.policy.hash_names and not datatype & DATATYPE_SNAPPY:
-            if content is Content.NAMES:
-                return self.json_names(value)
-            if content is Content.MENTIONS:
-                return self.mentions(value)
-            if content is Content.NAME:  # a collections path, a JSON list of users: hashed word by word
-                return self.name(value)
+        if content in _NAMED and (self.policy.hash_names or self.addresses is not None):
+            if not datatype & DATATYPE_SNAPPY:
+                return self._named(value, content)
+            inflated = snappy_decompress(value)  # HELLO SnappyEverywhere: a compressed cluster map
+            if isinstance(inflated, str):
+                return self.placeholder(b"value", value)
+            return snappy_compress(self._named(inflated, content))
         # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
         return value
+
+    def _named(self, text: bytes, content: Content | None) -> bytes:
+        """Protocol text that holds names (NAME: is one, or a list; NAMES: JSON of "name" fields; MENTIONS:
+        may name them): its addresses mapped under --map-addresses, then its names hashed under --hash-names."""
+        text = self.addresses_in(text)
+        if not self.policy.hash_names:
+            return text
+        if content is Content.NAMES:
+            return self.json_names(text)
+        if content is Content.MENTIONS:
+            return self.mentions(text)
+        return self.name(text)
 
     def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, variant: Variant,
                    prefixed: bool) -> bytes:
@@ -451,8 +489,11 @@ class Redactor:
                 start = info.offset + info.length - len(info.data)
                 out[start:start + len(info.data)] = self.name(info.data)
         if value_at > key_at:
-            out[key_at:value_at] = self._key(msg, variant.key if variant is not None else None,
-                                             variant.key_content if variant is not None else None)
+            key = self._key(msg, variant.key if variant is not None else None,
+                            variant.key_content if variant is not None else None)
+            if len(key) != value_at - key_at:  # an address in it mapped to longer or shorter text
+                key = _with_key_length(out, key, value_at - key_at)
+            out[key_at:value_at] = key
         tail = len(raw) - end  # bytes past the declared body (never in a framed stream): not the protocol's
         if end > value_at:
             out[value_at:end] = self._value(msg, variant)
@@ -474,6 +515,21 @@ def least_value(datatype: int) -> bytes:
     one byte of anything else), an empty xattr section before it, snappy around it."""
     value = (b"\x00\x00\x00\x00" if datatype & DATATYPE_XATTR else b"") + b"0"
     return snappy_compress(value) if datatype & DATATYPE_SNAPPY else value
+
+
+def _with_key_length(packet: bytearray, key: bytes, was: int) -> bytes:
+    """``key`` (of another length than the ``was`` bytes it replaces) with the header's key length made true
+    (one byte after the framing extras' length with the alternative magics); a key too long for the field
+    becomes a placeholder of the old length."""
+    if packet[0] in ALT_MAGICS:
+        if len(key) > 0xFF:
+            return bytes(was)
+        packet[3] = len(key)
+        return key
+    if len(key) > 0xFFFF:
+        return bytes(was)
+    HEADER_LAYOUT.field("key_length").pack_into(packet, HEADER_LAYOUT.offset("key_length"), len(key))
+    return key
 
 
 def _with_body_length(packet: bytearray) -> bytes:

@@ -561,6 +561,47 @@ def test_map_addresses_is_consistent_and_prefix_preserving(tmp_path: Path) -> No
     assert _warnings(expert_out) <= _warnings(expert_in)
 
 
+def test_map_addresses_maps_addresses_written_in_messages_and_rewrites_the_stream(tmp_path: Path) -> None:
+    """The node list of a cluster map and a replication's connection name hold addresses as text: mapped as
+    the frames' headers are, their messages' lengths and the TCP stream after them rewritten to match."""
+    import ipaddress  # noqa: PLC0415
+
+    config = json.dumps({"rev": 3, "name": "orders", "nodesExt": [{"hostname": "10.1.2.200"},
+                                                                   {"hostname": "10.1.2.201"}],
+                         "vBucketServerMap": {"serverList": ["10.1.2.200:11210", "10.1.2.201:11210"]}}).encode()
+    packets = [*_hello_collections(),
+               (True, build.request(Opcode.GET_CLUSTER_CONFIG)),
+               (False, build.response(Opcode.GET_CLUSTER_CONFIG, value=config, datatype=DATATYPE_JSON)),
+               (True, build.request(Opcode.DCP_OPEN, key=b"replication:ns_1@10.1.2.201->ns_1@10.1.2.200:orders",
+                                    seqno=0, flags=1)),
+               *session_packets()[2:]]
+    source, target = tmp_path / "nodes.pcap", tmp_path / "nodes.mapped.pcap"
+    source.write_bytes(write_capture(packets, segment_size=100, client=("10.1.2.201", 50123),
+                                     server=("10.1.2.200", 11210)))
+    run = _redact(source, target, "--map-addresses")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "addresses 2" in run.err.getvalue()  # the two nodes, in headers and in text alike
+    for stream in _streams(target):
+        assert b"10.1.2." not in stream
+    before, after = _decoded(source), _decoded(target)
+    assert [r["opcode"] for r in after] == [r["opcode"] for r in before]
+    assert [[d["name"] for d in r["diagnostics"]] for r in after] == \
+        [[d["name"] for d in r["diagnostics"]] for r in before]
+    client, server = (a.rsplit(":", 1)[0] for a in after[0]["connection"].split(" > "))
+    assert ipaddress.ip_address(client) != ipaddress.ip_address("10.1.2.201")
+    got = json.loads(next(r["value"] for r in after if r["opcode"] == "GET_CLUSTER_CONFIG" and r.get("value")))
+    assert got["nodesExt"][0] == {"hostname": server}
+    assert got["vBucketServerMap"]["serverList"][0] == f"{server}:11210"
+    opened = next(r["key"] for r in after if r["opcode"] == "DCP_OPEN" and r["magic"] == "ClientRequest")
+    assert opened == f"replication:ns_1@{client}->ns_1@{server}:orders"
+    # everything after the resized messages reads as before: the stream was rewritten, not cut
+    items = [(r["opcode"], r.get("by_seqno")) for r in before if r["opcode"].startswith("DCP_")]
+    assert [(r["opcode"], r.get("by_seqno")) for r in after if r["opcode"].startswith("DCP_")] == items
+    (expert_in, malformed_in), (expert_out, malformed_out) = _expert(source), _expert(target)
+    assert malformed_out.count("\n") <= malformed_in.count("\n")
+    assert _warnings(expert_out) <= _warnings(expert_in)
+
+
 def test_ipv6_addresses_are_mapped_with_correct_checksums(tmp_path: Path) -> None:
     source = tmp_path / "v6.pcap"
     source.write_bytes(write_capture(session_packets(), linktype=LINKTYPE_RAW, client=("2001:db8::1", 50123),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import cramjam
@@ -311,6 +312,59 @@ def test_hash_names_hashes_the_user_a_request_impersonates(opcode: int) -> None:
     assert frames[0].data.startswith(b"^")
     assert b"alice" not in out
     assert b"admin" not in out
+
+
+def _mapped(redactor: Redactor, text: str) -> str:
+    assert redactor.addresses is not None
+    return str(ipaddress.ip_address(redactor.addresses(ipaddress.ip_address(text).packed)))
+
+
+def test_map_addresses_maps_the_addresses_messages_write_as_the_frames_are() -> None:
+    """A cluster map's nodes and a replication's connection name hold the nodes' addresses as text: with
+    --map-addresses they map as the frames' IP headers do (same salt, same map), their text's length free,
+    the lengths in the header made true."""
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    config = {"rev": 7, "name": "orders", "nodesExt": [
+        {"hostname": "10.1.2.3", "services": {"kv": 11210}}, {"hostname": "fd00::12", "services": {"kv": 11210}}],
+        "vBucketServerMap": {"serverList": ["10.1.2.3:11210", "[fd00::12]:11210"], "vBucketMap": [[0], [1]]},
+        "uptime": "12:30:45", "mac": "aa:bb:cc:dd:ee:ff", "version": "7.6.2-3505", "odd": "999.1.1.1"}
+    raw = build.response(Opcode.GET_CLUSTER_CONFIG, value=json.dumps(config).encode(), datatype=DATATYPE_JSON)
+    msg = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+    assert not msg.diagnostics
+    got = json.loads(msg.value)
+    v4, v6 = _mapped(redactor, "10.1.2.3"), _mapped(redactor, "fd00::12")
+    assert [node["hostname"] for node in got["nodesExt"]] == [v4, v6]
+    assert got["vBucketServerMap"]["serverList"] == [f"{v4}:11210", f"[{v6}]:11210"]
+    assert {k: got[k] for k in ("uptime", "mac", "version", "odd", "name", "rev")} == \
+        {k: config[k] for k in ("uptime", "mac", "version", "odd", "name", "rev")}
+    # in a key (the header's key length follows it), with the alternative magic's one-byte key length too
+    name = b"replication:ns_1@10.1.2.3->ns_1@10.1.2.44:orders"
+    for raw in (build.request(Opcode.DCP_OPEN, key=name, seqno=0, flags=1),
+                build.request(Opcode.DCP_OPEN, key=name, seqno=0, flags=1, frame_infos=[
+                    FrameInfo(IMPERSONATE_USER, b"admin", 0, 0)])):
+        msg = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+        assert not msg.diagnostics
+        assert msg.key == (f"replication:ns_1@{_mapped(redactor, '10.1.2.3')}->"
+                           f"ns_1@{_mapped(redactor, '10.1.2.44')}:orders").encode()
+    # without --map-addresses the text stays
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
+
+
+def test_a_compressed_cluster_map_is_redacted_inside() -> None:
+    # HELLO SnappyEverywhere: the server may compress a cluster map as it compresses documents
+    config = json.dumps({"rev": 7, "name": "orders", "uri": "/pools/default/buckets/orders?bucket_uuid=1",
+                         "nodesExt": [{"hostname": "10.1.2.3"}]}).encode()
+    raw = build.response(Opcode.GET_CLUSTER_CONFIG, value=bytes(cramjam.snappy.compress_raw(config)),
+                         datatype=DATATYPE_JSON | DATATYPE_SNAPPY)
+    redactor = Redactor(b"salt", Policy(hash_names=True), addresses=AddressMap(b"salt"))
+    msg = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+    assert not msg.diagnostics
+    inflated = snappy_decompress(msg.value)
+    assert isinstance(inflated, bytes)
+    got = json.loads(inflated)
+    assert got["name"] == redactor.name(b"orders").decode()
+    assert got["uri"] == f"/pools/default/buckets/{got['name']}?bucket_uuid=1"
+    assert got["nodesExt"] == [{"hostname": _mapped(redactor, "10.1.2.3")}]
 
 
 # --- --no-keep-json-names --------------------------------------------------------------------------------

@@ -90,6 +90,30 @@ def test_hash_names_leaves_the_bucket_name_nowhere_in_what_stream_saves(tmp_path
     assert {r["key"] for r in saved if r["opcode"] == "SELECT_BUCKET" and r.get("key")} == {hashed}
 
 
+def test_map_addresses_maps_the_cluster_maps_nodes_as_the_frames(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # the map lists the nodes by address (serve's, on loopback): mapped as the connection's own address is
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    redacted = tmp_path / "redacted.pcap"
+    with serving("--vbuckets", "2", "--items", "20") as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "5", "--until", "now",
+                           "--sasl-mech", "PLAIN", "--write", str(redacted), "--redact", "--salt-file", str(salt),
+                           "--map-addresses")
+        assert code == ExitCode.OK, err
+        port = server.port
+    assert b"127.0.0.1" not in redacted.read_bytes()
+    _, saved, _ = run("decode", str(redacted), "-F", "jsonl", "--port", str(port))
+    assert not [d for r in saved for d in r["diagnostics"] if d["severity"] != "note"]
+    maps = [json.loads(r["value"]) for r in saved if r["opcode"] == "GET_CLUSTER_CONFIG" and r.get("value")]
+    assert maps
+    server_address = saved[0]["connection"].split(" > ")[1].rsplit(":", 1)[0]
+    assert server_address != "127.0.0.1"
+    assert maps[0]["vBucketServerMap"]["serverList"] == [f"{server_address}:{port}"]
+    assert [node["hostname"] for node in maps[0]["nodesExt"]] == [server_address]
+
+
 def test_redact_needs_write() -> None:
     code, _, err = run("stream", "127.0.0.1:1", "--redact")
     assert code == ExitCode.USAGE
