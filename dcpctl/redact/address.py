@@ -9,7 +9,6 @@ gives the same mapping in every file.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Final
 
@@ -40,6 +39,6 @@ class AddressMap:
         out = 0
         for i in range(bits):
             prefix = (value >> (bits - i)).to_bytes(len(raw), "big") if i else b""
-            pad = hmac.new(self.salt, b"address" + bytes([len(raw), i]) + prefix, hashlib.sha256).digest()[0] & 1
+            pad = hmac.digest(self.salt, b"address" + bytes([len(raw), i]) + prefix, "sha256")[0] & 1
             out = (out << 1) | (((value >> (bits - 1 - i)) & 1) ^ pad)
         return out.to_bytes(len(raw), "big")

@@ -131,6 +131,7 @@ class Redactor:
     _keys: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
     _fields: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)
     _words: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)  # name words' placeholders
+    _address_texts: dict[bytes, bytes] = field(default_factory=dict, init=False, repr=False)  # text -> mapped text
 
     def __post_init__(self) -> None:
         # the keyed hash's prefix per domain: the salt's length, the salt, the domain, a separator
@@ -232,12 +233,19 @@ class Redactor:
 
     def _mapped_text(self, match: re.Match[bytes]) -> bytes:
         text = match.group()
-        try:
-            address = ipaddress.ip_address(text.decode("ascii"))
-        except ValueError:  # a time, a MAC address, a version: not an address
-            return text
-        assert self.addresses is not None
-        return str(ipaddress.ip_address(self.addresses(address.packed))).encode()
+        found = self._address_texts.get(text)
+        if found is None:
+            try:
+                address = ipaddress.ip_address(text.decode("ascii"))
+            except ValueError:  # a time, a MAC address, a version: not an address
+                found = text
+            else:
+                assert self.addresses is not None
+                found = str(ipaddress.ip_address(self.addresses(address.packed))).encode()
+            if len(self._address_texts) >= NAME_WORDS_KEPT:
+                self._address_texts.clear()
+            self._address_texts[text] = found
+        return found
 
     def name(self, data: bytes) -> bytes:
         """A bucket, scope, collection, user or connection name hashed word by word (its dots, colons and the
