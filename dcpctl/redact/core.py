@@ -2,10 +2,12 @@
 
 Theory of operation. Every byte of a message keeps its place: the header, frame infos and extras (opcodes,
 vbuckets, seqnos, uuids, CAS, flags, datatypes, statuses) are copied; what the registry row says is customer
-data is overwritten by a placeholder of the same length, so every length field and offset stays true. Two
-things change a message's length, its header's total body length then rewritten: a snappy value, redacted
-inside and compressed again, and ``--values drop`` (``Policy.drop_values``); the capture's TCP stream is
-made to agree by ``sources/redaction.py``. What
+data is overwritten by a placeholder of the same length, so every length field and offset stays true. Three
+things change a message's length, its header's lengths then rewritten: a snappy value, redacted inside and
+compressed again, ``--values drop`` (``Policy.drop_values``), and an address written as text, mapped
+(``--map-addresses``); the capture's TCP stream is made to agree by ``sources/redaction.py``. Names
+(``--hash-names``) are hashed word by word and remembered, so the protocol's text that mentions them again (a
+map's URIs, stats) gets the same placeholders. What
 is data is read from the declarations, never restated: the row's key and value kinds and contents (a name,
 a secret, free text: ``registry.Content``), the value grammar's leaf fields (a subdocument spec's ``key`` and
 ``value``), the datatype (xattrs, JSON, snappy). A new row is redacted by what it declares.
