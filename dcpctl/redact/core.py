@@ -530,7 +530,7 @@ def least_value(datatype: int) -> bytes:
 def _with_key_length(packet: bytearray, key: bytes, was: int) -> bytes:
     """``key`` (of another length than the ``was`` bytes it replaces) with the header's key length made true
     (one byte after the framing extras' length with the alternative magics); a key too long for the field
-    becomes a placeholder of the old length."""
+    becomes zeros of the old length (nothing of it kept, the lengths still true)."""
     if packet[0] in ALT_MAGICS:
         if len(key) > 0xFF:
             return bytes(was)
