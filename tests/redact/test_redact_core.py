@@ -350,6 +350,20 @@ def test_map_addresses_maps_the_addresses_messages_write_as_the_frames_are() -> 
     assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
 
 
+def test_a_key_whose_mapped_addresses_outgrow_its_length_field_is_zeroed() -> None:
+    # the alternative magics give the key one byte of length: 31 short addresses mapped to longer text no
+    # longer fit, so the key is emptied of everything (zeros) and the lengths stay true
+    key = b" ".join([b"1.1.1.1"] * 31)
+    raw = build.request(Opcode.DCP_OPEN, key=key, seqno=0, flags=1,
+                        frame_infos=[FrameInfo(IMPERSONATE_USER, b"a", 0, 0)])
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    assert len(redactor.addresses_in(key)) > 0xFF
+    out = redactor.message(decode(raw, 0, DecodeOptions()))
+    msg = decode(out, 0, DecodeOptions())
+    assert not msg.diagnostics
+    assert msg.key == bytes(len(key))
+
+
 def test_a_compressed_cluster_map_is_redacted_inside() -> None:
     # HELLO SnappyEverywhere: the server may compress a cluster map as it compresses documents
     config = json.dumps({"rev": 7, "name": "orders", "uri": "/pools/default/buckets/orders?bucket_uuid=1",
