@@ -24,13 +24,41 @@ from dcpctl.protocol.constants import (
     Vocabulary,
 )
 from dcpctl.protocol.message import HEADER, select_variant, value_grammar
-from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, ValueKind, Variant, reads_as_document
+from dcpctl.protocol.registry import (
+    DCP,
+    HEADER_LAYOUT,
+    Dialect,
+    KeyKind,
+    MessageSpec,
+    ValueKind,
+    Variant,
+    reads_as_document,
+)
 from dcpctl.protocol.value import Xattr, build_xattrs, leb128_encode, snappy_compress
 from dcpctl.safetext import brief
 
 # A frame info's id and length are a nibble each, 15 escaping to one more byte holding value - 15.
 MAX_FRAME_ID: Final = 15 + 255
 MAX_FRAME_DATA: Final = 15 + 255
+
+
+def key_length_word(magic: int, framing_length: int, key_length: int) -> int | None:
+    """The header's key length field: with the alternative magics the framing extras' length and the key's,
+    a byte each; None when they do not fit it."""
+    if magic in ALT_MAGICS:
+        return (framing_length << 8) | key_length if framing_length <= 0xFF and key_length <= 0xFF else None
+    return key_length if key_length <= 0xFFFF else None
+
+
+def set_key_length(packet: bytearray, key_length: int) -> bool:
+    """Make an encoded packet's header give its key ``key_length`` bytes (the framing extras' length kept);
+    False, the packet unchanged, when that does not fit the field."""
+    magic, _, word = HEADER.unpack_from(packet)[:3]
+    found = key_length_word(magic, word >> 8 if magic in ALT_MAGICS else 0, key_length)
+    if found is None:
+        return False
+    HEADER_LAYOUT.field("key_length").pack_into(packet, HEADER_LAYOUT.offset("key_length"), found)
+    return True
 
 
 class EncodeError(ValueError):
@@ -143,15 +171,13 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     body = framing + extras + key + value
     total = len(body) if fix_lengths or "total_body_length" not in rec else _int(rec, "total_body_length",
                                                                                   bits=32)
-    if magic in ALT_MAGICS:
-        if felen > 0xFF or keylen > 0xFF:
-            raise EncodeError("alternative encoding allows at most 255 bytes of framing extras and key")
-        key_word = (felen << 8) | keylen
-    else:
-        if framing:
-            raise EncodeError(f"frame infos need magic 0x08 or 0x18, not {MAGICS.name(magic)}")
-        key_word = keylen
-    if key_word > 0xFFFF or extlen > 0xFF or total > 0xFFFFFFFF:
+    if magic not in ALT_MAGICS and framing:
+        raise EncodeError(f"frame infos need magic 0x08 or 0x18, not {MAGICS.name(magic)}")
+    key_word = key_length_word(magic, felen, keylen)
+    if key_word is None:
+        raise EncodeError("alternative encoding allows at most 255 bytes of framing extras and key"
+                          if magic in ALT_MAGICS else "a length does not fit its header field")
+    if extlen > 0xFF or total > 0xFFFFFFFF:
         raise EncodeError("a length does not fit its header field")
     header = HEADER.pack(magic, opcode, key_word, extlen, type_byte, word, total,
                          _int(rec, "opaque", bits=32), _int(rec, "cas", bits=64))

@@ -32,7 +32,8 @@ from typing import Final
 import orjson
 
 from dcpctl.protocol import walk
-from dcpctl.protocol.constants import ALT_MAGICS, DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
+from dcpctl.protocol.encode import set_key_length
 from dcpctl.protocol.frameinfo import IMPERSONATE_USER
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
@@ -528,18 +529,9 @@ def least_value(datatype: int) -> bytes:
 
 
 def _with_key_length(packet: bytearray, key: bytes, was: int) -> bytes:
-    """``key`` (of another length than the ``was`` bytes it replaces) with the header's key length made true
-    (one byte after the framing extras' length with the alternative magics); a key too long for the field
-    becomes zeros of the old length (nothing of it kept, the lengths still true)."""
-    if packet[0] in ALT_MAGICS:
-        if len(key) > 0xFF:
-            return bytes(was)
-        packet[3] = len(key)
-        return key
-    if len(key) > 0xFFFF:
-        return bytes(was)
-    HEADER_LAYOUT.field("key_length").pack_into(packet, HEADER_LAYOUT.offset("key_length"), len(key))
-    return key
+    """``key`` (of another length than the ``was`` bytes it replaces) with the header's key length made true;
+    a key too long for the field becomes zeros of the old length (nothing of it kept, the lengths still true)."""
+    return key if set_key_length(packet, len(key)) else bytes(was)
 
 
 def _with_body_length(packet: bytearray) -> bytes:
