@@ -217,6 +217,8 @@ def replaced_lines(counts: Counter[str]) -> list[str]:
              f"addresses {counts['addresses']}"]
     if counts["json_names"]:
         lines.append(f"  JSON names hashed (--no-keep-json-names): {counts['json_names']}")
+    if counts["host_names"]:
+        lines.append(f"  cluster map host names hashed (--map-addresses): {counts['host_names']}")
     return lines
 
 

@@ -26,6 +26,7 @@ import hashlib
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -63,6 +64,8 @@ from dcpctl.redact.address import AddressMap
 SUBDOC_OPCODES: Final = frozenset(SUBDOC_LOOKUPS + SUBDOC_MUTATIONS)
 # The JSON name whose string values are names of buckets, scopes and collections.
 NAME_FIELD: Final = b'"name"'
+# The JSON name whose string values are a cluster map's host names (maybe with a port), or its nodes' addresses.
+HOSTNAME_FIELD: Final = b'"hostname"'
 # Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
 DATA_FIELDS: Final = frozenset({"key", "value"})
 # Placeholder alphabet: letters and digits, so a placeholder shows as text and needs no JSON escape.
@@ -88,11 +91,12 @@ _DIGITS: Final = b"0123456789"
 # a hostile stream of fresh names costs a hash each, never memory.
 FIELDS_KEPT: Final = 4096
 # Bucket, scope, collection, user and connection names are hashed word by word: runs of the characters a
-# bucket's name is made of but its dots and percent signs, so "scope.collection" and "eventing:BUCKET:fn" keep
-# their separators and one word gets one placeholder in every name, stats key and URI that holds it.
-_NAME_WORD: Final = re.compile(rb"[A-Za-z0-9_-]+")
+# bucket's name is made of but its dots and percent signs (a hyphen inside a word only: a replication's
+# "ns_1@A->ns_1@B" has an arrow), so "scope.collection" and "eventing:BUCKET:fn" keep their separators and one
+# word gets one placeholder in every name, stats key and URI that holds it.
+_NAME_WORD: Final = re.compile(rb"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*")
 # The same in text that percent-encodes (a map's URIs): an escape is a separator, not the start of a word.
-_ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_-]+)")
+_ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)")
 # Name words remembered, for the text that mentions them (stats, a map's URIs): a cluster has far fewer; a
 # hostile stream of fresh names costs a hash each, and memory up to this many words.
 NAME_WORDS_KEPT: Final = 1 << 16
@@ -255,6 +259,9 @@ class Redactor:
         like kept: ``scope.collection`` stays two names), each word to the one placeholder it gets everywhere.
         The words are remembered, so that :meth:`mentions` finds them in text that names them again."""
         self.counts["names"] += 1
+        return self._hashed_words(data)
+
+    def _hashed_words(self, data: bytes) -> bytes:
         out = bytearray(data)
         for match in _NAME_WORD.finditer(data):
             start, end = match.span()
@@ -283,16 +290,22 @@ class Redactor:
         return bytes(out)
 
     def json_names(self, data: bytes) -> bytes:
-        """JSON with the string values of its "name" fields hashed as names (a manifest's scopes and
-        collections, a cluster map's bucket), then its other strings' mentions of names replaced: a cluster map
-        names its bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``). Numbers, JSON
-        names and the rest of the text stay as they are."""
+        """JSON of the protocol's (a manifest, a cluster map) with the string values of its "name" fields hashed
+        as names under --hash-names (scopes, collections, the bucket) and the host names of its "hostname"
+        fields under --map-addresses, then its other strings' mentions of them replaced: a cluster map names its
+        bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``) and its hosts in its server
+        list. Numbers, JSON names and the rest of the text stay as they are."""
+        fields: dict[bytes, Callable[[bytes], bytes]] = {}
+        if self.policy.hash_names:
+            fields[NAME_FIELD] = self.name
+        if self.addresses is not None:
+            fields[HOSTNAME_FIELD] = self._host
         try:
             orjson.loads(data)
         except ValueError:
             return data
         out = bytearray(data)
-        named = False
+        hashed: Callable[[bytes], bytes] | None = None
         others: list[tuple[int, int]] = []  # the other strings' text
         for match in _JSON_TOKEN.finditer(data):
             start, end = match.span()
@@ -301,18 +314,33 @@ class Redactor:
             while after < len(data) and data[after] in _WHITESPACE:
                 after += 1
             if after < len(data) and data[after] == _COLON:
-                named = token == NAME_FIELD
+                hashed = fields.get(token)
                 continue
             if data[start] == _QUOTE:
-                if named:
-                    out[start + 1:end - 1] = self.name(data[start + 1:end - 1])
+                if hashed is not None:
+                    out[start + 1:end - 1] = hashed(data[start + 1:end - 1])
                 else:
                     others.append((start + 1, end - 1))
-            named = False
+            hashed = None
         mentioned = self.mentions(data, others)
         for start, end in others:
             out[start:end] = mentioned[start:end]
         return bytes(out)
+
+    def _host(self, value: bytes) -> bytes:
+        """A "hostname" field's host name hashed word by word as names are (dots kept), its port kept; the
+        ``$HOST`` placeholder and addresses (mapped already) as they are."""
+        host, colon, port = value.rpartition(b":")
+        if not colon or not port.isdigit() or b":" in host:
+            host, colon, port = value, b"", b""
+        if host == b"$HOST" or host.startswith(b"["):
+            return value
+        try:
+            ipaddress.ip_address(host.decode("ascii"))
+        except ValueError:
+            self.counts["host_names"] += 1
+            return self._hashed_words(host) + colon + port
+        return value
 
     def body(self, data: bytes, is_json: bool, parsed: bool = False) -> bytes:
         """A document body: JSON with names kept when it is JSON, else a placeholder."""
@@ -452,16 +480,15 @@ class Redactor:
         return value
 
     def _named(self, text: bytes, content: Content | None) -> bytes:
-        """Protocol text that holds names (NAME: is one, or a list; NAMES: JSON of "name" fields; MENTIONS:
-        may name them): its addresses mapped under --map-addresses, then its names hashed under --hash-names."""
+        """Protocol text that holds names (NAME: is one, or a list; NAMES: JSON of "name" and "hostname"
+        fields; MENTIONS: may name them): its addresses mapped under --map-addresses, then its names hashed
+        under --hash-names, and the words of the names and host names hashed so far replaced."""
         text = self.addresses_in(text)
-        if not self.policy.hash_names:
-            return text
         if content is Content.NAMES:
             return self.json_names(text)
-        if content is Content.MENTIONS:
-            return self.mentions(text)
-        return self.name(text)
+        if content is Content.NAME and self.policy.hash_names:
+            return self.name(text)
+        return self.mentions(text)
 
     def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, variant: Variant,
                    prefixed: bool) -> bytes:

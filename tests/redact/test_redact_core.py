@@ -350,6 +350,37 @@ def test_map_addresses_maps_the_addresses_messages_write_as_the_frames_are() -> 
     assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
 
 
+def test_map_addresses_hashes_the_host_names_a_map_gives_its_nodes() -> None:
+    """Nodes named by host name (a customer's domain) are hashed word by word under --map-addresses, ports,
+    ``$HOST`` and addresses kept as such, the same host the same placeholder in the map's server list, its
+    URLs and a later replication's connection name."""
+    config = {"rev": 9, "name": "orders", "nodesExt": [{"hostname": "cb1.prod.acme.com"}, {"hostname": "$HOST"},
+                                                       {"hostname": "10.1.2.3"}],
+              "nodes": [{"hostname": "cb1.prod.acme.com:8091",
+                         "couchApiBase": "http://cb1.prod.acme.com:8092/orders%2B1f"}],
+              "vBucketServerMap": {"serverList": ["cb1.prod.acme.com:11210", "$HOST:11210", "10.1.2.3:11210"]}}
+    raw = build.response(Opcode.GET_CLUSTER_CONFIG, value=json.dumps(config).encode(), datatype=DATATYPE_JSON)
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    msg = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+    assert not msg.diagnostics
+    assert b"acme" not in msg.value
+    assert b"prod" not in msg.value
+    got = json.loads(msg.value)
+    host, ip = got["nodesExt"][0]["hostname"], _mapped(redactor, "10.1.2.3")
+    assert len(host) == len("cb1.prod.acme.com")
+    assert host.count(".") == 3
+    assert got["nodesExt"][1:] == [{"hostname": "$HOST"}, {"hostname": ip}]
+    assert got["nodes"] == [{"hostname": f"{host}:8091", "couchApiBase": f"http://{host}:8092/orders%2B1f"}]
+    assert got["vBucketServerMap"]["serverList"] == [f"{host}:11210", "$HOST:11210", f"{ip}:11210"]
+    assert got["name"] == "orders"  # bucket names are --hash-names' to hash
+    assert redactor.counts["host_names"] == 2
+    opened = decode(redactor.message(decode(build.request(
+        Opcode.DCP_OPEN, key=b"replication:ns_1@cb1.prod.acme.com->ns_1@10.1.2.3:orders", seqno=0, flags=1), 0,
+        DecodeOptions())), 0, DecodeOptions()).key
+    assert opened == f"replication:ns_1@{host}->ns_1@{ip}:orders".encode()
+
+
 def test_a_key_whose_mapped_addresses_outgrow_its_length_field_is_zeroed() -> None:
     # the alternative magics give the key one byte of length: 31 short addresses mapped to longer text no
     # longer fit, so the key is emptied of everything (zeros) and the lengths stay true
