@@ -253,6 +253,9 @@ def test_hash_names_hashes_the_names_stats_mention() -> None:
     stat = decode(redactor.message(decode(build.response(Opcode.STAT, key=b"eq_dcpq:eventing:orders-eu:fn1:x"),
                                           0, DecodeOptions())), 0, DecodeOptions())
     assert stat.key.startswith(b"eq_dcpq:" + name + b":")
+    asked = decode(redactor.message(decode(build.request(Opcode.STAT, key=b"dcp-vbtakeover 5 eventing:orders-eu:fn1"),
+                                           0, DecodeOptions())), 0, DecodeOptions())
+    assert asked.key == b"dcp-vbtakeover 5 " + name  # the request's arguments too
     assert redactor.mentions(b"0x8:0x9:name") == b"0x8:0x9:name"  # stats' own words are not names
     assert b"airline" not in redactor.mentions(b"airline")
     assert redactor.mentions(b"airlines") == b"airlines"
