@@ -81,7 +81,8 @@ class Redaction:
         = ValuesMode.REDACT
     map_addresses: Annotated[bool, typer.Option(
         "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
-        "maps to the same subnet), by the salt.", rich_help_panel=KEEP_PANEL)] = False
+        "maps to the same subnet), by the salt, in the frames and in messages (cluster maps, connection names, "
+        "stats); a cluster map's host names are hashed.", rich_help_panel=KEEP_PANEL)] = False
 
     def redactor(self, salt: bytes) -> Redactor:
         """The redactor; with --map-addresses its address map (``.addresses``) maps the frames' headers too."""
