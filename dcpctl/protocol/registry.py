@@ -63,7 +63,7 @@ class Content(Enum):
     DATA = "data"  # customer data or credentials, whatever the kind
     SECRET = "secret"  # noqa: S105 - a kind of content, not a password; a credential exchange (SASL server)
     NAME = "name"  # a bucket, scope, collection, user or connection name (or a JSON list of user names)
-    NAMES = "names"  # JSON whose "name" fields are such names (manifests, cluster maps), maybe named again
+    NAMES = "names"  # JSON whose "name" or "user" fields are such names (manifests, cluster maps, a stats filter)
     MENTIONS = "mentions"  # the protocol's text that may name them (stats: a connection's, a collection's)
     FREE_TEXT = "free_text"  # text a person or program chose (HELLO's user agent)
 
@@ -438,9 +438,11 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
                                    value_presence=Presence.REQUIRED,
                                    value_grammar=g.observe_seqno_request_value), per_vbucket=True),
     _spec(REQ, "GET_FAILOVER_LOG", EMPTY, per_vbucket=True),
-    # the key is the group and its arguments ("dcp-vbtakeover 5 NAME", "collections SCOPE.COLLECTION")
+    # the key is the group and its arguments ("dcp-vbtakeover 5 NAME", "collections SCOPE.COLLECTION"); the
+    # value a filter ({"filter": {"user": NAME, "port": ...}})
     _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
-                          key_content=Content.MENTIONS, value=ValueKind.JSON, value_presence=Presence.OPTIONAL)),
+                          key_content=Content.MENTIONS, value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
+                          value_content=Content.NAMES)),
     _spec(REQ, "VERSION", EMPTY, before_auth=True),
     _spec(REQ, "NOOP", EMPTY, before_auth=True),
 ]

@@ -62,8 +62,9 @@ from dcpctl.redact.address import AddressMap
 # Subdocument commands: a request's text value is the path (a JSON name: kept, its length in the extras'
 # path_length) then the fragment (replaced); a response's value is the fragment found, unless it is an error.
 SUBDOC_OPCODES: Final = frozenset(SUBDOC_LOOKUPS + SUBDOC_MUTATIONS)
-# The JSON name whose string values are names of buckets, scopes and collections.
+# The JSON names whose string values are names of buckets, scopes and collections, and of users.
 NAME_FIELD: Final = b'"name"'
+USER_FIELD: Final = b'"user"'
 # The JSON name whose string values are a cluster map's host names (maybe with a port), or its nodes' addresses.
 HOSTNAME_FIELD: Final = b'"hostname"'
 # Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
@@ -290,14 +291,14 @@ class Redactor:
         return bytes(out)
 
     def json_names(self, data: bytes) -> bytes:
-        """JSON of the protocol's (a manifest, a cluster map) with the string values of its "name" fields hashed
-        as names under --hash-names (scopes, collections, the bucket) and the host names of its "hostname"
-        fields under --map-addresses, then its other strings' mentions of them replaced: a cluster map names its
-        bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``) and its hosts in its server
-        list. Numbers, JSON names and the rest of the text stay as they are."""
+        """JSON of the protocol's (a manifest, a cluster map, a stats filter) with the string values of its
+        "name" and "user" fields hashed as names under --hash-names (scopes, collections, the bucket, a user) and
+        the host names of its "hostname" fields under --map-addresses, then its other strings' mentions of them
+        replaced: a cluster map names its bucket again in its URIs (``/pools/default/buckets/NAME?bucket_uuid=...``)
+        and its hosts in its server list. Numbers, JSON names and the rest of the text stay as they are."""
         fields: dict[bytes, Callable[[bytes], bytes]] = {}
         if self.policy.hash_names:
-            fields[NAME_FIELD] = self.name
+            fields[NAME_FIELD] = fields[USER_FIELD] = self.name
         if self.addresses is not None:
             fields[HOSTNAME_FIELD] = self._host
         try:

@@ -256,6 +256,14 @@ def test_hash_names_hashes_the_names_stats_mention() -> None:
     asked = decode(redactor.message(decode(build.request(Opcode.STAT, key=b"dcp-vbtakeover 5 eventing:orders-eu:fn1"),
                                            0, DecodeOptions())), 0, DecodeOptions())
     assert asked.key == b"dcp-vbtakeover 5 " + name  # the request's arguments too
+    # a dcp stats request's filter names a user (and a port, kept)
+    value = json.dumps({"filter": {"user": "alice-ops", "port": 50123}}).encode()
+    filtered = decode(redactor.message(decode(build.request(Opcode.STAT, key=b"dcp", value=value,
+                                                            datatype=DATATYPE_JSON), 0, DecodeOptions())),
+                      0, DecodeOptions())
+    assert filtered.key == b"dcp"
+    assert json.loads(filtered.value) == {"filter": {"user": redactor.name(b"alice-ops").decode(), "port": 50123}}
+    assert b"alice" not in filtered.value
     assert redactor.mentions(b"0x8:0x9:name") == b"0x8:0x9:name"  # stats' own words are not names
     assert b"airline" not in redactor.mentions(b"airline")
     assert redactor.mentions(b"airlines") == b"airlines"
