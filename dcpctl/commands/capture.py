@@ -100,9 +100,9 @@ def capture(
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
         engine = None
         if redacting is not None and writer is not None:
-            engine = CaptureRedactor(redacting[0], writer, linktype, DecodeOptions(dialect_of(dialect), collections),
+            engine = CaptureRedactor(redacting, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
                                      ports, frozenset({11207}), max_body_length=max_body_length,
-                                     max_connections=max_connections, addresses=redacting[1])
+                                     max_connections=max_connections)
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
         env.error_console().print(f"dcpctl: capturing on {interface}, decoding port(s) "

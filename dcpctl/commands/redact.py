@@ -91,8 +91,8 @@ class Redaction:
                         addresses=AddressMap(salt) if self.map_addresses else None)
 
     def live(self, redact: bool, salt_file: Path | None, env: Environment,
-             saved: str) -> tuple[Redactor, AddressMap | None] | None:
-        """capture's and stream's --redact: the redactor and address map for what ``saved`` (their file
+             saved: str) -> Redactor | None:
+        """capture's and stream's --redact: the redactor (its address map included) for what ``saved`` (their file
         option) writes, None without --redact. What to keep without --redact is a mistake said, not ignored."""
         if not redact:
             given = [name for name, on in (("--keep-xattr", self.keep_xattr), ("--hash-names", self.hash_names),
@@ -103,8 +103,7 @@ class Redaction:
                 raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
                                    ExitCode.USAGE)
             return None
-        redactor = self.redactor(salt_of(salt_file, env))
-        return redactor, redactor.addresses
+        return self.redactor(salt_of(salt_file, env))
 
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
@@ -162,7 +161,6 @@ def redact(
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
     redactor = redaction.redactor(salt)
-    addresses = redactor.addresses
     options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
 
@@ -170,7 +168,7 @@ def redact(
         try:
             return redact_capture(file, out, redactor, options, ports, keep_unparsed=keep_unparsed,
                                   max_body_length=max_body_length, max_connections=max_connections,
-                                  max_held_bytes=max_held_bytes, addresses=addresses)
+                                  max_held_bytes=max_held_bytes)
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
 

@@ -36,7 +36,6 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import DecodeOptions, Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
-from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
 from dcpctl.render.lines import LineReaders
@@ -155,7 +154,7 @@ def stream(
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
             errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
-    capture = _Capture(write, *(redacting or (None, None))) if write is not None else None
+    capture = _Capture(write, redacting) if write is not None else None
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that."""
@@ -254,10 +253,10 @@ class _Capture:
     """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
     error naming the file; after it, nothing more is written."""
 
-    def __init__(self, path: Path, redactor: Redactor | None = None, addresses: AddressMap | None = None) -> None:
+    def __init__(self, path: Path, redactor: Redactor | None = None) -> None:
         self.path = path
         self.redactor = redactor
-        self.addresses = addresses
+        self.addresses = redactor.addresses if redactor is not None else None
         self.redacting: dict[tuple[int, bool], ByteStreamRedactor] = {}  # per connection and direction
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}

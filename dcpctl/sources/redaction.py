@@ -191,9 +191,9 @@ class CaptureRedactor:
     def __init__(self, redactor: Redactor, writer: PcapWriter, linktype: int, options: DecodeOptions,
                  ports: frozenset[int], tls_ports: frozenset[int], *, keep_unparsed: bool = False,
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None) -> None:
+                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
         self.redactor = redactor
-        self.addresses = addresses
+        self.addresses = redactor.addresses  # --map-addresses: the frames' headers, by the redactor's map
         self.writer = writer
         self.linktype = linktype
         self.ports = ports
@@ -671,8 +671,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
                    tls_ports: frozenset[int] = frozenset({11207}), *, keep_unparsed: bool = False,
                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, addresses: AddressMap | None = None
-                   ) -> tuple[Summary, list[CaptureNotice]]:
+                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> tuple[Summary, list[CaptureNotice]]:
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
     the reader's notices (a damaged file, a TLS port: each kind once, so few)."""
     # standard input is opened once: read by the reader its link type comes from; a file is read again by
@@ -682,7 +681,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
-                             max_held_bytes=max_held_bytes, addresses=addresses)
+                             max_held_bytes=max_held_bytes)
     notices: list[CaptureNotice] = []
     items = (reader_segments(reader, ports, tls_ports, tap=engine.tap) if path == "-"
              else read_segments(path, ports, tls_ports, tap=engine.tap))
