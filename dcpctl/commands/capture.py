@@ -32,7 +32,7 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments
-from dcpctl.sources.pcap import CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
+from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
 from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.redaction import CaptureRedactor
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -83,7 +83,7 @@ def capture(
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
-    redacting = redaction.live(redact, salt_file, env, "-w")
+    redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:
@@ -101,7 +101,7 @@ def capture(
         engine = None
         if redacting is not None and writer is not None:
             engine = CaptureRedactor(redacting, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
-                                     ports, frozenset({11207}), max_body_length=max_body_length,
+                                     ports, TLS_PORTS, max_body_length=max_body_length,
                                      max_connections=max_connections)
 
         # as tcpdump does: once the capture runs, say so (standard error; scripts can wait for this line)
@@ -140,7 +140,7 @@ def capture(
 
         def items() -> Iterator[Item | bytes]:
             printed = 0
-            segments = live_segments(reader, ports, frozenset({11207}),
+            segments = live_segments(reader, ports, TLS_PORTS,
                                      None if writer is None else save if engine is None else tap,
                                      stop=lambda: bool(stopping))
             if engine is not None:

@@ -33,7 +33,7 @@ from dcpctl.redact.core import Policy, Redactor
 from dcpctl.render.env import Environment, OutputError
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
-from dcpctl.sources.pcap import CaptureError, CaptureNotice
+from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
@@ -84,14 +84,15 @@ class Redaction:
         "maps to the same subnet), by the salt, in the frames and in messages (cluster maps, connection names, "
         "stats); a cluster map's host names are hashed.", rich_help_panel=KEEP_PANEL)] = False
 
-    def redactor(self, salt: bytes) -> Redactor:
-        """The redactor; with --map-addresses its address map (``.addresses``) maps the frames' headers too."""
+    def redactor(self, salt: bytes, service_ports: frozenset[int]) -> Redactor:
+        """The redactor; with --map-addresses its address map (``.addresses``) maps the frames' headers too,
+        the servers' ports kept."""
         return Redactor(salt, Policy(frozenset(self.keep_xattr or ()), self.hash_names,
                                      self.values is ValuesMode.DROP, self.keep_json_names),
-                        addresses=AddressMap(salt) if self.map_addresses else None)
+                        addresses=AddressMap(salt, service_ports) if self.map_addresses else None)
 
-    def live(self, redact: bool, salt_file: Path | None, env: Environment,
-             saved: str) -> Redactor | None:
+    def live(self, redact: bool, salt_file: Path | None, env: Environment, saved: str,
+             service_ports: frozenset[int]) -> Redactor | None:
         """capture's and stream's --redact: the redactor (its address map included) for what ``saved`` (their file
         option) writes, None without --redact. What to keep without --redact is a mistake said, not ignored."""
         if not redact:
@@ -103,7 +104,7 @@ class Redaction:
                 raise CommandError(f"{', '.join(given)}: only with --redact (what {saved} saves redacted)",
                                    ExitCode.USAGE)
             return None
-        return self.redactor(salt_of(salt_file, env))
+        return self.redactor(salt_of(salt_file, env), service_ports)
 
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
@@ -160,13 +161,13 @@ def redact(
     """
     env = env_of(ctx)
     salt = salt_of(salt_file, env)
-    redactor = redaction.redactor(salt)
-    options = DecodeOptions(dialect_of(dialect), collections)
     ports = frozenset(port or [11210])
+    redactor = redaction.redactor(salt, ports | TLS_PORTS)
+    options = DecodeOptions(dialect_of(dialect), collections)
 
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
-            return redact_capture(file, out, redactor, options, ports, keep_unparsed=keep_unparsed,
+            return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
                                   max_body_length=max_body_length, max_connections=max_connections,
                                   max_held_bytes=max_held_bytes)
         except (CaptureError, FileNotFoundError) as exc:
@@ -216,6 +217,8 @@ def replaced_lines(counts: Counter[str]) -> list[str]:
              f"addresses {counts['addresses']}"]
     if counts["json_names"]:
         lines.append(f"  JSON names hashed (--no-keep-json-names): {counts['json_names']}")
+    if counts["ports"]:
+        lines.append(f"  client ports mapped (--map-addresses): {counts['ports']}")
     if counts["host_names"]:
         lines.append(f"  cluster map host names hashed (--map-addresses): {counts['host_names']}")
     return lines

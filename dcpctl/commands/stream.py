@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, TypeVar
 import orjson
 import typer
 
-from dcpctl.client.connection import Connection
+from dcpctl.client.connection import AddressError, Connection
 from dcpctl.client.state import StateError, check_writable
 from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, SAVE_EVERY_ITEMS, Streamer, StreamOptions
 from dcpctl.commands._live import MAX_BUFFER_SIZE, HostArgument, Login, client_errors, seqno_or, window_of
@@ -113,7 +113,7 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
-    redacting = redaction.live(redact, salt_file, env, "--write")
+    redacting = redaction.live(redact, salt_file, env, "--write", _seed_ports(login, host))
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
@@ -223,8 +223,9 @@ def stream(
                 if capture is not None:
                     capture.close(quiet=failing)
     if capture is not None and capture.redactor is not None:
-        mapped = capture.addresses.mapped if capture.addresses is not None else 0
-        lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + Counter(addresses=mapped))]
+        mapped = (Counter(addresses=capture.addresses.mapped, ports=capture.addresses.ports_mapped)
+                  if capture.addresses is not None else Counter[str]())
+        lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + mapped)]
         env.stderr.write("".join(f"dcpctl: {shown(line)}\n" for line in lines))
     if summary:
         _print_summary(streamer, env)
@@ -273,11 +274,13 @@ class _Capture:
             self.failed = True
             raise _OutputError(f"{self.path}: {exc.strerror or exc}") from None
 
-    def _address(self, address: tuple[str, int]) -> tuple[str, int]:
-        """An endpoint as the file shows it: mapped under --map-addresses (the port kept)."""
+    def _address(self, address: tuple[str, int], *, client: bool) -> tuple[str, int]:
+        """An endpoint as the file shows it: mapped under --map-addresses (the client's port too, a server's
+        kept, as redact maps a capture)."""
         if self.addresses is None:
             return address
-        return str(ipaddress.ip_address(self.addresses(ipaddress.ip_address(address[0]).packed))), address[1]
+        host = str(ipaddress.ip_address(self.addresses(ipaddress.ip_address(address[0]).packed)))
+        return host, self.addresses.port(address[1]) if client else address[1]
 
     def tap(self, conn: Connection, from_client: bool, data: bytes) -> None:
         if self.failed:
@@ -285,8 +288,8 @@ class _Capture:
         conversation = self.conversations.get(id(conn))
         if conversation is None:
             # by address: a host name (localhost) is what the client resolved, not what a packet carries
-            conversation = TcpConversation(self.writer, self._address(conn.local), self._address(conn.peer),
-                                           ts=time.time())
+            conversation = TcpConversation(self.writer, self._address(conn.local, client=True),
+                                           self._address(conn.peer, client=False), ts=time.time())
             self.conversations[id(conn)] = conversation
             self._guarded(conversation.handshake)
         if self.redactor is not None:  # whole messages, redacted: a message is held until its last byte
@@ -320,6 +323,15 @@ class _Capture:
         finally:
             if quiet and not self.conversations:
                 self.path.unlink(missing_ok=True)
+
+
+def _seed_ports(login: Login, host: str) -> frozenset[int]:
+    """The seed node's port, a server's: --map-addresses never maps a client's port onto it. A host that does
+    not parse gives none (connecting says what is wrong with it)."""
+    try:
+        return frozenset({login.seed(host, login.tls_options())[1]})
+    except AddressError:
+        return frozenset()
 
 
 def _hex_list(text: str, option: str) -> list[int]:

@@ -5,6 +5,10 @@ Bit i of a mapped address is bit i of the original flipped by one bit of HMAC(sa
 addresses that share their first n bits map to two that share their first n bits, and no more, so subnets,
 hosts of one subnet and client/server roles stay recognisable while the addresses do not. The same salt
 gives the same mapping in every file.
+
+Ports: a client's ephemeral port (32768 and up: Linux's range and IANA's dynamic one both start there, and
+every port Couchbase Server listens on by default is below it) is mapped by a keyed permutation of that range
+that skips the servers' ports given, so connections stay told apart and a service's port stays itself.
 """
 
 from __future__ import annotations
@@ -15,12 +19,18 @@ from typing import Final
 # Addresses mapped and remembered: a capture has few distinct ones; past this many each is mapped again
 # (a scan's thousands of addresses then cost 32 or 128 HMACs each, not memory).
 MAX_REMEMBERED: Final = 65536
+# Ports from here up are clients' ephemeral ones, mapped; those below name services, kept.
+EPHEMERAL_PORTS: Final = 32768
+_PORT_ROUNDS: Final = 4  # a balanced Feistel network's rounds: four make a strong pseudo-random permutation
 
 
 class AddressMap:
-    def __init__(self, salt: bytes) -> None:
+    def __init__(self, salt: bytes, service_ports: frozenset[int] = frozenset()) -> None:
         self.salt = salt
+        # servers' ports (--port, a live connection's server): kept, and never the image of a client's port
+        self.service_ports = service_ports
         self._known: dict[bytes, bytes] = {}
+        self._ports: dict[int, int] = {}
         self.mapped = 0  # distinct addresses mapped (while they are remembered)
 
     def __call__(self, raw: bytes) -> bytes:
@@ -42,3 +52,30 @@ class AddressMap:
             pad = hmac.digest(self.salt, b"address" + bytes([len(raw), i]) + prefix, "sha256")[0] & 1
             out = (out << 1) | (((value >> (bits - 1 - i)) & 1) ^ pad)
         return out.to_bytes(len(raw), "big")
+
+    def port(self, port: int) -> int:
+        """A TCP or UDP port as the mapped capture shows it: a client's ephemeral port to another ephemeral
+        port (one to one), a service's port as it is."""
+        if port < EPHEMERAL_PORTS or port in self.service_ports:
+            return port
+        found = self._ports.get(port)
+        if found is None:
+            # cycle walking: the permutation of all 16-bit values applied again until it lands in the range
+            # mapped, which makes it a permutation of that range (it always comes back to ``port``)
+            found = self._permuted(port)
+            while found < EPHEMERAL_PORTS or found in self.service_ports:
+                found = self._permuted(found)
+            self._ports[port] = found  # at most 32768 of them
+        return found
+
+    @property
+    def ports_mapped(self) -> int:
+        """Distinct client ports mapped."""
+        return len(self._ports)
+
+    def _permuted(self, value: int) -> int:
+        left, right = divmod(value, 256)  # a 16-bit port's two bytes
+        for i in range(_PORT_ROUNDS):
+            pad = hmac.digest(self.salt, b"port" + bytes([i, right]), "sha256")[0]
+            left, right = right, left ^ pad
+        return left << 8 | right

@@ -102,10 +102,12 @@ _ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_]+(?:-[A-Za-z0-
 # hostile stream of fresh names costs a hash each, and memory up to this many words.
 NAME_WORDS_KEPT: Final = 1 << 16
 # Addresses written as text inside messages (a cluster map's nodes, a replication's connection name, a stat):
-# IPv6 groups (maybe ending in a dotted quad) or IPv4 dotted quads; ipaddress decides which are addresses.
+# IPv6 groups (maybe ending in a dotted quad) or IPv4 dotted quads, each maybe with its port (``[v6]:port``,
+# ``v4:port``); ipaddress decides which are addresses.
 _ADDRESS_TEXT: Final = re.compile(
-    rb"(?<![0-9A-Fa-f:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f]{1,4})?(?![0-9A-Fa-f:.])"
-    rb"|(?<![0-9.])[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?![0-9.])")
+    rb"(?<![0-9A-Fa-f:.])(?P<v6>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f]{1,4})?)"
+    rb"(?![0-9A-Fa-f:.])(?:\]:(?P<p6>[0-9]{1,5})(?![0-9]))?"
+    rb"|(?<![0-9.])(?P<v4>[0-9]{1,3}(?:\.[0-9]{1,3}){3})(?![0-9.])(?::(?P<p4>[0-9]{1,5})(?![0-9]))?")
 # Contents whose text may hold names and addresses (what --hash-names and --map-addresses read).
 _NAMED: Final = frozenset({Content.NAME, Content.NAMES, Content.MENTIONS})
 # What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
@@ -234,7 +236,8 @@ class Redactor:
 
     def addresses_in(self, data: bytes) -> bytes:
         """Text with the IPv4 and IPv6 addresses written in it mapped as the frames' addresses are (their
-        text's length may change), or as it is without --map-addresses."""
+        text's length may change), a port written with one as the frames' ports are, or as it is without
+        --map-addresses."""
         if self.addresses is None:
             return data
         return _ADDRESS_TEXT.sub(self._mapped_text, data)
@@ -243,13 +246,19 @@ class Redactor:
         text = match.group()
         found = self._address_texts.get(text)
         if found is None:
+            v6, v6_port, v4, v4_port = match.group("v6", "p6", "v4", "p4")
+            port = v6_port or v4_port
             try:
-                address = ipaddress.ip_address(text.decode("ascii"))
+                address = ipaddress.ip_address((v6 or v4).decode("ascii"))
             except ValueError:  # a time, a MAC address, a version: not an address
                 found = text
             else:
                 assert self.addresses is not None
                 found = str(ipaddress.ip_address(self.addresses(address.packed))).encode()
+                if port is not None:  # a client's port as the frames' headers have it
+                    number = int(port)
+                    mapped = str(self.addresses.port(number)).encode() if number <= 0xFFFF else port
+                    found += (b"]:" if v6_port else b":") + mapped
             if len(self._address_texts) >= NAME_WORDS_KEPT:
                 self._address_texts.clear()
             self._address_texts[text] = found

@@ -35,6 +35,8 @@ VLAN_TYPES: Final = frozenset({0x8100, 0x88A8, 0x9100})
 IPV6_EXTENSIONS: Final = frozenset({0, 43, 60})  # hop-by-hop, routing, destination options
 IPV6_FRAGMENT: Final = 44
 TCP: Final = 6
+# Couchbase's TLS data port: a connection on it is told once and never framed
+TLS_PORTS: Final = frozenset({11207})
 # Live capture: long enough for a whole segment; promiscuous off; 100 ms read timeout so Ctrl-C is seen.
 LIVE_SNAPLEN: Final = 262144
 LIVE_TIMEOUT_MS: Final = 100
@@ -306,7 +308,7 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
 
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
-                  tls_ports: frozenset[int] = frozenset({11207}),
+                  tls_ports: frozenset[int] = TLS_PORTS,
                   tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies).
 
@@ -333,14 +335,14 @@ def open_offline(path: str) -> Any:
 
 
 def reader_segments(reader: Any, ports: frozenset[int] = frozenset({11210}),
-                    tls_ports: frozenset[int] = frozenset({11207}),
+                    tls_ports: frozenset[int] = TLS_PORTS,
                     tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     """:func:`read_segments` of a reader :func:`open_offline` opened."""
     return _segments(reader, ports, tls_ports, tap=tap)
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),
-              tls_ports: frozenset[int] = frozenset({11207})) -> tuple[int, Any]:
+              tls_ports: frozenset[int] = TLS_PORTS) -> tuple[int, Any]:
     """Open an interface for capture: (link type, reader). Raises CaptureError with pcap's reason."""
     try:
         reader = pcapy.open_live(interface, LIVE_SNAPLEN, 0, LIVE_TIMEOUT_MS)

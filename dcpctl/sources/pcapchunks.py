@@ -24,6 +24,7 @@ from typing import Final
 
 from dcpctl.sources.pcap import (
     SUPPORTED_LINKTYPES,
+    TLS_PORTS,
     CaptureError,
     CaptureNotice,
     FrameFilter,
@@ -158,7 +159,7 @@ def read_records(path: str, ports: frozenset[int], tls_ports: frozenset[int],
         yield hint
 
 
-def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = frozenset({11207}),
+def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = TLS_PORTS,
              tap: Callable[[float, bytes, int], None] | None = None, keep: FrameFilter | None = None
              ) -> Iterator[tuple[TcpSegment, int] | CaptureNotice]:
     """The TCP segments of one chunk's frames (frame numbers as in the whole file), each with the file offset

@@ -47,6 +47,7 @@ from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
 from dcpctl.sources.pcap import (
     IPV6_EXTENSIONS,
+    TLS_PORTS,
     CaptureNotice,
     TcpSegment,
     network_layer,
@@ -582,6 +583,7 @@ class CaptureRedactor:
         self._flush()
         if self.addresses is not None:
             self.summary.counts["addresses"] = self.addresses.mapped
+            self.summary.counts["ports"] = self.addresses.ports_mapped
 
 
 def _final_shift(stream: _Stream) -> int:
@@ -627,9 +629,9 @@ def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
 
 
 def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False) -> None:
-    """Map a frame's IP addresses (when asked) and recompute its checksums: the IPv4 header's, and the TCP or
-    UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length keeps its transport
-    checksum: its bytes are not all there to sum."""
+    """Map a frame's IP addresses and clients' ports (when asked) and recompute its checksums: the IPv4
+    header's, and the TCP or UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length
+    keeps its transport checksum: its bytes are not all there to sum."""
     network = network_layer(linktype, bytes(data[:64]))
     if network is None:
         return
@@ -659,6 +661,9 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
     else:
         return
     at = {TCP: 16, UDP: 6}.get(protocol)
+    if at is not None and addresses is not None and transport_at + 4 <= len(data):
+        source, destination = struct.unpack_from("!HH", data, transport_at)
+        struct.pack_into("!HH", data, transport_at, addresses.port(source), addresses.port(destination))
     if at is None or end > len(data) or transport_at + at + 2 > end:
         return
     if protocol == UDP and data[transport_at + 6:transport_at + 8] == b"\x00\x00":
@@ -669,7 +674,7 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
 
 
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
-                   tls_ports: frozenset[int] = frozenset({11207}), *, keep_unparsed: bool = False,
+                   tls_ports: frozenset[int] = TLS_PORTS, *, keep_unparsed: bool = False,
                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> tuple[Summary, list[CaptureNotice]]:
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and

@@ -602,6 +602,43 @@ def test_map_addresses_maps_addresses_written_in_messages_and_rewrites_the_strea
     assert _warnings(expert_out) <= _warnings(expert_in)
 
 
+def test_map_addresses_maps_clients_ports_and_keeps_the_servers(tmp_path: Path) -> None:
+    """A client's ephemeral port maps one to one (the same port of two hosts to one port, so connections are
+    still told apart by their addresses); a port below 32768 and the server's stay, so the output decodes on
+    11210 and Wireshark still knows the protocol; the checksums stay right."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    clients = [("10.1.2.3", 50123), ("10.1.2.4", 50123), ("10.1.2.4", 50124), ("192.168.7.9", 4000)]
+    for client in clients:
+        conversation = TcpConversation(writer, client=client, server=("10.1.2.200", 11210))
+        conversation.handshake()
+        for from_client, data in session_packets():
+            conversation.send(from_client, data)
+        conversation.close()
+    source, target = tmp_path / "ports.pcap", tmp_path / "ports.mapped.pcap"
+    source.write_bytes(out.getvalue())
+    run = _redact(source, target, "--map-addresses")
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert "client ports mapped (--map-addresses): 2" in run.err.getvalue()
+    ends = list(dict.fromkeys((item.src, item.dst) for item in read_segments(str(target))
+                              if isinstance(item, TcpSegment) and item.dst[1] == 11210))
+    assert len(ends) == 4
+    first, second, third, kept = (port for (_, port), _ in ends)
+    assert first == second != third
+    assert {first, third}.isdisjoint({50123, 50124})
+    assert min(first, third) >= 32768
+    assert kept == 4000
+    assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
+    (expert_in, malformed_in), (expert_out, malformed_out) = _expert(source), _expert(target)
+    assert malformed_out.count("\n") <= malformed_in.count("\n")  # the TCP checksums cover the new ports
+    assert _warnings(expert_out) <= _warnings(expert_in)
+    # without --map-addresses every port stays
+    plain = tmp_path / "ports.plain.pcap"
+    assert _redact(source, plain).code == ExitCode.OK
+    assert {item.src[1] for item in read_segments(str(plain)) if isinstance(item, TcpSegment)} == \
+        {port for _, port in clients} | {11210}
+
+
 def test_ipv6_addresses_are_mapped_with_correct_checksums(tmp_path: Path) -> None:
     source = tmp_path / "v6.pcap"
     source.write_bytes(write_capture(session_packets(), linktype=LINKTYPE_RAW, client=("2001:db8::1", 50123),

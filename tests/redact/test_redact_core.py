@@ -24,7 +24,7 @@ from dcpctl.protocol.frameinfo import IMPERSONATE_USER, FrameInfo
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import Xattr, build_xattrs, parse_xattrs, snappy_decompress
-from dcpctl.redact.address import AddressMap
+from dcpctl.redact.address import EPHEMERAL_PORTS, AddressMap
 from dcpctl.redact.core import FIELDS_KEPT, Policy, Redactor
 
 ITEM = {"by_seqno": 5, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0}
@@ -147,6 +147,42 @@ def test_address_mapping_preserves_prefixes() -> None:
     c, d = mapping(bytes(16)), mapping(bytes(15) + b"\x01")
     assert c[:15] == d[:15]
     assert c != d
+
+
+def test_port_mapping_permutes_clients_ports_and_keeps_services() -> None:
+    """--map-addresses maps a client's ephemeral port (32768 and up) one to one onto that range, by the salt;
+    a port below it names a service and stays, as do the servers' ports given, which no client's port may
+    then become (a client's port on 11210's side would read as a server)."""
+    mapping = AddressMap(b"salt")
+    ephemeral = range(EPHEMERAL_PORTS, 65536)
+    images = [mapping.port(port) for port in ephemeral]
+    assert sorted(images) == list(ephemeral)  # a permutation of the range
+    assert sum(image == port for port, image in zip(ephemeral, images, strict=True)) < 10
+    assert [mapping.port(port) for port in (0, 22, 1023, 11210, 18091, EPHEMERAL_PORTS - 1)] == \
+        [0, 22, 1023, 11210, 18091, EPHEMERAL_PORTS - 1]
+    assert AddressMap(b"salt").port(50123) == mapping.port(50123)
+    assert AddressMap(b"pepper").port(50123) != mapping.port(50123)
+    # a server listening on an ephemeral port (a test's, a cluster_run's): kept, and no client becomes it
+    server = mapping.port(50123)
+    keeping = AddressMap(b"salt", frozenset({server}))
+    assert keeping.port(server) == server
+    images = [keeping.port(port) for port in ephemeral]
+    assert sorted(images) == list(ephemeral)
+    assert keeping.port(50123) not in {50123, server}
+    assert mapping.ports_mapped == 65536 - EPHEMERAL_PORTS
+
+
+def test_ports_written_with_addresses_are_mapped_as_the_frames_are() -> None:
+    """A stat's or a log line's ``ADDRESS:PORT`` (``[v6]:PORT``): the client's port maps as in the TCP header;
+    a service's stays; a number past 65535 is no port and stays."""
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    assert redactor.addresses is not None
+    text = b"peer 10.1.2.3:54321 sock 10.1.2.200:11210 v6 [fd00::12]:50000 odd 10.1.2.3:99999 at 12:30:45"
+    port = redactor.addresses.port
+    v4, v4_node, v6 = _mapped(redactor, "10.1.2.3"), _mapped(redactor, "10.1.2.200"), _mapped(redactor, "fd00::12")
+    assert redactor.addresses_in(text) == (f"peer {v4}:{port(54321)} sock {v4_node}:11210 v6 [{v6}]:{port(50000)} "
+                                           f"odd {v4}:99999 at 12:30:45").encode()
+    assert port(54321) != 54321
 
 
 def _vector(name: str) -> tuple[bytes, DecodeOptions]:

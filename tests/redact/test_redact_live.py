@@ -112,6 +112,8 @@ def test_map_addresses_maps_the_cluster_maps_nodes_as_the_frames(tmp_path: Path,
     assert server_address != "127.0.0.1"
     assert maps[0]["vBucketServerMap"]["serverList"] == [f"{server_address}:{port}"]
     assert [node["hostname"] for node in maps[0]["nodesExt"]] == [server_address]
+    # the client's ephemeral ports are mapped (serve's port, a server's, was kept: decode found it above)
+    assert "client ports mapped (--map-addresses): " in err
 
 
 def test_redact_needs_write() -> None:
