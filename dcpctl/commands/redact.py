@@ -82,7 +82,8 @@ class Redaction:
     map_addresses: Annotated[bool, typer.Option(
         "--map-addresses", help="Map IPv4 and IPv6 addresses consistently and prefix-preserving (the same subnet "
         "maps to the same subnet), by the salt, in the frames and in messages (cluster maps, connection names, "
-        "stats); a cluster map's host names are hashed.", rich_help_panel=KEEP_PANEL)] = False
+        "stats); clients' ports and MAC addresses too (servers' ports and vendors kept); a cluster map's host "
+        "names are hashed.", rich_help_panel=KEEP_PANEL)] = False
 
     def redactor(self, salt: bytes, service_ports: frozenset[int]) -> Redactor:
         """The redactor; with --map-addresses its address map (``.addresses``) maps the frames' headers too,
@@ -219,6 +220,8 @@ def replaced_lines(counts: Counter[str]) -> list[str]:
         lines.append(f"  JSON names hashed (--no-keep-json-names): {counts['json_names']}")
     if counts["ports"]:
         lines.append(f"  client ports mapped (--map-addresses): {counts['ports']}")
+    if counts["macs"]:
+        lines.append(f"  MAC addresses mapped (--map-addresses): {counts['macs']}")
     if counts["host_names"]:
         lines.append(f"  cluster map host names hashed (--map-addresses): {counts['host_names']}")
     return lines

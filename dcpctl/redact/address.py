@@ -6,6 +6,11 @@ addresses that share their first n bits map to two that share their first n bits
 hosts of one subnet and client/server roles stay recognisable while the addresses do not. The same salt
 gives the same mapping in every file.
 
+MAC addresses: a vendor's (universally administered) address keeps its vendor's three bytes, which name no
+one and tell a diagnosis the hardware or hypervisor, and has the other three mapped the same way; a locally
+administered one (a container's, a VM's: random) is mapped but for its two flag bits; a group address
+(broadcast, multicast) names no host and stays.
+
 Ports: a client's ephemeral port (32768 and up: Linux's range and IANA's dynamic one both start there, and
 every port Couchbase Server listens on by default is below it) is mapped by a keyed permutation of that range
 that skips the servers' ports given, so connections stay told apart and a service's port stays itself.
@@ -21,6 +26,12 @@ from typing import Final
 MAX_REMEMBERED: Final = 65536
 # Ports from here up are clients' ephemeral ones, mapped; those below name services, kept.
 EPHEMERAL_PORTS: Final = 32768
+# A MAC address's first byte: its group bit (broadcast, multicast) and its locally administered bit.
+_GROUP: Final = 1
+_LOCAL: Final = 2
+# The bits of a MAC address kept as they are: a vendor's three bytes; a local address's two flag bits.
+_VENDOR_FIXED: Final = ((1 << 24) - 1) << 24
+_LOCAL_FIXED: Final = (_GROUP | _LOCAL) << 40
 _PORT_ROUNDS: Final = 4  # a balanced Feistel network's rounds: four make a strong pseudo-random permutation
 
 
@@ -31,6 +42,7 @@ class AddressMap:
         self.service_ports = service_ports
         self._known: dict[bytes, bytes] = {}
         self._ports: dict[int, int] = {}
+        self._macs: dict[bytes, bytes] = {}
         self.mapped = 0  # distinct addresses mapped (while they are remembered)
 
     def __call__(self, raw: bytes) -> bytes:
@@ -43,14 +55,33 @@ class AddressMap:
                 self.mapped += 1
         return found
 
-    def _map(self, raw: bytes) -> bytes:
+    def mac(self, raw: bytes) -> bytes:
+        """The mapped form of a 6-byte MAC address (see the module's docstring for what is kept)."""
+        if raw[0] & _GROUP:
+            return raw
+        found = self._macs.get(raw)
+        if found is None:
+            found = self._map(raw, _LOCAL_FIXED if raw[0] & _LOCAL else _VENDOR_FIXED)
+            if len(self._macs) < MAX_REMEMBERED:
+                self._macs[raw] = found
+        return found
+
+    @property
+    def macs_mapped(self) -> int:
+        """Distinct MAC addresses mapped (while they are remembered)."""
+        return len(self._macs)
+
+    def _map(self, raw: bytes, fixed: int = 0) -> bytes:
+        """Crypto-PAn over ``raw``'s bits, those set in ``fixed`` (first bit first) left as they are."""
         bits = len(raw) * 8
         value = int.from_bytes(raw, "big")
         out = 0
         for i in range(bits):
-            prefix = (value >> (bits - i)).to_bytes(len(raw), "big") if i else b""
-            pad = hmac.digest(self.salt, b"address" + bytes([len(raw), i]) + prefix, "sha256")[0] & 1
-            out = (out << 1) | (((value >> (bits - 1 - i)) & 1) ^ pad)
+            bit = (value >> (bits - 1 - i)) & 1
+            if not fixed >> (bits - 1 - i) & 1:
+                prefix = (value >> (bits - i)).to_bytes(len(raw), "big") if i else b""
+                bit ^= hmac.digest(self.salt, b"address" + bytes([len(raw), i]) + prefix, "sha256")[0] & 1
+            out = (out << 1) | bit
         return out.to_bytes(len(raw), "big")
 
     def port(self, port: int) -> int:

@@ -46,7 +46,10 @@ from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
 from dcpctl.sources.pcap import (
+    DLT_EN10MB,
     IPV6_EXTENSIONS,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
     TLS_PORTS,
     CaptureNotice,
     TcpSegment,
@@ -584,6 +587,7 @@ class CaptureRedactor:
         if self.addresses is not None:
             self.summary.counts["addresses"] = self.addresses.mapped
             self.summary.counts["ports"] = self.addresses.ports_mapped
+            self.summary.counts["macs"] = self.addresses.macs_mapped
 
 
 def _final_shift(stream: _Stream) -> int:
@@ -629,9 +633,11 @@ def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
 
 
 def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False) -> None:
-    """Map a frame's IP addresses and clients' ports (when asked) and recompute its checksums: the IPv4
-    header's, and the TCP or UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap length
-    keeps its transport checksum: its bytes are not all there to sum."""
+    """Map a frame's MAC and IP addresses and clients' ports (when asked) and recompute its checksums: the
+    IPv4 header's, and the TCP or UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap
+    length keeps its transport checksum: its bytes are not all there to sum."""
+    if addresses is not None:
+        _map_link_addresses(linktype, data, addresses)
     network = network_layer(linktype, bytes(data[:64]))
     if network is None:
         return
@@ -671,6 +677,17 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
     data[transport_at + at:transport_at + at + 2] = b"\x00\x00"
     check = internet_checksum(pseudo + bytes(data[transport_at:end]))
     data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
+
+
+def _map_link_addresses(linktype: int, data: bytearray, addresses: AddressMap) -> None:
+    """A frame's MAC addresses mapped: Ethernet's two, the one a Linux cooked header (``-i any``) gives."""
+    if linktype == DLT_EN10MB and len(data) >= 12:
+        data[0:6] = addresses.mac(bytes(data[0:6]))
+        data[6:12] = addresses.mac(bytes(data[6:12]))
+    elif linktype == LINKTYPE_LINUX_SLL and len(data) >= 14 and struct.unpack_from("!H", data, 4)[0] == 6:
+        data[6:12] = addresses.mac(bytes(data[6:12]))
+    elif linktype == LINKTYPE_LINUX_SLL2 and len(data) >= 20 and data[11] == 6:
+        data[12:18] = addresses.mac(bytes(data[12:18]))
 
 
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],

@@ -602,6 +602,52 @@ def test_map_addresses_maps_addresses_written_in_messages_and_rewrites_the_strea
     assert _warnings(expert_out) <= _warnings(expert_in)
 
 
+# What tshark reads of a frame's link, network and transport addresses: eth.src/dst and sll.src.eth are
+# MAC addresses, ip and ipv6 the IP ones, tcp the ports.
+_ADDRESS_FIELDS = ("eth.src", "eth.dst", "sll.src.eth", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst",
+                   "tcp.srcport", "tcp.dstport")
+
+
+def _addresses_read(path: Path) -> dict[str, set[str]]:
+    """Every value tshark reads in each of ``_ADDRESS_FIELDS`` over the whole capture."""
+    done = subprocess.run([peer("tshark"), "-r", str(path), "-T", "fields", "-E", "occurrence=a",
+                           *(arg for field in _ADDRESS_FIELDS for arg in ("-e", field))],
+                          capture_output=True, text=True, check=True, timeout=60)
+    found: dict[str, set[str]] = {field: set() for field in _ADDRESS_FIELDS}
+    for line in done.stdout.splitlines():
+        for field, value in zip(_ADDRESS_FIELDS, line.split("\t"), strict=False):
+            found[field].update(v for v in value.split(",") if v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, Path, Run]]:
+    return _redact_all(tmp_path_factory.mktemp("mapped"), "mapped", "--map-addresses")
+
+
+@pytest.mark.peer
+def test_map_addresses_leaves_no_address_of_the_input(mapped: list[tuple[str, Path, Path, Run]]) -> None:
+    """Read by tshark, the independent reader: no MAC address of a host, no IP address and no client port
+    of the input is left in the output, each maps one to one (as many distinct values as before), the
+    servers' port stays, and the output reads as cleanly as the input."""
+    macs = {field for field in _ADDRESS_FIELDS if field.startswith(("eth", "sll"))}
+    with_macs = 0
+    for name, source, target, run in mapped:
+        assert run.code == ExitCode.OK, (name, run.err.getvalue())
+        before, after = _addresses_read(source), _addresses_read(target)
+        assert before["ip.src"] | before["ipv6.src"], name
+        with_macs += any(before[field] for field in macs)
+        for field in _ADDRESS_FIELDS:
+            assert len(after[field]) == len(before[field]), (name, field)
+            kept = {value for value in before[field] & after[field]
+                    if (field.startswith("tcp") and int(value) < 32768)
+                    or (field in macs and int(value[:2], 16) & 1)}
+            assert before[field] & after[field] == kept, (name, field)
+        assert "11210" in after["tcp.dstport"] | after["tcp.srcport"], name
+        _reads_as_cleanly(name, source, target)
+    assert with_macs >= 5  # Ethernet (with a VLAN, as pcapng) and Linux cooked captures
+
+
 def test_map_addresses_maps_clients_ports_and_keeps_the_servers(tmp_path: Path) -> None:
     """A client's ephemeral port maps one to one (the same port of two hosts to one port, so connections are
     still told apart by their addresses); a port below 32768 and the server's stay, so the output decodes on

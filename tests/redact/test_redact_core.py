@@ -172,6 +172,27 @@ def test_port_mapping_permutes_clients_ports_and_keeps_services() -> None:
     assert mapping.ports_mapped == 65536 - EPHEMERAL_PORTS
 
 
+def test_mac_mapping_keeps_the_vendor_and_the_flags() -> None:
+    """A vendor's MAC address keeps its vendor's three bytes, the rest mapped prefix-preserving; a locally
+    administered one (a container's) is mapped but for its two flag bits; broadcast and multicast stay."""
+    mapping = AddressMap(b"salt")
+    vmware_a, vmware_b = bytes.fromhex("005056123456"), bytes.fromhex("005056123457")
+    a, b = mapping.mac(vmware_a), mapping.mac(vmware_b)
+    assert a[:3] == b[:3] == vmware_a[:3]
+    assert a != vmware_a
+    assert a[:5] == b[:5]  # they share 47 bits, and still do
+    assert a != b
+    docker = bytes.fromhex("0242ac110002")
+    mapped = mapping.mac(docker)
+    assert mapped[0] & 3 == docker[0] & 3 == 2
+    assert mapped[1:] != docker[1:]
+    for group in (b"\xff" * 6, bytes.fromhex("01005e000001"), bytes.fromhex("333300000001")):
+        assert mapping.mac(group) == group
+    assert AddressMap(b"salt").mac(docker) == mapped
+    assert AddressMap(b"pepper").mac(docker) != mapped
+    assert mapping.macs_mapped == 3
+
+
 def test_ports_written_with_addresses_are_mapped_as_the_frames_are() -> None:
     """A stat's or a log line's ``ADDRESS:PORT`` (``[v6]:PORT``): the client's port maps as in the TCP header;
     a service's stays; a number past 65535 is no port and stays."""
