@@ -113,7 +113,8 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
-    redacting = redaction.live(redact, salt_file, env, "--write", _seed_ports(login, host))
+    redacting = redaction.live(redact, salt_file, env, "--write",
+                               _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if template is not None:
