@@ -275,7 +275,9 @@ def _when_ext(n: int) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
 EMPTY = _x(name="empty", when=_when_ext(0))
 SUCCESS = (("status", int(Status.SUCCESS)),)
 ROLLBACK = (("status", int(Status.ROLLBACK)),)
-ERROR_BODY = _x(name="error", when=_when_ext(0), value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
+# The server's words about a failed request ({"error":{"context":...}}): they may name what the request named
+ERROR_BODY = _x(name="error", when=_when_ext(0), value=ValueKind.AUTO, value_presence=Presence.OPTIONAL,
+                value_content=Content.MENTIONS)
 
 REQ: Final = int(Magic.CLIENT_REQUEST)
 RES: Final = int(Magic.CLIENT_RESPONSE)

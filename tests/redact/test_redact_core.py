@@ -18,6 +18,7 @@ from dcpctl.protocol.constants import (
     DATATYPE_XATTR,
     Opcode,
     ServerOpcode,
+    Status,
     SubdocPathFlag,
 )
 from dcpctl.protocol.frameinfo import IMPERSONATE_USER, FrameInfo
@@ -329,6 +330,24 @@ def test_hash_names_hashes_the_names_stats_mention() -> None:
     plain = Redactor(b"salt")
     plain.message(decode(build.request(Opcode.SELECT_BUCKET, key=b"airline"), 0, DecodeOptions()))
     assert plain.message(decode(raw, 0, DecodeOptions())) == raw
+
+
+def test_hash_names_hashes_the_names_an_error_body_mentions() -> None:
+    """An error's body is the server's text about the request ({"error":{"context":...}}): the words of the
+    names hashed before are replaced there too; its other words and its structure stay."""
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    asked = decode(redactor.message(decode(build.request(Opcode.COLLECTIONS_GET_ID, key=b"inventory.airline"), 0,
+                                           DecodeOptions())), 0, DecodeOptions())
+    body = {"manifest_uid": "1f", "error": {"context": "Unknown collection inventory.airline", "ref": "5a1e"}}
+    raw = build.response(Opcode.COLLECTIONS_GET_ID, status=Status.UNKNOWN_COLLECTION, datatype=DATATYPE_JSON,
+                         value=json.dumps(body).encode())
+    out = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+    assert len(out.raw) == len(raw)
+    got = json.loads(out.value)
+    assert got["error"]["context"] == "Unknown collection " + asked.key.decode()
+    assert {got["manifest_uid"], got["error"]["ref"]} == {"1f", "5a1e"}
+    assert b"airline" not in out.raw
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions())) == raw  # kept without --hash-names
 
 
 def test_hash_names_hashes_names_in_values_too() -> None:
