@@ -20,6 +20,8 @@ from couchbase.options import ClusterOptions, ClusterTimeoutOptions
 from servekit import Server, serving
 
 from dcpctl.exitcode import ExitCode
+from dcpctl.redact.address import AddressMap
+from dcpctl.sources.pcap import TLS_PORTS
 
 pytestmark = pytest.mark.peer
 
@@ -92,6 +94,24 @@ def test_the_sdks_capture_redacts(server: Server, tmp_path: Path) -> None:
     (expert_in, malformed_in), (expert_out, malformed_out) = kit._expert(capture), kit._expert(target)  # type: ignore[attr-defined]
     assert malformed_out.count("\n") <= malformed_in.count("\n"), malformed_out
     assert kit._warnings(expert_out) <= kit._warnings(expert_in), (expert_in, expert_out)  # type: ignore[attr-defined]
+    # --map-addresses: loopback leaves no trace, in the headers or in the map the SDK read; the SDK's ports are
+    # mapped, serve's (given with --port) kept
+    mapped = tmp_path / "sdk.mapped.pcap"
+    run = kit._redact(capture, mapped, "--port", str(server.port), "--map-addresses")  # type: ignore[attr-defined]
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert b"127.0.0.1" not in mapped.read_bytes()
+    assert not any(b"127.0.0.1" in stream for stream in kit._streams_on(mapped, server.port))  # type: ignore[attr-defined]
+    read_in, read_out = kit._addresses_read(capture), kit._addresses_read(mapped)  # type: ignore[attr-defined]
+    assert read_in["ip.src"] == {"127.0.0.1"}
+    assert "127.0.0.1" not in read_out["ip.src"] | read_out["ip.dst"]
+    clients = {int(port) for port in read_in["tcp.srcport"]} - {server.port}
+    assert clients
+    assert all(port >= 32768 for port in clients)  # Linux's ephemeral ports
+    # each as the salt's map has it (a port may by chance map to itself: a permutation has fixed points)
+    ports = AddressMap(kit.SALT.encode(), frozenset({server.port}) | TLS_PORTS)  # type: ignore[attr-defined]
+    assert {int(port) for port in read_out["tcp.srcport"]} == {ports.port(port) for port in clients} | {server.port}
+    assert str(server.port) in read_out["tcp.dstport"]
+    assert len(kit._decoded_on(mapped, server.port)) == len(before)  # type: ignore[attr-defined]
 
 
 # names a customer's cluster gives away: its bucket, scope and collection (each long enough not to occur by
