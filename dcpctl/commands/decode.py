@@ -5,13 +5,11 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import glob
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dcpctl.commands._options import (
     Base64Option,
@@ -39,6 +37,7 @@ from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, Stats, emit
+from dcpctl.render.progress import file_progress
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
@@ -128,7 +127,8 @@ def decode(
     filtering = vbuckets is not None or opcodes is not None or key_match is not None \
         or stream_ids is not None or predicate is not None
     paths = expand(files)
-    progress = _progress(env, paths)
+    # on a terminal's standard error, unless the output shares the terminal
+    progress = None if env.stdout_isatty else file_progress(env, paths, "decoding")
 
     current = [paths[0]]  # the file being read, for error messages
 
@@ -196,48 +196,6 @@ def _render(items: Iterator[Item | bytes], output: Format, env: Environment, *, 
         if tally is not None:
             print_summary(tally, env.error_console())
     return stats
-
-
-# Captures smaller than this decode in a moment; a bar would only flicker.
-PROGRESS_MIN_BYTES = 32 * 1024 * 1024
-
-
-class _Progress:
-    """A progress bar on standard error, advanced by the bytes of each frame read (record header included)."""
-
-    def __init__(self, env: Environment, total: int) -> None:
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                            console=env.error_console(), transient=True)
-        self.task = self.bar.add_task("decoding", total=total)
-
-    def start_file(self, path: str) -> None:
-        self.bar.update(self.task, description=os.path.basename(path))
-
-    def advance(self, nbytes: int) -> None:
-        self.bar.advance(self.task, nbytes)
-
-    def tap(self, path: str) -> Callable[[float, bytes, int], None]:
-        self.start_file(path)
-
-        def advance(_ts: float, data: bytes, _wire: int) -> None:
-            self.bar.advance(self.task, len(data) + 16)
-
-        return advance
-
-    def __enter__(self) -> _Progress:
-        self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
-
-
-def _progress(env: Environment, paths: list[str]) -> _Progress | None:
-    """Only when standard error is a terminal and standard output is not (decode big.pcap > out.jsonl)."""
-    if not env.stderr_isatty or env.stdout_isatty or "-" in paths:
-        return None
-    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-    return _Progress(env, total) if total >= PROGRESS_MIN_BYTES else None
 
 
 def _only_notices(items: Iterable[Item | bytes]) -> Iterator[Item]:

@@ -31,6 +31,7 @@ from dcpctl.protocol.message import DecodeOptions
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Policy, Redactor
 from dcpctl.render.env import Environment, OutputError
+from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
@@ -166,11 +167,15 @@ def redact(
     redactor = redaction.redactor(salt, ports | TLS_PORTS)
     options = DecodeOptions(dialect_of(dialect), collections)
 
+    progress = file_progress(env, [file], "redacting")  # a big file, someone watching standard error
+
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
-            return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
-                                  max_body_length=max_body_length, max_connections=max_connections,
-                                  max_held_bytes=max_held_bytes)
+            with progress if progress is not None else contextlib.nullcontext():
+                return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
+                                      max_body_length=max_body_length, max_connections=max_connections,
+                                      max_held_bytes=max_held_bytes,
+                                      progress=progress.tap(file) if progress is not None else None)
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
 

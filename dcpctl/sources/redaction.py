@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final
 
@@ -693,9 +694,12 @@ def _map_link_addresses(linktype: int, data: bytearray, addresses: AddressMap) -
 def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
                    tls_ports: frozenset[int] = TLS_PORTS, *, keep_unparsed: bool = False,
                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> tuple[Summary, list[CaptureNotice]]:
+                   max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                   progress: Callable[[float, bytes, int], None] | None = None
+                   ) -> tuple[Summary, list[CaptureNotice]]:
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
-    the reader's notices (a damaged file, a TLS port: each kind once, so few)."""
+    the reader's notices (a damaged file, a TLS port: each kind once, so few). ``progress`` sees every frame
+    read, as the engine does."""
     # standard input is opened once: read by the reader its link type comes from; a file is read again by
     # read_segments, which reads a short snap length's records whole
     reader = open_offline(path)
@@ -705,8 +709,14 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
                              max_body_length=max_body_length, max_connections=max_connections,
                              max_held_bytes=max_held_bytes)
     notices: list[CaptureNotice] = []
-    items = (reader_segments(reader, ports, tls_ports, tap=engine.tap) if path == "-"
-             else read_segments(path, ports, tls_ports, tap=engine.tap))
+    tap = engine.tap
+    if progress is not None:
+        def tap(ts: float, data: bytes, wire_length: int) -> None:
+            engine.tap(ts, data, wire_length)
+            progress(ts, data, wire_length)
+
+    items = (reader_segments(reader, ports, tls_ports, tap=tap) if path == "-"
+             else read_segments(path, ports, tls_ports, tap=tap))
     for item in items:
         if isinstance(item, TcpSegment):
             engine.segment(item)

@@ -1008,6 +1008,33 @@ def test_standard_input_is_redacted_as_the_file_is(form: str, tmp_path: Path) ->
     assert b"redacted: 30 of 30 frames written" in done.stderr
 
 
+def test_a_progress_bar_while_a_big_capture_is_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard error a terminal, a big file: a bar names the file while it is read, then goes; the summary
+    stays, and the file written is the one written without the bar."""
+    from dcpctl.render import progress  # noqa: PLC0415
+
+    monkeypatch.setattr(progress, "PROGRESS_MIN_BYTES", 1)
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    outputs = []
+    for terminal in (True, False):
+        target = tmp_path / f"out-{terminal}.pcap"
+        err = io.StringIO()
+        env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=terminal,
+                          stderr_isatty=terminal, color=False)
+        assert main(["redact", str(SAMPLE), "-o", str(target), "--salt-file", str(salt)], env) == ExitCode.OK
+        assert ("dcp-session.pcap" in err.getvalue()) is terminal
+        assert "redacted: 30 of 30 frames written" in err.getvalue()
+        outputs.append(target.read_bytes())
+    assert outputs[0] == outputs[1]
+    monkeypatch.setattr(progress, "PROGRESS_MIN_BYTES", SAMPLE.stat().st_size + 1)  # a small file: no bar
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=True, stderr_isatty=True,
+                      color=False)
+    assert main(["redact", str(SAMPLE), "-o", str(tmp_path / "small.pcap"), "--salt-file", str(salt)], env) == 0
+    assert "dcp-session.pcap" not in err.getvalue()
+
+
 def test_standard_output_takes_the_capture_unless_it_is_a_terminal(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # "-" is standard output, never a file of that name

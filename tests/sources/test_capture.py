@@ -283,9 +283,9 @@ def test_standard_input(tmp_path: Path) -> None:
 
 
 def test_progress_bar_on_a_terminal_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dcpctl.commands import decode as decode_command  # noqa: PLC0415
+    from dcpctl.render import progress  # noqa: PLC0415
 
-    monkeypatch.setattr(decode_command, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(progress, "PROGRESS_MIN_BYTES", 1)
     out, err = io.StringIO(), io.StringIO()
     env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=True,
                       color=False)
