@@ -9,7 +9,7 @@ gives the same mapping in every file.
 MAC addresses: a vendor's (universally administered) address keeps its vendor's three bytes, which name no
 one and tell a diagnosis the hardware or hypervisor, and has the other three mapped the same way; a locally
 administered one (a container's, a VM's: random) is mapped but for its two flag bits; a group address
-(broadcast, multicast) names no host and stays.
+(broadcast, multicast) names no host and stays, as does the all-zero one of Linux's loopback.
 
 Ports: a client's ephemeral port (32768 and up: Linux's range and IANA's dynamic one both start there, and
 every port Couchbase Server listens on by default is below it) is mapped by a keyed permutation of that range
@@ -29,6 +29,7 @@ EPHEMERAL_PORTS: Final = 32768
 # A MAC address's first byte: its group bit (broadcast, multicast) and its locally administered bit.
 _GROUP: Final = 1
 _LOCAL: Final = 2
+_NO_MAC: Final = bytes(6)  # the loopback interface's: no card, nothing to hide, and it says "loopback"
 # The bits of a MAC address kept as they are: a vendor's three bytes; a local address's two flag bits.
 _VENDOR_FIXED: Final = ((1 << 24) - 1) << 24
 _LOCAL_FIXED: Final = (_GROUP | _LOCAL) << 40
@@ -57,7 +58,7 @@ class AddressMap:
 
     def mac(self, raw: bytes) -> bytes:
         """The mapped form of a 6-byte MAC address (see the module's docstring for what is kept)."""
-        if raw[0] & _GROUP:
+        if raw[0] & _GROUP or raw == _NO_MAC:
             return raw
         found = self._macs.get(raw)
         if found is None:

@@ -187,8 +187,8 @@ def test_mac_mapping_keeps_the_vendor_and_the_flags() -> None:
     mapped = mapping.mac(docker)
     assert mapped[0] & 3 == docker[0] & 3 == 2
     assert mapped[1:] != docker[1:]
-    for group in (b"\xff" * 6, bytes.fromhex("01005e000001"), bytes.fromhex("333300000001")):
-        assert mapping.mac(group) == group
+    for group in (b"\xff" * 6, bytes.fromhex("01005e000001"), bytes.fromhex("333300000001"), bytes(6)):
+        assert mapping.mac(group) == group  # a group, or loopback's all-zero address
     assert AddressMap(b"salt").mac(docker) == mapped
     assert AddressMap(b"pepper").mac(docker) != mapped
     assert mapping.macs_mapped == 3
