@@ -8,6 +8,7 @@ checksums and sequence numbers, so a capture written here looks to any reader li
 from __future__ import annotations
 
 import ipaddress
+import math
 import struct
 from typing import BinaryIO, Final
 
@@ -17,6 +18,7 @@ LINKTYPE_RAW: Final = 101
 LINKTYPE_LINUX_SLL: Final = 113
 # Large enough for any DCP packet plus headers (a 20 MiB item spans many segments anyway).
 DEFAULT_SNAPLEN: Final = 262144
+_SECONDS: Final = 1 << 32  # a record's seconds and lengths are 32-bit fields
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10  # TCP header flag bits (RFC 9293), not DCP codes
 TCP_OPTION_NOP: Final = 1
 TCP_OPTION_SACK: Final = 5  # the TCP option holding SACK blocks (RFC 2018)
@@ -45,13 +47,17 @@ class PcapWriter:
 
     def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
         """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut."""
-        seconds = int(ts)
+        seconds = math.floor(ts)
         micros = round((ts - seconds) * 1_000_000)
         if micros >= 1_000_000:
             seconds, micros = seconds + 1, micros - 1_000_000
         kept = frame[:self.snaplen]
         original = len(frame) if wire_length is None else wire_length
-        self.stream.write(struct.pack("<IIII", seconds, micros, len(kept), original) + kept)
+        # a wire length below the bytes kept (a damaged record's, less what a redaction removed) is made true
+        original = min(max(original, len(kept)), _SECONDS - 1)
+        # the seconds field is 32 bits, which libpcap reads as signed: a time it read from a damaged record
+        # (before 1970) is written back as the same bits
+        self.stream.write(struct.pack("<IIII", seconds % _SECONDS, micros, len(kept), original) + kept)
 
 
 class TcpConversation:

@@ -649,6 +649,8 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
         if addresses is not None:
             data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
             data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
+        if ihl < 20 or total < ihl:
+            return  # a malformed header (a frame --keep-unparsed keeps): its addresses hidden, nothing to sum
         if addresses is not None or ip_checksum:
             data[offset + 10:offset + 12] = b"\x00\x00"
             data[offset + 10:offset + 12] = struct.pack("!H", internet_checksum(bytes(data[offset:offset + ihl])))
@@ -664,6 +666,8 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
         protocol, transport_at, end = data[offset + 6], offset + 40, offset + 40 + payload_length
         while protocol in IPV6_EXTENSIONS and transport_at + 8 <= len(data):
             protocol, transport_at = data[transport_at], transport_at + (data[transport_at + 1] + 1) * 8
+        if end < transport_at:
+            return  # extension headers longer than the payload: malformed, nothing to sum
         pseudo = bytes(data[offset + 8:offset + 40]) + struct.pack("!IxxxB", end - transport_at, protocol)
     else:
         return

@@ -648,6 +648,39 @@ def test_map_addresses_leaves_no_address_of_the_input(mapped: list[tuple[str, Pa
     assert with_macs >= 5  # Ethernet (with a VLAN, as pcapng) and Linux cooked captures
 
 
+def test_damaged_headers_and_times_are_written_back_not_fatal(tmp_path: Path) -> None:
+    """Found by fuzzing: a record whose time libpcap reads as before 1970 (its seconds field past 2^31), an
+    IPv4 header whose total length is below its own length, an IPv6 one whose extension headers outrun its
+    payload. Redacted, kept with --keep-unparsed and --map-addresses: exit 0, the time's bits as they were,
+    the damaged frames' addresses mapped all the same."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer, client=("10.1.2.3", 50123), server=("10.1.2.200", 11210))
+    conversation.handshake()
+    for from_client, data in session_packets():
+        conversation.send(from_client, data)
+    ethernet = bytes.fromhex("020000000002" "020000000001")
+    short_total = bytearray(bytes.fromhex("4500000a00004000400600000a0102030a0102c8") + bytes(20))
+    v6_header = bytes.fromhex("6000000000080040") + bytes.fromhex("20010db8" + "00" * 11 + "01") + \
+        bytes.fromhex("20010db8" + "00" * 11 + "02")
+    outrun = v6_header + bytes([6, 4]) + bytes(38)  # a hop-by-hop header of 40 bytes in a payload of 8
+    writer.write(1_700_000_100.0, ethernet + b"\x08\x00" + bytes(short_total))
+    writer.write(1_700_000_101.0, ethernet + b"\x86\xdd" + outrun)
+    writer.write(3_595_825_408.00013, ethernet + b"\x08\x00" + bytes(short_total))  # 0xD6540000 seconds
+    source, target = tmp_path / "damaged.pcap", tmp_path / "damaged.out.pcap"
+    source.write_bytes(out.getvalue())
+    for extra in ([], ["--keep-unparsed", "--map-addresses"], ["--values", "drop", "--keep-unparsed"]):
+        run = _redact(source, target, *extra)
+        assert run.code == ExitCode.OK, (extra, run.err.getvalue())
+        assert "Traceback" not in run.err.getvalue()
+    written = target.read_bytes()
+    assert struct.pack("<I", 3_595_825_408) in written[-(16 + len(ethernet) + 2 + len(short_total)):]
+    mapped = tmp_path / "mapped.pcap"
+    assert _redact(source, mapped, "--keep-unparsed", "--map-addresses").code == ExitCode.OK
+    assert bytes.fromhex("0a010203") not in mapped.read_bytes()
+    assert bytes.fromhex("20010db8" + "00" * 11 + "01") not in mapped.read_bytes()
+
+
 def test_map_addresses_maps_clients_ports_and_keeps_the_servers(tmp_path: Path) -> None:
     """A client's ephemeral port maps one to one (the same port of two hosts to one port, so connections are
     still told apart by their addresses); a port below 32768 and the server's stay, so the output decodes on
