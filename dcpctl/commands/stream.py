@@ -224,8 +224,7 @@ def stream(
                 if capture is not None:
                     capture.close(quiet=failing)
     if capture is not None and capture.redactor is not None:
-        mapped = (Counter(addresses=capture.addresses.mapped, ports=capture.addresses.ports_mapped)
-                  if capture.addresses is not None else Counter[str]())
+        mapped = capture.addresses.counts() if capture.addresses is not None else Counter[str]()
         lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + mapped)]
         env.stderr.write("".join(f"dcpctl: {shown(line)}\n" for line in lines))
     if summary:

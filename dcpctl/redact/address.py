@@ -19,6 +19,7 @@ that skips the servers' ports given, so connections stay told apart and a servic
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from typing import Final
 
 # Addresses mapped and remembered: a capture has few distinct ones; past this many each is mapped again
@@ -44,7 +45,6 @@ class AddressMap:
         self._known: dict[bytes, bytes] = {}
         self._ports: dict[int, int] = {}
         self._macs: dict[bytes, bytes] = {}
-        self.mapped = 0  # distinct addresses mapped (while they are remembered)
 
     def __call__(self, raw: bytes) -> bytes:
         """The mapped form of a packed IPv4 (4 bytes) or IPv6 (16 bytes) address."""
@@ -53,8 +53,12 @@ class AddressMap:
             found = self._map(raw)
             if len(self._known) < MAX_REMEMBERED:
                 self._known[raw] = found
-                self.mapped += 1
         return found
+
+    def counts(self) -> Counter[str]:
+        """The summary's figures: distinct IP addresses, client ports and MAC addresses mapped (of those
+        remembered)."""
+        return Counter(addresses=len(self._known), ports=len(self._ports), macs=len(self._macs))
 
     def mac(self, raw: bytes) -> bytes:
         """The mapped form of a 6-byte MAC address (see the module's docstring for what is kept)."""
@@ -66,11 +70,6 @@ class AddressMap:
             if len(self._macs) < MAX_REMEMBERED:
                 self._macs[raw] = found
         return found
-
-    @property
-    def macs_mapped(self) -> int:
-        """Distinct MAC addresses mapped (while they are remembered)."""
-        return len(self._macs)
 
     def _map(self, raw: bytes, fixed: int = 0) -> bytes:
         """Crypto-PAn over ``raw``'s bits, those set in ``fixed`` (first bit first) left as they are."""
@@ -99,11 +98,6 @@ class AddressMap:
                 found = self._permuted(found)
             self._ports[port] = found  # at most 32768 of them
         return found
-
-    @property
-    def ports_mapped(self) -> int:
-        """Distinct client ports mapped."""
-        return len(self._ports)
 
     def _permuted(self, value: int) -> int:
         left, right = divmod(value, 256)  # a 16-bit port's two bytes

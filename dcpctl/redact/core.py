@@ -486,7 +486,8 @@ class Redactor:
             if isinstance(inflated, str):
                 return self.placeholder(b"value", value)
             return snappy_compress(self._named(inflated, content))
-        # protocol text, compressed or not (HELLO SnappyEverywhere): a control value, a manifest, an error body
+        # protocol text, compressed or not (HELLO SnappyEverywhere): a version, an error map; names and the text
+        # mentioning them too without --hash-names and --map-addresses
         return value
 
     def _named(self, text: bytes, content: Content | None) -> bytes:

@@ -586,9 +586,7 @@ class CaptureRedactor:
         self.max_held_bytes = -1  # everything out
         self._flush()
         if self.addresses is not None:
-            self.summary.counts["addresses"] = self.addresses.mapped
-            self.summary.counts["ports"] = self.addresses.ports_mapped
-            self.summary.counts["macs"] = self.addresses.macs_mapped
+            self.summary.counts.update(self.addresses.counts())
 
 
 def _final_shift(stream: _Stream) -> int:

@@ -170,7 +170,7 @@ def test_port_mapping_permutes_clients_ports_and_keeps_services() -> None:
     images = [keeping.port(port) for port in ephemeral]
     assert sorted(images) == list(ephemeral)
     assert keeping.port(50123) not in {50123, server}
-    assert mapping.ports_mapped == 65536 - EPHEMERAL_PORTS
+    assert mapping.counts()["ports"] == 65536 - EPHEMERAL_PORTS
 
 
 def test_mac_mapping_keeps_the_vendor_and_the_flags() -> None:
@@ -191,7 +191,7 @@ def test_mac_mapping_keeps_the_vendor_and_the_flags() -> None:
         assert mapping.mac(group) == group  # a group, or loopback's all-zero address
     assert AddressMap(b"salt").mac(docker) == mapped
     assert AddressMap(b"pepper").mac(docker) != mapped
-    assert mapping.macs_mapped == 3
+    assert mapping.counts()["macs"] == 3
 
 
 def test_ports_written_with_addresses_are_mapped_as_the_frames_are() -> None:
