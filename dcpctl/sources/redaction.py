@@ -113,6 +113,7 @@ class _Frame:
     resized: int = 0  # payload bytes added (removed when negative) by messages whose length changed
     emptied: bool = False  # its payload was all removed: left out (see _write_back)
     tcp_at: int | None = None  # where its TCP header starts, found once when the reader claims it
+    original: bytes | None = None  # a frame the snap length cut, as it came: its checksum is updated from it
     # an ACK of a followed connection: that connection's last ACKs written (not the connection: a frame waiting
     # in the queue must not keep an ended connection's streams alive), its direction, the acknowledgement it
     # carried, and whether it is a pure ACK (no payload, no FIN or RST)
@@ -225,6 +226,8 @@ class CaptureRedactor:
         """Every frame of the input, in order (the pcap reader's tap)."""
         self._settle_last()
         frame = _Frame(ts, bytearray(data), wire_length, size=len(data))
+        if wire_length > len(data):
+            frame.original = data
         self.summary.frames_in += 1
         self.queue.append(frame)
         self.queued_bytes += len(data)
@@ -550,7 +553,8 @@ class CaptureRedactor:
         if frame.resized:
             _resize_ip(self.linktype, frame.data, frame.resized)
         if frame.changed or self.addresses is not None:
-            rewrite_headers(self.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized))
+            rewrite_headers(self.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized),
+                            original=frame.original)
         self.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized)
         self.summary.frames_out += 1
 
@@ -631,15 +635,59 @@ def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
         struct.pack_into("!H", data, at, struct.unpack_from("!H", data, at)[0] + resized)
 
 
-def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False) -> None:
+def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False,
+                    original: bytes | None = None) -> None:
     """Map a frame's MAC and IP addresses and clients' ports (when asked) and recompute its checksums: the
     IPv4 header's, and the TCP or UDP one over the pseudo-header (IPv4 or IPv6). A frame cut by the snap
-    length keeps its transport checksum: its bytes are not all there to sum."""
+    length cannot be summed whole: given its ``original`` bytes (the same length), its checksum is updated
+    by the difference (RFC 1624), so it depends on the redacted bytes and no more on those they replaced."""
     if addresses is not None:
         _map_link_addresses(linktype, data, addresses)
+    layout = _transport(linktype, data, addresses, ip_checksum=ip_checksum)
+    if layout is None:
+        return
+    protocol, transport_at, end, pseudo = layout
+    at = {TCP: 16, UDP: 6}.get(protocol)
+    if at is not None and addresses is not None and transport_at + 4 <= len(data):
+        source, destination = struct.unpack_from("!HH", data, transport_at)
+        struct.pack_into("!HH", data, transport_at, addresses.port(source), addresses.port(destination))
+    field = transport_at + at if at is not None else -1
+    if at is None or field + 2 > min(end, len(data)):
+        return
+    if protocol == UDP and data[field:field + 2] == b"\x00\x00":
+        return  # an IPv4 UDP datagram without a checksum
+    old = struct.unpack_from("!H", data, field)[0]
+    data[field:field + 2] = b"\x00\x00"
+    if end <= len(data):
+        check = internet_checksum(pseudo + bytes(data[transport_at:end]))
+        data[field:field + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
+        return
+    before = _transport(linktype, bytearray(original), None) \
+        if original is not None and len(original) == len(data) else None
+    if original is None or before is None or before[1:3] != (transport_at, end):
+        data[field:field + 2] = struct.pack("!H", old)  # nothing known to subtract: kept as it was
+        return
+    # the bytes not captured sum to the old total less the old captured bytes' sum (the field zeroed)
+    gone = _ones_sum(before[3] + original[transport_at:field] + b"\x00\x00" + original[field + 2:])
+    total = ((~old & 0xFFFF) - gone + _ones_sum(pseudo + bytes(data[transport_at:]))) % 0xFFFF
+    check = ~(total or 0xFFFF) & 0xFFFF
+    data[field:field + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
+
+
+def _ones_sum(data: bytes) -> int:
+    """The ones' complement sum of ``data``'s 16-bit words modulo 0xFFFF (an odd last byte is a word's high
+    byte: the word's other half is not captured)."""
+    return int.from_bytes(data + b"\x00" if len(data) % 2 else data, "big") % 0xFFFF
+
+
+def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
+               ip_checksum: bool = False) -> tuple[int, int, int, bytes] | None:
+    """The IP header's addresses mapped (when asked) and its IPv4 checksum recomputed (when it changed), then
+    what the transport checksum covers: (protocol, where the transport header starts, where the datagram
+    ends, the pseudo-header). None: no IP header, a malformed one, or a later IPv4 fragment."""
     network = network_layer(linktype, bytes(data[:64]))
     if network is None:
-        return
+        return None
     ethertype, offset = network
     if ethertype == ETHERTYPE_IPV4 and len(data) >= offset + 20:
         ihl = data[offset] % 16 * 4  # the IPv4 header length nibble, in words
@@ -648,15 +696,16 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
             data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
             data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
         if ihl < 20 or total < ihl:
-            return  # a malformed header (a frame --keep-unparsed keeps): its addresses hidden, nothing to sum
+            return None  # a malformed header (a frame --keep-unparsed keeps): its addresses hidden, nothing to sum
         if addresses is not None or ip_checksum:
             data[offset + 10:offset + 12] = b"\x00\x00"
             data[offset + 10:offset + 12] = struct.pack("!H", internet_checksum(bytes(data[offset:offset + ihl])))
         protocol, transport_at, end = data[offset + 9], offset + ihl, offset + total
-        pseudo = bytes(data[offset + 12:offset + 20]) + struct.pack("!xBH", protocol, end - transport_at)
         if struct.unpack_from("!H", data, offset + 6)[0] & 0x1FFF:
-            return  # a later fragment: no transport header in it
-    elif ethertype == ETHERTYPE_IPV6 and len(data) >= offset + 40:
+            return None  # a later fragment: no transport header in it
+        return protocol, transport_at, end, bytes(data[offset + 12:offset + 20]) + struct.pack(
+            "!xBH", protocol, end - transport_at)
+    if ethertype == ETHERTYPE_IPV6 and len(data) >= offset + 40:
         if addresses is not None:
             data[offset + 8:offset + 24] = addresses(bytes(data[offset + 8:offset + 24]))
             data[offset + 24:offset + 40] = addresses(bytes(data[offset + 24:offset + 40]))
@@ -665,21 +714,10 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
         while protocol in IPV6_EXTENSIONS and transport_at + 8 <= len(data):
             protocol, transport_at = data[transport_at], transport_at + (data[transport_at + 1] + 1) * 8
         if end < transport_at:
-            return  # extension headers longer than the payload: malformed, nothing to sum
-        pseudo = bytes(data[offset + 8:offset + 40]) + struct.pack("!IxxxB", end - transport_at, protocol)
-    else:
-        return
-    at = {TCP: 16, UDP: 6}.get(protocol)
-    if at is not None and addresses is not None and transport_at + 4 <= len(data):
-        source, destination = struct.unpack_from("!HH", data, transport_at)
-        struct.pack_into("!HH", data, transport_at, addresses.port(source), addresses.port(destination))
-    if at is None or end > len(data) or transport_at + at + 2 > end:
-        return
-    if protocol == UDP and data[transport_at + 6:transport_at + 8] == b"\x00\x00":
-        return  # an IPv4 UDP datagram without a checksum
-    data[transport_at + at:transport_at + at + 2] = b"\x00\x00"
-    check = internet_checksum(pseudo + bytes(data[transport_at:end]))
-    data[transport_at + at:transport_at + at + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
+            return None  # extension headers longer than the payload: malformed, nothing to sum
+        return protocol, transport_at, end, bytes(data[offset + 8:offset + 40]) + struct.pack(
+            "!IxxxB", end - transport_at, protocol)
+    return None
 
 
 def _map_link_addresses(linktype: int, data: bytearray, addresses: AddressMap) -> None:

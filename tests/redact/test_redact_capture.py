@@ -1154,3 +1154,36 @@ def test_frames_held_behind_one_are_bounded_in_number_too(tmp_path: Path, monkey
     assert "frames written before their messages ended (--max-held-bytes)" in run.err.getvalue()
     assert longest[0] <= 2 * (10000 // 536 + 1)
     assert [r["opcode"] for r in _decoded(target)] == [r["opcode"] for r in _decoded(source)]
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize(("snaplen", "options"), [(128, ()), (127, ("--map-addresses",))])
+def test_a_frame_the_snap_length_cut_has_its_checksum_updated(tmp_path: Path, snaplen: int,
+                                                              options: tuple[str, ...]) -> None:
+    """A frame cut by the snap length cannot be summed, but its checksum is updated by what redaction
+    changed (RFC 1624): put back the bytes the capture did not keep, and tshark (the independent checker)
+    finds every TCP and IPv4 checksum good. Kept as it was, it would still sum the bytes replaced. (An odd
+    snap length cuts a 16-bit word in two.)"""
+    packets = _hello_collections() + session_packets() + _sasl_packets() + _snappy_packets() + _real_packets()
+    whole, cut = tmp_path / "whole.pcap", tmp_path / "cut.pcap"
+    whole.write_bytes(write_capture(packets))
+    cut.write_bytes(write_capture(packets, snaplen=snaplen))
+    run = _redact(cut, tmp_path / "out.pcap", *options)
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    header, originals = _frames(whole.read_bytes())
+    _, kept = _frames(cut.read_bytes())
+    _, redacted_records = _frames((tmp_path / "out.pcap").read_bytes())
+    assert len(redacted_records) == len(originals) == len(kept)
+    completed, changed = [], 0
+    for original, before, after in zip(originals, kept, redacted_records, strict=True):
+        data, tail = after[16:], original[16 + len(after) - 16:]
+        changed += len(tail) > 0 and data[54:] != before[70:]  # a cut frame whose captured payload changed
+        completed.append(after[:8] + struct.pack("<II", len(data) + len(tail), len(data) + len(tail)) + data + tail)
+    assert changed >= 5, changed
+    rebuilt = tmp_path / "rebuilt.pcap"
+    rebuilt.write_bytes(header + b"".join(completed))
+    done = subprocess.run([peer("tshark"), "-r", str(rebuilt), "-o", "tcp.check_checksum:TRUE", "-o",
+                           "ip.check_checksum:TRUE", "-T", "fields", "-e", "ip.checksum.status", "-e",
+                           "tcp.checksum.status"], capture_output=True, text=True, check=True, timeout=60)
+    statuses = Counter(done.stdout.split())
+    assert statuses == Counter({"1": 2 * len(completed)}), statuses
