@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dcpctl decode against tshark on the same capture, back to back, each run twice.
-#   bash benchmarks/bench_capture.sh [N] [SHAPE]     (defaults: 1000000 messages, realistic)
+#   bash benchmarks/bench_capture.sh [N] [SHAPE] [gzip]     (defaults: 1000000 messages, realistic)
 # SHAPE is make_capture.py's: realistic (ACKs, five connections, mixed messages), sessions or bare.
+# gzip: both read the capture gzip-compressed (gzip -6), as a ticket attachment comes.
 set -euo pipefail
 n=${1:-1000000}
 shape=${2:-realistic}
@@ -9,6 +10,11 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 python3 "$(dirname "$0")/make_capture.py" "$dir/m.pcap" --messages "$n" --shape "$shape"
 echo "capture: about $n messages, shape $shape, $(stat -c %s "$dir/m.pcap") bytes"
+if [ "${3:-}" = gzip ]; then
+  gzip -6 "$dir/m.pcap"
+  mv "$dir/m.pcap.gz" "$dir/m.pcap"  # the same name: found compressed by its first bytes, by both readers
+  echo "compressed with gzip -6: $(stat -c %s "$dir/m.pcap") bytes"
+fi
 run() {
   local name=$1; shift
   /usr/bin/time -f "$name: %e s wall, %U s user, %S s sys, peak RSS %M KB" "$@" > /dev/null 2> "$dir/err" || true

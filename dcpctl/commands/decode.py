@@ -41,6 +41,7 @@ from dcpctl.render.progress import file_progress
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
+from dcpctl.sources.compressed import compressed
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_segments
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -128,7 +129,8 @@ def decode(
         or stream_ids is not None or predicate is not None
     paths = expand(files)
     # on a terminal's standard error, unless the output shares the terminal
-    progress = None if env.stdout_isatty else file_progress(env, paths, "decoding")
+    progress = None if env.stdout_isatty else file_progress(env, paths, "decoding",
+                                                             sized=not any(map(compressed, paths)))
 
     current = [paths[0]]  # the file being read, for error messages
 

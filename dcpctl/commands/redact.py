@@ -34,6 +34,7 @@ from dcpctl.render.env import Environment, OutputError
 from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
+from dcpctl.sources.compressed import compressed
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -167,7 +168,8 @@ def redact(
     redactor = redaction.redactor(salt, ports | TLS_PORTS)
     options = DecodeOptions(dialect_of(dialect), collections)
 
-    progress = file_progress(env, [file], "redacting")  # a big file, someone watching standard error
+    # a big file, someone watching standard error
+    progress = file_progress(env, [file], "redacting", sized=file == "-" or not compressed(file))
 
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:

@@ -21,7 +21,7 @@ _STEP: Final = 1 << 20  # bytes read between two moves of the bar
 class FileProgress:
     """A progress bar on standard error, advanced by the bytes of each frame read (record header included)."""
 
-    def __init__(self, env: Environment, total: int, action: str) -> None:
+    def __init__(self, env: Environment, total: int | None, action: str) -> None:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                             console=env.error_console(), transient=True)
         self.task = self.bar.add_task(action, total=total)
@@ -54,10 +54,11 @@ class FileProgress:
         self.bar.stop()
 
 
-def file_progress(env: Environment, paths: list[str], action: str) -> FileProgress | None:
+def file_progress(env: Environment, paths: list[str], action: str, *, sized: bool = True) -> FileProgress | None:
     """A bar over ``paths`` when standard error is a terminal and the files are big enough to be worth one;
-    never for standard input (its size is unknown)."""
+    never for standard input (its size is unknown). ``sized``: the bytes read add up to the files' sizes
+    (not so for compressed files: their bar has no end, and shows the bytes read)."""
     if not env.stderr_isatty or "-" in paths:
         return None
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-    return FileProgress(env, total, action) if total >= PROGRESS_MIN_BYTES else None
+    return FileProgress(env, total if sized else None, action) if total >= PROGRESS_MIN_BYTES else None

@@ -21,6 +21,7 @@ import pcapy
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
+from dcpctl.sources.compressed import Decompressed, compression
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
 DLT_NULL: Final = 0
@@ -324,7 +325,18 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
 
 
 def open_offline(path: str) -> Any:
-    """libpcap's reader of a capture file (``-``: standard input, which can be opened once)."""
+    """libpcap's reader of a capture file (``-``: standard input, which can be opened once); a file compressed
+    with gzip, bzip2 or xz is read decompressed."""
+    try:
+        name = compression(path) if path != "-" else None
+    except ValueError as exc:
+        raise CaptureError(str(exc)) from None
+    if name is not None:
+        try:
+            data = Decompressed(path, name)
+        except OSError as exc:  # no process could be started (a limit reached), the file gone meanwhile
+            raise CaptureError(f"cannot decompress it: {exc.strerror or exc}") from None
+        return _DecompressedReader(data)
     try:
         return pcapy.open_offline(path)
     except pcapy.PcapError as exc:
@@ -332,6 +344,34 @@ def open_offline(path: str) -> Any:
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
+
+
+class _DecompressedReader:
+    """libpcap's reader over a compressed file's decompressed bytes. Where they stop short, reading ends
+    as at a damaged capture file's end (pcap's error), saying why the data does not decompress."""
+
+    def __init__(self, data: Decompressed) -> None:
+        self._data = data
+        try:
+            self._reader = pcapy.open_offline(data.path)
+        except pcapy.PcapError as exc:
+            why = data.failure(early=True)
+            data.close()
+            raise CaptureError(why or f"not a pcap or pcapng capture inside the {data.name} data ({exc})") from None
+
+    def datalink(self) -> int:
+        return int(self._reader.datalink())
+
+    def next(self) -> tuple[Any, bytes]:
+        try:
+            header, data = self._reader.next()
+        except pcapy.PcapError as exc:
+            raise pcapy.PcapError(self._data.failure(early=True) or str(exc)) from None
+        if header is None:
+            why = self._data.failure()
+            if why is not None:
+                raise pcapy.PcapError(why)
+        return header, data
 
 
 def reader_segments(reader: Any, ports: frozenset[int] = frozenset({11210}),

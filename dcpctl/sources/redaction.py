@@ -46,6 +46,7 @@ from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
+from dcpctl.sources.compressed import compression
 from dcpctl.sources.pcap import (
     DLT_EN10MB,
     IPV6_EXTENSIONS,
@@ -740,8 +741,8 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
     the reader's notices (a damaged file, a TLS port: each kind once, so few). ``progress`` sees every frame
     read, as the engine does."""
-    # standard input is opened once: read by the reader its link type comes from; a file is read again by
-    # read_segments, which reads a short snap length's records whole
+    # standard input and a compressed file are opened once: read by the reader its link type comes from; a
+    # file is read again by read_segments, which reads a short snap length's records whole
     reader = open_offline(path)
     linktype = int(reader.datalink())
     writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
@@ -755,7 +756,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
             engine.tap(ts, data, wire_length)
             progress(ts, data, wire_length)
 
-    items = (reader_segments(reader, ports, tls_ports, tap=tap) if path == "-"
+    items = (reader_segments(reader, ports, tls_ports, tap=tap) if path == "-" or compression(path) is not None
              else read_segments(path, ports, tls_ports, tap=tap))
     for item in items:
         if isinstance(item, TcpSegment):

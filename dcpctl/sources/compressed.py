@@ -1,0 +1,113 @@
+"""Compressed capture files (gzip, bzip2, xz), read as libpcap reads any file: through a pipe that a child
+process fills with the decompressed bytes.
+
+A thread cannot fill it: pcapy holds the interpreter's lock while libpcap waits on the pipe. The child reads
+the file from the descriptor this process opened (so a missing or unreadable file is this process's error,
+said as for any capture), and says on its standard error why the data does not decompress.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from typing import IO, Final
+
+# Each format's magic number, and the standard library module that reads it.
+FORMATS: Final = {"gzip": (b"\x1f\x8b", "gzip"), "bzip2": (b"BZh", "bz2"), "xz": (b"\xfd7zXZ\x00", "lzma")}
+# Formats Wireshark reads that the standard library does not: named in the error, never guessed at.
+UNREAD: Final = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4"}
+_CHUNK: Final = 1 << 20
+# The child: the named module's reader over standard input, copied to standard output. A reader that went
+# away (a decode stopped by --count) is no error: the child leaves at once, its buffer unflushed. A damaged
+# stream is said in one line, exit status 1. read1: what decompressed before a damage is written first.
+_CHILD: Final = f"""
+import importlib, os, sys
+try:
+    with importlib.import_module(sys.argv[1]).open(sys.stdin.buffer, "rb") as data:
+        read, write = data.read1, sys.stdout.buffer.write
+        while chunk := read({_CHUNK}):
+            write(chunk)
+    sys.stdout.flush()
+except (BrokenPipeError, KeyboardInterrupt):
+    os._exit(0)
+except Exception as exc:
+    sys.stderr.write(str(exc) or type(exc).__name__)
+    sys.exit(1)
+"""
+_DAMAGED: Final = 1  # the child's exit status for data that does not decompress
+_REASON_LIMIT: Final = 200  # characters of the child's reason kept for the message
+_GRACE: Final = 5.0  # seconds a child whose output has ended may take to exit
+_EARLY_GRACE: Final = 0.2  # the same, when libpcap stopped before the end (a damage makes the child exit at once)
+
+
+def compression(path: str) -> str | None:
+    """The compression format of the file at ``path`` from its first bytes (None: not compressed, or the
+    file cannot be read here: the capture reader says why). Raises ValueError for a format not read here."""
+    try:
+        with Path(path).open("rb") as stream:
+            head = stream.read(6)
+    except OSError:
+        return None
+    for magic, name in UNREAD.items():
+        if head.startswith(magic):
+            raise ValueError(f"compressed with {name}: decompress it first ({name} -dc FILE | dcpctl ... -)")
+    return next((name for name, (magic, _) in FORMATS.items() if head.startswith(magic)), None)
+
+
+def compressed(path: str) -> bool:
+    """Whether the file at ``path`` is compressed (in any format, read here or not)."""
+    try:
+        return compression(path) is not None
+    except ValueError:
+        return True
+
+
+class Decompressed:
+    """The decompressed bytes of a file, as a path libpcap opens (``/dev/fd/N`` of the pipe), until
+    :meth:`close`. :meth:`failure` says why the child stopped short, once it has stopped."""
+
+    def __init__(self, path: str, name: str) -> None:
+        module = FORMATS[name][1]
+        self.name = name
+        with Path(path).open("rb") as source:
+            # S603: this interpreter, dcpctl's own code; the file goes in as a descriptor, not as an argument
+            self._child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CHILD, module], stdin=source,  # noqa: S603
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self._child.stdout is not None
+        self._out: IO[bytes] = self._child.stdout
+        self.path = f"/dev/fd/{self._out.fileno()}"
+        self._closed = weakref.finalize(self, _stop, self._child)
+
+    def failure(self, *, early: bool = False) -> str | None:
+        """Why the data did not decompress whole, once libpcap has stopped reading (None: it did, or the
+        child was still writing: libpcap stopped at a record it cannot read, which is its own to tell). At
+        the pipe's end the child has exited or is exiting; ``early`` (libpcap stopped before the end), it
+        may be blocked writing, and is stopped."""
+        self._out.close()
+        try:
+            code = self._child.wait(timeout=_EARLY_GRACE if early else _GRACE)
+        except subprocess.TimeoutExpired:  # blocked on the pipe, which libpcap still holds open
+            self.close()
+            return None
+        if code == 0:
+            return None
+        if code != _DAMAGED:
+            return f"the {self.name} decompressor stopped (exit status {code})"
+        assert self._child.stderr is not None
+        reason = self._child.stderr.read(_REASON_LIMIT * 4).decode(errors="replace").strip()[:_REASON_LIMIT]
+        return f"the {self.name} data is damaged ({reason})"
+
+    def close(self) -> None:
+        self._closed()
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """The child stopped (it may still be writing to a reader that is gone) and its pipes closed."""
+    if child.poll() is None:
+        child.terminate()
+    child.wait()
+    for stream in (child.stdout, child.stderr):
+        if stream is not None:
+            stream.close()
