@@ -34,7 +34,7 @@ from dcpctl.render.env import Environment, OutputError
 from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
-from dcpctl.sources.compressed import compressed
+from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -206,11 +206,17 @@ def redact(
 
 def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[CaptureNotice]]]
                 ) -> tuple[Summary, list[CaptureNotice]]:
-    """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end."""
+    """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end.
+    A name ending in .gz, .bz2 or .xz is written compressed so, by a child process on the other core."""
     handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    name = SUFFIXES.get(output.suffix)
     try:
         with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
-            done = run(out)
+            if name is None:
+                done = run(out)
+            else:
+                with compressing(out, name) as data:
+                    done = run(data)
         os.replace(temporary, output)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -1,18 +1,21 @@
 """Compressed capture files (gzip, bzip2, xz), read as libpcap reads any file: through a pipe that a child
-process fills with the decompressed bytes.
+process fills with the decompressed bytes; and written (redact's output) through a child that compresses.
 
-A thread cannot fill it: pcapy holds the interpreter's lock while libpcap waits on the pipe. The child reads
+A thread cannot fill the pipe: pcapy holds the interpreter's lock while libpcap waits on it. The child reads
 the file from the descriptor this process opened (so a missing or unreadable file is this process's error,
-said as for any capture), and says on its standard error why the data does not decompress.
+said as for any capture), and says on its standard error why the data does not decompress. Compressing in a
+child likewise takes the work to the other core.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, BinaryIO, Final, cast
 
 # Each format's magic number, and the standard library module that reads it.
 FORMATS: Final = {"gzip": (b"\x1f\x8b", "gzip"), "bzip2": (b"BZh", "bz2"), "xz": (b"\xfd7zXZ\x00", "lzma")}
@@ -37,6 +40,27 @@ except Exception as exc:
     sys.exit(1)
 """
 _DAMAGED: Final = 1  # the child's exit status for data that does not decompress
+# The compressing child: standard input to standard output. A gzip header names no file and no time (the
+# temporary file's name and the hour of the redaction are nobody's business).
+_COMPRESS: Final = f"""
+import importlib, os, sys
+name, out = sys.argv[1], sys.stdout.buffer
+try:
+    module = importlib.import_module(name)
+    with (module.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=6) if name == "gzip"
+          else module.open(out, "wb")) as data:
+        read, write = sys.stdin.buffer.read1, data.write
+        while chunk := read({_CHUNK}):
+            write(chunk)
+    out.flush()
+except KeyboardInterrupt:
+    os._exit(1)
+except OSError as exc:
+    sys.stderr.write(exc.strerror or str(exc))
+    sys.exit(1)
+"""
+# Output names whose suffix asks for a compressed file.
+SUFFIXES: Final = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 _REASON_LIMIT: Final = 200  # characters of the child's reason kept for the message
 _GRACE: Final = 5.0  # seconds a child whose output has ended may take to exit
 _EARLY_GRACE: Final = 0.2  # the same, when libpcap stopped before the end (a damage makes the child exit at once)
@@ -103,11 +127,40 @@ class Decompressed:
         self._closed()
 
 
+class CompressionError(OSError):
+    """The compressing child could not write the file (its reason, as an OSError's strerror)."""
+
+
+@contextlib.contextmanager
+def compressing(target: BinaryIO, name: str) -> Iterator[BinaryIO]:
+    """A stream whose bytes reach ``target`` compressed in format ``name``, by a child process; complete
+    when the block ends without an error (raises CompressionError when the child could not write)."""
+    # S603: this interpreter, dcpctl's own code; the output goes in as a descriptor
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _COMPRESS, FORMATS[name][1]],  # noqa: S603
+                             stdin=subprocess.PIPE, stdout=target, stderr=subprocess.PIPE)
+    assert child.stdin is not None
+    try:
+        yield cast(BinaryIO, child.stdin)
+        child.stdin.close()
+    except BrokenPipeError:  # the child stopped (a full disk): its reason is the error
+        pass
+    except BaseException:
+        _stop(child)
+        raise
+    code = child.wait()
+    assert child.stderr is not None
+    reason = child.stderr.read(_REASON_LIMIT * 4).decode(errors="replace").strip()[:_REASON_LIMIT]
+    _stop(child)
+    if code or not child.stdin.closed:
+        raise CompressionError(0, reason or f"the {name} compressor stopped (exit status {code})")
+
+
 def _stop(child: subprocess.Popen[bytes]) -> None:
     """The child stopped (it may still be writing to a reader that is gone) and its pipes closed."""
     if child.poll() is None:
         child.terminate()
     child.wait()
-    for stream in (child.stdout, child.stderr):
+    for stream in (child.stdin, child.stdout, child.stderr):
         if stream is not None:
-            stream.close()
+            with contextlib.suppress(OSError):  # what a gone child did not read is not wanted
+                stream.close()

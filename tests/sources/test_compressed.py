@@ -202,3 +202,39 @@ def test_a_damaged_record_inside_compressed_data_is_told_as_in_the_file(tmp_path
     expected = run("decode", str(plain), "-F", "jsonl", "-j", "1")
     assert "damaged after frame 30" in expected[2]
     assert run("decode", str(packed), "-F", "jsonl", "-j", "1") == expected
+
+
+@pytest.mark.parametrize(("suffix", "decompress"), [(".gz", gzip.decompress), (".bz2", bz2.decompress),
+                                                    (".xz", lzma.decompress)])
+def test_redact_writes_a_compressed_file_when_its_name_asks(tmp_path: Path, suffix: str,
+                                                              decompress: Callable[[bytes], bytes]) -> None:
+    """The same capture as uncompressed, which decode reads back; a gzip header names no file and no time."""
+    plain, _ = _pair(tmp_path, "gzip")
+    salt = tmp_path / "salt"
+    salt.write_text("a salt")
+    outputs = [tmp_path / "out.pcap", tmp_path / f"out.pcap{suffix}"]
+    runs = [run("redact", str(plain), "-o", str(out), "--salt-file", str(salt)) for out in outputs]
+    assert runs[0] == runs[1]
+    assert runs[0][0] == ExitCode.OK
+    packed = outputs[1].read_bytes()
+    assert decompress(packed) == outputs[0].read_bytes()
+    if suffix == ".gz":
+        assert packed[3] & 0x08 == 0  # FLG.FNAME: no name
+        assert packed[4:8] == bytes(4)  # MTIME
+    assert run("decode", str(outputs[1]), "-F", "jsonl") == run("decode", str(outputs[0]), "-F", "jsonl")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_a_compressor_that_cannot_write_is_an_error_not_a_short_file() -> None:
+    from dcpctl.sources.compressed import CompressionError, compressing  # noqa: PLC0415
+
+    read, write = os.pipe()
+    os.close(read)  # nobody reads what the compressor writes: it fails, as on a full disk
+
+    def fill() -> None:
+        with os.fdopen(write, "wb") as target, compressing(target, "gzip") as data:
+            for _ in range(64):
+                data.write(os.urandom(1 << 16))
+
+    with pytest.raises(CompressionError, match="Broken pipe"):
+        fill()
