@@ -10,6 +10,7 @@ import signal
 import typing
 from collections.abc import Callable, Iterator
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
@@ -20,6 +21,7 @@ from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.registry import DIALECTS, Dialect
 from dcpctl.render.env import Environment
 from dcpctl.render.output import MAX_FIELD_BYTES
+from dcpctl.sources.compressed import SUFFIXES
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
@@ -87,6 +89,15 @@ def parse_ranges(values: list[str], option: str = "--vbuckets") -> frozenset[int
                                    "LOW-HIGH)", ExitCode.USAGE)
             out.update(range(first, last + 1))
     return frozenset(out)
+
+
+def live_capture_path(path: Path | None, option: str) -> None:
+    """A live command's capture file is written as the traffic comes, each record whole, so that a stop at
+    any moment leaves a file that reads: it is never compressed. A name asking for compression (redact's
+    -o NAME.gz) is refused, not given to an uncompressed file."""
+    if path is not None and path.suffix in SUFFIXES:
+        raise CommandError(f"{option} {path}: written uncompressed as the traffic comes: name it {path.stem} "
+                           f"and compress it once written", ExitCode.USAGE)
 
 
 def dialect_of(name: DialectName) -> Dialect:

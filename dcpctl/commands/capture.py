@@ -22,6 +22,7 @@ from dcpctl.commands._options import (
     dialect_of,
     env_of,
     first_ctrl_c_stops,
+    live_capture_path,
     option_groups,
 )
 from dcpctl.commands.redact import Redaction, SaltFileOption, summary_text
@@ -83,6 +84,7 @@ def capture(
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
+    live_capture_path(write, "-w")
     redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
     try:
         linktype, reader = open_live(interface, bpf, ports)

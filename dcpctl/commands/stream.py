@@ -27,6 +27,7 @@ from dcpctl.commands._options import (
     LocalTimeOption,
     env_of,
     first_signal_stops,
+    live_capture_path,
     option_groups,
     parse_ranges,
 )
@@ -113,6 +114,7 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
+    live_capture_path(write, "--write")
     redacting = redaction.live(redact, salt_file, env, "--write",
                                _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
     seqno_or(start, "--from", ("beginning", "now", "resume"))

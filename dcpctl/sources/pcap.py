@@ -1,4 +1,5 @@
-"""Reading captures through pcapy-ng (libpcap): pcap and pcapng files, standard input, live interfaces.
+"""Reading captures through pcapy-ng (libpcap): pcap and pcapng files (compressed too, through
+``compressed``), standard input, live interfaces.
 
 Each frame is taken apart down to TCP: link layer (Ethernet with VLAN tags, Linux cooked SLL and SLL2, raw
 IP, BSD null/loopback), IPv4 or IPv6 (extension headers skipped), TCP. Only segments to or from the

@@ -40,6 +40,11 @@ def usage_error(*args: str) -> str:
     (["decod"], "no such command 'decod'. Did you mean 'decode'"),
     (["rollback", "bogus"], "no such command 'bogus'"),
     (["stream", "127.0.0.1:abc"], "HOST[:PORT]: '127.0.0.1:abc': the port must be a number"),  # an argument's
+    # a live capture is written as it comes, never compressed: a name asking for it is refused, before
+    # connecting or opening the interface
+    (["stream", "127.0.0.1:1", "--write", "x.pcap.gz"], "--write x.pcap.gz: written uncompressed as the "
+     "traffic comes: name it x.pcap and compress it once written"),
+    (["capture", "-i", "no-such-interface", "-w", "x.pcap.xz"], "-w x.pcap.xz: written uncompressed"),
 ])
 def test_usage_error_is_one_line(args: list[str], says: str) -> None:
     assert says in usage_error(*args)
