@@ -25,13 +25,15 @@ TCP_OPTION_SACK: Final = 5  # the TCP option holding SACK blocks (RFC 2018)
 MSS: Final = 1448
 
 
+def ones_sum(data: bytes) -> int:
+    """The ones' complement sum of ``data``'s 16-bit words modulo 0xFFFF: the data read as one big-endian
+    integer modulo 0xFFFF (2**16 is 1 modulo 0xFFFF). An odd last byte is a word's high byte."""
+    return int.from_bytes(data + b"\x00" if len(data) % 2 else data, "big") % 0xFFFF
+
+
 def internet_checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071). The ones' complement sum of the 16-bit words is the data read as one
-    big-endian integer modulo 0xFFFF (2**16 is 1 modulo 0xFFFF), except that a non-zero sum is never 0."""
-    if len(data) % 2:
-        data += b"\x00"
-    number = int.from_bytes(data, "big")
-    total = number % 0xFFFF or (0xFFFF if number else 0)
+    """The Internet checksum (RFC 1071): the complement of :func:`ones_sum`, whose non-zero sums are never 0."""
+    total = ones_sum(data) or (0xFFFF if any(data) else 0)
     return ~total & 0xFFFF
 
 

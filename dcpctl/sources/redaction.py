@@ -61,7 +61,7 @@ from dcpctl.sources.pcap import (
     read_segments,
     reader_segments,
 )
-from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum
+from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum, ones_sum
 from dcpctl.sources.tcp import (
     ACK,
     DEFAULT_MAX_CONNECTIONS,
@@ -669,16 +669,10 @@ def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None
         data[field:field + 2] = struct.pack("!H", old)  # nothing known to subtract: kept as it was
         return
     # the bytes not captured sum to the old total less the old captured bytes' sum (the field zeroed)
-    gone = _ones_sum(before[3] + original[transport_at:field] + b"\x00\x00" + original[field + 2:])
-    total = ((~old & 0xFFFF) - gone + _ones_sum(pseudo + bytes(data[transport_at:]))) % 0xFFFF
+    gone = ones_sum(before[3] + original[transport_at:field] + b"\x00\x00" + original[field + 2:])
+    total = ((~old & 0xFFFF) - gone + ones_sum(pseudo + bytes(data[transport_at:]))) % 0xFFFF
     check = ~(total or 0xFFFF) & 0xFFFF
     data[field:field + 2] = struct.pack("!H", check or 0xFFFF if protocol == UDP else check)
-
-
-def _ones_sum(data: bytes) -> int:
-    """The ones' complement sum of ``data``'s 16-bit words modulo 0xFFFF (an odd last byte is a word's high
-    byte: the word's other half is not captured)."""
-    return int.from_bytes(data + b"\x00" if len(data) % 2 else data, "big") % 0xFFFF
 
 
 def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
