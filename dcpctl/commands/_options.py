@@ -95,7 +95,7 @@ def live_capture_path(path: Path | None, option: str) -> None:
     """A live command's capture file is written as the traffic comes, each record whole, so that a stop at
     any moment leaves a file that reads: it is never compressed. A name asking for compression (redact's
     -o NAME.gz) is refused, not given to an uncompressed file."""
-    if path is not None and path.suffix in SUFFIXES:
+    if path is not None and path.suffix.lower() in SUFFIXES:
         raise CommandError(f"{option} {path}: written uncompressed as the traffic comes: name it {path.stem} "
                            f"and compress it once written", ExitCode.USAGE)
 

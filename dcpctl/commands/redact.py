@@ -209,7 +209,7 @@ def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[Capt
     """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end.
     A name ending in .gz, .bz2 or .xz is written compressed so, by a child process on the other core."""
     handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    name = SUFFIXES.get(output.suffix)
+    name = SUFFIXES.get(output.suffix.lower())
     try:
         with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
             if name is None:
