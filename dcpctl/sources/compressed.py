@@ -139,11 +139,12 @@ def compressing(target: BinaryIO, name: str) -> Iterator[BinaryIO]:
     child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _COMPRESS, FORMATS[name][1]],  # noqa: S603
                              stdin=subprocess.PIPE, stdout=target, stderr=subprocess.PIPE)
     assert child.stdin is not None
+    cut = False  # the child stopped reading before the end (a full disk): its reason is the error
     try:
         yield cast(BinaryIO, child.stdin)
         child.stdin.close()
-    except BrokenPipeError:  # the child stopped (a full disk): its reason is the error
-        pass
+    except BrokenPipeError:
+        cut = True
     except BaseException:
         _stop(child)
         raise
@@ -151,7 +152,7 @@ def compressing(target: BinaryIO, name: str) -> Iterator[BinaryIO]:
     assert child.stderr is not None
     reason = child.stderr.read(_REASON_LIMIT * 4).decode(errors="replace").strip()[:_REASON_LIMIT]
     _stop(child)
-    if code or not child.stdin.closed:
+    if code or cut:
         raise CompressionError(0, reason or f"the {name} compressor stopped (exit status {code})")
 
 
