@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # dcpctl decode against tshark on the same capture, back to back, each run twice.
-#   bash benchmarks/bench_capture.sh [N] [SHAPE] [gzip]     (defaults: 1000000 messages, realistic)
+#   bash benchmarks/bench_capture.sh [N] [SHAPE] [gzip|ring]     (defaults: 1000000 messages, realistic)
 # SHAPE is make_capture.py's: realistic (ACKs, five connections, mixed messages), sessions or bare.
 # gzip: both read the capture gzip-compressed (gzip -6), as a ticket attachment comes.
+# ring: the capture cut into files of 100,000 frames (editcap -c, as tcpdump -C cuts), read by dcpctl as one
+# capture (decode 'ring*') beside the whole file, and by tshark one file after the other, as its users do.
 set -euo pipefail
 n=${1:-1000000}
 shape=${2:-realistic}
@@ -20,6 +22,20 @@ run() {
   /usr/bin/time -f "$name: %e s wall, %U s user, %S s sys, peak RSS %M KB" "$@" > /dev/null 2> "$dir/err" || true
   grep -v "Running as user" "$dir/err" | tail -1
 }
+if [ "${3:-}" = ring ]; then
+  editcap -c 100000 "$dir/m.pcap" "$dir/ring.pcap"
+  echo "cut into $(ls "$dir"/ring_* | wc -l) files of 100,000 frames"
+  for round in 1 2; do
+    echo "round $round"
+    run "dcpctl decode --format jsonl, the ring" dcpctl decode --format jsonl "$dir/ring_*"
+    run "dcpctl decode --format jsonl, the whole capture" dcpctl decode --format jsonl "$dir/m.pcap"
+    run "dcpctl decode --format jsonl --jobs 1, the ring" dcpctl decode --format jsonl --jobs 1 "$dir/ring_*"
+    run "dcpctl decode --format jsonl --jobs 1, the whole capture" dcpctl decode --format jsonl --jobs 1 "$dir/m.pcap"
+    run "tshark -T fields, each file of the ring in turn" bash -c 'for f in "$0"/ring_*; do
+      tshark -r "$f" -T fields -e couchbase.opcode -e couchbase.extras.by_seqno; done' "$dir"
+  done
+  exit 0
+fi
 for round in 1 2; do
   echo "round $round"
   run "dcpctl decode --format jsonl (two processes, the default)" dcpctl decode --format jsonl "$dir/m.pcap"

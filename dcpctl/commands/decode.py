@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import glob
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated
@@ -43,16 +44,23 @@ from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.compressed import compressed
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
-from dcpctl.sources.pcap import CaptureError, read_segments
+from dcpctl.sources.pcap import CaptureError, read_files
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 Item = Message | Skipped | Diagnostic
 
 
+def _numbered(name: str) -> tuple[tuple[str | int, ...], str]:
+    """A name's sort key with its numbers compared as numbers: tcpdump -C names a ring cap, cap1 ... cap10."""
+    return tuple(int(part) if odd else part for odd, part in zip(itertools.cycle((False, True)),
+                                                                  re.split(r"(\d+)", name))), name
+
+
 def expand(paths: list[str]) -> list[str]:
+    """The files named, each glob's in name order (numbers in names compared as numbers)."""
     out: list[str] = []
     for path in paths:
-        matches = sorted(glob.glob(path)) if any(c in path for c in "*?[") else [path]
+        matches = sorted(glob.glob(path), key=_numbered) if any(c in path for c in "*?[") else [path]
         if not matches:
             raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
         out.extend(matches)
@@ -151,11 +159,12 @@ def decode(
                                     plain=PlainLines if lines else None,
                                     max_connections=max_connections)
             return
-        for path in paths:
+        def opening(path: str) -> Callable[[float, bytes, int], None] | None:
             current[0] = path
-            tap = progress.tap(path) if progress is not None else None
-            yield from decode_segments(read_segments(path, ports, tap=tap), options, ports, max_body_length,
-                                       max_connections, PlainLines() if lines else None)
+            return progress.tap(path) if progress is not None else None
+
+        yield from decode_segments(read_files(paths, ports, tap=opening), options, ports, max_body_length,
+                                   max_connections, PlainLines() if lines else None)
 
     def items() -> Iterator[Item | bytes]:
         shown = 0

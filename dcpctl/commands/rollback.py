@@ -23,7 +23,6 @@ from dcpctl.dcp.rollback import (
     negotiate,
     parse_failover_log,
 )
-from dcpctl.dcp.session import RollbackStory
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import DcpOpenFlag, Opcode
@@ -32,7 +31,7 @@ from dcpctl.render.env import Environment
 from dcpctl.render.wrap import Hanging
 from dcpctl.sources.capture import rollback_stories
 from dcpctl.sources.files import open_input
-from dcpctl.sources.pcap import CaptureError, read_segments
+from dcpctl.sources.pcap import CaptureError, read_files
 
 rollback_app = typer.Typer(help="Explain and negotiate DCP rollbacks.", no_args_is_help=True)
 
@@ -172,13 +171,17 @@ def _explained(lead: str, rule: str, reason: str) -> Text:
 
 def _explain_captures(env: Environment, paths: list[str], ports: list[int], output: ExplainFormat,
                       vbucket: int | None = None) -> None:
-    stories: list[tuple[str, str, RollbackStory]] = []
-    for path in paths:
-        try:
-            found = rollback_stories(read_segments(path, frozenset(ports)), DecodeOptions(), frozenset(ports))
-        except (CaptureError, FileNotFoundError) as exc:
-            raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
-        stories.extend((path, label, story) for label, story in found if vbucket in (None, story.vbucket))
+    current = [paths[0]]  # the file being read, for its error
+
+    def opening(path: str) -> None:
+        current[0] = path
+
+    try:
+        found = rollback_stories(read_files(paths, frozenset(ports), tap=opening), DecodeOptions(), frozenset(ports))
+    except (CaptureError, FileNotFoundError) as exc:
+        raise CommandError(f"{current[0]}: {exc}", ExitCode.INPUT) from None
+    stories = [(story.source or current[0], label, story) for label, story in found
+               if vbucket in (None, story.vbucket)]
     if output is ExplainFormat.JSON:
         env.stdout.write(json.dumps([{"file": path, "connection": label, **story.to_json()}
                                      for path, label, story in stories], indent=2) + "\n")

@@ -97,6 +97,7 @@ class RollbackStory:
     decision: Decision | None = None  # the engine's verdict on the first request, given that log
     expected_retry: StreamRequest | None = None  # what a correct client sends (reference 9.4)
     client_log_known: bool = False  # whether the capture showed the client a failover log before
+    source: str | None = None  # the capture file it was seen in, as its reader names it (``rollback explain``)
 
     def settle(self, retry: StreamRequest, server_log: list[FailoverEntry],
                client_log: list[FailoverEntry] | None) -> None:

@@ -27,7 +27,7 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
 from dcpctl.protocol.itemreader import ItemReader, ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
-from dcpctl.sources.pcap import CaptureNotice, TcpSegment, tls_notice
+from dcpctl.sources.pcap import CaptureNotice, FileStart, TcpSegment, tls_notice
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 from dcpctl.sources.tls import TLS_PROBE_LENGTH, tls_hello
 
@@ -100,12 +100,18 @@ class CaptureDecoder:
         self.options = options
         self.items = items
         self.max_body_length = max_body_length
-        self.reassembler = Reassembler(server_ports, max_connections=max_connections)
+        self.server_ports, self.max_connections = server_ports, max_connections
+        self.stories: list[tuple[str, RollbackStory]] = []  # of connections that ended (``rollback explain``)
+        self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
+        self.path: str | None = None  # the file being read, when the input says (:class:`FileStart`)
+        self._start()
+
+    def _start(self) -> None:
+        """A capture's state, from nothing (at first, and at each file that is a capture of its own)."""
+        self.reassembler = Reassembler(self.server_ports, max_connections=self.max_connections)
         self.connections: dict[ConnectionId, _Connection] = {}  # those with data so far; forgotten as they end
         self.opened: set[ConnectionId] = set()  # connections whose SYN was seen, before their first data
-        self.stories: list[tuple[str, RollbackStory]] = []  # of connections that ended (``rollback explain``)
         self.dropped = 0  # connections no longer followed because of max_connections
-        self.known_opcodes = frozenset(opcode for _, opcode in options.dialect.table)
         self.last_tracker: ConnectionTracker | None = None  # the tracker that observed the last message
 
     def _framer(self, synced: bool, offset: int = 0) -> Framer:
@@ -124,9 +130,9 @@ class CaptureDecoder:
             self.connections[conn] = found
         return found
 
-    def feed(self, item: TcpSegment | CaptureNotice | StreamData | StreamEvent) -> Iterator[Item]:
-        """What a segment or notice of the capture brings out; or, reassembled elsewhere (``parallel``), what
-        one of the reassembler's events brings out."""
+    def feed(self, item: TcpSegment | CaptureNotice | FileStart | StreamData | StreamEvent) -> Iterator[Item]:
+        """What a segment or notice of the capture brings out (or a file's start, when it reads several);
+        or, reassembled elsewhere (``parallel``), what one of the reassembler's events brings out."""
         cls = type(item)
         if cls is StreamData or cls is StreamEvent:
             yield from self._event(item)  # type: ignore[arg-type]
@@ -134,9 +140,37 @@ class CaptureDecoder:
         if isinstance(item, CaptureNotice):
             yield notice_diagnostic(item)
             return
+        if cls is FileStart:
+            yield from self._file(item)  # type: ignore[arg-type]
+            return
         assert isinstance(item, TcpSegment)
         for event in self.reassembler.push(item):
             yield from self._event(event)
+
+    def _file(self, start: FileStart) -> Iterator[Item]:
+        """A file begins: one joined to the one before continues its connections; any other begins a capture
+        of its own, so what was followed before ends as at the end of a capture, and is forgotten."""
+        for state in self.connections.values():
+            self._place(state.tracker.pending_stories())
+        if not start.joined:
+            yield from self.finish()
+            self.keep_stories(state for state in self.connections.values())
+            self._start()
+        self.path = start.path
+
+    def _place(self, stories: list[RollbackStory]) -> None:
+        """The stories seen since the last file began were seen in the file being read."""
+        for story in stories:
+            if story.source is None:
+                story.source = self.path
+
+    def keep_stories(self, states: Iterable[_Connection]) -> None:
+        """Keeps the connections' rollback stories (they end, or the capture does), each with its file."""
+        for state in states:
+            stories = state.tracker.pending_stories()
+            self._place(stories)
+            if stories and len(self.stories) < MAX_ENDED_STORIES:
+                self.stories += [(state.label, story) for story in stories[:MAX_ENDED_STORIES - len(self.stories)]]
 
     def finish(self) -> Iterator[Item]:
         for event in self.reassembler.flush():
@@ -162,9 +196,7 @@ class CaptureDecoder:
         if state is None:
             return
         yield from self._tails(event.conn, state)
-        stories = state.tracker.pending_stories()
-        if stories and len(self.stories) < MAX_ENDED_STORIES:
-            self.stories += [(state.label, story) for story in stories[:MAX_ENDED_STORIES - len(self.stories)]]
+        self.keep_stories((state,))
 
     def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
         if isinstance(event, StreamEvent):
@@ -353,7 +385,8 @@ class PlainSinks(Protocol):
     def parts(self) -> list[Any]: ...
 
 
-def decode_segments(items: Iterable[TcpSegment | CaptureNotice | StreamData | StreamEvent], options: DecodeOptions,
+def decode_segments(items: Iterable[TcpSegment | CaptureNotice | FileStart | StreamData | StreamEvent],
+                    options: DecodeOptions,
                     server_ports: frozenset[int], max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, plain: PlainSinks | None = None
                     ) -> Iterator[Any]:
@@ -378,14 +411,15 @@ def decode_segments(items: Iterable[TcpSegment | CaptureNotice | StreamData | St
         raise
 
 
-def rollback_stories(items: Iterable[TcpSegment | CaptureNotice], options: DecodeOptions,
+def rollback_stories(items: Iterable[TcpSegment | CaptureNotice | FileStart], options: DecodeOptions,
                      server_ports: frozenset[int]) -> list[tuple[str, RollbackStory]]:
-    """Every rollback negotiation in a capture, with its connection's label (``rollback explain``)."""
+    """Every rollback negotiation in a capture, with its connection's label (``rollback explain``); each
+    story's ``source`` is the file it was seen in, where the input says (:func:`~dcpctl.sources.pcap.read_files`)."""
     decoder = CaptureDecoder(options, server_ports)
     for item in items:
         for _ in decoder.feed(item):
             pass
     for _ in decoder.finish():
         pass
-    return [*decoder.stories, *((state.label, story) for state in decoder.connections.values()
-                                for story in state.tracker.pending_stories())]
+    decoder.keep_stories(decoder.connections.values())
+    return decoder.stories

@@ -33,7 +33,7 @@ from typing import Any, Final
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.sources.capture import PlainSinks, decode_segments
-from dcpctl.sources.pcap import CaptureError, CaptureNotice, read_segments
+from dcpctl.sources.pcap import CaptureError, CaptureNotice, FileStart, TcpSegment, read_files
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 
 BATCH: Final = 2048  # items per pipe message: large enough to amortise, small enough to stream
@@ -41,7 +41,7 @@ BATCH: Final = 2048  # items per pipe message: large enough to amortise, small e
 BATCH_BYTES: Final = 1 << 20
 
 # item tags (first element of every tuple but stream data's, which are untagged 6-tuples)
-_EVENT, _NOTICE, _FILE, _END_OF_FILE, _PROGRESS, _ERROR, _DONE, _CRASH = range(8)
+_EVENT, _NOTICE, _FILE, _PROGRESS, _ERROR, _DONE, _CRASH = range(7)
 
 
 class ChildError(Exception):
@@ -80,32 +80,41 @@ def _produce(pipe: Connection, paths: list[str], ports: frozenset[int], max_conn
                 batch.append((_EVENT, (conn.client, conn.server, conn.generation), event.from_client, event.ts,
                                event.frame, event.name, event.message, event.offset, event.length))
 
+    current = [""]  # the file being opened or read, for its error
+
+    def opening(path: str) -> Callable[[float, bytes, int], None]:
+        current[0] = path
+        return tap
+
     try:
-        for path in paths:
-            batch.append((_FILE, path))
-            reassembler = Reassembler(ports, max_connections=max_connections)
-            try:
-                for segment in read_segments(path, ports, tap=tap):
-                    if isinstance(segment, CaptureNotice):
-                        batch.append((_NOTICE, segment.frame, segment.ts, segment.name, segment.message))
-                    else:
-                        add(reassembler.push(segment))
-                    if len(batch) >= BATCH or pending >= BATCH_BYTES:
-                        batch.append((_PROGRESS, read))
-                        read = pending = 0
-                        send(dumps(batch))
-                        batch = []
-                add(reassembler.flush())
-                batch.append((_END_OF_FILE,))
-            except (CaptureError, FileNotFoundError) as exc:
-                batch.append((_ERROR, path, str(exc), isinstance(exc, FileNotFoundError)))
-                send(dumps(batch))
-                return
-            except Exception as exc:  # noqa: BLE001 - any bug: reported whole to the other side, never lost
-                batch.append((_CRASH, _cause(exc)))  # after what was read before it, as --jobs 1 prints it
-                with contextlib.suppress(OSError):
+        reassembler = Reassembler(ports, max_connections=max_connections)
+        try:
+            for segment in read_files(paths, ports, tap=opening):
+                if type(segment) is TcpSegment:
+                    add(reassembler.push(segment))
+                elif isinstance(segment, CaptureNotice):
+                    batch.append((_NOTICE, segment.frame, segment.ts, segment.name, segment.message))
+                else:
+                    assert isinstance(segment, FileStart)
+                    if not segment.joined:  # a capture of its own: the one before ends here
+                        add(reassembler.flush())
+                        reassembler = Reassembler(ports, max_connections=max_connections)
+                    batch.append((_FILE, segment.path, segment.joined))
+                if len(batch) >= BATCH or pending >= BATCH_BYTES:
+                    batch.append((_PROGRESS, read))
+                    read = pending = 0
                     send(dumps(batch))
-                return
+                    batch = []
+            add(reassembler.flush())
+        except (CaptureError, FileNotFoundError) as exc:
+            batch.append((_ERROR, current[0], str(exc), isinstance(exc, FileNotFoundError)))
+            send(dumps(batch))
+            return
+        except Exception as exc:  # noqa: BLE001 - any bug: reported whole to the other side, never lost
+            batch.append((_CRASH, _cause(exc)))  # after what was read before it, as --jobs 1 prints it
+            with contextlib.suppress(OSError):
+                send(dumps(batch))
+            return
         batch.append((_PROGRESS, read))
         batch.append((_DONE,))
         send(dumps(batch))
@@ -139,9 +148,9 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                  on_progress: Callable[[int], None] | None = None,
                  plain: Callable[[], PlainSinks] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Any]:
-    """The items ``decode_segments`` gives for each file in turn, read and reassembled in a second process.
-    ``plain``: makes each file's plain-item sinks, as ``decode_segments`` takes them (``PlainLines``: plain
-    items come out as their JSON lines).
+    """The items ``decode_segments`` gives for the files (``read_files``: a file that continues the one before
+    continues its connections), read and reassembled in a second process. ``plain``: makes the plain-item
+    sinks, as ``decode_segments`` takes them (``PlainLines``: plain items come out as their JSON lines).
 
     Raises what reading a file raises (``CaptureError``, ``FileNotFoundError``), after the items before it.
     """
@@ -190,6 +199,8 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
             if on_progress is not None:
                 on_progress(item[1])
         elif tag == _ERROR:
+            if on_file is not None:  # the file failed as it was opened, before its start was sent
+                on_file(item[1])
             raise (FileNotFoundError if item[3] else CaptureError)(item[2])
         elif tag == _CRASH:
             raise ChildError(f"the decoding process failed: {item[1]}; the output above is complete up "
@@ -197,8 +208,8 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
         else:
             raise ChildError(f"the decoding process sent an item out of place: tag {tag}")
 
-    def stream() -> Iterator[StreamData | StreamEvent | CaptureNotice]:
-        """One file's reassembled data, events and notices, up to its end (what the child sent for it)."""
+    def stream() -> Iterator[StreamData | StreamEvent | CaptureNotice | FileStart]:
+        """The files' reassembled data, events, notices and starts, up to the end (what the child sent)."""
         while True:
             item = next_item()
             if len(item) == 6:
@@ -209,25 +220,20 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                 yield StreamEvent(connection(item[1]), *item[2:])
             elif tag == _NOTICE:
                 yield CaptureNotice(*item[1:])
-            elif tag == _END_OF_FILE:
+            elif tag == _FILE:
+                if on_file is not None:
+                    on_file(item[1])
+                if not item[2]:
+                    connections.clear()
+                yield FileStart(item[1], item[2])
+            elif tag == _DONE:
                 return
             else:
                 control(item)
 
     try:
-        while True:
-            item = next_item()
-            tag = item[0]
-            if tag == _FILE:
-                if on_file is not None:
-                    on_file(item[1])
-                connections.clear()
-                yield from decode_segments(stream(), options, ports, max_body_length, max_connections,
-                                           plain() if plain is not None else None)
-            elif tag == _DONE:
-                return
-            else:
-                control(item)
+        yield from decode_segments(stream(), options, ports, max_body_length, max_connections,
+                                   plain() if plain is not None else None)
     finally:
         receiver.close()
         if child.is_alive():

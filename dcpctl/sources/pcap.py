@@ -10,6 +10,7 @@ reading carries on wherever it can.
 
 from __future__ import annotations
 
+import itertools
 import select
 import socket
 import struct
@@ -72,6 +73,17 @@ class CaptureNotice:
     ts: float
     name: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileStart:
+    """Where one file of several begins, among their segments and notices. ``joined``: the file begins where
+    the one before it ended (its first frame is no earlier than that one's last), so it continues that
+    capture: a ring of files (tcpdump ``-C``/``-W``/``-G``, dumpcap's ring buffer) is read as one capture,
+    its connections followed across files. A file that begins earlier is another capture of its own."""
+
+    path: str
+    joined: bool
 
 
 _ADDRESSES: dict[bytes, str] = {}  # a capture has few distinct addresses; formatting each costs a call
@@ -323,6 +335,72 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
         yield from pcapchunks.read_records(path, ports, tls_ports, tap)
         return
     yield from reader_segments(open_offline(path), ports, tls_ports, tap)
+
+
+def read_files(paths: list[str], ports: frozenset[int] = frozenset({11210}),
+               tap: Callable[[str], Callable[[float, bytes, int], None] | None] | None = None
+               ) -> Iterator[TcpSegment | CaptureNotice | FileStart]:
+    """The segments and notices of several capture files in turn, each file's preceded by its
+    :class:`FileStart`. ``tap``: called as each file is opened, gives that file's frame tap (see
+    :func:`read_segments`).
+
+    Of two files or more, each notice names its file (and numbers frames in it, as the reader of the file
+    alone does), and the segments of joined files are numbered through them, as in the capture they were
+    cut from (or mergecap's concatenation of them). Whether a file is joined to the one before is decided
+    on its first timed item (a notice about the file itself has no time): the few untimed notices before it
+    wait for that."""
+    if len(paths) == 1:  # chained, not yielded from: a generator's frame per segment costs
+        return itertools.chain((FileStart(paths[0], joined=False),),
+                               read_segments(paths[0], ports, tap=tap(paths[0]) if tap is not None else None))
+    return _read_files(paths, ports, tap)
+
+
+def _read_files(paths: list[str], ports: frozenset[int],
+                tap: Callable[[str], Callable[[float, bytes, int], None] | None] | None
+                ) -> Iterator[TcpSegment | CaptureNotice | FileStart]:
+    last = None  # the time of the latest timed item so far
+    base = 0  # frames before this file in its capture
+    count = [0]  # frames of the file being read (its tap counts them)
+    for path in paths:
+        before, count[0] = count[0], 0
+        items = read_segments(path, ports, tap=_counting(count, tap(path) if tap is not None else None))
+        untimed: list[TcpSegment | CaptureNotice] = []
+        first = None
+        for item in items:
+            if item.ts:
+                first = item
+                break
+            untimed.append(item)  # unknown_link_type, truncated_file: each at most once per file
+        joined = last is not None and (first is None or first.ts >= last)
+        base = base + before if joined else 0
+        yield FileStart(path, joined)
+        for item in untimed:
+            yield _named(item, path)
+        if first is None:
+            continue
+        for item in itertools.chain((first,), items):
+            if type(item) is TcpSegment:
+                item.frame += base  # numbered in the capture the file continues
+                yield item
+            else:
+                yield _named(item, path)
+            if item.ts:
+                last = item.ts
+
+
+def _counting(count: list[int], tap: Callable[[float, bytes, int], None] | None) -> Callable[[float, bytes, int], None]:
+    def counted(ts: float, data: bytes, wire: int) -> None:
+        count[0] += 1
+        if tap is not None:
+            tap(ts, data, wire)
+
+    return counted
+
+
+def _named(item: TcpSegment | CaptureNotice, path: str) -> TcpSegment | CaptureNotice:
+    """A notice that names its file (its frame stays the file's own)."""
+    return CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}") \
+        if isinstance(item, CaptureNotice) else item
 
 
 def open_offline(path: str) -> Any:

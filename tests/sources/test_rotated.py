@@ -1,0 +1,122 @@
+"""A ring of capture files (tcpdump -C/-W/-G, dumpcap's ring buffer) is read as the one capture it cuts up.
+
+The rings are cut by editcap (Wireshark's own tool, as tcpdump cuts: whole records, the same file header).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capturekit import ROOT, session_packets, write_capture
+from test_parallel import damaged_captures
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+SAMPLE = ROOT / "samples" / "dcp-session.pcap"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=400)
+    return main(list(args), env), out.getvalue(), err.getvalue()
+
+
+def ring(capture: Path, frames: int, directory: Path) -> list[Path]:
+    """The capture cut every ``frames`` frames, in order."""
+    directory.mkdir()
+    editcap = shutil.which("editcap")
+    assert editcap is not None, "editcap (Debian package tshark) is needed: .ci/run installs it"
+    subprocess.run([editcap, "-c", str(frames), str(capture), str(directory / "ring.pcap")], check=True)
+    files = sorted(directory.iterdir())
+    assert len(files) > 1
+    return files
+
+
+def records(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def whole_capture(tmp_path: Path) -> Path:
+    """The sample session in 13-byte segments: every message spans several frames, so cuts fall inside them."""
+    path = tmp_path / "whole.pcap"
+    path.write_bytes(write_capture(session_packets(), segment_size=13))
+    return path
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("frames", [7, 40])
+def test_a_ring_decodes_as_the_whole_capture(tmp_path: Path, jobs: str, frames: int) -> None:
+    """Messages cut by a file's end continue in the next file, with nothing skipped and the connection's
+    state (collections, streams) carried on, and frames numbered as in the whole capture: the output is the
+    whole capture's, byte for byte."""
+    captures = [whole_capture(tmp_path), *(p for p in damaged_captures(tmp_path) if p.name == "lossy.pcap")]
+    for capture in captures:
+        files = ring(capture, frames, tmp_path / f"ring-{capture.stem}")
+        code, out, err = run("decode", "-j", jobs, "-F", "jsonl", str(capture))
+        assert code == ExitCode.OK
+        ring_code, ring_out, ring_err = run("decode", "-j", jobs, "-F", "jsonl", *map(str, files))
+        assert ring_code == ExitCode.OK
+        assert ring_err == err  # nothing for the whole capture; the lossy one's gaps and garbage, no more
+        assert ring_out == out
+        assert len(records(out)) > 20
+
+
+def test_a_glob_reads_tcpdumps_names_in_number_order(tmp_path: Path) -> None:
+    """tcpdump -C names its files cap, cap1, ... cap10: a glob sorted as text would read cap10 before cap2."""
+    capture = whole_capture(tmp_path)
+    files = ring(capture, 5, tmp_path / "editcap")
+    assert len(files) > 11
+    named = tmp_path / "tcpdump"
+    named.mkdir()
+    for n, path in enumerate(files):
+        path.rename(named / f"cap.pcap{n or ''}")
+    _, out, _ = run("decode", "-F", "jsonl", str(capture))
+    code, ring_out, err = run("decode", "-F", "jsonl", str(named / "cap.pcap*"))
+    assert (code, err, ring_out) == (ExitCode.OK, "", out)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_files_that_overlap_in_time_are_captures_of_their_own(jobs: str) -> None:
+    """Two captures of the same traffic (say one on each side) are not one capture: the second begins before
+    the first ends, so it is read from nothing, not as a retransmission of the first."""
+    _, once, _ = run("decode", "-j", jobs, "-F", "jsonl", str(SAMPLE))
+    code, twice, err = run("decode", "-j", jobs, "-F", "jsonl", str(SAMPLE), str(SAMPLE))
+    assert (code, err) == (ExitCode.OK, "")
+    assert twice == once * 2
+
+
+def test_a_rollback_told_across_two_files(tmp_path: Path) -> None:
+    """The stream request in one file, the server's Rollback answer and the client's retry in the next: one
+    story, named after the file that holds the answer."""
+    code, out, _ = run("rollback", "explain", "-F", "json", str(SAMPLE))
+    assert code == ExitCode.OK
+    [story] = json.loads(out)
+    _, decoded, _ = run("decode", "-F", "jsonl", str(SAMPLE))
+    request = next(r for r in records(decoded) if r["opcode"] == "DCP_STREAM_REQ")
+    files = ring(SAMPLE, request["frames"][-1], tmp_path / "ring")
+    code, out, err = run("rollback", "explain", "-F", "json", *map(str, files))
+    assert (code, err) == (ExitCode.OK, "")
+    [split] = json.loads(out)
+    assert split.pop("file") == str(files[1])
+    story.pop("file")
+    assert split == story
+
+
+def test_a_notice_names_its_file_among_several(tmp_path: Path) -> None:
+    """A notice about a file itself names it, with the frame counted in it, as for the file alone."""
+    files = ring(whole_capture(tmp_path), 40, tmp_path / "ring")
+    files[-1].write_bytes(files[-1].read_bytes()[:-30])  # the last file cut inside its last record
+    code, _, err = run("decode", "-F", "jsonl", *map(str, files))
+    assert code == ExitCode.OK
+    assert f"capture_gap: frame 15: {files[-1]}: the capture file is damaged after frame 14" in err
+    code, _, err = run("decode", "-F", "jsonl", str(files[-1]))
+    assert "capture_gap: frame 15: the capture file is damaged after frame 14" in err
