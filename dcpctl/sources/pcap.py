@@ -347,8 +347,8 @@ def read_files(paths: list[str], ports: frozenset[int] = frozenset({11210}),
     Of two files or more, each notice names its file (and numbers frames in it, as the reader of the file
     alone does), and the segments of joined files are numbered through them, as in the capture they were
     cut from (or mergecap's concatenation of them). Whether a file is joined to the one before is decided
-    on its first timed item (a notice about the file itself has no time): the few untimed notices before it
-    wait for that."""
+    on its first segment or timed notice (a notice about the file itself has no time): the few untimed
+    notices before it wait for that, and nothing else does."""
     if len(paths) == 1:  # chained, not yielded from: a generator's frame per segment costs
         return itertools.chain((FileStart(paths[0], joined=False),),
                                read_segments(paths[0], ports, tap=tap(paths[0]) if tap is not None else None))
@@ -367,7 +367,7 @@ def _read_files(paths: list[str], ports: frozenset[int],
         untimed: list[TcpSegment | CaptureNotice] = []
         first = None
         for item in items:
-            if item.ts:
+            if item.ts or type(item) is TcpSegment:  # a segment's time is its time, even 0 (times wiped)
                 first = item
                 break
             untimed.append(item)  # unknown_link_type, truncated_file: each at most once per file
@@ -381,11 +381,12 @@ def _read_files(paths: list[str], ports: frozenset[int],
         for item in itertools.chain((first,), items):
             if type(item) is TcpSegment:
                 item.frame += base  # numbered in the capture the file continues
+                last = item.ts
                 yield item
             else:
+                if item.ts:
+                    last = item.ts
                 yield _named(item, path)
-            if item.ts:
-                last = item.ts
 
 
 def _counting(count: list[int], tap: Callable[[float, bytes, int], None] | None) -> Callable[[float, bytes, int], None]:

@@ -6,9 +6,11 @@ The rings are cut by editcap (Wireshark's own tool, as tcpdump cuts: whole recor
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from test_parallel import damaged_captures
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
+from dcpctl.sources import pcap
+from dcpctl.sources.pcap import CaptureNotice, TcpSegment
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
 
@@ -120,3 +124,33 @@ def test_a_notice_names_its_file_among_several(tmp_path: Path) -> None:
     assert f"capture_gap: frame 15: {files[-1]}: the capture file is damaged after frame 14" in err
     code, _, err = run("decode", "-F", "jsonl", str(files[-1]))
     assert "capture_gap: frame 15: the capture file is damaged after frame 14" in err
+
+
+def test_a_file_is_joined_or_not_on_its_first_segment_whatever_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times wiped to 0 (as some anonymisers leave them) are still times: reading waits for no timed item,
+    so it holds nothing but a file's few untimed notices, however long the file."""
+    read: list[int] = []
+
+    def segments(path: str, ports: frozenset[int], tap: Any = None) -> Iterator[TcpSegment | CaptureNotice]:
+        yield CaptureNotice(0, 0.0, "truncated_file", "untimed")
+        for frame in range(1, 1_000_000):
+            read.append(frame)
+            tap(0.0, b"", 60)
+            yield TcpSegment(0.0, frame, ("10.0.0.1", 50000), ("10.0.0.2", 11210), frame, 0, 0x18, b"x", False, 1)
+
+    monkeypatch.setattr(pcap, "read_segments", segments)
+    items = pcap.read_files(["a.pcap", "b.pcap"])
+    assert next(items) == pcap.FileStart("a.pcap", joined=False)
+    assert next(items) == CaptureNotice(0, 0.0, "truncated_file", "a.pcap: untimed")
+    first = next(items)
+    assert isinstance(first, TcpSegment)
+    assert first.frame == 1
+    assert read == [1]
+    many = list(itertools.islice(items, 999_998))  # to the end of the first file
+    assert isinstance(many[-1], TcpSegment)
+    assert many[-1].frame == 999_999
+    assert next(items) == pcap.FileStart("b.pcap", joined=True)
+    next(items)
+    second = next(items)
+    assert isinstance(second, TcpSegment)
+    assert second.frame == 1 + 999_999  # numbered on from the first file's 999,999 frames
