@@ -1,23 +1,24 @@
 """``dcpctl analyze`` on Spark: captures to a Parquet dataset of messages, then the analyses.
 
-Theory of operation. The driver plans chunks: every pcap file is cut at record boundaries into pieces of
-about 64 MiB (a pcapng file is one piece); on the way it weighs the TCP connections from a sample of the
-frames. Stage one (one task per chunk) reads a piece and parses its frames into TCP segments with the
-capture reader's own parser. It packs each connection's consecutive segments into runs keyed by (file,
-connection, first frame). A run carries each segment's metadata and where its payload lies in the file,
-not the payload itself; a pcapng piece, read by libpcap, carries the bytes. The reader's notices (a TLS
-port, a malformed frame) travel as runs of their own. Spark shuffles the runs to the partition
-:class:`Placement` chose for their connection (heaviest connections first, spread so that the cores
+Theory of operation. The driver plans chunks: every pcap file is cut at record boundaries into pieces of about
+64 MiB (a pcapng file is one piece); on the way it weighs the TCP connections from a sample of the frames.
+Stage one (one task per chunk) reads a piece and parses its frames into TCP segments with the capture reader's
+own parser. It packs each connection's consecutive segments into runs keyed by (capture, connection, first
+frame): the capture is the file, or for a file that continues the one before (a ring of files) the first file
+of the ring, whose frames are numbered on through the ring. A run carries each segment's metadata and where
+its payload lies in the file, not the payload itself; a pcapng piece, read by libpcap, carries the bytes. The
+reader's notices (a TLS port, a malformed frame) travel as runs of their own. Spark shuffles the runs to the
+partition :class:`Placement` chose for their connection (heaviest connections first, spread so that the cores
 finish together; Spark's hash of the connection names put two or three of six equal connections in one
-partition) and sorts each partition by the key. Stage two streams through each partition's sorted
-connections. It unpacks the runs, reads each payload back from the file and feeds each connection to a
-fresh :class:`CaptureDecoder`: the reassembly, framing, decoding and connection tracking of ``dcpctl
-decode``, unchanged: each message is read once, by the decoder. The messages become rows (``schema``) in
-Arrow batches, which the task writes as its own Parquet file under ``--out`` with Arrow's writer (Spark's
-row-by-row writer cost more than the decoding). The same batches give the analyses' partial results
-(``rollup``). The task then hands the driver one summary: messages written, the notices and those
-partials, which ``analyses`` merges; what needs every row across tasks (duplicates, the plots' progress)
-is a DataFrame query over the dataset read back.
+partition) and sorts each partition by the key. Stage two streams through each partition's sorted connections.
+It unpacks the runs, reads each payload back from the file and feeds each connection to a fresh
+:class:`CaptureDecoder`: the reassembly, framing, decoding and connection tracking of ``dcpctl decode``,
+unchanged: each message is read once, by the decoder. The messages become rows (``schema``) in Arrow batches,
+which the task writes as its own Parquet file under ``--out`` with Arrow's writer (Spark's row-by-row writer
+cost more than the decoding). The same batches give the analyses' partial results (``rollup``). The task then
+hands the driver one summary: messages written, the notices and those partials, which ``analyses`` merges;
+what needs every row across tasks (duplicates, the plots' progress) is a DataFrame query over the dataset read
+back.
 
 So many files are decoded at once, one big file by many tasks, and no task holds more than a piece, a
 batch of runs or rows, and the state of the connection it is decoding; only segment metadata crosses the
@@ -55,8 +56,8 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
-from dcpctl.sources.pcap import CaptureNotice, TcpSegment
-from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
+from dcpctl.sources.pcap import CaptureNotice, TcpSegment, continues
+from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, FileFrames, plan, segments
 
 # Rows turned into Arrow, and through the partial aggregates, at a time, whatever the capture. Each batch costs
 # the aggregates' kernels a fixed time, so batches are large; larger still would only hold more memory.
@@ -71,8 +72,8 @@ SLOTS_PER_CORE: Final = 4
 # Stage one's rows: runs of one connection's consecutive segments (or a reader's notice). ``segments`` packs
 # each segment as RUN_SEGMENT; ``payloads`` holds the payloads of a pcapng run (a pcap run says where they lie
 # in the file instead). Spark then shuffles and sorts a row per run, not per segment: a thousandth of the rows.
-RUN_FIELDS: Final = ("file", "connection", "first_frame", "a_host", "a_port", "b_host", "b_port", "segments",
-                     "payloads", "notice")
+RUN_FIELDS: Final = ("capture", "connection", "first_frame", "a_host", "a_port", "b_host", "b_port", "segments",
+                     "payloads", "notice", "file")
 # ts, frame, seq, ack, TCP flags, whether the source is endpoint a, payload offset in the file (-1: in
 # ``payloads``), payload length, length on the wire, cut by the snap length. The pipeline's own transport
 # format for TCP segment metadata between its stages: nothing of the DCP wire format is restated in it.
@@ -316,21 +317,22 @@ class _Run:
     payloads: list[bytes] = field(default_factory=list)
     payload_bytes: int = 0
 
-    def row(self, path: str) -> tuple[Any, ...]:
-        return (path, self.key, self.first_frame, self.a[0], self.a[1], self.b[0], self.b[1], b"".join(self.records),
-                b"".join(self.payloads) if self.payloads else None, None)
+    def row(self, path: str, capture: str) -> tuple[Any, ...]:
+        return (capture, self.key, self.first_frame, self.a[0], self.a[1], self.b[0], self.b[1],
+                b"".join(self.records), b"".join(self.payloads) if self.payloads else None, None, path)
 
 
 def chunk_runs(chunk: Chunk, ports: frozenset[int]) -> Iterator[tuple[Any, ...]]:
     """One chunk's TCP segments as runs of each connection's consecutive segments, and its notices, as rows
-    in :data:`RUN_FIELDS` order. A connection's runs come out in frame order."""
+    in :data:`RUN_FIELDS` order. A connection's runs come out in frame order, numbered in its capture."""
     runs: dict[str, _Run] = {}
     keys: dict[tuple[tuple[str, int], tuple[str, int]], tuple[str, tuple[str, int], tuple[str, int]]] = {}
     pack = RUN_SEGMENT.pack
+    capture, base = chunk.capture or chunk.path, chunk.frame_base
     for item in segments(chunk, ports):
         if isinstance(item, CaptureNotice):
-            yield (chunk.path, "", item.frame, "", 0, "", 0, b"", None,
-                   f"{chunk.path}: {notice_text(notice_diagnostic(item))}")
+            yield (capture, "", base + item.frame, "", 0, "", 0, b"", None,
+                   f"{chunk.path}: {notice_text(notice_diagnostic(item))}", chunk.path)
             continue
         segment, offset = item
         ends = (segment.src, segment.dst)
@@ -341,18 +343,18 @@ def chunk_runs(chunk: Chunk, ports: frozenset[int]) -> Iterator[tuple[Any, ...]]
         key, a, b = known
         run = runs.get(key)
         if run is None:
-            run = runs[key] = _Run(key, a, b, segment.frame)
-        run.records.append(pack(segment.ts, segment.frame, segment.seq, segment.ack, segment.flags,
+            run = runs[key] = _Run(key, a, b, base + segment.frame)
+        run.records.append(pack(segment.ts, base + segment.frame, segment.seq, segment.ack, segment.flags,
                                 segment.src == a, offset, len(segment.payload), segment.wire_length,
                                 segment.truncated))
         if offset < 0:  # pcapng: the bytes travel with the run
             run.payloads.append(segment.payload)
             run.payload_bytes += len(segment.payload)
         if len(run.records) >= RUN_SEGMENTS or run.payload_bytes >= RUN_PAYLOAD_BYTES:
-            yield run.row(chunk.path)
+            yield run.row(chunk.path, capture)
             del runs[key]
     for run in runs.values():
-        yield run.row(chunk.path)
+        yield run.row(chunk.path, capture)
 
 
 def connection_key(a: tuple[str, int], b: tuple[str, int]) -> str:
@@ -390,27 +392,27 @@ class Placement:
     def count(self) -> int:
         return self.weighed + self.spare
 
-    def __call__(self, file: str, connection: str) -> int:
-        found = self.partitions.get((file, connection))
+    def __call__(self, capture: str, connection: str) -> int:
+        found = self.partitions.get((capture, connection))
         if found is not None:
             return found
-        return self.weighed + zlib.crc32(f"{file}\0{connection}".encode()) % self.spare
+        return self.weighed + zlib.crc32(f"{capture}\0{connection}".encode()) % self.spare
 
 
 def _keyed_runs(chunks: Iterable[Chunk], ports: frozenset[int], placement: Placement
                 ) -> Iterator[tuple[tuple[int, str, str, int], tuple[Any, ...]]]:
-    """Stage one's task: each run keyed by (its partition, file, connection, first frame)."""
+    """Stage one's task: each run keyed by (its partition, capture, connection, first frame)."""
     for chunk in chunks:
         for run in chunk_runs(chunk, ports):
             yield (placement(run[0], run[1]), run[0], run[1], run[2]), run
 
 
 def segments_of(runs: Iterable[tuple[Any, ...]], notices: list[str]) -> Iterator[tuple[str, str, TcpSegment]]:
-    """Run rows sorted by (file, connection, first frame) back to (file, connection, segment), in frame order;
-    notices into ``notices``. Payloads are read back from the file where a pcap run says they lie."""
+    """Run rows sorted by (capture, connection, first frame) back to (capture, connection, segment), in frame
+    order; notices into ``notices``. Payloads are read back from the file where a pcap run says they lie."""
     payloads = _Payloads()
     try:
-        for path, connection, _, a_host, a_port, b_host, b_port, packed, carried, notice in runs:
+        for capture, connection, _, a_host, a_port, b_host, b_port, packed, carried, notice, path in runs:
             if notice is not None:
                 notices.append(notice)
                 continue
@@ -424,8 +426,8 @@ def segments_of(runs: Iterable[tuple[Any, ...]], notices: list[str]) -> Iterator
                 else:
                     payload = payloads.read(path, at, length)
                 source, destination = (a, b) if from_a else (b, a)
-                yield path, connection, TcpSegment(ts, frame, source, destination, seq, ack, flags, payload,
-                                                   bool(truncated), wire_length)
+                yield capture, connection, TcpSegment(ts, frame, source, destination, seq, ack, flags, payload,
+                                                      bool(truncated), wire_length)
     finally:
         payloads.close()
 
@@ -451,18 +453,18 @@ class _Payloads:
 
 def decode_connections(segments_in: Iterable[tuple[str, str, TcpSegment]], spec: tuple[str, bool | None, bool],
                        ports: frozenset[int], rows: schema.Rows, notices: list[str]) -> Iterator[None]:
-    """(file, connection, segment) in (file, connection, frame) order into ``rows``, one decoder per
+    """(capture, connection, segment) in (capture, connection, frame) order into ``rows``, one decoder per
     connection, and the decoders' notices into ``notices``; yields whenever rows were added, so the caller
     can hand them over in batches."""
     options = options_of(spec)
     current: tuple[str, str] | None = None
     decoder: CaptureDecoder | None = None
-    for path, connection, segment in segments_in:
-        if (path, connection) != current:
+    for capture, connection, segment in segments_in:
+        if (capture, connection) != current:
             if decoder is not None:
                 _add(rows, decoder, decoder.finish(), notices, current)
                 yield None
-            current = (path, connection)
+            current = (capture, connection)
             decoder = CaptureDecoder(options, ports)
         assert decoder is not None
         _add(rows, decoder, decoder.feed(segment), notices, current)
@@ -592,7 +594,7 @@ def gathered_to_arrow(rows: list[tuple[Any, ...]], types: list[tuple[str, Any, A
 # --- the plan ----------------------------------------------------------------------------------------
 @dataclass
 class Plan:
-    """The captures cut into chunks, the planner's notices, and each connection's weight: (file, connection)
+    """The captures cut into chunks, the planner's notices, and each connection's weight: (capture, connection)
     -> bytes estimated from sampled frames (:func:`~dcpctl.sources.pcapchunks.plan`)."""
 
     chunks: list[Chunk]
@@ -601,15 +603,31 @@ class Plan:
 
 
 def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
+    """The plan of :func:`run`. Of several files, one that continues the one before (a ring: see
+    ``sources.pcap.read_files``, whose rule this is) continues its capture: its chunks name that capture and
+    number their frames on from it, so its connections are decoded on from where the file before left them."""
     chunks: list[Chunk] = []
     notes: list[str] = []
     weights: dict[tuple[str, str], int] = {}
+    several = len(paths) > 1
+    capture, base, before, last = "", 0, 0, None
     for path in paths:
         sampled: dict[Endpoints, int] = {}
-        found, notices = plan(path, chunk_bytes, sampled)
+        frames = FileFrames() if several else None
+        found, notices = plan(path, chunk_bytes, sampled, frames)
+        if frames is not None and continues(last, frames.first):
+            base += before
+            found = [dataclasses.replace(chunk, capture=capture, frame_base=base) for chunk in found]
+        else:
+            capture, base = path, 0
+        if frames is not None:
+            before = frames.count
+            last = frames.last if frames.last is not None else last
         chunks += found
         notes += [f"{path}: {notice_text(notice_diagnostic(n))}" for n in notices]
-        weights.update(((path, connection_key(a, b)), weight) for (a, b), weight in sampled.items())
+        for (a, b), weight in sampled.items():
+            key = (capture, connection_key(a, b))
+            weights[key] = weights.get(key, 0) + weight
     return Plan(chunks, notes, weights)
 
 

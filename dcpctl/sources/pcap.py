@@ -346,62 +346,88 @@ def read_files(paths: list[str], ports: frozenset[int] = frozenset({11210}),
 
     Of two files or more, each notice names its file (and numbers frames in it, as the reader of the file
     alone does), and the segments of joined files are numbered through them, as in the capture they were
-    cut from (or mergecap's concatenation of them). Whether a file is joined to the one before is decided
-    on its first segment or timed notice (a notice about the file itself has no time): the few untimed
-    notices before it wait for that, and nothing else does."""
+    cut from (or mergecap's concatenation of them). A file is joined to the one before when its first frame
+    is no earlier than that one's last: decided when the file's first segment or notice comes out, by which
+    time its first frame has been read."""
     if len(paths) == 1:  # chained, not yielded from: a generator's frame per segment costs
         return itertools.chain((FileStart(paths[0], joined=False),),
                                read_segments(paths[0], ports, tap=tap(paths[0]) if tap is not None else None))
     return _read_files(paths, ports, tap)
 
 
+def continues(last: float | None, first: float | None) -> bool:
+    """Whether a file whose first frame has time ``first`` continues the capture whose last frame had time
+    ``last`` (None: no frame). A file without frames neither continues nor ends anything."""
+    return last is not None and (first is None or first >= last)
+
+
+class _Frames:
+    """A file's frame tap that also keeps what joining files needs: how many frames, the first's and the
+    last's times; then calls the caller's own tap."""
+
+    __slots__ = ("count", "first", "last", "tap")
+
+    def __init__(self, tap: Callable[[float, bytes, int], None] | None) -> None:
+        self.tap = tap
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def __call__(self, ts: float, data: bytes, wire: int) -> None:
+        if self.first is None:
+            self.first = ts
+        self.last = ts
+        self.count += 1
+        if self.tap is not None:
+            self.tap(ts, data, wire)
+
+
 def _read_files(paths: list[str], ports: frozenset[int],
                 tap: Callable[[str], Callable[[float, bytes, int], None] | None] | None
                 ) -> Iterator[TcpSegment | CaptureNotice | FileStart]:
-    last = None  # the time of the latest timed item so far
+    last = None  # the last frame's time so far
     base = 0  # frames before this file in its capture
-    count = [0]  # frames of the file being read (its tap counts them)
+    before = 0  # frames in the file before this one
     for path in paths:
-        before, count[0] = count[0], 0
-        items = read_segments(path, ports, tap=_counting(count, tap(path) if tap is not None else None))
-        untimed: list[TcpSegment | CaptureNotice] = []
-        first = None
-        for item in items:
-            if item.ts or type(item) is TcpSegment:  # a segment's time is its time, even 0 (times wiped)
-                first = item
-                break
-            untimed.append(item)  # unknown_link_type, truncated_file: each at most once per file
-        joined = last is not None and (first is None or first.ts >= last)
+        frames = _Frames(tap(path) if tap is not None else None)
+        items = read_segments(path, ports, tap=frames)
+        first = next(items, None)
+        joined = continues(last, frames.first)
         base = base + before if joined else 0
         yield FileStart(path, joined)
-        for item in untimed:
-            yield _named(item, path)
-        if first is None:
-            continue
-        for item in itertools.chain((first,), items):
-            if type(item) is TcpSegment:
-                item.frame += base  # numbered in the capture the file continues
-                last = item.ts
-                yield item
-            else:
-                if item.ts:
-                    last = item.ts
-                yield _named(item, path)
-
-
-def _counting(count: list[int], tap: Callable[[float, bytes, int], None] | None) -> Callable[[float, bytes, int], None]:
-    def counted(ts: float, data: bytes, wire: int) -> None:
-        count[0] += 1
-        if tap is not None:
-            tap(ts, data, wire)
-
-    return counted
+        if first is not None:
+            for item in itertools.chain((first,), items):
+                if type(item) is TcpSegment:
+                    item.frame += base  # numbered in the capture the file continues
+                    yield item
+                else:
+                    yield _named(item, path)
+        before = frames.count
+        if frames.last is not None:
+            last = frames.last
 
 
 def _named(item: TcpSegment | CaptureNotice, path: str) -> TcpSegment | CaptureNotice:
     """A notice that names its file (its frame stays the file's own)."""
     return CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}") \
         if isinstance(item, CaptureNotice) else item
+
+
+def frame_times(path: str) -> tuple[int, float | None, float | None]:
+    """A capture file's frame count and its first and last frames' times (None: no frame), read through
+    libpcap as :func:`read_segments` reads them (up to any damage, which that reader reports)."""
+    frames = _Frames(None)
+    reader = open_offline(path)
+    while True:
+        try:
+            header, data = reader.next()
+        except pcapy.PcapError:
+            break
+        if header is None:
+            break
+        seconds, micros = header.getts()
+        frames(seconds + micros / 1_000_000, data, 0)
+    return frames.count, frames.first, frames.last
 
 
 def open_offline(path: str) -> Any:

@@ -29,6 +29,7 @@ from dcpctl.sources.pcap import (
     CaptureNotice,
     FrameFilter,
     TcpSegment,
+    frame_times,
     parse_frame,
     read_segments,
 )
@@ -58,6 +59,17 @@ class Chunk:
     linktype: int
     endian: str  # "<" or ">"; "" for a file read whole by libpcap (pcapng)
     resolution: float  # seconds per timestamp fraction unit
+    capture: str = ""  # the capture the file belongs to, when it continues another file (a ring): its first
+    frame_base: int = 0  # frames of that capture before this file
+
+
+@dataclass
+class FileFrames:
+    """What the planner saw of a file's frames: how many, the first's and the last's times (None: none)."""
+
+    count: int = 0
+    first: float | None = None
+    last: float | None = None
 
 
 def check(path: str) -> None:
@@ -74,16 +86,19 @@ def check(path: str) -> None:
         raise CaptureError(f"link type {linktype} is not supported")
 
 
-def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] | None = None
-         ) -> tuple[list[Chunk], list[CaptureNotice]]:
+def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] | None = None,
+         frames: FileFrames | None = None) -> tuple[list[Chunk], list[CaptureNotice]]:
     """Chunks of about ``target`` bytes covering every record; notices for damage found on the way.
-    ``weights``: add each TCP connection's estimated bytes (frames sampled; none from a pcapng file)."""
+    ``weights``: add each TCP connection's estimated bytes (frames sampled; none from a pcapng file).
+    ``frames``: filled with the file's frames (a pcapng file is then read through, its frames' headers)."""
     file = Path(path)
     size = file.stat().st_size
     with file.open("rb") as stream:
         check(path)
         head = stream.read(24)
         if head[:4] == PCAPNG_MAGIC:
+            if frames is not None:
+                frames.count, frames.first, frames.last = frame_times(path)
             return [Chunk(path, 0, size, 1, 0, "", 0.0)], []
         endian, resolution = _MAGICS[head[:4]]
         linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
@@ -103,11 +118,15 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
                 notices.append(CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file ends inside "
                                              f"the header of frame {frame + 1}"))
                 break
-            _, _, captured, _ = record.unpack_from(block, at)
+            seconds, fraction, captured, _ = record.unpack_from(block, at)
             if captured > MAX_RECORD or pos + 16 + captured > size:
                 notices.append(CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged "
                                              f"after frame {frame} (record of {captured} bytes at offset {pos})"))
                 break
+            if frames is not None:
+                if frames.first is None:
+                    frames.first = seconds + fraction * resolution
+                frames.last = seconds + fraction * resolution
             if weights is not None and frame == sample:
                 sample += gaps.randint(1, 2 * SAMPLE_EVERY - 1)
                 if at + 16 + captured <= len(block):  # else not read yet: this sample is skipped
@@ -122,6 +141,8 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
                 start, first = pos, frame + 1
         if pos > start:
             chunks.append(Chunk(path, start, pos, first, linktype, endian, resolution))
+        if frames is not None:
+            frames.count = frame
         return chunks, notices
 
 

@@ -18,6 +18,7 @@ import pytest
 from capturekit import ROOT, session_packets, write_capture
 
 from dcpctl.cli import main
+from dcpctl.commands.decode import expand
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.render.env import Environment
@@ -570,3 +571,30 @@ def test_pcapng_tls_and_an_empty_capture(spark: Any, tmp_path: Path) -> None:
     report = analyses.report(job.read(spark, result), result.partials, plots=True)
     assert report["messages"] == 0
     assert report["vbuckets"] == report["rollbacks"] == report["flow_control"] == report["progress"] == []
+
+
+def test_a_ring_of_files_is_analysed_as_the_whole_capture(spark: Any, tmp_path: Path) -> None:
+    """tcpdump -C's names read in number order, each file continuing the one before: the rows are the whole
+    capture's records, frame numbers included, and its notices the whole capture's: none says a message was cut."""
+    from dcpctl.pipeline import job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    whole = tmp_path / "planted.pcap"
+    planted(whole)
+    editcap = shutil.which("editcap")
+    assert editcap is not None, "editcap (Debian package tshark) is needed: .ci/run installs it"
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    subprocess.run([editcap, "-c", "5", str(whole), str(ring / "cut.pcap")], check=True)
+    cut = sorted(ring.iterdir())
+    assert len(cut) > 10
+    for n, path in enumerate(cut):
+        path.rename(ring / f"cap.pcap{n or ''}")
+    expected = sorted(decoded(whole), key=_order)
+    paths = expand([str(ring / "cap.pcap*")])
+    result = job.run(spark, paths, frozenset({11210}), DecodeOptions(), tmp_path / "out", 600, records=True)
+    alone = job.run(spark, [str(whole)], frozenset({11210}), DecodeOptions(), tmp_path / "alone", 600)
+    assert alone.notices  # the planted gap, which the ring's capture (named after its first file) has too
+    assert result.notices == [n.replace(str(whole), paths[0]) for n in alone.notices]
+    rows = sorted(job.read(spark, result, records=True).collect(), key=lambda r: (r.connection, r.direction, r.offset))
+    assert [json.loads(r.record) for r in rows] == expected

@@ -5,9 +5,12 @@ derived in stream order (previous seqno, stalls) say what happened."""
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from capturekit import ROOT, session_packets, write_capture
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -329,3 +332,39 @@ def test_item_row_functions_are_made_per_shape_not_per_plan_object() -> None:
     for _ in range(100):
         assert schema._item_row(dataclasses.replace(plan)) is first
     assert len(schema._ITEM_ROWS) == before
+
+
+def ring_rows(paths: list[Path]) -> list[tuple[Any, ...]]:
+    """The rows analyze writes for several files, planned as analyze plans them (chunks of a few frames)."""
+    planned = job.partitions_for([str(p) for p in paths], 1000)
+    runs = sorted((r for c in planned.chunks for r in job.chunk_runs(c, PORTS)), key=lambda r: r[:3])
+    rows = schema.Rows(records=False)
+    notices: list[str] = []
+    for _ in job.decode_connections(job.segments_of(runs, notices), ("dcp", None, False), PORTS, rows, notices):
+        pass
+    assert notices == []
+    types = job._arrow_types([(name, job.SPARK_TYPES[kind]) for name, kind in schema.column_types(records=False)])
+    return [tuple(row.values()) for row in job.gathered_to_arrow(rows.take(), types).to_pylist()]
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_a_ring_of_files_gives_the_whole_captures_rows(tmp_path: Path, fmt: str) -> None:
+    """A ring (cut by editcap as tcpdump cuts) is planned as one capture: each file continues the one before,
+    its frames numbered on, so every connection is decoded across the cuts as from the whole file."""
+    whole = tmp_path / "whole.pcap"
+    whole.write_bytes(write_capture(session_packets(), segment_size=13))
+    editcap = shutil.which("editcap")
+    assert editcap is not None, "editcap (Debian package tshark) is needed: .ci/run installs it"
+    (tmp_path / "ring").mkdir()
+    subprocess.run([editcap, "-F", fmt, "-c", "9", str(whole), str(tmp_path / "ring" / f"r.{fmt}")], check=True)
+    files = sorted((tmp_path / "ring").iterdir())
+    assert len(files) > 5
+    planned = job.partitions_for([str(p) for p in files], 1000)
+    assert {chunk.capture for chunk in planned.chunks if chunk.path != str(files[0])} == {str(files[0])}
+    assert sorted({chunk.frame_base for chunk in planned.chunks}) == [9 * n for n in range(len(files))]
+    expected = rows_of(whole, records=False)
+    assert len(expected) > 20
+    assert sorted(ring_rows(files), key=repr) == sorted(expected, key=repr)
+    # the same files, the first one last: it begins before the one before it ended, so is a capture of its own
+    planned = job.partitions_for([str(p) for p in [*files[1:], files[0]]], 1000)
+    assert [chunk.capture for chunk in planned.chunks if chunk.path == str(files[0])] == [""]

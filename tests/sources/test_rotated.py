@@ -126,9 +126,9 @@ def test_a_notice_names_its_file_among_several(tmp_path: Path) -> None:
     assert "capture_gap: frame 15: the capture file is damaged after frame 14" in err
 
 
-def test_a_file_is_joined_or_not_on_its_first_segment_whatever_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Times wiped to 0 (as some anonymisers leave them) are still times: reading waits for no timed item,
-    so it holds nothing but a file's few untimed notices, however long the file."""
+def test_joining_holds_nothing_back_whatever_the_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times wiped to 0 (as some anonymisers leave them) are still times, and a file is joined or not as soon
+    as its first item comes out: reading holds no segment back, however long the file."""
     read: list[int] = []
 
     def segments(path: str, ports: frozenset[int], tap: Any = None) -> Iterator[TcpSegment | CaptureNotice]:
