@@ -7,7 +7,8 @@ import os
 import secrets
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +26,7 @@ from dcpctl.commands._options import (
     env_of,
     option_groups,
 )
+from dcpctl.commands.decode import expand
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
@@ -36,7 +38,7 @@ from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
-from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture
+from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 SALT_ENVIRONMENT: Final = "DCPCTL_REDACT_SALT"
@@ -136,9 +138,12 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
 @option_groups
 def redact(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="Capture file (pcap or pcapng; - for standard input).", metavar="FILE")],
+    files: Annotated[list[str], typer.Argument(
+        help="Capture file (pcap or pcapng; - for standard input); or several, or a glob (a ring of files is "
+        "redacted as one capture).", metavar="FILE")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
-                                         "whole or not at all; - for standard output.", metavar="OUT")],
+                                         "whole or not at all; - for standard output. Of several files: a "
+                                         "directory, each file's copy under its name.", metavar="OUT")],
     redaction: Redaction = Redaction(),
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
@@ -163,13 +168,41 @@ def redact(
     datatypes, statuses, timing and TCP behaviour. A summary goes to standard error.
     """
     env = env_of(ctx)
+    paths = expand(files)
+    several = _several(paths, output) if len(paths) > 1 else None  # usage errors before the salt is printed
     salt = salt_of(salt_file, env)
     ports = frozenset(port or [11210])
     redactor = redaction.redactor(salt, ports | TLS_PORTS)
     options = DecodeOptions(dialect_of(dialect), collections)
 
     # a big file, someone watching standard error
-    progress = file_progress(env, [file], "redacting", sized=file == "-" or not compressed(file))
+    progress = file_progress(env, paths, "redacting", sized=not any(map(compressed, paths)))
+    if several is not None:
+        current = [paths[0]]
+
+        def opening(path: str) -> Callable[[float, bytes, int], None] | None:
+            current[0] = path
+            return progress.tap(path) if progress is not None else None
+
+        def run_all(outputs: Callable[[str], AbstractContextManager[BinaryIO]]
+                    ) -> tuple[Summary, list[CaptureNotice]]:
+            try:
+                with progress if progress is not None else contextlib.nullcontext():
+                    return redact_captures(paths, outputs, redactor, options, ports, TLS_PORTS,
+                                           keep_unparsed=keep_unparsed, max_body_length=max_body_length,
+                                           max_connections=max_connections, max_held_bytes=max_held_bytes,
+                                           progress=opening)
+            except (CaptureError, FileNotFoundError) as exc:
+                raise CommandError(f"{shown(current[0])}: {exc}", ExitCode.INPUT) from None
+
+        try:
+            summary, notices = _atomically_each(several, run_all)
+        except OSError as exc:
+            raise CommandError(f"{shown(str(exc.filename or output))}: {exc.strerror or exc}", ExitCode.INPUT) \
+                from None
+        _report(env, summary, notices)
+        return
+    file = paths[0]
 
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
@@ -199,28 +232,82 @@ def redact(
         if str(output) == "-":
             raise OutputError(exc.errno, exc.strerror or str(exc)) from None
         raise CommandError(f"{shown(str(output))}: {exc.strerror or exc}", ExitCode.INPUT) from None
+    _report(env, summary, notices)
+
+
+def _report(env: Environment, summary: Summary, notices: list[CaptureNotice]) -> None:
     for notice in notices:
         env.stderr.write(f"dcpctl: redact: {shown(notice_diagnostic(notice).message)}\n")
     env.stderr.write(summary_text(summary))
 
 
+@contextlib.contextmanager
+def _temporary(output: Path, temporaries: list[str]) -> Iterator[BinaryIO]:
+    """A temporary file beside ``output`` (its name added to ``temporaries``, for the caller to rename or
+    remove); a name ending in .gz, .bz2 or .xz is written compressed so, by a child process on the other
+    core."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    temporaries.append(temporary)
+    name = SUFFIXES.get(output.suffix.lower())
+    with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
+        if name is None:
+            yield out
+        else:
+            with compressing(out, name) as data:
+                yield data
+
+
 def _atomically(output: Path, run: Callable[[BinaryIO], tuple[Summary, list[CaptureNotice]]]
                 ) -> tuple[Summary, list[CaptureNotice]]:
-    """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end.
-    A name ending in .gz, .bz2 or .xz is written compressed so, by a child process on the other core."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    name = SUFFIXES.get(output.suffix.lower())
+    """A regular file written whole or not at all: a temporary file beside it, renamed over it at the end."""
+    temporaries: list[str] = []
     try:
-        with os.fdopen(handle, "wb", buffering=OUTPUT_BUFFER) as out:
-            if name is None:
-                done = run(out)
-            else:
-                with compressing(out, name) as data:
-                    done = run(data)
-        os.replace(temporary, output)
+        with _temporary(output, temporaries) as out:
+            done = run(out)
+        os.replace(temporaries[0], output)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+    return done
+
+
+def _several(paths: list[str], output: Path) -> dict[str, Path]:
+    """Where each of several files' copies goes: under its name in the directory ``output`` (made if it does
+    not exist), never over an input, never two to one name."""
+    if "-" in paths:
+        raise CommandError("-: standard input is one capture, not one of several files", ExitCode.USAGE)
+    if str(output) == "-" or (output.exists() and not output.is_dir()):
+        raise CommandError(f"-o {shown(str(output))}: with several files, give a directory (each file's copy is "
+                           "written there under its name)", ExitCode.USAGE)
+    targets: dict[str, Path] = {}
+    for path in paths:
+        target = output / Path(path).name
+        if target in targets.values():
+            raise CommandError(f"{shown(path)}: two files of this name: their copies would have one name in "
+                               f"{shown(str(output))}", ExitCode.USAGE)
+        if target.exists() and target.resolve() == Path(path).resolve():
+            raise CommandError(f"-o {shown(str(output))}: holds the input {shown(path)}; give another directory",
+                               ExitCode.USAGE)
+        targets[path] = target
+    return targets
+
+
+def _atomically_each(targets: dict[str, Path],
+                     run: Callable[[Callable[[str], AbstractContextManager[BinaryIO]]],
+                                   tuple[Summary, list[CaptureNotice]]]) -> tuple[Summary, list[CaptureNotice]]:
+    """Several files written whole or not at all: each to a temporary file beside its name, all renamed at the
+    end (``run`` gets the outputs, by input path)."""
+    next(iter(targets.values())).parent.mkdir(parents=True, exist_ok=True)
+    temporaries: list[str] = []
+    try:
+        done = run(lambda path: _temporary(targets[path], temporaries))
+        for temporary, target in zip(temporaries, targets.values(), strict=True):
+            os.replace(temporary, target)
+    finally:
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
     return done
 
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
@@ -55,6 +56,7 @@ from dcpctl.sources.pcap import (
     TLS_PORTS,
     CaptureNotice,
     TcpSegment,
+    continues,
     network_layer,
     open_offline,
     parse_any_frame,
@@ -119,6 +121,7 @@ class _Frame:
     # in the queue must not keep an ended connection's streams alive), its direction, the acknowledgement it
     # carried, and whether it is a pure ACK (no payload, no FIN or RST)
     ack_of: tuple[dict[bool, tuple[int, int]], bool, int, bool] | None = None
+    writer: PcapWriter | None = None  # the output of its input file (the engine's, as it came)
 
 
 @dataclass(slots=True)
@@ -198,7 +201,8 @@ class CaptureRedactor:
     def __init__(self, redactor: Redactor, writer: PcapWriter, linktype: int, options: DecodeOptions,
                  ports: frozenset[int], tls_ports: frozenset[int], *, keep_unparsed: bool = False,
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
+                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, summary: Summary | None = None) -> None:
+        """``summary``: the one to add to (that of captures redacted before, each its own engine)."""
         self.redactor = redactor
         self.addresses = redactor.addresses  # --map-addresses: the frames' headers, by the redactor's map
         self.writer = writer
@@ -219,14 +223,14 @@ class CaptureRedactor:
         # the final shift of each direction of connections that ended, for the ACKs that follow their end
         self.closed: dict[tuple[tuple[str, int], tuple[str, int]], tuple[int, int]] = {}
         self.max_connections = max_connections
-        self.summary = Summary(counts=redactor.counts)
+        self.summary = summary if summary is not None else Summary(counts=redactor.counts)
         self._last: _Frame | None = None
 
     # --- input ----------------------------------------------------------------------------------------
     def tap(self, ts: float, data: bytes, wire_length: int) -> None:
         """Every frame of the input, in order (the pcap reader's tap)."""
         self._settle_last()
-        frame = _Frame(ts, bytearray(data), wire_length, size=len(data))
+        frame = _Frame(ts, bytearray(data), wire_length, size=len(data), writer=self.writer)
         if wire_length > len(data):
             frame.original = data
         self.summary.frames_in += 1
@@ -556,7 +560,8 @@ class CaptureRedactor:
         if frame.changed or self.addresses is not None:
             rewrite_headers(self.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized),
                             original=frame.original)
-        self.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized)
+        assert frame.writer is not None
+        frame.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized)
         self.summary.frames_out += 1
 
     def _acks_removed_bytes_only(self, frame: _Frame) -> bool:
@@ -574,7 +579,9 @@ class CaptureRedactor:
         acks[from_client] = (ack_in, ack_out)
         return pure and last is not None and last[0] != ack_in and last[1] == ack_out
 
-    def finish(self) -> None:
+    def finish(self, *, last: bool = True) -> None:
+        """Everything out. ``last``: no engine follows with the same redactor (its address map's counts, which
+        are the map's, not this engine's, go into the summary once)."""
         self._settle_last()
         for event in self.reassembler.flush():
             self._event(event)
@@ -590,7 +597,7 @@ class CaptureRedactor:
         self._last = None
         self.max_held_bytes = -1  # everything out
         self._flush()
-        if self.addresses is not None:
+        if last and self.addresses is not None:
             self.summary.counts.update(self.addresses.counts())
 
 
@@ -735,8 +742,6 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
     the reader's notices (a damaged file, a TLS port: each kind once, so few). ``progress`` sees every frame
     read, as the engine does."""
-    # standard input and a compressed file are opened once: read by the reader its link type comes from; a
-    # file is read again by read_segments, which reads a short snap length's records whole
     reader = open_offline(path)
     linktype = int(reader.datalink())
     writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
@@ -750,12 +755,93 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
             engine.tap(ts, data, wire_length)
             progress(ts, data, wire_length)
 
-    items = (reader_segments(reader, ports, tls_ports, tap=tap) if path == "-" or compression(path) is not None
-             else read_segments(path, ports, tls_ports, tap=tap))
-    for item in items:
+    for item in _items(path, reader, ports, tls_ports, tap):
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:
             notices.append(item)
     engine.finish()
     return engine.summary, notices
+
+
+def _items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
+           tap: Callable[[float, bytes, int], None]) -> Iterator[TcpSegment | CaptureNotice]:
+    """A file's segments and notices, every frame through ``tap``. Standard input and a compressed file are
+    opened once: read by the reader their link type came from; a file is read again by read_segments, which
+    reads a short snap length's records whole."""
+    if path == "-" or compression(path) is not None:
+        return reader_segments(reader, ports, tls_ports, tap=tap)
+    return read_segments(path, ports, tls_ports, tap=tap)
+
+
+def redact_captures(paths: list[str], output: Callable[[str], AbstractContextManager[BinaryIO]],
+                    redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
+                    tls_ports: frozenset[int] = TLS_PORTS, *, keep_unparsed: bool = False,
+                    max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                    progress: Callable[[str], Callable[[float, bytes, int], None] | None] | None = None
+                    ) -> tuple[Summary, list[CaptureNotice]]:
+    """Redact several capture files, each into its own output (``output(path)``, entered as the file begins
+    and left once its last frame is written). ``progress(path)``: called before the file is opened, gives
+    the tap that sees its frames. A file that continues the one before (``pcap.continues``: a
+    ring of files) with the same link type continues its capture: its connections are followed on, so a
+    message the rotation cut is redacted whole, its frames written to the files they came from. The
+    notices name their files."""
+    summary = Summary(counts=redactor.counts)
+    notices: list[CaptureNotice] = []
+    engine: CaptureRedactor | None = None
+    last: float | None = None  # the last frame's time so far
+    open_files: deque[tuple[PcapWriter, ExitStack]] = deque()  # oldest first; the last is being read
+
+    def close_written() -> None:
+        """Leaves the outputs all of whose frames are out (frames leave in order: the queue's head tells)."""
+        while len(open_files) > 1 and (engine is None or not engine.queue
+                                       or engine.queue[0].writer is not open_files[0][0]):
+            open_files.popleft()[1].close()
+
+    try:
+        for path in paths:
+            watched = progress(path) if progress is not None else None
+            reader = open_offline(path)
+            linktype = int(reader.datalink())
+            stack = ExitStack()
+            open_files.append((PcapWriter(stack.enter_context(output(path)), linktype, OUTPUT_SNAPLEN), stack))
+            writer = open_files[-1][0]
+            started = False
+
+            def tap(ts: float, data: bytes, wire_length: int, linktype: int = linktype, writer: PcapWriter = writer,
+                    watched: Callable[[float, bytes, int], None] | None = watched) -> None:
+                nonlocal engine, started, last
+                if not started:  # the file's first frame: does it continue the capture before?
+                    started = True
+                    if engine is not None and engine.linktype == linktype and continues(last, ts):
+                        engine.writer = writer
+                    else:
+                        if engine is not None:
+                            engine.finish(last=False)
+                        engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports,
+                                                 keep_unparsed=keep_unparsed, max_body_length=max_body_length,
+                                                 max_connections=max_connections, max_held_bytes=max_held_bytes,
+                                                 summary=summary)
+                last = ts
+                assert engine is not None
+                engine.tap(ts, data, wire_length)
+                if watched is not None:
+                    watched(ts, data, wire_length)
+
+            for item in _items(path, reader, ports, tls_ports, tap):
+                if isinstance(item, TcpSegment):
+                    assert engine is not None  # its frame came first
+                    engine.segment(item)
+                    if len(open_files) > 1:
+                        close_written()
+                else:
+                    notices.append(CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}"))
+        if engine is not None:
+            engine.finish()
+        elif redactor.addresses is not None:
+            summary.counts.update(redactor.addresses.counts())
+    finally:
+        while open_files:
+            open_files.popleft()[1].close()
+    return summary, notices

@@ -1,0 +1,142 @@
+"""``dcpctl redact`` of a ring of files (tcpdump -C/-W/-G): one capture, redacted into a copy of each file.
+
+Every capture of the suite is cut into a ring by editcap (as tcpdump cuts: whole records, the same file
+header); the ring's copies, joined again, must be the whole capture's copy byte for byte (with the same salt
+and options), each copy holding its own file's frames.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import io
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from servekit import peer
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+HERE = Path(__file__).resolve().parent
+SALT = "a salt for the ring"
+
+
+def _load(name: str, path: Path) -> object:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kit: object = _load("redact_capture_for_ring", HERE / "test_redact_capture.py")
+
+
+def run(*args: str) -> tuple[int, str]:
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=400)
+    return main(list(args), env), err.getvalue()
+
+
+def records(path: Path) -> list[bytes]:
+    """A classic pcap file's records, headers included (what redact writes)."""
+    data = path.read_bytes()
+    assert struct.unpack_from("<I", data)[0] == 0xA1B2C3D4
+    out, at = [], 24
+    while at < len(data):
+        captured = struct.unpack_from("<I", data, at + 8)[0]
+        out.append(data[at:at + 16 + captured])
+        at += 16 + captured
+    return out
+
+
+def ring(capture: Path, frames: int, directory: Path) -> list[Path]:
+    directory.mkdir()
+    subprocess.run([peer("editcap"), "-c", str(frames), str(capture), str(directory / f"ring{capture.suffix}")],
+                   check=True, capture_output=True)
+    return sorted(directory.iterdir())
+
+
+def frame_count(path: Path) -> int:
+    found = subprocess.run([peer("capinfos"), "-c", "-M", str(path)], check=True, capture_output=True, text=True)
+    return int(found.stdout.split()[-1])
+
+
+@pytest.mark.parametrize("options", [(), ("--values", "drop"), ("--map-addresses", "--hash-names")])
+def test_a_ring_redacts_as_the_whole_capture(tmp_path: Path, options: tuple[str, ...]) -> None:
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    for name, capture in kit.captures(tmp_path):  # type: ignore[attr-defined]
+        whole = tmp_path / f"{name}.whole.pcap"
+        code, err = run("redact", str(capture), "-o", str(whole), "--salt-file", str(salt), *options)
+        assert code == ExitCode.OK, err
+        files = ring(capture, 5, tmp_path / f"{name}-ring")
+        out = tmp_path / f"{name}-redacted"
+        code, ring_err = run("redact", *map(str, files), "-o", str(out), "--salt-file", str(salt), *options)
+        assert code == ExitCode.OK, ring_err
+        # the same summary; the same notices, each naming its file
+        assert [line for line in ring_err.splitlines() if not line.startswith("dcpctl: redact: ")] == \
+            [line for line in err.splitlines() if not line.startswith("dcpctl: redact: ")], name
+        copies = [out / f.name for f in files]
+        assert sorted(out.iterdir()) == copies  # a copy of each file, under its name, and nothing else
+        assert [record for copy in copies for record in records(copy)] == records(whole), name
+        for source, copy in zip(files, copies, strict=True):
+            assert len(records(copy)) <= frame_count(source), name  # each file's own frames, less those left out
+        if "drop" not in options:
+            assert [len(records(copy)) for copy in copies] == [frame_count(source) for source in files], name
+
+
+def test_compressed_files_give_compressed_copies(tmp_path: Path) -> None:
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    plain = tmp_path / "plain"
+    assert run("redact", *map(str, files), "-o", str(plain), "--salt-file", str(salt))[0] == ExitCode.OK
+    packed = []
+    for path in files:
+        packed.append(path.with_name(path.name + ".gz"))
+        packed[-1].write_bytes(gzip.compress(path.read_bytes()))
+    out = tmp_path / "packed"
+    assert run("redact", *map(str, packed), "-o", str(out), "--salt-file", str(salt))[0] == ExitCode.OK
+    for path in files:
+        assert gzip.decompress((out / (path.name + ".gz")).read_bytes()) == (plain / path.name).read_bytes()
+
+
+def test_several_files_need_a_directory_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Said at once, before a salt is made up and printed, and nothing is written."""
+    monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
+    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    names = [str(f) for f in files]
+    a_file = tmp_path / "a.pcap"
+    a_file.write_bytes(b"")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / files[0].name).write_bytes(files[0].read_bytes())
+    for args, says in (((*names, "-o", "-"), "give a directory"), ((*names, "-o", str(a_file)), "give a directory"),
+                       ((*names, "-", "-o", str(tmp_path / "out")), "standard input is one capture"),
+                       ((*names, str(other / files[0].name), "-o", str(tmp_path / "out")), "two files of this name"),
+                       ((*names, "-o", str(tmp_path / "ring")), "holds the input")):
+        code, err = run("redact", *args)
+        assert code == ExitCode.USAGE, args
+        assert says in err, err
+        assert err.count("\n") == 1, err  # the error alone: no salt printed
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path) -> None:
+    """All the copies are written, or none: a damaged ring is not half shared."""
+    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    files[2].write_bytes(b"not a capture at all" * 10)
+    out = tmp_path / "out"
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    code, err = run("redact", *map(str, files), "-o", str(out), "--salt-file", str(salt))
+    assert code == ExitCode.INPUT
+    assert err.startswith(f"dcpctl: error: {files[2]}: ")
+    assert list(out.iterdir()) == []
