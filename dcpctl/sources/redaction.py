@@ -801,6 +801,7 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
 
     try:
         for path in paths:
+            close_written()
             watched = progress(path) if progress is not None else None
             reader = open_offline(path)
             linktype = int(reader.datalink())

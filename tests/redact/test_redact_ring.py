@@ -7,12 +7,15 @@ and options), each copy holding its own file's frames.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib.util
 import io
 import struct
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from servekit import peer
@@ -140,3 +143,30 @@ def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path) -> None:
     assert code == ExitCode.INPUT
     assert err.startswith(f"dcpctl: error: {files[2]}: ")
     assert list(out.iterdir()) == []
+
+
+def test_a_copy_is_closed_once_its_frames_are_out(tmp_path: Path) -> None:
+    """A ring of many files never holds many copies (or their compressors) open: a copy is left as soon as
+    the frames held for messages cut at its end are written."""
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+    from dcpctl.redact.core import Policy, Redactor  # noqa: PLC0415
+    from dcpctl.sources.redaction import redact_captures  # noqa: PLC0415
+
+    files = ring(kit.SAMPLE, 2, tmp_path / "ring")  # type: ignore[attr-defined]
+    assert len(files) > 10
+    open_now: list[str] = []
+    most = 0
+
+    @contextlib.contextmanager
+    def output(path: str) -> Iterator[BinaryIO]:
+        nonlocal most
+        open_now.append(path)
+        most = max(most, len(open_now))
+        yield io.BytesIO()
+        open_now.remove(path)
+
+    redactor = Redactor(SALT.encode(), Policy(frozenset(), False, False, True))
+    summary, _ = redact_captures([str(f) for f in files], output, redactor, DecodeOptions(), frozenset({11210}))
+    assert summary.frames_out == sum(frame_count(f) for f in files)
+    assert open_now == []
+    assert most == 2  # the file being read, and the one before while a message cut at its end is held
