@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib.util
 import io
 import struct
 import subprocess
@@ -19,25 +18,13 @@ from typing import BinaryIO
 
 import pytest
 from servekit import peer
+from test_redact_capture import SAMPLE, captures
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
 
-HERE = Path(__file__).resolve().parent
 SALT = "a salt for the ring"
-
-
-def _load(name: str, path: Path) -> object:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kit: object = _load("redact_capture_for_ring", HERE / "test_redact_capture.py")
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -75,7 +62,7 @@ def frame_count(path: Path) -> int:
 def test_a_ring_redacts_as_the_whole_capture(tmp_path: Path, options: tuple[str, ...]) -> None:
     salt = tmp_path / "salt"
     salt.write_text(SALT)
-    for name, capture in kit.captures(tmp_path):  # type: ignore[attr-defined]
+    for name, capture in captures(tmp_path):
         whole = tmp_path / f"{name}.whole.pcap"
         code, err = run("redact", str(capture), "-o", str(whole), "--salt-file", str(salt), *options)
         assert code == ExitCode.OK, err
@@ -98,7 +85,7 @@ def test_a_ring_redacts_as_the_whole_capture(tmp_path: Path, options: tuple[str,
 def test_compressed_files_give_compressed_copies(tmp_path: Path) -> None:
     salt = tmp_path / "salt"
     salt.write_text(SALT)
-    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    files = ring(SAMPLE, 7, tmp_path / "ring")
     plain = tmp_path / "plain"
     assert run("redact", *map(str, files), "-o", str(plain), "--salt-file", str(salt))[0] == ExitCode.OK
     packed = []
@@ -114,7 +101,7 @@ def test_compressed_files_give_compressed_copies(tmp_path: Path) -> None:
 def test_several_files_need_a_directory_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Said at once, before a salt is made up and printed, and nothing is written."""
     monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
-    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    files = ring(SAMPLE, 7, tmp_path / "ring")
     names = [str(f) for f in files]
     a_file = tmp_path / "a.pcap"
     a_file.write_bytes(b"")
@@ -134,7 +121,7 @@ def test_several_files_need_a_directory_of_their_own(tmp_path: Path, monkeypatch
 
 def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path) -> None:
     """All the copies are written, or none: a damaged ring is not half shared."""
-    files = ring(kit.SAMPLE, 7, tmp_path / "ring")  # type: ignore[attr-defined]
+    files = ring(SAMPLE, 7, tmp_path / "ring")
     files[2].write_bytes(b"not a capture at all" * 10)
     out = tmp_path / "out"
     salt = tmp_path / "salt"
@@ -152,7 +139,7 @@ def test_a_copy_is_closed_once_its_frames_are_out(tmp_path: Path) -> None:
     from dcpctl.redact.core import Policy, Redactor  # noqa: PLC0415
     from dcpctl.sources.redaction import redact_captures  # noqa: PLC0415
 
-    files = ring(kit.SAMPLE, 2, tmp_path / "ring")  # type: ignore[attr-defined]
+    files = ring(SAMPLE, 2, tmp_path / "ring")
     assert len(files) > 10
     open_now: list[str] = []
     most = 0
