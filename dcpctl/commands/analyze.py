@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import typer
 
 from dcpctl.commands._options import env_of
-from dcpctl.commands.decode import expand
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, jvmcache, plots
@@ -25,6 +24,7 @@ from dcpctl.render.analysis import print_report
 from dcpctl.render.env import Environment
 from dcpctl.safetext import shown
 from dcpctl.sources.compressed import compressed
+from dcpctl.sources.files import expand
 from dcpctl.sources.pcap import CaptureError
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 

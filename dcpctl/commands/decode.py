@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import glob
-import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated
@@ -43,28 +41,12 @@ from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.compressed import compressed
+from dcpctl.sources.files import expand
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_files
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 Item = Message | Skipped | Diagnostic
-
-
-def _numbered(name: str) -> tuple[tuple[str | int, ...], str]:
-    """A name's sort key with its numbers compared as numbers: tcpdump -C names a ring cap, cap1 ... cap10."""
-    return tuple(int(part) if odd else part for odd, part in zip(itertools.cycle((False, True)),
-                                                                  re.split(r"(\d+)", name))), name
-
-
-def expand(paths: list[str]) -> list[str]:
-    """The files named, each glob's in name order (numbers in names compared as numbers)."""
-    out: list[str] = []
-    for path in paths:
-        matches = sorted(glob.glob(path), key=_numbered) if any(c in path for c in "*?[") else [path]
-        if not matches:
-            raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
-        out.extend(matches)
-    return out
 
 
 def decode(

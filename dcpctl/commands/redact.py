@@ -26,7 +26,6 @@ from dcpctl.commands._options import (
     env_of,
     option_groups,
 )
-from dcpctl.commands.decode import expand
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
@@ -37,6 +36,7 @@ from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
+from dcpctl.sources.files import expand
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS

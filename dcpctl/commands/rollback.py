@@ -30,7 +30,7 @@ from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
 from dcpctl.render.wrap import Hanging
 from dcpctl.sources.capture import rollback_stories
-from dcpctl.sources.files import open_input
+from dcpctl.sources.files import expand, open_input
 from dcpctl.sources.pcap import CaptureError, read_files
 
 rollback_app = typer.Typer(help="Explain and negotiate DCP rollbacks.", no_args_is_help=True)
@@ -108,7 +108,7 @@ def explain(
             raise CommandError(f"{', '.join(given)}: {'apply' if len(given) > 1 else 'applies'} to one request "
                                "explained without a capture; a capture's requests carry their own (--vbucket "
                                "chooses one vbucket's rollbacks)", ExitCode.USAGE)
-        _explain_captures(env, capture, port or [11210], output, vbucket)
+        _explain_captures(env, expand(capture), port or [11210], output, vbucket)
         return
     if port:
         raise CommandError("--port: applies to captures", ExitCode.USAGE)

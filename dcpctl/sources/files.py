@@ -1,8 +1,11 @@
-"""Opening inputs: a path or ``-`` for standard input, with one-line errors."""
+"""Opening inputs: a path or ``-`` for standard input, with one-line errors; capture files named by paths and globs."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -26,3 +29,23 @@ def open_input(path: str, stdin: BinaryIO) -> Iterator[BinaryIO]:
         raise CommandError(f"{path}: permission denied", ExitCode.INPUT) from None
     with handle:
         yield handle
+
+
+def _numbered(name: str) -> tuple[tuple[str | int, ...], str]:
+    """A name's sort key with its numbers compared as numbers: tcpdump -C names a ring cap, cap1 ... cap10."""
+    return tuple(int(part) if odd else part for odd, part in zip(itertools.cycle((False, True)),
+                                                                  re.split(r"(\d+)", name))), name
+
+
+def expand(paths: list[str]) -> list[str]:
+    """The files named, globs expanded, in the order of their first frames' times (``in_time_order``; equal
+    times by name, numbers in names compared as numbers)."""
+    out: list[str] = []
+    for path in paths:
+        matches = sorted(glob.glob(path), key=_numbered) if any(c in path for c in "*?[") else [path]
+        if not matches:
+            raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
+        out.extend(matches)
+    from dcpctl.sources.pcap import in_time_order  # noqa: PLC0415 - libpcap only for those reading captures
+
+    return in_time_order(out)

@@ -11,6 +11,7 @@ reading carries on wherever it can.
 from __future__ import annotations
 
 import itertools
+import math
 import select
 import socket
 import struct
@@ -411,6 +412,29 @@ def _named(item: TcpSegment | CaptureNotice, path: str) -> TcpSegment | CaptureN
     """A notice that names its file (its frame stays the file's own)."""
     return CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}") \
         if isinstance(item, CaptureNotice) else item
+
+
+def in_time_order(paths: list[str]) -> list[str]:
+    """Several capture files in the order of their first frames' times, as mergecap merges them: so the
+    files of a ring come in the order they were written, whatever their names say (a shell sorts tcpdump
+    -C's cap10 before cap2, and a ring that wrapped, -W, starts with its newest file). Equal times keep the
+    given order. A file whose first frame cannot be read (missing, not a capture, empty) comes last: what
+    can be read is read, then its error, if any, is said. Standard input cannot be looked at twice: given
+    with it, the files keep the given order."""
+    if len(paths) < 2 or "-" in paths:
+        return paths
+    return sorted(paths, key=_first_time)
+
+
+def _first_time(path: str) -> float:
+    try:
+        header, _ = open_offline(path).next()
+    except (CaptureError, OSError, pcapy.PcapError):
+        return math.inf
+    if header is None:
+        return math.inf
+    seconds, micros = header.getts()
+    return float(seconds + micros / 1_000_000)
 
 
 def frame_times(path: str) -> tuple[int, float | None, float | None]:

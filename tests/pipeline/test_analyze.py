@@ -18,10 +18,10 @@ import pytest
 from capturekit import ROOT, session_packets, write_capture
 
 from dcpctl.cli import main
-from dcpctl.commands.decode import expand
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.render.env import Environment
+from dcpctl.sources.files import expand
 from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"

@@ -154,3 +154,33 @@ def test_joining_holds_nothing_back_whatever_the_times(monkeypatch: pytest.Monke
     second = next(items)
     assert isinstance(second, TcpSegment)
     assert second.frame == 1 + 999_999  # numbered on from the first file's 999,999 frames
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_files_are_read_in_the_order_they_were_written_whatever_their_names(tmp_path: Path, jobs: str) -> None:
+    """A shell sorts tcpdump -C's files as text (cap.pcap10 before cap.pcap2), and a ring that wrapped
+    (tcpdump -C -W) starts with its newest file: the files are read by their first frames' times."""
+    capture = whole_capture(tmp_path)
+    pieces = ring(capture, 5, tmp_path / "editcap")
+    assert len(pieces) > 11
+    _, out, _ = run("decode", "-F", "jsonl", str(capture))
+    tcpdump = tmp_path / "tcpdump"
+    tcpdump.mkdir()
+    named = [tcpdump / f"cap.pcap{n or ''}" for n in range(len(pieces))]
+    for piece, name in zip(pieces, named, strict=True):
+        name.write_bytes(piece.read_bytes())
+    as_a_shell_gives = sorted(map(str, named))
+    assert as_a_shell_gives[2].endswith("cap.pcap10")
+    wrapped = tmp_path / "wrapped"
+    wrapped.mkdir()
+    newest = 3  # the ring's writer is at file 2: file 3 is the oldest
+    width = len(str(len(pieces) - 1))
+    slots = [wrapped / f"cap{(newest + n) % len(pieces):0{width}d}" for n in range(len(pieces))]
+    for piece, slot in zip(pieces, slots, strict=True):
+        slot.write_bytes(piece.read_bytes())
+    for files in (as_a_shell_gives, sorted(map(str, slots))):
+        code, ring_out, err = run("decode", "-j", jobs, "-F", "jsonl", *files)
+        assert (code, err, ring_out) == (ExitCode.OK, "", out)
+        code, ring_out, err = run("rollback", "explain", "-F", "json", *files)
+        assert (code, err) == (ExitCode.OK, "")
+        assert len(json.loads(ring_out)) == 1
