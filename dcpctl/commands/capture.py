@@ -57,6 +57,16 @@ def capture(
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Also save the raw frames to this pcap.",
                                                metavar="FILE")]
     = None,
+    file_size: Annotated[float | None, typer.Option(
+        "--file-size", "-C", min=0.001, metavar="MB",
+        help="With -w: start a new file once this one holds this many million bytes, as tcpdump -C: FILE, "
+        "FILE1, FILE2 ...")]
+    = None,
+    file_count: Annotated[int | None, typer.Option(
+        "--file-count", "-W", min=1, metavar="N",
+        help="With -C: keep N files, FILE0 ... FILE<N-1>, the oldest overwritten, as tcpdump -C -W: a "
+        "bounded ring.")]
+    = None,
     bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).",
                                             metavar="FILTER")]
     = None,
@@ -84,6 +94,10 @@ def capture(
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
+    if file_size is not None and write is None:
+        raise CommandError("-C: the size of each -w file: give -w FILE", ExitCode.USAGE)
+    if file_count is not None and file_size is None:
+        raise CommandError("-W: the number of -w files kept, each -C million bytes: give -C MB", ExitCode.USAGE)
     live_capture_path(write, "-w")
     redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
     try:
@@ -93,13 +107,13 @@ def capture(
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
-        writer, saved = None, None
+        writer: _Files | None = None
         if write is not None:
             try:
-                saved = stack.enter_context(_Saved(write))
-                writer = PcapWriter(cast(BinaryIO, saved), linktype)
+                writer = stack.enter_context(_Files(write, linktype, file_size, file_count))
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
+        saved = writer
         engine = None
         if redacting is not None and writer is not None:
             engine = CaptureRedactor(redacting, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
@@ -167,8 +181,60 @@ def capture(
                     engine.finish()
             env.stderr.write(summary_text(engine.summary))
         if saved is not None and saved.error is not None:
-            raise CommandError(f"{write!s}: {saved.error.strerror or saved.error}: the capture stopped; "
-                               f"the file holds the {saved.records} frames saved before, whole", ExitCode.INPUT)
+            failed = saved.error.filename or saved.name  # opening the next file (-C), or writing this one
+            held = "the file" if str(failed) == str(saved.name) else str(saved.name)
+            raise CommandError(f"{failed}: {saved.error.strerror or saved.error}: the capture stopped; "
+                               f"{held} holds the {saved.records} frames saved before, whole", ExitCode.INPUT)
+
+
+class _Files(PcapWriter):
+    """The -w file, or with -C the files one after the other, each a whole pcap file of its own (a record
+    never spans two); with -W as well, a ring of that many, the oldest overwritten. Named as tcpdump names
+    them, so that tcpdump's users find what they know, and ``dcpctl decode FILE*`` reads them as one
+    capture. ``error`` and ``records`` are the file being written's (see :class:`_Saved`)."""
+
+    def __init__(self, path: Path, linktype: int, size: float | None, count: int | None) -> None:
+        self.path, self.size, self.count = path, None if size is None else int(size * 1_000_000), count
+        self.number = 0
+        self.saved = _Saved(self._named(0))
+        super().__init__(cast(BinaryIO, self.saved), linktype)
+
+    def _named(self, number: int) -> Path:
+        if self.count is not None:
+            return Path(f"{self.path}{number % self.count:0{len(str(self.count - 1))}d}")
+        return self.path if number == 0 else Path(f"{self.path}{number}")
+
+    @property
+    def name(self) -> Path:
+        return self._named(self.number)
+
+    @property
+    def error(self) -> OSError | None:
+        return self.saved.error
+
+    @property
+    def records(self) -> int:
+        return self.saved.records
+
+    def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
+        if self.size is not None and self.saved.records > 0 \
+                and self.saved.whole + 16 + min(len(frame), self.snaplen) > self.size:
+            try:
+                saved = _Saved(self._named(self.number + 1))
+            except OSError as exc:  # the capture ends as at a failed write: this file whole, the error told
+                self.saved.error = exc
+                raise
+            self.saved.__exit__()
+            self.number += 1
+            self.saved = saved
+            super().__init__(cast(BinaryIO, self.saved), self.linktype, self.snaplen)
+        super().write(ts, frame, wire_length)
+
+    def __enter__(self) -> _Files:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.saved.__exit__()
 
 
 class _Saved:

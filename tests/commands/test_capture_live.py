@@ -181,3 +181,77 @@ def test_packets_the_kernel_dropped_are_counted() -> None:
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == ExitCode.OK, stderr
     assert b"capture_dropped" in stderr.splitlines()[-1], stderr[-500:]
+
+
+def _within(path: Path, size: int) -> bool:
+    """Whether a pcap file -C wrote keeps to its size: it does, or holds one record that alone exceeds it
+    (loopback segments reach 64 KiB), as tcpdump -C writes; and it ends on a whole record."""
+    data = path.read_bytes()
+    at, records = 24, 0
+    while at + 16 <= len(data):
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+        records += 1
+    return at == len(data) and (len(data) <= size or records == 1)
+
+
+def _capture_session(tmp_path: Path, *write: str) -> tuple[list[dict[str, object]], int]:
+    """A DCP session (dcpctl stream from dcpctl serve) captured on the loopback until Ctrl-C, saved with
+    ``write``'s options: the records printed live, and the server's port."""
+    printed = tmp_path / "live.jsonl"
+    with serving("--vbuckets", "4", "--items", "400") as server, printed.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port),
+                                 "-F", "jsonl", *write], stdout=sink, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
+        streamed = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
+                                   "--until", "now", "--summary"], capture_output=True, timeout=120, check=False,
+                                  env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        assert streamed.returncode == ExitCode.OK, streamed.stderr
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.OK, stderr
+    return [json.loads(line) for line in printed.read_text().splitlines()], server.port
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_w_with_a_file_size_writes_files_decode_reads_as_one(tmp_path: Path) -> None:
+    """-C: a new file each 30,000 bytes, named as tcpdump names them; every file a whole pcap, and decode of
+    them all (as a shell lists them) gives what was printed live, message for message."""
+    saved = tmp_path / "live.pcap"
+    live, port = _capture_session(tmp_path, "-w", str(saved), "-C", "0.03")
+    files = sorted(tmp_path.glob("live.pcap*"))
+    assert len(files) > 3
+    assert {f.name for f in files} == {"live.pcap", *(f"live.pcap{n}" for n in range(1, len(files)))}
+    assert all(_within(f, 30_000) for f in files)
+    decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(port),
+                              *map(str, files)], capture_output=True, timeout=120, check=True)
+    assert decoded.stderr == b""
+    records = json.loads(decoded.stdout)
+    assert sum(r["opcode"] == "DCP_MUTATION" for r in live) > 300
+    assert [list(r.items()) for r in live] == [list(r.items()) for r in records]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_w_with_a_file_count_keeps_a_bounded_ring(tmp_path: Path) -> None:
+    """-C with -W: at most N files, the oldest overwritten; decode reads what is left as one capture, which
+    begins in the middle of the connection and ends as the live output ended."""
+    saved = tmp_path / "live.pcap"
+    live, port = _capture_session(tmp_path, "-w", str(saved), "-C", "0.03", "-W", "3")
+    files = sorted(tmp_path.glob("live.pcap*"))
+    assert [f.name for f in files] == ["live.pcap0", "live.pcap1", "live.pcap2"]
+    assert all(_within(f, 30_000) for f in files)
+    decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(port),
+                              *map(str, files)], capture_output=True, timeout=120, check=True)
+    records = json.loads(decoded.stdout)
+    assert 0 < len(records) < len(live)
+    assert [r["by_seqno"] for r in records[-20:] if "by_seqno" in r] == \
+        [r["by_seqno"] for r in live[-20:] if "by_seqno" in r]
+
+
+def test_file_size_and_count_need_what_they_modify() -> None:
+    for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: ")):
+        proc = subprocess.run([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", *args],
+                              capture_output=True, timeout=60, check=False)
+        assert proc.returncode == ExitCode.USAGE
+        assert says in proc.stderr.decode()
