@@ -56,8 +56,8 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
-from dcpctl.sources.pcap import CaptureNotice, TcpSegment, continues
-from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, FileFrames, plan, segments
+from dcpctl.sources.pcap import CaptureNotice, FileFrames, Ring, TcpSegment
+from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
 
 # Rows turned into Arrow, and through the partial aggregates, at a time, whatever the capture. Each batch costs
 # the aggregates' kernels a fixed time, so batches are large; larger still would only hold more memory.
@@ -603,26 +603,25 @@ class Plan:
 
 
 def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
-    """The plan of :func:`run`. Of several files, one that continues the one before (a ring: see
-    ``sources.pcap.read_files``, whose rule this is) continues its capture: its chunks name that capture and
-    number their frames on from it, so its connections are decoded on from where the file before left them."""
+    """The plan of :func:`run`. Of several files, one that continues the one before (a ring of files, told
+    by :class:`~dcpctl.sources.pcap.Ring` as ``read_files`` tells it) continues its capture: its chunks name
+    that capture and number their frames on from it, so its connections are decoded on from where the file
+    before left them."""
     chunks: list[Chunk] = []
     notes: list[str] = []
     weights: dict[tuple[str, str], int] = {}
     several = len(paths) > 1
-    capture, base, before, last = "", 0, 0, None
+    ring, capture = Ring(), ""
     for path in paths:
         sampled: dict[Endpoints, int] = {}
         frames = FileFrames() if several else None
         found, notices = plan(path, chunk_bytes, sampled, frames)
-        if frames is not None and continues(last, frames.first):
-            base += before
-            found = [dataclasses.replace(chunk, capture=capture, frame_base=base) for chunk in found]
+        if frames is not None and ring.begins(frames):
+            found = [dataclasses.replace(chunk, capture=capture, frame_base=ring.base) for chunk in found]
         else:
-            capture, base = path, 0
+            capture = path
         if frames is not None:
-            before = frames.count
-            last = frames.last if frames.last is not None else last
+            ring.ends(frames)
         chunks += found
         notes += [f"{path}: {notice_text(notice_diagnostic(n))}" for n in notices]
         for (a, b), weight in sampled.items():

@@ -362,17 +362,46 @@ def continues(last: float | None, first: float | None) -> bool:
     return last is not None and (first is None or first >= last)
 
 
-class _Frames:
-    """A file's frame tap that also keeps what joining files needs: how many frames, the first's and the
-    last's times; then calls the caller's own tap."""
+@dataclass(slots=True)
+class FileFrames:
+    """A file's frames as far as joining files needs: how many, the first's and the last's times (None:
+    none)."""
 
-    __slots__ = ("count", "first", "last", "tap")
+    count: int = 0
+    first: float | None = None
+    last: float | None = None
+
+
+class Ring:
+    """Files read one after another: whether each continues the capture before it (:func:`continues`), and
+    how many frames of that capture come before it. decode, analyze's planner and redact keep it alike."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None  # the last frame's time so far
+        self.base = 0  # frames before the current file in its capture
+        self._before = 0  # frames of the file before it
+
+    def begins(self, frames: FileFrames) -> bool:
+        """A file begins, its first frame's time known (``frames.first``, None for a file without frames):
+        whether it continues the capture before it."""
+        joined = continues(self.last, frames.first)
+        self.base = self.base + self._before if joined else 0
+        return joined
+
+    def ends(self, frames: FileFrames) -> None:
+        self._before = frames.count
+        if frames.last is not None:
+            self.last = frames.last
+
+
+class _Frames(FileFrames):
+    """A file's frame tap that keeps its :class:`FileFrames`, then calls the caller's own tap."""
+
+    __slots__ = ("tap",)
 
     def __init__(self, tap: Callable[[float, bytes, int], None] | None) -> None:
+        super().__init__()
         self.tap = tap
-        self.count = 0
-        self.first: float | None = None
-        self.last: float | None = None
 
     def __call__(self, ts: float, data: bytes, wire: int) -> None:
         if self.first is None:
@@ -386,32 +415,27 @@ class _Frames:
 def _read_files(paths: list[str], ports: frozenset[int],
                 tap: Callable[[str], Callable[[float, bytes, int], None] | None] | None
                 ) -> Iterator[TcpSegment | CaptureNotice | FileStart]:
-    last = None  # the last frame's time so far
-    base = 0  # frames before this file in its capture
-    before = 0  # frames in the file before this one
+    ring = Ring()
     for path in paths:
         frames = _Frames(tap(path) if tap is not None else None)
         items = read_segments(path, ports, tap=frames)
         first = next(items, None)
-        joined = continues(last, frames.first)
-        base = base + before if joined else 0
+        joined = ring.begins(frames)
+        base = ring.base
         yield FileStart(path, joined)
         if first is not None:
             for item in itertools.chain((first,), items):
                 if type(item) is TcpSegment:
                     item.frame += base  # numbered in the capture the file continues
                     yield item
-                else:
-                    yield _named(item, path)
-        before = frames.count
-        if frames.last is not None:
-            last = frames.last
+                elif isinstance(item, CaptureNotice):
+                    yield named(item, path)
+        ring.ends(frames)
 
 
-def _named(item: TcpSegment | CaptureNotice, path: str) -> TcpSegment | CaptureNotice:
-    """A notice that names its file (its frame stays the file's own)."""
-    return CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}") \
-        if isinstance(item, CaptureNotice) else item
+def named(notice: CaptureNotice, path: str) -> CaptureNotice:
+    """A notice that names its file, one of several (its frame stays the file's own)."""
+    return CaptureNotice(notice.frame, notice.ts, notice.name, f"{path}: {notice.message}")
 
 
 def in_time_order(paths: list[str]) -> list[str]:
@@ -437,9 +461,9 @@ def _first_time(path: str) -> float:
     return float(seconds + micros / 1_000_000)
 
 
-def frame_times(path: str) -> tuple[int, float | None, float | None]:
-    """A capture file's frame count and its first and last frames' times (None: no frame), read through
-    libpcap as :func:`read_segments` reads them (up to any damage, which that reader reports)."""
+def frame_times(path: str) -> FileFrames:
+    """A capture file's frames, read through libpcap as :func:`read_segments` reads them (up to any damage,
+    which that reader reports)."""
     frames = _Frames(None)
     reader = open_offline(path)
     while True:
@@ -451,7 +475,7 @@ def frame_times(path: str) -> tuple[int, float | None, float | None]:
             break
         seconds, micros = header.getts()
         frames(seconds + micros / 1_000_000, data, 0)
-    return frames.count, frames.first, frames.last
+    return frames
 
 
 def open_offline(path: str) -> Any:

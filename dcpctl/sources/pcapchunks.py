@@ -27,6 +27,7 @@ from dcpctl.sources.pcap import (
     TLS_PORTS,
     CaptureError,
     CaptureNotice,
+    FileFrames,
     FrameFilter,
     TcpSegment,
     frame_times,
@@ -63,15 +64,6 @@ class Chunk:
     frame_base: int = 0  # frames of that capture before this file
 
 
-@dataclass
-class FileFrames:
-    """What the planner saw of a file's frames: how many, the first's and the last's times (None: none)."""
-
-    count: int = 0
-    first: float | None = None
-    last: float | None = None
-
-
 def check(path: str) -> None:
     """Raise CaptureError (or OSError) unless ``path`` is a pcap file of a supported link type or a pcapng file:
     what :func:`plan` would refuse, found from the file header alone."""
@@ -98,7 +90,8 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
         head = stream.read(24)
         if head[:4] == PCAPNG_MAGIC:
             if frames is not None:
-                frames.count, frames.first, frames.last = frame_times(path)
+                read = frame_times(path)
+                frames.count, frames.first, frames.last = read.count, read.first, read.last
             return [Chunk(path, 0, size, 1, 0, "", 0.0)], []
         endian, resolution = _MAGICS[head[:4]]
         linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
@@ -124,9 +117,9 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
                                              f"after frame {frame} (record of {captured} bytes at offset {pos})"))
                 break
             if frames is not None:
-                if frames.first is None:
-                    frames.first = seconds + fraction * resolution
                 frames.last = seconds + fraction * resolution
+                if frames.first is None:
+                    frames.first = frames.last
             if weights is not None and frame == sample:
                 sample += gaps.randint(1, 2 * SAMPLE_EVERY - 1)
                 if at + 16 + captured <= len(block):  # else not read yet: this sample is skipped

@@ -55,8 +55,10 @@ from dcpctl.sources.pcap import (
     LINKTYPE_LINUX_SLL2,
     TLS_PORTS,
     CaptureNotice,
+    FileFrames,
+    Ring,
     TcpSegment,
-    continues,
+    named,
     network_layer,
     open_offline,
     parse_any_frame,
@@ -783,14 +785,14 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
                     ) -> tuple[Summary, list[CaptureNotice]]:
     """Redact several capture files, each into its own output (``output(path)``, entered as the file begins
     and left once its last frame is written). ``progress(path)``: called before the file is opened, gives
-    the tap that sees its frames. A file that continues the one before (``pcap.continues``: a
+    the tap that sees its frames. A file that continues the one before (``pcap.Ring``: a
     ring of files) with the same link type continues its capture: its connections are followed on, so a
     message the rotation cut is redacted whole, its frames written to the files they came from. The
     notices name their files."""
     summary = Summary(counts=redactor.counts)
     notices: list[CaptureNotice] = []
     engine: CaptureRedactor | None = None
-    last: float | None = None  # the last frame's time so far
+    ring = Ring()
     open_files: deque[tuple[PcapWriter, ExitStack]] = deque()  # oldest first; the last is being read
 
     def close_written() -> None:
@@ -808,14 +810,15 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
             stack = ExitStack()
             open_files.append((PcapWriter(stack.enter_context(output(path)), linktype, OUTPUT_SNAPLEN), stack))
             writer = open_files[-1][0]
-            started = False
+            frames = FileFrames()
 
             def tap(ts: float, data: bytes, wire_length: int, linktype: int = linktype, writer: PcapWriter = writer,
-                    watched: Callable[[float, bytes, int], None] | None = watched) -> None:
-                nonlocal engine, started, last
-                if not started:  # the file's first frame: does it continue the capture before?
-                    started = True
-                    if engine is not None and engine.linktype == linktype and continues(last, ts):
+                    watched: Callable[[float, bytes, int], None] | None = watched, frames: FileFrames = frames
+                    ) -> None:
+                nonlocal engine
+                if frames.first is None:  # the file's first frame: does it continue the capture before?
+                    frames.first = ts
+                    if ring.begins(frames) and engine is not None and engine.linktype == linktype:
                         engine.writer = writer
                     else:
                         if engine is not None:
@@ -824,7 +827,8 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
                                                  keep_unparsed=keep_unparsed, max_body_length=max_body_length,
                                                  max_connections=max_connections, max_held_bytes=max_held_bytes,
                                                  summary=summary)
-                last = ts
+                frames.last = ts
+                frames.count += 1
                 assert engine is not None
                 engine.tap(ts, data, wire_length)
                 if watched is not None:
@@ -837,7 +841,8 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
                     if len(open_files) > 1:
                         close_written()
                 else:
-                    notices.append(CaptureNotice(item.frame, item.ts, item.name, f"{path}: {item.message}"))
+                    notices.append(named(item, path))
+            ring.ends(frames)
         if engine is not None:
             engine.finish()
         elif redactor.addresses is not None:
