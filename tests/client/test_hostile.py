@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from hostilekit import (
     rollback_then_flood,
     scram_challenge,
 )
+from peakkit import run_with_peak
 from servekit import free_port, serving
 
 from dcpctl.cli import main
@@ -61,15 +61,14 @@ def test_a_flood_while_waiting_for_sasl_is_refused_in_bounded_memory() -> None:
     with hostile(lambda request, sock: flood(request, sock) if request.opcode_name == "SASL_LIST_MECHS"
                  else None) as server:
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "--timeout",
-                               "20"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "DCPCTL_PASSWORD": "x"}, check=False)
+        code, stderr, peak_mb = run_with_peak([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
+                                               "--timeout", "20"], env={**os.environ, "DCPCTL_PASSWORD": "x"},
+                                              timeout=60)
         elapsed = time.monotonic() - started
-    assert done.returncode == ExitCode.PROTOCOL, done.stderr
-    one_line(done.stderr)
-    assert "waited for the answer to SASL_LIST_MECHS" in done.stderr
+    assert code == ExitCode.PROTOCOL, stderr
+    one_line(stderr)
+    assert "waited for the answer to SASL_LIST_MECHS" in stderr
     assert elapsed < 15  # refused, not timed out
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mb < 200 + BOOTSTRAP_QUEUE_LIMIT / 2**20, peak_mb
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from capturekit import session_packets, write_capture
+from peakkit import run_with_peak
 from servekit import peer
 from vectorfile import all_vectors
 
@@ -785,13 +786,10 @@ def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
     source, _ = _big_document(tmp_path)
     target = tmp_path / "out.pcap"
     (tmp_path / "salt").write_text(SALT)
-    script = ("import resource,subprocess,sys\n"
-              "subprocess.run(sys.argv[1:],check=True,stderr=subprocess.DEVNULL)\n"
-              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "dcpctl", "redact", str(source), "-o",
-                           str(target), "--salt-file", str(tmp_path / "salt")], capture_output=True, text=True,
-                          check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    peak_mb = int(done.stdout) / 1024
+    code, err, peak_mb = run_with_peak([sys.executable, "-m", "dcpctl", "redact", str(source), "-o", str(target),
+                                        "--salt-file", str(tmp_path / "salt")],
+                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert code == ExitCode.OK, err
     assert peak_mb < 200, peak_mb  # the interpreter and its imports, a few copies of a 1 MB message
     assert b"confidential" not in target.read_bytes()
 
