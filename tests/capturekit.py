@@ -42,3 +42,14 @@ def write_capture(packets: list[tuple[bool, bytes]], segment_size: int = 1448, l
         conversation.send(client_side, data, segment_size)
     conversation.close()
     return out.getvalue()
+
+
+def within_size(path: Path, size: int) -> bool:
+    """Whether a pcap file -C wrote keeps to its size: it does, or holds one record that alone exceeds it
+    (loopback segments reach 64 KiB), as tcpdump -C writes; and it ends on a whole record."""
+    data = path.read_bytes()
+    at, records = 24, 0
+    while at + 16 <= len(data):
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+        records += 1
+    return at == len(data) and (len(data) <= size or records == 1)

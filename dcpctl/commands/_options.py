@@ -100,6 +100,29 @@ def live_capture_path(path: Path | None, option: str) -> None:
                            f"and compress it once written", ExitCode.USAGE)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    """-C and -W: a live command's -w file as a ring of files, with tcpdump's options and names (capture and
+    stream take them through option_groups)."""
+
+    file_size: Annotated[float | None, typer.Option(
+        "--file-size", "-C", min=0.001, metavar="MB",
+        help="With -w: start a new file once this one holds this many million bytes, as tcpdump -C: FILE, "
+        "FILE1, FILE2 ...")] = None
+    file_count: Annotated[int | None, typer.Option(
+        "--file-count", "-W", min=1, metavar="N",
+        help="With -C: keep N files, FILE0 ... FILE<N-1>, the oldest overwritten, as tcpdump -C -W: a "
+        "bounded ring.")] = None
+
+    def size(self, write: Path | None) -> int | None:
+        """Each file's size in bytes, None for one file; -C without -w, or -W without -C, is a mistake said."""
+        if self.file_size is not None and write is None:
+            raise CommandError("-C: the size of each -w file: give -w FILE", ExitCode.USAGE)
+        if self.file_count is not None and self.file_size is None:
+            raise CommandError("-W: the number of -w files kept, each -C million bytes: give -C MB", ExitCode.USAGE)
+        return None if self.file_size is None else int(self.file_size * 1_000_000)
+
+
 def dialect_of(name: DialectName) -> Dialect:
     return DIALECTS[name.value]
 

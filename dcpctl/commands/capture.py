@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, cast
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +18,7 @@ from dcpctl.commands._options import (
     LocalTimeOption,
     MaxBodyOption,
     MaxConnectionsOption,
+    Rotation,
     ShowSecretsOption,
     dialect_of,
     env_of,
@@ -34,8 +35,8 @@ from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
-from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.redaction import CaptureRedactor
+from dcpctl.sources.savefiles import Savefiles
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 
@@ -57,16 +58,7 @@ def capture(
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Also save the raw frames to this pcap.",
                                                metavar="FILE")]
     = None,
-    file_size: Annotated[float | None, typer.Option(
-        "--file-size", "-C", min=0.001, metavar="MB",
-        help="With -w: start a new file once this one holds this many million bytes, as tcpdump -C: FILE, "
-        "FILE1, FILE2 ...")]
-    = None,
-    file_count: Annotated[int | None, typer.Option(
-        "--file-count", "-W", min=1, metavar="N",
-        help="With -C: keep N files, FILE0 ... FILE<N-1>, the oldest overwritten, as tcpdump -C -W: a "
-        "bounded ring.")]
-    = None,
+    rotation: Rotation = Rotation(),
     bpf: Annotated[str | None, typer.Option("--bpf", help="Capture filter (default: tcp port 11210 or 11207).",
                                             metavar="FILTER")]
     = None,
@@ -94,10 +86,7 @@ def capture(
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
-    if file_size is not None and write is None:
-        raise CommandError("-C: the size of each -w file: give -w FILE", ExitCode.USAGE)
-    if file_count is not None and file_size is None:
-        raise CommandError("-W: the number of -w files kept, each -C million bytes: give -C MB", ExitCode.USAGE)
+    file_size = rotation.size(write)
     live_capture_path(write, "-w")
     redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
     try:
@@ -107,13 +96,12 @@ def capture(
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
-        writer: _Files | None = None
+        writer: Savefiles | None = None
         if write is not None:
             try:
-                writer = stack.enter_context(_Files(write, linktype, file_size, file_count))
+                writer = stack.enter_context(Savefiles(write, linktype, file_size, rotation.file_count))
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
-        saved = writer
         engine = None
         if redacting is not None and writer is not None:
             engine = CaptureRedactor(redacting, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
@@ -129,8 +117,7 @@ def capture(
 
         def save(ts: float, data: bytes, wire: int) -> None:
             assert writer is not None
-            assert saved is not None
-            if saved.error is None:
+            if writer.error is None:
                 try:
                     writer.write(ts, data, wire)
                 except OSError:
@@ -140,7 +127,7 @@ def capture(
             """-w --redact: each segment also goes through the redactor, which writes the frames."""
             assert engine is not None
             for item in segments:
-                if isinstance(item, TcpSegment) and saved is not None and saved.error is None:
+                if isinstance(item, TcpSegment) and writer is not None and writer.error is None:
                     try:
                         engine.segment(item)
                     except OSError:
@@ -174,101 +161,17 @@ def capture(
         # decoded and written whole; a second one (output blocked, say) stops at once
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True, local_time=local_time)
-        if engine is not None and saved is not None:
+        if engine is not None and writer is not None:
             # however the capture ended (its traffic, Ctrl-C, --count): the frames still held go out
-            if saved.error is None:
+            if writer.error is None:
                 with contextlib.suppress(OSError):  # the error is the file's, reported below
                     engine.finish()
             env.stderr.write(summary_text(engine.summary))
-        if saved is not None and saved.error is not None:
-            failed = saved.error.filename or saved.name  # opening the next file (-C), or writing this one
-            held = "the file" if str(failed) == str(saved.name) else str(saved.name)
-            raise CommandError(f"{failed}: {saved.error.strerror or saved.error}: the capture stopped; "
-                               f"{held} holds the {saved.records} frames saved before, whole", ExitCode.INPUT)
-
-
-class _Files(PcapWriter):
-    """The -w file, or with -C the files one after the other, each a whole pcap file of its own (a record
-    never spans two); with -W as well, a ring of that many, the oldest overwritten. Named as tcpdump names
-    them, so that tcpdump's users find what they know, and ``dcpctl decode FILE*`` reads them as one
-    capture. ``error`` and ``records`` are the file being written's (see :class:`_Saved`)."""
-
-    def __init__(self, path: Path, linktype: int, size: float | None, count: int | None) -> None:
-        self.path, self.size, self.count = path, None if size is None else int(size * 1_000_000), count
-        self.number = 0
-        self.saved = _Saved(self._named(0))
-        super().__init__(cast(BinaryIO, self.saved), linktype)
-
-    def _named(self, number: int) -> Path:
-        if self.count is not None:
-            return Path(f"{self.path}{number % self.count:0{len(str(self.count - 1))}d}")
-        return self.path if number == 0 else Path(f"{self.path}{number}")
-
-    @property
-    def name(self) -> Path:
-        return self._named(self.number)
-
-    @property
-    def error(self) -> OSError | None:
-        return self.saved.error
-
-    @property
-    def records(self) -> int:
-        return self.saved.records
-
-    def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
-        if self.size is not None and self.saved.records > 0 \
-                and self.saved.whole + 16 + min(len(frame), self.snaplen) > self.size:
-            try:
-                saved = _Saved(self._named(self.number + 1))
-            except OSError as exc:  # the capture ends as at a failed write: this file whole, the error told
-                self.saved.error = exc
-                raise
-            self.saved.__exit__()
-            self.number += 1
-            self.saved = saved
-            super().__init__(cast(BinaryIO, self.saved), self.linktype, self.snaplen)
-        super().write(ts, frame, wire_length)
-
-    def __enter__(self) -> _Files:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.saved.__exit__()
-
-
-class _Saved:
-    """The -w file, unbuffered: each record the pcap writer writes goes out whole, or the writing fails.
-    Then the file is cut back to its last whole record (a reader never sees half a frame), the error is
-    kept for the command to report, and nothing more is written."""
-
-    def __init__(self, path: Path) -> None:
-        self.file = path.open("wb", buffering=0)
-        self.whole = 0  # bytes of whole records (and the file header) written
-        self.records = -1  # the file header is the first write
-        self.error: OSError | None = None
-
-    def write(self, data: bytes) -> int:
-        view = memoryview(data)
-        try:
-            while view:
-                written = self.file.write(view)  # a full disk or a file size limit may take part of it
-                view = view[written or 0:]
-        except OSError as exc:
-            self.error = exc
-            with contextlib.suppress(OSError):
-                self.file.truncate(self.whole)
-            raise
-        self.whole += len(data)
-        self.records += 1
-        return len(data)
-
-    def __enter__(self) -> _Saved:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):  # an unbuffered file has nothing left to write: closing cannot lose data
-            self.file.close()
+        if writer is not None and writer.error is not None:
+            failed = writer.error.filename or writer.name  # opening the next file (-C), or writing this one
+            held = "the file" if str(failed) == str(writer.name) else str(writer.name)
+            raise CommandError(f"{failed}: {writer.error.strerror or writer.error}: the capture stopped; "
+                               f"{held} holds the {writer.records} frames saved before, whole", ExitCode.INPUT)
 
 
 def _drops(reader: Any) -> Iterator[Diagnostic]:

@@ -25,6 +25,7 @@ from dcpctl.commands._live import MAX_BUFFER_SIZE, HostArgument, Login, client_e
 from dcpctl.commands._options import (
     Base64Option,
     LocalTimeOption,
+    Rotation,
     env_of,
     first_signal_stops,
     live_capture_path,
@@ -44,7 +45,8 @@ from dcpctl.render.output import Format, emit
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
-from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+from dcpctl.sources.pcapwriter import TcpConversation
+from dcpctl.sources.savefiles import Savefiles, buffered
 
 _T = TypeVar("_T")
 
@@ -101,6 +103,7 @@ def stream(
                                                  metavar="TEMPLATE")] = None,
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Save the whole exchange as a pcap that "
                                                "dcpctl decode and Wireshark read.", metavar="FILE")] = None,
+    rotation: Rotation = Rotation(),
     redact: Annotated[bool, typer.Option("--redact", help="--write saves keys, values, xattr values and SASL "
                                          "exchanges redacted, as dcpctl redact does.")] = False,
     salt_file: SaltFileOption = None,
@@ -114,6 +117,7 @@ def stream(
     env = env_of(ctx)
     if redact and write is None:
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
+    file_size = rotation.size(write)
     live_capture_path(write, "--write")
     redacting = redaction.live(redact, salt_file, env, "--write",
                                _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
@@ -157,7 +161,7 @@ def stream(
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
             errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
-    capture = _Capture(write, redacting) if write is not None else None
+    capture = _Capture(write, redacting, file_size, rotation.file_count) if write is not None else None
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that."""
@@ -256,7 +260,8 @@ class _Capture:
     """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
     error naming the file; after it, nothing more is written."""
 
-    def __init__(self, path: Path, redactor: Redactor | None = None) -> None:
+    def __init__(self, path: Path, redactor: Redactor | None = None, size: int | None = None,
+                 count: int | None = None) -> None:
         self.path = path
         self.redactor = redactor
         self.addresses = redactor.addresses if redactor is not None else None
@@ -264,17 +269,17 @@ class _Capture:
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}
         try:
-            self.file = path.open("wb")
+            self.writer = Savefiles(path, size=size, count=count, opener=buffered)
         except OSError as exc:
             raise CommandError(file_error(f"--write: {path}", exc), ExitCode.INPUT) from None
-        self.writer = self._guarded(lambda: PcapWriter(self.file))
 
     def _guarded(self, write: Callable[[], _T]) -> _T:
         try:
             return write()
         except OSError as exc:
             self.failed = True
-            raise _OutputError(f"{self.path}: {exc.strerror or exc}") from None
+            # writing this file, or opening the next one (-C)
+            raise _OutputError(f"{exc.filename or self.writer.name}: {exc.strerror or exc}") from None
 
     def _address(self, address: tuple[str, int], *, client: bool) -> tuple[str, int]:
         """An endpoint as the file shows it: mapped under --map-addresses (the client's port too, a server's
@@ -305,7 +310,7 @@ class _Capture:
 
     def flush(self) -> None:
         if not self.failed:
-            self._guarded(self.file.flush)
+            self._guarded(self.writer.flush)
 
     def close(self, *, quiet: bool = False) -> None:
         """Flush and close; ``quiet``: another error is already being reported (the file is closed anyway),
@@ -318,13 +323,13 @@ class _Capture:
                     self._guarded(functools.partial(conversation.send, from_client, tail, ts=time.time()))
         self.redacting.clear()
         try:
-            self._guarded(self.file.close)
+            self._guarded(self.writer.close)
         except _OutputError:
             if not quiet:
                 raise
         finally:
             if quiet and not self.conversations:
-                self.path.unlink(missing_ok=True)
+                self.writer.name.unlink(missing_ok=True)
 
 
 def _seed_ports(login: Login, host: str) -> frozenset[int]:

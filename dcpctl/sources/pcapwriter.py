@@ -1,8 +1,9 @@
 """Writing captures: classic pcap files of TCP conversations, readable by Wireshark and dcpctl decode.
 
-Used by the tests, the benchmarks and the samples (and later ``dcpctl stream --write``). Frames are
-Ethernet (optionally VLAN-tagged), Linux cooked (SLL) or raw IP carrying IPv4 or IPv6 and TCP with correct
-checksums and sequence numbers, so a capture written here looks to any reader like one taken on a wire.
+Used by the tests, the benchmarks, the samples and the live commands' capture files
+(:mod:`dcpctl.sources.savefiles`). Frames are Ethernet (optionally VLAN-tagged), Linux cooked (SLL) or raw
+IP carrying IPv4 or IPv6 and TCP with correct checksums and sequence numbers, so a capture written here
+looks to any reader like one taken on a wire.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ class PcapWriter:
         self.stream = stream
         self.linktype = linktype
         self.snaplen = snaplen
-        stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype))
+        stream.write(self._file_header())
+
+    def _file_header(self) -> bytes:
+        """The global header: pcap 2.4, microseconds, this writer's snap length and link type."""
+        return struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, self.snaplen, self.linktype)
 
     def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
         """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut."""

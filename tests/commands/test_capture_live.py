@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from capturekit import session_packets
+from capturekit import session_packets, within_size
 from servekit import serving
 
 from dcpctl.exitcode import ExitCode
@@ -183,17 +183,6 @@ def test_packets_the_kernel_dropped_are_counted() -> None:
     assert b"capture_dropped" in stderr.splitlines()[-1], stderr[-500:]
 
 
-def _within(path: Path, size: int) -> bool:
-    """Whether a pcap file -C wrote keeps to its size: it does, or holds one record that alone exceeds it
-    (loopback segments reach 64 KiB), as tcpdump -C writes; and it ends on a whole record."""
-    data = path.read_bytes()
-    at, records = 24, 0
-    while at + 16 <= len(data):
-        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
-        records += 1
-    return at == len(data) and (len(data) <= size or records == 1)
-
-
 def _capture_session(tmp_path: Path, *write: str) -> tuple[list[dict[str, object]], int]:
     """A DCP session (dcpctl stream from dcpctl serve) captured on the loopback until Ctrl-C, saved with
     ``write``'s options: the records printed live, and the server's port."""
@@ -227,7 +216,7 @@ def test_w_with_a_file_size_writes_files_decode_reads_as_one(tmp_path: Path, red
     files = sorted(tmp_path.glob("live.pcap*"))
     assert len(files) > 3
     assert {f.name for f in files} == {"live.pcap", *(f"live.pcap{n}" for n in range(1, len(files)))}
-    assert all(_within(f, 30_000) for f in files)
+    assert all(within_size(f, 30_000) for f in files)
     decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(port),
                               *map(str, files)], capture_output=True, timeout=120, check=True)
     assert decoded.stderr == b""
@@ -249,7 +238,7 @@ def test_w_with_a_file_count_keeps_a_bounded_ring(tmp_path: Path) -> None:
     live, port = _capture_session(tmp_path, "-w", str(saved), "-C", "0.03", "-W", "3")
     files = sorted(tmp_path.glob("live.pcap*"))
     assert [f.name for f in files] == ["live.pcap0", "live.pcap1", "live.pcap2"]
-    assert all(_within(f, 30_000) for f in files)
+    assert all(within_size(f, 30_000) for f in files)
     decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(port),
                               *map(str, files)], capture_output=True, timeout=120, check=True)
     records = json.loads(decoded.stdout)
