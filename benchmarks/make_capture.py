@@ -23,8 +23,9 @@ import struct
 from typing import Any
 
 from dcpctl.protocol.encode import encode
-from dcpctl.sources.pcapwriter import ACK, MSS, PcapWriter, TcpConversation
+from dcpctl.sources.pcapwriter import ACK, LINKTYPE_ETHERNET, LINKTYPE_RAW, MSS, PcapWriter, TcpConversation
 
+LINKTYPES = {"ethernet": LINKTYPE_ETHERNET, "raw": LINKTYPE_RAW}
 BATCH = 64  # mutations per TCP segment burst: what a producer pushes at once
 WINDOW = 10 * 1024 * 1024  # connection_buffer_size of --sessions
 SNAPSHOT = 1000  # items per snapshot marker in --sessions
@@ -70,10 +71,14 @@ def main() -> None:
     parser.add_argument("--shape", choices=["realistic", "sessions", "bare"], default="realistic")
     parser.add_argument("--sessions", action="store_true", help="the same as --shape sessions")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--linktype", choices=sorted(LINKTYPES), default="ethernet",
+                        help="realistic: the frames' link layer (raw: IP, as a BSD or Linux tunnel captures)")
+    parser.add_argument("--host", default="127.0.0.1", help="realistic: the address of the node and its clients")
     args = parser.parse_args()
     if args.shape == "realistic" and not args.sessions:
         with open(args.out, "wb") as handle:
-            generate_realistic(args.messages, PcapWriter(handle), random.Random(args.seed))
+            generate_realistic(args.messages, PcapWriter(handle, LINKTYPES[args.linktype]), random.Random(args.seed),
+                               args.host)
         return
     args.sessions = args.sessions or args.shape == "sessions"
     key = b"\x00document-000000" if args.sessions else b"document-000000"  # the default collection's prefix
@@ -189,7 +194,7 @@ def _item(opcode: str, vbucket: int, opaque: int, seqno: int, key: bytes, value:
     return packet(record)
 
 
-def generate_realistic(messages: int, writer: PcapWriter, rng: random.Random) -> None:
+def generate_realistic(messages: int, writer: PcapWriter, rng: random.Random, host: str = "127.0.0.1") -> None:
     """About ``messages`` protocol messages on five connections to port 11210, as a data node sees them.
 
     Four DCP connections (one per node of a cluster) each bootstrap, stream 64 vbuckets in snapshots of 1 to
@@ -203,13 +208,13 @@ def generate_realistic(messages: int, writer: PcapWriter, rng: random.Random) ->
     values = [f'{{"id":{i},"body":"{"x" * max(0, size - 20)}"}}' for i, size in enumerate(sizes)]
     dcp = []
     for index in range(DCP_CONNECTIONS):
-        conversation = TcpConversation(writer, ("127.0.0.1", 50200 + index), ("127.0.0.1", 11210))
+        conversation = TcpConversation(writer, (host, 50200 + index), (host, 11210))
         conversation.handshake()
         vbuckets = [index * REALISTIC_VBUCKETS + v for v in range(REALISTIC_VBUCKETS)]
         for from_client, data in bootstrap(vbuckets):
             send_acked(conversation, from_client, data, clock)
         dcp.append({"conversation": conversation, "vbuckets": vbuckets, "unacked": 0, "items": 0})
-    kv = TcpConversation(writer, ("127.0.0.1", 50300), ("127.0.0.1", 11210))
+    kv = TcpConversation(writer, (host, 50300), (host, 11210))
     kv.handshake()
     seqnos: dict[int, int] = {}
     sent = 0

@@ -1,5 +1,6 @@
 """Reading captures through pcapy-ng (libpcap): pcap and pcapng files (compressed too, through
-``compressed``), standard input, live interfaces.
+``compressed``), standard input, live interfaces. A pcapng file whose interfaces have different link types,
+which libpcap refuses, is read on by ``pcapng.PcapngReader`` from where libpcap stops.
 
 Each frame is taken apart down to TCP: link layer (Ethernet with VLAN tags, Linux cooked SLL and SLL2, raw
 IP, BSD null/loopback), IPv4 or IPv6 (extension headers skipped), TCP. Only segments to or from the
@@ -10,6 +11,9 @@ reading carries on wherever it can.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import itertools
 import math
 import select
@@ -17,14 +21,16 @@ import socket
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, BinaryIO, Final
 
 import pcapy
 
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
-from dcpctl.sources.compressed import Decompressed, compression
+from dcpctl.sources.compressed import FORMATS, Decompressed, compression
+from dcpctl.sources.pcapng import PcapngReader
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
 DLT_NULL: Final = 0
@@ -41,6 +47,9 @@ IPV6_FRAGMENT: Final = 44
 TCP: Final = 6
 # Couchbase's TLS data port: a connection on it is told once and never framed
 TLS_PORTS: Final = frozenset({11207})
+# libpcap's refusal of a pcapng file whose interfaces have different link types, which PcapngReader reads
+MIXED_LINKTYPES: Final = "different from the type of the first interface"
+FROM_STDIN: Final = "such a pcapng file is read by name, not from standard input"
 # Live capture: long enough for a whole segment; promiscuous off; 100 ms read timeout so Ctrl-C is seen.
 LIVE_SNAPLEN: Final = 262144
 LIVE_TIMEOUT_MS: Final = 100
@@ -287,8 +296,15 @@ class FrameFilter:
 
 def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
               tap: Callable[[float, bytes, int], None] | None = None,
-              stop: Callable[[], bool] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+              stop: Callable[[], bool] | None = None,
+              reopen: Callable[[int], PcapngReader] | None = None,
+              unmixed: str = FROM_STDIN) -> Iterator[TcpSegment | CaptureNotice]:
+    """``reopen(n)``: the file read on by :class:`PcapngReader` from frame n + 1, where libpcap refuses an
+    interface of another link type; without it, ``unmixed`` says why not in the notice that reading ends
+    with there."""
     linktype = reader.datalink()
+    mixed = False  # read by PcapngReader: each frame has its interface's link type
+    unknown: set[int] = set()
     if linktype not in SUPPORTED_LINKTYPES:
         yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
         return
@@ -301,6 +317,15 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         try:
             header, data = reader.next()
         except pcapy.PcapError as exc:
+            if not mixed and MIXED_LINKTYPES in str(exc):
+                if reopen is None:
+                    exc = pcapy.PcapError(f"{exc} ({unmixed})")
+                else:
+                    try:
+                        reader, mixed = reopen(frame), True
+                        continue
+                    except pcapy.PcapError as failed:  # the file gone since libpcap opened it
+                        exc = failed
             yield CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged after frame "
                                 f"{frame}: {exc}")
             break
@@ -314,6 +339,14 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         ts = seconds + micros / 1_000_000
         if tap is not None:
             tap(ts, data, header.getlen())
+        if mixed:
+            linktype = header.linktype
+            if linktype not in SUPPORTED_LINKTYPES:
+                if linktype not in unknown:
+                    unknown.add(linktype)
+                    yield CaptureNotice(frame, ts, "unknown_link_type", f"link type {linktype} is not supported: "
+                                        f"the frames of its interfaces are skipped")
+                continue
         kept = keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
         if kept is not None:
             yield kept
@@ -324,8 +357,12 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
                   tls_ports: frozenset[int] = TLS_PORTS,
-                  tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+                  tap: Callable[[float, bytes, int], None] | None = None,
+                  unmixed: str | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies).
+    A pcapng file whose interfaces have different link types is read by :class:`PcapngReader` from where
+    libpcap stops, unless ``unmixed`` says why its caller takes one link type only (then reading ends there,
+    with a notice saying so).
 
     A classic pcap file whose header gives a snap length below :data:`FULL_SNAPLEN` is read by
     ``pcapchunks`` instead: libpcap cuts every frame to the header's snap length, even a record that holds
@@ -335,7 +372,9 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
     if path != "-" and pcapchunks.short_snaplen(path):
         yield from pcapchunks.read_records(path, ports, tls_ports, tap)
         return
-    yield from reader_segments(open_offline(path), ports, tls_ports, tap)
+    again = path != "-" and unmixed is None
+    yield from _segments(open_offline(path), ports, tls_ports, tap=tap,
+                         reopen=functools.partial(reopened, path) if again else None, unmixed=unmixed or FROM_STDIN)
 
 
 def read_files(paths: list[str], ports: frozenset[int] = frozenset({11210}),
@@ -452,7 +491,12 @@ def in_time_order(paths: list[str]) -> list[str]:
 
 def _first_time(path: str) -> float:
     try:
-        header, _ = open_offline(path).next()
+        try:
+            header, _ = open_offline(path).next()
+        except pcapy.PcapError as exc:
+            if MIXED_LINKTYPES not in str(exc):
+                raise
+            header, _ = reopened(path, 0).next()
     except (CaptureError, OSError, pcapy.PcapError):
         return math.inf
     if header is None:
@@ -469,13 +513,30 @@ def frame_times(path: str) -> FileFrames:
     while True:
         try:
             header, data = reader.next()
-        except pcapy.PcapError:
+        except pcapy.PcapError as exc:
+            if MIXED_LINKTYPES in str(exc) and not isinstance(reader, PcapngReader):
+                with contextlib.suppress(pcapy.PcapError):  # read again, or up to here as from a damage
+                    reader = reopened(path, frames.count)
+                    continue
             break
         if header is None:
             break
         seconds, micros = header.getts()
         frames(seconds + micros / 1_000_000, data, 0)
     return frames
+
+
+def reopened(path: str, frames: int) -> PcapngReader:
+    """A pcapng file libpcap refused for its interfaces' link types, read on by :class:`PcapngReader` after
+    the ``frames`` frames libpcap gave (decompressed here, in this process, when it is compressed)."""
+    try:
+        name = compression(path)
+        # closed by the reader, at its end or when it is given up half way (--count)
+        stream: BinaryIO = (Path(path).open("rb") if name is None  # noqa: SIM115
+                            else importlib.import_module(FORMATS[name][1]).open(path, "rb"))
+    except (OSError, ValueError) as exc:  # the file gone since libpcap opened it
+        raise pcapy.PcapError(f"cannot read it again: {exc}") from None
+    return PcapngReader(stream, skip=frames)
 
 
 def open_offline(path: str) -> Any:
@@ -520,6 +581,8 @@ class _DecompressedReader:
         try:
             header, data = self._reader.next()
         except pcapy.PcapError as exc:
+            if MIXED_LINKTYPES in str(exc):  # not a damage: the file is read again, by PcapngReader
+                raise
             raise pcapy.PcapError(self._data.failure(early=True) or str(exc)) from None
         if header is None:
             why = self._data.failure()
@@ -530,9 +593,11 @@ class _DecompressedReader:
 
 def reader_segments(reader: Any, ports: frozenset[int] = frozenset({11210}),
                     tls_ports: frozenset[int] = TLS_PORTS,
-                    tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
-    """:func:`read_segments` of a reader :func:`open_offline` opened."""
-    return _segments(reader, ports, tls_ports, tap=tap)
+                    tap: Callable[[float, bytes, int], None] | None = None,
+                    unmixed: str = FROM_STDIN) -> Iterator[TcpSegment | CaptureNotice]:
+    """:func:`read_segments` of a reader :func:`open_offline` opened (a pcapng file of several link types is
+    read up to its first interface of another: ``unmixed`` says why in the notice)."""
+    return _segments(reader, ports, tls_ports, tap=tap, unmixed=unmixed)
 
 
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),

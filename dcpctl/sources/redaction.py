@@ -766,14 +766,18 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     return engine.summary, notices
 
 
+# A pcapng file of interfaces of different link types: the copy is a classic pcap, of one link type
+ONE_LINKTYPE: Final = "redact writes a pcap of one link type, and this file's interfaces have several"
+
+
 def _items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
            tap: Callable[[float, bytes, int], None]) -> Iterator[TcpSegment | CaptureNotice]:
     """A file's segments and notices, every frame through ``tap``. Standard input and a compressed file are
     opened once: read by the reader their link type came from; a file is read again by read_segments, which
     reads a short snap length's records whole."""
     if path == "-" or compression(path) is not None:
-        return reader_segments(reader, ports, tls_ports, tap=tap)
-    return read_segments(path, ports, tls_ports, tap=tap)
+        return reader_segments(reader, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
+    return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
 
 
 def redact_captures(paths: list[str], output: Callable[[str], AbstractContextManager[BinaryIO]],

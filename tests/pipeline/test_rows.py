@@ -22,7 +22,7 @@ from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
 from dcpctl.protocol.value import Xattr, build_xattrs, snappy_compress
 from dcpctl.sources.pcapchunks import plan
-from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation
+from dcpctl.sources.pcapwriter import LINKTYPE_ETHERNET, LINKTYPE_RAW, PcapWriter, TcpConversation
 
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
 PORTS = frozenset({11210})
@@ -368,3 +368,24 @@ def test_a_ring_of_files_gives_the_whole_captures_rows(tmp_path: Path, fmt: str)
     # the same files, the first one last: it begins before the one before it ended, so is a capture of its own
     planned = job.partitions_for([str(p) for p in [*files[1:], files[0]]], 1000)
     assert [chunk.capture for chunk in planned.chunks if chunk.path == str(files[0])] == [""]
+
+
+def test_a_pcapng_file_of_several_link_types_gives_each_connections_rows(tmp_path: Path) -> None:
+    """Interfaces of different link types (libpcap stops at the second): its rows are those of each
+    connection's own capture, frame numbers aside."""
+    mergecap = shutil.which("mergecap")
+    assert mergecap is not None, "mergecap (Debian package tshark) is needed: .ci/run installs it"
+    parts = []
+    for n, linktype in enumerate((LINKTYPE_ETHERNET, LINKTYPE_RAW)):
+        parts.append(tmp_path / f"{linktype}.pcap")
+        parts[-1].write_bytes(write_capture(session_packets(), linktype=linktype, client=("127.0.0.1", 50000 + n)))
+    mixed = tmp_path / "mixed.pcapng"
+    subprocess.run([mergecap, "-w", str(mixed), *map(str, parts)], check=True, timeout=60)
+    column = NAMES.index("frames")
+
+    def apart(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return sorted((row[:column] + row[column + 1:] for row in rows), key=repr)
+
+    expected = apart([row for part in parts for row in ring_rows([part])])
+    assert len(expected) > 20
+    assert apart(ring_rows([mixed])) == expected
