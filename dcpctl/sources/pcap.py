@@ -298,10 +298,12 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
               tap: Callable[[float, bytes, int], None] | None = None,
               stop: Callable[[], bool] | None = None,
               reopen: Callable[[int], PcapngReader] | None = None,
-              unmixed: str = FROM_STDIN) -> Iterator[TcpSegment | CaptureNotice]:
+              unmixed: str = FROM_STDIN,
+              typed_tap: Callable[[float, bytes, int, int], None] | None = None
+              ) -> Iterator[TcpSegment | CaptureNotice]:
     """``reopen(n)``: the file read on by :class:`PcapngReader` from frame n + 1, where libpcap refuses an
     interface of another link type; without it, ``unmixed`` says why not in the notice that reading ends
-    with there."""
+    with there. ``typed_tap``: a tap that also takes each frame's link type."""
     linktype = reader.datalink()
     mixed = False  # read by PcapngReader: each frame has its interface's link type
     unknown: set[int] = set()
@@ -337,16 +339,18 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         frame += 1
         seconds, micros = header.getts()
         ts = seconds + micros / 1_000_000
-        if tap is not None:
-            tap(ts, data, header.getlen())
         if mixed:
             linktype = header.linktype
-            if linktype not in SUPPORTED_LINKTYPES:
-                if linktype not in unknown:
-                    unknown.add(linktype)
-                    yield CaptureNotice(frame, ts, "unknown_link_type", f"link type {linktype} is not supported: "
-                                        f"the frames of its interfaces are skipped")
-                continue
+        if tap is not None:
+            tap(ts, data, header.getlen())
+        if typed_tap is not None:
+            typed_tap(ts, data, header.getlen(), linktype)
+        if mixed and linktype not in SUPPORTED_LINKTYPES:
+            if linktype not in unknown:
+                unknown.add(linktype)
+                yield CaptureNotice(frame, ts, "unknown_link_type", f"link type {linktype} is not supported: "
+                                    f"the frames of its interfaces are skipped")
+            continue
         kept = keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
         if kept is not None:
             yield kept
@@ -358,7 +362,9 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
                   tls_ports: frozenset[int] = TLS_PORTS,
                   tap: Callable[[float, bytes, int], None] | None = None,
-                  unmixed: str | None = None) -> Iterator[TcpSegment | CaptureNotice]:
+                  unmixed: str | None = None,
+                  typed_tap: Callable[[float, bytes, int, int], None] | None = None
+                  ) -> Iterator[TcpSegment | CaptureNotice]:
     """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies).
     A pcapng file whose interfaces have different link types is read by :class:`PcapngReader` from where
     libpcap stops, unless ``unmixed`` says why its caller takes one link type only (then reading ends there,
@@ -374,7 +380,8 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
         return
     again = path != "-" and unmixed is None
     yield from _segments(open_offline(path), ports, tls_ports, tap=tap,
-                         reopen=functools.partial(reopened, path) if again else None, unmixed=unmixed or FROM_STDIN)
+                         reopen=functools.partial(reopened, path) if again else None, unmixed=unmixed or FROM_STDIN,
+                         typed_tap=typed_tap)
 
 
 def read_files(paths: list[str], ports: frozenset[int] = frozenset({11210}),
@@ -537,6 +544,19 @@ def reopened(path: str, frames: int) -> PcapngReader:
     except (OSError, ValueError) as exc:  # the file gone since libpcap opened it
         raise pcapy.PcapError(f"cannot read it again: {exc}") from None
     return PcapngReader(stream, skip=frames)
+
+
+def interface_types(path: str) -> list[int]:
+    """The link types of a pcapng file's interfaces described before its first frame (all of them, in a
+    capture on several interfaces or mergecap's merge); [] for standard input, a classic pcap file, or one
+    that cannot be read (its reader says why)."""
+    if path == "-":
+        return []
+    try:
+        with contextlib.closing(reopened(path, 0)) as reader:
+            return reader.described()
+    except pcapy.PcapError:
+        return []
 
 
 def open_offline(path: str) -> Any:

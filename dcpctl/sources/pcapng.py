@@ -79,6 +79,23 @@ class PcapngReader:
     def __del__(self) -> None:
         self.stream.close()
 
+    def described(self) -> list[int]:
+        """At the start of a stream: the link types of the interfaces described before the first frame, in
+        their order (a capture on several interfaces, and mergecap's merge, describe them all there); [] when
+        it is not a pcapng stream. The frames are then read as before."""
+        if self._fill(4)[0][:4] != SECTION_HEADER_BYTES:
+            return []
+        while not self.ended:
+            buf, pos = self.buf, self.pos
+            if len(buf) - pos < 8:
+                buf, pos = self._fill(8)
+                if len(buf) < 8:
+                    break
+            if self._two.unpack_from(buf, pos)[0] in (ENHANCED_PACKET, SIMPLE_PACKET, PACKET):
+                break
+            self._block()  # a block of no frame
+        return [interface.linktype for interface in self.interfaces]
+
     def datalink(self) -> int:
         """The first interface's link type (the file's, for a reader that has one)."""
         return self.interfaces[0].linktype if self.interfaces else 0

@@ -13,6 +13,8 @@ import math
 import struct
 from typing import BinaryIO, Final
 
+from dcpctl.sources.pcapng import BYTE_ORDER_MAGIC, ENHANCED_PACKET, INTERFACE_DESCRIPTION, SECTION_HEADER
+
 LINKTYPE_NULL: Final = 0
 LINKTYPE_ETHERNET: Final = 1
 LINKTYPE_RAW: Final = 101
@@ -52,8 +54,16 @@ class PcapWriter:
         """The global header: pcap 2.4, microseconds, this writer's snap length and link type."""
         return struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, self.snaplen, self.linktype)
 
-    def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
-        """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut."""
+    def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
+        """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut.
+        ``linktype``: the frame's, which is the file's here (see :class:`PcapngWriter` for several)."""
+        seconds, micros, kept, original = self._record(ts, frame, wire_length)
+        # the seconds field is 32 bits, which libpcap reads as signed: a time it read from a damaged record
+        # (before 1970) is written back as the same bits
+        self.stream.write(struct.pack("<IIII", seconds % _SECONDS, micros, len(kept), original) + kept)
+
+    def _record(self, ts: float, frame: bytes, wire_length: int | None) -> tuple[int, int, bytes, int]:
+        """A frame's time in seconds and microseconds, the bytes kept of it, and its length on the wire."""
         seconds = math.floor(ts)
         micros = round((ts - seconds) * 1_000_000)
         if micros >= 1_000_000:
@@ -61,10 +71,41 @@ class PcapWriter:
         kept = frame[:self.snaplen]
         original = len(frame) if wire_length is None else wire_length
         # a wire length below the bytes kept (a damaged record's, less what a redaction removed) is made true
-        original = min(max(original, len(kept)), _SECONDS - 1)
-        # the seconds field is 32 bits, which libpcap reads as signed: a time it read from a damaged record
-        # (before 1970) is written back as the same bits
-        self.stream.write(struct.pack("<IIII", seconds % _SECONDS, micros, len(kept), original) + kept)
+        return seconds, micros, kept, min(max(original, len(kept)), _SECONDS - 1)
+
+
+class PcapngWriter(PcapWriter):
+    """A pcapng file for frames of several link types, which a classic pcap file cannot hold: a section
+    header, an interface a link type (times in microseconds, the default), an enhanced packet block a frame."""
+
+    def __init__(self, stream: BinaryIO, linktypes: list[int], snaplen: int = DEFAULT_SNAPLEN) -> None:
+        self.interfaces = {linktype: number for number, linktype in enumerate(dict.fromkeys(linktypes))}
+        super().__init__(stream, linktypes[0], snaplen)
+
+    def _file_header(self) -> bytes:
+        # version 1.0, the section's length unknown
+        section = _block(SECTION_HEADER, struct.pack("<IHHq", BYTE_ORDER_MAGIC, 1, 0, -1))
+        return section + b"".join(self._interface(linktype) for linktype in self.interfaces)
+
+    def _interface(self, linktype: int) -> bytes:
+        return _block(INTERFACE_DESCRIPTION, struct.pack("<HHI", linktype, 0, self.snaplen))
+
+    def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
+        linktype = self.linktype if linktype is None else linktype
+        number = self.interfaces.get(linktype)
+        if number is None:  # an interface may be described anywhere before its first frame
+            number = self.interfaces[linktype] = len(self.interfaces)
+            self.stream.write(self._interface(linktype))
+        seconds, micros, kept, original = self._record(ts, frame, wire_length)
+        units = (seconds * 1_000_000 + micros) % (1 << 64)
+        fields = struct.pack("<IIIII", number, units >> 32, units & 0xFFFFFFFF, len(kept), original)
+        self.stream.write(_block(ENHANCED_PACKET, fields + kept))
+
+
+def _block(kind: int, body: bytes) -> bytes:
+    """A pcapng block: its type and length, the body padded to 32 bits, the length again."""
+    body += bytes(-len(body) % 4)
+    return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
 
 
 class TcpConversation:

@@ -39,7 +39,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol
 
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
@@ -58,6 +58,7 @@ from dcpctl.sources.pcap import (
     FileFrames,
     Ring,
     TcpSegment,
+    interface_types,
     named,
     network_layer,
     open_offline,
@@ -65,7 +66,7 @@ from dcpctl.sources.pcap import (
     read_segments,
     reader_segments,
 )
-from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapWriter, internet_checksum, ones_sum
+from dcpctl.sources.pcapwriter import TCP_OPTION_SACK, PcapngWriter, PcapWriter, internet_checksum, ones_sum
 from dcpctl.sources.tcp import (
     ACK,
     DEFAULT_MAX_CONNECTIONS,
@@ -124,6 +125,7 @@ class _Frame:
     # carried, and whether it is a pure ACK (no payload, no FIN or RST)
     ack_of: tuple[dict[bool, tuple[int, int]], bool, int, bool] | None = None
     writer: PcapWriter | None = None  # the output of its input file (the engine's, as it came)
+    linktype: int = 0  # its link type: its file's, or in a pcapng file of several, its interface's
 
 
 @dataclass(slots=True)
@@ -229,10 +231,12 @@ class CaptureRedactor:
         self._last: _Frame | None = None
 
     # --- input ----------------------------------------------------------------------------------------
-    def tap(self, ts: float, data: bytes, wire_length: int) -> None:
-        """Every frame of the input, in order (the pcap reader's tap)."""
+    def tap(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None) -> None:
+        """Every frame of the input, in order (the pcap reader's tap); ``linktype``: the frame's, when it is
+        not the capture's (a pcapng file of several)."""
         self._settle_last()
-        frame = _Frame(ts, bytearray(data), wire_length, size=len(data), writer=self.writer)
+        frame = _Frame(ts, bytearray(data), wire_length, size=len(data), writer=self.writer,
+                       linktype=self.linktype if linktype is None else linktype)
         if wire_length > len(data):
             frame.original = data
         self.summary.frames_in += 1
@@ -246,7 +250,7 @@ class CaptureRedactor:
         frame = self._last
         if frame is None or frame.claimed:
             return
-        parsed = parse_any_frame(self.linktype, bytes(frame.data), frame.wire_length, 0, frame.ts)
+        parsed = parse_any_frame(frame.linktype, bytes(frame.data), frame.wire_length, 0, frame.ts)
         if parsed is None:
             frame.drop = NOT_TCP
         elif isinstance(parsed, str):
@@ -260,7 +264,7 @@ class CaptureRedactor:
         frame = self._last
         assert frame is not None
         frame.claimed = True
-        frame.tcp_at = tcp_at = _tcp_header(self.linktype, frame.data)
+        frame.tcp_at = tcp_at = _tcp_header(frame.linktype, frame.data)
         key, from_client, conn_id, offset = self.reassembler.locate(seg)
         frame.flags = seg.flags
         acked = self._acknowledged(frame, key, not from_client, seg) if conn_id is not None else []
@@ -558,12 +562,12 @@ class CaptureRedactor:
             self.summary.dropped[EMPTIED] += 1
             return
         if frame.resized:
-            _resize_ip(self.linktype, frame.data, frame.resized)
+            _resize_ip(frame.linktype, frame.data, frame.resized)
         if frame.changed or self.addresses is not None:
-            rewrite_headers(self.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized),
+            rewrite_headers(frame.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized),
                             original=frame.original)
         assert frame.writer is not None
-        frame.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized)
+        frame.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized, frame.linktype)
         self.summary.frames_out += 1
 
     def _acks_removed_bytes_only(self, frame: _Frame) -> bool:
@@ -741,23 +745,24 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
                    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
                    progress: Callable[[float, bytes, int], None] | None = None
                    ) -> tuple[Summary, list[CaptureNotice]]:
-    """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type): what was done, and
-    the reader's notices (a damaged file, a TLS port: each kind once, so few). ``progress`` sees every frame
-    read, as the engine does."""
+    """Redact the capture at ``path`` into ``out`` (classic pcap, the input's link type; pcapng for a pcapng
+    file whose interfaces have several): what was done, and the reader's notices (a damaged file, a TLS
+    port: each kind once, so few). ``progress`` sees every frame read, as the engine does."""
     reader = open_offline(path)
     linktype = int(reader.datalink())
-    writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
+    types = _several(path)
+    writer = PcapngWriter(out, types, OUTPUT_SNAPLEN) if types else PcapWriter(out, linktype, OUTPUT_SNAPLEN)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
                              max_held_bytes=max_held_bytes)
     notices: list[CaptureNotice] = []
-    tap = engine.tap
+    tap: Tap = engine.tap
     if progress is not None:
-        def tap(ts: float, data: bytes, wire_length: int) -> None:
-            engine.tap(ts, data, wire_length)
+        def tap(ts: float, data: bytes, wire_length: int, linktype: int | None = None) -> None:
+            engine.tap(ts, data, wire_length, linktype)
             progress(ts, data, wire_length)
 
-    for item in _items(path, reader, ports, tls_ports, tap):
+    for item in _items(path, reader, ports, tls_ports, tap, several=bool(types)):
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:
@@ -766,15 +771,33 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     return engine.summary, notices
 
 
-# A pcapng file of interfaces of different link types: the copy is a classic pcap, of one link type
-ONE_LINKTYPE: Final = "redact writes a pcap of one link type, and this file's interfaces have several"
+# A pcapng file whose interfaces have several link types, the first of which came after its first frame:
+# its copy was begun as a classic pcap, of one link type
+ONE_LINKTYPE: Final = ("redact writes a pcap of one link type when the file describes one before its first "
+                       "frame, and this file describes another after it")
+
+class Tap(Protocol):
+    """A frame tap that takes the frame's link type too, when it is not the capture's."""
+
+    def __call__(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, /) -> None: ...
 
 
-def _items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int],
-           tap: Callable[[float, bytes, int], None]) -> Iterator[TcpSegment | CaptureNotice]:
+
+def _several(path: str) -> list[int]:
+    """The link types of a pcapng file's interfaces, when they are several (its copy is then a pcapng file of
+    them); [] otherwise."""
+    types = interface_types(path)
+    return types if len(set(types)) > 1 else []
+
+
+def _items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int], tap: Tap, *,
+           several: bool) -> Iterator[TcpSegment | CaptureNotice]:
     """A file's segments and notices, every frame through ``tap``. Standard input and a compressed file are
     opened once: read by the reader their link type came from; a file is read again by read_segments, which
-    reads a short snap length's records whole."""
+    reads a short snap length's records whole, and a pcapng file of ``several`` link types on where libpcap
+    stops, each frame's link type given to the tap."""
+    if several:
+        return read_segments(path, ports, tls_ports, typed_tap=tap)
     if path == "-" or compression(path) is not None:
         return reader_segments(reader, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
     return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
@@ -796,6 +819,7 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
     summary = Summary(counts=redactor.counts)
     notices: list[CaptureNotice] = []
     engine: CaptureRedactor | None = None
+    engine_kind: tuple[int, ...] = ()  # the link types of the capture the engine follows
     ring = Ring()
     open_files: deque[tuple[PcapWriter, ExitStack]] = deque()  # oldest first; the last is being read
 
@@ -810,35 +834,40 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
             close_written()
             watched = progress(path) if progress is not None else None
             reader = open_offline(path)
+            types = _several(path)
             linktype = int(reader.datalink())
             stack = ExitStack()
-            open_files.append((PcapWriter(stack.enter_context(output(path)), linktype, OUTPUT_SNAPLEN), stack))
+            out = stack.enter_context(output(path))
+            open_files.append((PcapngWriter(out, types, OUTPUT_SNAPLEN) if types
+                               else PcapWriter(out, linktype, OUTPUT_SNAPLEN), stack))
             writer = open_files[-1][0]
             frames = FileFrames()
 
-            def tap(ts: float, data: bytes, wire_length: int, linktype: int = linktype, writer: PcapWriter = writer,
+            def tap(ts: float, data: bytes, wire_length: int, linktype: int | None = None,
+                    kind: tuple[int, ...] = tuple(types) or (linktype,), writer: PcapWriter = writer,
                     watched: Callable[[float, bytes, int], None] | None = watched, frames: FileFrames = frames
                     ) -> None:
-                nonlocal engine
+                nonlocal engine, engine_kind
                 if frames.first is None:  # the file's first frame: does it continue the capture before?
                     frames.first = ts
-                    if ring.begins(frames) and engine is not None and engine.linktype == linktype:
+                    if ring.begins(frames) and engine is not None and engine_kind == kind:
                         engine.writer = writer
                     else:
                         if engine is not None:
                             engine.finish(last=False)
-                        engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports,
+                        engine = CaptureRedactor(redactor, writer, kind[0], options, ports, tls_ports,
                                                  keep_unparsed=keep_unparsed, max_body_length=max_body_length,
                                                  max_connections=max_connections, max_held_bytes=max_held_bytes,
                                                  summary=summary)
+                        engine_kind = kind
                 frames.last = ts
                 frames.count += 1
                 assert engine is not None
-                engine.tap(ts, data, wire_length)
+                engine.tap(ts, data, wire_length, linktype)
                 if watched is not None:
                     watched(ts, data, wire_length)
 
-            for item in _items(path, reader, ports, tls_ports, tap):
+            for item in _items(path, reader, ports, tls_ports, tap, several=bool(types)):
                 if isinstance(item, TcpSegment):
                     assert engine is not None  # its frame came first
                     engine.segment(item)

@@ -99,12 +99,12 @@ class Savefiles(PcapWriter):
         first = 0 if self.count is None else max(0, self.number - self.count + 1)
         return [self._named(n) for n in range(first, self.number + 1)]
 
-    def write(self, ts: float, frame: bytes, wire_length: int | None = None) -> None:
+    def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
         record = _RECORD_HEADER + min(len(frame), self.snaplen)
         try:
             if self.size is not None and self.records > 0 and self.bytes + record > self.size:
                 self._next()
-            super().write(ts, frame, wire_length)
+            super().write(ts, frame, wire_length, linktype)
         except OSError as exc:
             self.error = exc
             raise

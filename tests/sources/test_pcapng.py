@@ -288,14 +288,79 @@ def test_from_standard_input_such_a_file_is_read_up_to_the_other_link_type(tmp_p
     assert "such a pcapng file is read by name, not from standard input" in done.stderr.decode()
 
 
-def test_redact_says_it_writes_one_link_type(tmp_path: Path) -> None:
-    path, _ = merged(tmp_path)
+def redact(*args: str, salt: Path) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
                       color=False)
-    (tmp_path / "salt").write_text("a salt")
-    main(["redact", str(path), "-o", str(tmp_path / "copy.pcap"), "--salt-file", str(tmp_path / "salt")], env)
-    assert "redact writes a pcap of one link type, and this file's interfaces have several" in err.getvalue()
+    salt.write_text("a salt")
+    return main(["redact", *args, "--salt-file", str(salt)], env), err.getvalue()
+
+
+def typed_frames(path: Path) -> list[tuple[int, tuple[int, int], int, bytes]]:
+    reader, frames = PcapngReader(path.open("rb")), []
+    while True:
+        header, data = reader.next()
+        if header is None:
+            return frames
+        frames.append((header.linktype, header.getts(), header.getlen(), data))
+
+
+@pytest.mark.parametrize("options", [[], ["--map-addresses"], ["--values", "drop"]])
+def test_redact_writes_a_pcapng_file_of_the_same_link_types(tmp_path: Path, options: list[str]) -> None:
+    """Each frame keeps its link type and time; each connection is redacted as its own capture is, with the
+    same salt; no key or value of the input is left; tshark reads the copy without a complaint."""
+    path, parts = merged(tmp_path)
+    copy = tmp_path / "copy.pcapng"
+    code, err = redact(str(path), "-o", str(copy), *options, salt=tmp_path / "salt")
+    assert code == ExitCode.OK, err
+    assert copy.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"
+    assert [f[:2] for f in typed_frames(copy)] == [f[:2] for f in typed_frames(path)]
+    records = facts(decode(copy, "--port", "11210")[1])
+    for part in parts:
+        alone = tmp_path / f"{part.stem}-copy.pcap"
+        assert redact(str(part), "-o", str(alone), *options, salt=tmp_path / "salt")[0] == ExitCode.OK
+        expected = facts(decode(alone)[1])
+        connection = expected[0]["connection"]
+        mine = [r for r in records if r["connection"] == connection]
+        assert mine == expected
+    for secret in (b"airline_10", b"40-Mile Air", b"United States"):
+        assert secret in path.read_bytes()
+        assert secret not in copy.read_bytes()
+    done = subprocess.run([peer("tshark"), "-r", str(copy), "-z", "expert,warn", "-q"], capture_output=True,
+                          text=True, check=True, timeout=60)
+    assert "Malformed" not in done.stdout
+    assert done.stderr.strip() in ("", 'Running as user "root" and group "root". This could be dangerous.')
+
+
+def test_redact_of_a_ring_of_such_files_is_the_redaction_of_the_whole(tmp_path: Path) -> None:
+    """editcap cuts it as Wireshark's ring buffer does, every file describing the interfaces: the copies,
+    joined, are the whole file's copy, frame for frame, and decode as it does."""
+    path, _ = merged(tmp_path)
+    editcap = shutil.which("editcap")
+    assert editcap is not None, "editcap (from tshark's packages) is missing: .ci/run installs it"
+    (tmp_path / "ring").mkdir()
+    subprocess.run([editcap, "-c", "15", str(path), str(tmp_path / "ring" / "r.pcapng")], check=True, timeout=60)
+    files = sorted((tmp_path / "ring").iterdir())
+    assert len(files) > 3
+    (tmp_path / "copies").mkdir()
+    code, err = redact(*map(str, files), "-o", str(tmp_path / "copies"), salt=tmp_path / "salt")
+    assert code == ExitCode.OK, err
+    whole = tmp_path / "whole.pcapng"
+    assert redact(str(path), "-o", str(whole), salt=tmp_path / "salt")[0] == ExitCode.OK
+    copies = [tmp_path / "copies" / f.name for f in files]
+    assert [f for copy in copies for f in typed_frames(copy)] == typed_frames(whole)
+    assert decode(copies[0], *map(str, copies[1:]))[1] == decode(whole)[1]
+
+
+def test_redact_of_an_interface_described_after_the_first_frame_stops_there(tmp_path: Path) -> None:
+    """Its copy was begun as a classic pcap of the first link type: the notice says why it ends there."""
+    data, _ = two_interfaces(tmp_path, late=True)
+    path = tmp_path / "late.pcapng"
+    path.write_bytes(data)
+    code, err = redact(str(path), "-o", str(tmp_path / "copy.pcap"), salt=tmp_path / "salt")
+    assert code == ExitCode.OK
+    assert "and this file describes another after it" in err
+    assert facts(decode(tmp_path / "copy.pcap")[1])  # the first interface's frames, redacted
 
 
 @pytest.mark.parametrize("module", ["gzip", "lzma"])  # bzip2's first block of 900 kB would be cut: nothing read
