@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl.protocol.encode import encode
+from dcpctl.sources.pcap import open_offline
 from dcpctl.sources.pcapwriter import LINKTYPE_ETHERNET, PcapWriter, TcpConversation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,3 +54,14 @@ def within_size(path: Path, size: int) -> bool:
         at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
         records += 1
     return at == len(data) and (len(data) <= size or records == 1)
+
+
+def frames_in(path: Path) -> list[tuple[float, bytes]]:
+    """A capture file's frames as libpcap reads them: (time, bytes)."""
+    reader, read = open_offline(str(path)), []
+    while True:
+        header, data = reader.next()
+        if header is None:
+            return read
+        seconds, micros = header.getts()
+        read.append((seconds + micros / 1_000_000, data))

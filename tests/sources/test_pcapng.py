@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capturekit import session_packets, write_capture
+from capturekit import frames_in, session_packets, write_capture
 from peakkit import run_with_peak
 from servekit import peer
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
-from dcpctl.sources.pcap import frame_times, in_time_order, open_offline
+from dcpctl.sources.pcap import frame_times, in_time_order
 from dcpctl.sources.pcapng import MAX_BLOCK_BYTES, PcapngReader
 from dcpctl.sources.pcapwriter import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_NULL, LINKTYPE_RAW
 
@@ -92,23 +92,13 @@ def enhanced(number: int, units: int, frame: bytes, wire: int | None = None, end
                                 len(frame) if wire is None else wire) + frame, endian)
 
 
-def frames_of(path: Path) -> list[tuple[float, bytes]]:
-    reader, frames = open_offline(str(path)), []
-    while True:
-        header, data = reader.next()
-        if header is None:
-            return frames
-        seconds, micros = header.getts()
-        frames.append((seconds + micros / 1e6, data))
-
-
 def two_interfaces(tmp_path: Path, *, late: bool = False) -> tuple[bytes, list[dict[str, Any]]]:
     """The session's frames on Ethernet, then on raw IP (another client port), in one section; ``late``: the
     raw IP interface described after the Ethernet frames, as dumpcap does for an interface that comes up
     during a capture. With what decode gives for the two sessions read apart."""
     ethernet, raw = session(tmp_path, LINKTYPE_ETHERNET, 50001), session(tmp_path, LINKTYPE_RAW, 50002)
-    one = b"".join(enhanced(0, round(ts * 1e6), data) for ts, data in frames_of(ethernet))
-    two = b"".join(enhanced(1, round(ts * 1e6) + 1000, data) for ts, data in frames_of(raw))
+    one = b"".join(enhanced(0, round(ts * 1e6), data) for ts, data in frames_in(ethernet))
+    two = b"".join(enhanced(1, round(ts * 1e6) + 1000, data) for ts, data in frames_in(raw))
     head = section() + interface(LINKTYPE_ETHERNET)
     data = head + one + interface(LINKTYPE_RAW) + two if late else head + interface(LINKTYPE_RAW) + one + two
     return data, facts(decode(ethernet)[1]) + facts(decode(raw)[1])
@@ -159,7 +149,7 @@ def test_an_interface_described_before_or_after_frames_of_another(tmp_path: Path
     code, records, err = decode(path)
     assert (code, err) == (ExitCode.OK, "")
     assert facts(records) == apart
-    assert frame_times(str(path)).count == 2 * len(frames_of(tmp_path / "session-1.pcap"))
+    assert frame_times(str(path)).count == 2 * len(frames_in(tmp_path / "session-1.pcap"))
 
 
 def test_frame_times_and_time_order_read_such_a_file_whole(tmp_path: Path) -> None:
@@ -169,7 +159,7 @@ def test_frame_times_and_time_order_read_such_a_file_whole(tmp_path: Path) -> No
     assert frame_times(str(path)).count == len(tshark_frames(path))
     later = tmp_path / "later.pcapng"
     later.write_bytes(section() + interface(LINKTYPE_ETHERNET) +
-                      b"".join(enhanced(0, round((ts + 100) * 1e6), data) for ts, data in frames_of(parts[0])))
+                      b"".join(enhanced(0, round((ts + 100) * 1e6), data) for ts, data in frames_in(parts[0])))
     assert in_time_order([str(later), str(path)]) == [str(path), str(later)]
 
 
@@ -239,7 +229,7 @@ def test_a_damaged_block_ends_reading_with_a_notice(tmp_path: Path, tail: bytes,
     """What comes before is decoded; the damage, at the file's end, is one notice saying what it is; exit 0
     (4 with --strict)."""
     ethernet = session(tmp_path, LINKTYPE_ETHERNET, 50001)
-    before = b"".join(enhanced(0, round(ts * 1e6), data) for ts, data in frames_of(ethernet))
+    before = b"".join(enhanced(0, round(ts * 1e6), data) for ts, data in frames_in(ethernet))
     path = tmp_path / "damaged.pcapng"
     path.write_bytes(GOOD + before + tail)
     code, records, err = decode(path)
@@ -267,7 +257,7 @@ def test_a_hostile_block_length_is_never_read_into_memory(tmp_path: Path) -> Non
 def test_an_interface_of_an_unsupported_link_type_is_said_once(tmp_path: Path) -> None:
     ethernet = session(tmp_path, LINKTYPE_ETHERNET, 50001)
     frames = b"".join(enhanced(0, round(ts * 1e6), data) + enhanced(1, round(ts * 1e6), bytes(30))
-                      for ts, data in frames_of(ethernet))
+                      for ts, data in frames_in(ethernet))
     path = tmp_path / "usb.pcapng"
     path.write_bytes(section() + interface(LINKTYPE_ETHERNET) + interface(189) + frames)
     code, records, err = decode(path)

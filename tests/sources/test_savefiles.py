@@ -9,9 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from capturekit import within_size
+from capturekit import frames_in, within_size
 
-from dcpctl.sources.pcap import open_offline
 from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.savefiles import Savefiles, Sink, WholeRecords, buffered
 
@@ -21,16 +20,6 @@ FRAMES = [(1_700_000_000 + n / 1000, n.to_bytes(4, "big") + bytes(10 + (n * 37) 
 
 Opener = Callable[[Path], Sink]
 OPENERS: list[Opener] = [WholeRecords, buffered]
-
-
-def frames_in(path: Path) -> list[tuple[float, bytes]]:
-    reader, read = open_offline(str(path)), []
-    while True:
-        header, data = reader.next()
-        if header is None:
-            return read
-        seconds, micros = header.getts()
-        read.append((seconds + micros / 1_000_000, data))
 
 
 def write_all(ring: Savefiles) -> None:
