@@ -771,16 +771,16 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     return engine.summary, notices
 
 
-# A pcapng file whose interfaces have several link types, the first of which came after its first frame:
-# its copy was begun as a classic pcap, of one link type
+# A pcapng file that describes an interface of another link type only after its first frame: its copy was
+# begun as a classic pcap, of one link type
 ONE_LINKTYPE: Final = ("redact writes a pcap of one link type when the file describes one before its first "
                        "frame, and this file describes another after it")
+
 
 class Tap(Protocol):
     """A frame tap that takes the frame's link type too, when it is not the capture's."""
 
     def __call__(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, /) -> None: ...
-
 
 
 def _several(path: str) -> list[int]:
