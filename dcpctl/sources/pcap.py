@@ -308,8 +308,12 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
     mixed = False  # read by PcapngReader: each frame has its interface's link type
     unknown: set[int] = set()
     if linktype not in SUPPORTED_LINKTYPES:
-        yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
-        return
+        # a pcapng file's first interface only: others, of link types dcpctl reads, may follow
+        several = _of_several(reopen) if reopen is not None else None
+        if several is None:
+            yield CaptureNotice(0, 0.0, "unknown_link_type", f"link type {linktype} is not supported")
+            return
+        reader, mixed = several, True
     frame, ts = 0, 0.0
     keep = FrameFilter(ports, tls_ports)
     if live:  # never blocked inside libpcap (which waits for traffic, whatever its timeout): Ctrl-C works
@@ -357,6 +361,17 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
     hint = keep.port_hint(frame, ts)
     if hint is not None:
         yield hint
+
+
+def _of_several(reopen: Callable[[int], PcapngReader]) -> PcapngReader | None:
+    """The file read again by :class:`PcapngReader`, when it is a pcapng file whose interfaces (those described
+    before its first frame) have several link types; None otherwise."""
+    try:
+        reader = reopen(0)
+        types = reader.described()
+    except pcapy.PcapError:
+        return None
+    return reader if len(set(types)) > 1 else None
 
 
 def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),

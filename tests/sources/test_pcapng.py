@@ -254,12 +254,17 @@ def test_a_hostile_block_length_is_never_read_into_memory(tmp_path: Path) -> Non
     assert peak_mb < 100
 
 
-def test_an_interface_of_an_unsupported_link_type_is_said_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", [False, True])
+def test_an_interface_of_an_unsupported_link_type_is_said_once(tmp_path: Path, first: bool) -> None:
+    """Its frames are skipped, said once, whether it is described before the Ethernet interface or after."""
     ethernet = session(tmp_path, LINKTYPE_ETHERNET, 50001)
-    frames = b"".join(enhanced(0, round(ts * 1e6), data) + enhanced(1, round(ts * 1e6), bytes(30))
+    usb, eth = (0, 1) if first else (1, 0)
+    frames = b"".join(enhanced(eth, round(ts * 1e6), data) + enhanced(usb, round(ts * 1e6), bytes(30))
                       for ts, data in frames_in(ethernet))
+    described = [interface(189), interface(LINKTYPE_ETHERNET)] if first else \
+        [interface(LINKTYPE_ETHERNET), interface(189)]
     path = tmp_path / "usb.pcapng"
-    path.write_bytes(section() + interface(LINKTYPE_ETHERNET) + interface(189) + frames)
+    path.write_bytes(section() + b"".join(described) + frames)
     code, records, err = decode(path)
     assert code == ExitCode.OK
     assert facts(records) == facts(decode(ethernet)[1])
