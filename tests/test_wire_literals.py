@@ -30,6 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("sources/pcapwriter.py", "FIN, SYN, RST, PSH, ACK ="): "TCP flag bits",
     ("sources/pcapwriter.py", 'struct.pack("!BBHHHBBH4s4s", 0x45'): "an IPv4 header, not the DCP one",
     ("sources/tcp.py", "FIN, SYN, RST, ACK ="): "TCP flag bits",
+    ("sources/pcapng.py", "if value[0] & 0x80 else"): "a pcapng timestamp resolution: its base bit and exponent",
     ("client/consumer.py", "shape & 0xFF"): "unpacks the extras length from the quiet path's shape key",
     ("commands/decode.py", "a number (0x57, 87) standing for its names"): "help text: how a user writes a number",
 }

@@ -57,12 +57,12 @@ class PcapWriter:
     def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
         """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut.
         ``linktype``: the frame's, which is the file's here (see :class:`PcapngWriter` for several)."""
-        seconds, micros, kept, original = self._record(ts, frame, wire_length)
+        seconds, micros, kept, original = self._parts(ts, frame, wire_length)
         # the seconds field is 32 bits, which libpcap reads as signed: a time it read from a damaged record
         # (before 1970) is written back as the same bits
         self.stream.write(struct.pack("<IIII", seconds % _SECONDS, micros, len(kept), original) + kept)
 
-    def _record(self, ts: float, frame: bytes, wire_length: int | None) -> tuple[int, int, bytes, int]:
+    def _parts(self, ts: float, frame: bytes, wire_length: int | None) -> tuple[int, int, bytes, int]:
         """A frame's time in seconds and microseconds, the bytes kept of it, and its length on the wire."""
         seconds = math.floor(ts)
         micros = round((ts - seconds) * 1_000_000)
@@ -96,7 +96,7 @@ class PcapngWriter(PcapWriter):
         if number is None:  # an interface may be described anywhere before its first frame
             number = self.interfaces[linktype] = len(self.interfaces)
             self.stream.write(self._interface(linktype))
-        seconds, micros, kept, original = self._record(ts, frame, wire_length)
+        seconds, micros, kept, original = self._parts(ts, frame, wire_length)
         units = (seconds * 1_000_000 + micros) % (1 << 64)
         fields = struct.pack("<IIIII", number, units >> 32, units & 0xFFFFFFFF, len(kept), original)
         self.stream.write(_block(ENHANCED_PACKET, fields + kept))
