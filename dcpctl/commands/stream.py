@@ -257,8 +257,9 @@ class _OutputError(CommandError):
 
 
 class _Capture:
-    """--write FILE: the whole exchange as a pcap. A write that fails (a full or read-only disk) is one
-    error naming the file; after it, nothing more is written."""
+    """--write FILE: the whole exchange as a pcap (with -C, a ring of them). A write that fails (a full or
+    read-only disk), or a next file that cannot be opened, is one error naming the file; after it, nothing
+    more is written."""
 
     def __init__(self, path: Path, redactor: Redactor | None = None, size: int | None = None,
                  count: int | None = None) -> None:
