@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pcapy
 import pytest
 from capturekit import frames_in, session_packets, write_capture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from peakkit import run_with_peak
 from servekit import peer
 
@@ -377,3 +380,53 @@ def test_such_a_file_compressed_and_cut_short_is_read_up_to_the_cut(tmp_path: Pa
     assert facts(records) == [r for r in apart if r in facts(records)]  # whole messages, in their order
     assert err.count("\n") == 1
     assert "the file cannot be read on" in err
+
+
+SEED_FILE: list[bytes] = []
+
+
+def seed_file(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A pcapng file of two link types, every kind of block in it: the seed the mutations start from."""
+    if not SEED_FILE:
+        directory = tmp_path_factory.mktemp("seed")
+        ethernet, raw = session(directory, LINKTYPE_ETHERNET, 50001), session(directory, LINKTYPE_RAW, 50002)
+        frames = [enhanced(0, round(ts * 1e6), data) for ts, data in frames_in(ethernet)[:12]] + \
+            [enhanced(1, round(ts * 1e6), data) for ts, data in frames_in(raw)[:12]]
+        SEED_FILE.append(section() + interface(LINKTYPE_ETHERNET, tsresol=9) + interface(LINKTYPE_RAW) +
+                         block(3, struct.pack("<I", 60) + bytes(60)) + block(5, bytes(16)) + b"".join(frames) +
+                         section(">") + interface(LINKTYPE_RAW, endian=">") + interface(LINKTYPE_NULL, endian=">") +
+                         enhanced(1, 5, bytes(40), endian=">"))
+    return SEED_FILE[0]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255), st.integers(0, 3)), min_size=1,
+                     max_size=6))
+def test_mutated_files_end_in_a_notice_never_an_exception_or_a_hang(
+        tmp_path_factory: pytest.TempPathFactory, cuts: list[tuple[int, int, int]]) -> None:
+    """Bytes changed, cut out or the file cut short anywhere: the reader gives frames, then ends or raises
+    PcapError (a notice); it never raises anything else, loops, or gives a frame longer than its block."""
+    data = bytearray(seed_file(tmp_path_factory))
+    for where, value, how in cuts:
+        at = where % (len(data) + 1)
+        if how == 0 and at < len(data):
+            data[at] = value
+        elif how == 1:
+            del data[at:at + value]
+        elif how == 2:
+            del data[at:]
+        elif at + 4 <= len(data):  # a length or a count, made large
+            data[at:at + 4] = (value << 24 | 0xFFFFFC).to_bytes(4, "little")
+        if not data:
+            break
+    reader = PcapngReader(io.BytesIO(bytes(data)))
+    try:
+        for _ in range(len(data) // 12 + 2):  # a block is 12 bytes at least: more calls than that is a loop
+            header, frame = reader.next()
+            if header is None:
+                return
+            assert len(frame) <= len(data)
+        pytest.fail("more frames than the file has blocks")
+    except pcapy.PcapError:
+        return
