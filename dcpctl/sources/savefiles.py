@@ -117,10 +117,11 @@ class Savefiles(PcapWriter):
         following = self.opener(self._named(self.number + 1))
         try:
             following.write(self._file_header())
+            self.file.close()  # a buffered file's last records go out here, and may fail to
         except OSError:
-            following.close()
+            with contextlib.suppress(OSError):
+                following.close()
             raise
-        self.file.close()
         self.file, self.stream = following, cast(BinaryIO, following)
         self.number += 1
         self.bytes, self.records = _FILE_HEADER, 0
