@@ -113,13 +113,26 @@ class Rotation:
         "--file-count", "-W", min=1, metavar="N",
         help="With -C: keep N files, FILE0 ... FILE<N-1>, the oldest overwritten, as tcpdump -C -W: a "
         "bounded ring.")] = None
+    rotate_seconds: Annotated[float | None, typer.Option(
+        "--rotate-seconds", "-G", min=1, metavar="SECONDS",
+        help="With -w: start a new file every SECONDS, its name the -w name through strftime in local time, as "
+        "tcpdump -G: -w 'dcp-%Y%m%d-%H%M%S.pcap'.")] = None
 
     def size(self, write: Path | None) -> int | None:
-        """Each file's size in bytes, None for one file; -C without -w, or -W without -C, is a mistake said."""
+        """Each file's size in bytes, None for one file; -C or -G without -w, -W without -C, -W with -G, and a
+        -G name with no time in it are mistakes said."""
         if self.file_size is not None and write is None:
             raise CommandError("-C: the size of each -w file: give -w FILE", ExitCode.USAGE)
+        if self.rotate_seconds is not None and write is None:
+            raise CommandError("-G: the seconds each -w file covers: give -w FILE", ExitCode.USAGE)
+        if self.rotate_seconds is not None and self.file_count is not None:
+            raise CommandError("-W with -G: tcpdump then stops after N files, which dcpctl does not; a ring of N "
+                               "files is -C MB -W N", ExitCode.USAGE)
         if self.file_count is not None and self.file_size is None:
             raise CommandError("-W: the number of -w files kept, each -C million bytes: give -C MB", ExitCode.USAGE)
+        if self.rotate_seconds is not None and "%" not in str(write):
+            raise CommandError(f"-G: -w {write} has no time in it (strftime, as tcpdump: -w 'dcp-%Y%m%d-%H%M%S"
+                               ".pcap'): each file would have the same name", ExitCode.USAGE)
         return None if self.file_size is None else int(self.file_size * 1_000_000)
 
 

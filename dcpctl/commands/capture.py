@@ -99,7 +99,8 @@ def capture(
         writer: Savefiles | None = None
         if write is not None:
             try:
-                writer = stack.enter_context(Savefiles(write, linktype, file_size, rotation.file_count))
+                writer = stack.enter_context(Savefiles(write, linktype, file_size, rotation.file_count,
+                                                       seconds=rotation.rotate_seconds))
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
         engine = None

@@ -161,7 +161,8 @@ def stream(
         with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
             errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
-    capture = _Capture(write, redacting, file_size, rotation.file_count) if write is not None else None
+    capture = _Capture(write, redacting, file_size, rotation.file_count, rotation.rotate_seconds) \
+        if write is not None else None
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that."""
@@ -262,7 +263,7 @@ class _Capture:
     more is written."""
 
     def __init__(self, path: Path, redactor: Redactor | None = None, size: int | None = None,
-                 count: int | None = None) -> None:
+                 count: int | None = None, seconds: float | None = None) -> None:
         self.path = path
         self.redactor = redactor
         self.addresses = redactor.addresses if redactor is not None else None
@@ -270,7 +271,7 @@ class _Capture:
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}
         try:
-            self.writer = Savefiles(path, size=size, count=count, opener=buffered)
+            self.writer = Savefiles(path, size=size, count=count, opener=buffered, seconds=seconds)
         except OSError as exc:
             raise CommandError(file_error(f"--write: {path}", exc), ExitCode.INPUT) from None
 

@@ -3,12 +3,15 @@
 ``capture -w`` and ``stream --write`` both save with :class:`Savefiles`. With ``-C`` a new file is begun
 once the current one would pass the size (each file a whole pcap, a record never spans two), named as
 tcpdump names them: FILE, FILE1, FILE2 ...; with ``-W`` as well, FILE0 ... FILE<N-1>, the oldest
-overwritten. ``dcpctl decode FILE*`` reads such files as the one capture they were cut from.
+overwritten. With ``-G`` a new file is begun every so many seconds, FILE a strftime format.
+``dcpctl decode FILE*`` reads such files as the one capture they were cut from.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol, cast
@@ -66,15 +69,23 @@ def buffered(path: Path) -> Sink:
 
 class Savefiles(PcapWriter):
     """``-w FILE``, or with ``size`` (bytes) the files one after the other; with ``count`` as well, a ring of
-    that many. A failure to write or to open the next file is kept in ``error`` and raised; ``records`` and
-    ``name`` are then the file that holds the frames saved before it."""
+    that many. With ``seconds``, a new file once a frame comes that many seconds after the current file was
+    begun, named by ``time.strftime`` of FILE at that moment, in local time, as tcpdump -G names them (with
+    ``size`` too, numbered within each). A failure to write or to open the next file is kept in ``error``
+    and raised; ``records`` and ``name`` are then the file that holds the frames saved before it. ``now``:
+    the time the first file is begun (the capture's clock; the wall clock by default)."""
 
     def __init__(self, path: Path, linktype: int = LINKTYPE_ETHERNET, size: int | None = None,
-                 count: int | None = None, opener: Callable[[Path], Sink] = WholeRecords) -> None:
-        self.path, self.size, self.count, self.opener = path, size, count, opener
+                 count: int | None = None, opener: Callable[[Path], Sink] = WholeRecords,
+                 seconds: float | None = None, now: float | None = None) -> None:
+        self.path, self.size, self.count, self.opener, self.seconds = path, size, count, opener, seconds
+        self.begun_at = time.time() if now is None else now
+        self.base = self._base(self.begun_at)
         self.number = 0
         self.error: OSError | None = None
-        self.file = opener(self._named(0))
+        # the files begun, oldest first (of a ring, those it holds: a capture may run for weeks)
+        self.begun: deque[Path] = deque([self._named(0)], maxlen=count)
+        self.file = opener(self.begun[0])
         try:
             super().__init__(cast(BinaryIO, self.file), linktype)
         except OSError as exc:
@@ -83,26 +94,31 @@ class Savefiles(PcapWriter):
             raise
         self.bytes, self.records = _FILE_HEADER, 0
 
-    def _named(self, number: int) -> Path:
+    def _base(self, ts: float) -> Path:
+        return self.path if self.seconds is None else Path(time.strftime(str(self.path), time.localtime(ts)))
+
+    def _named(self, number: int, base: Path | None = None) -> Path:
+        base = self.base if base is None else base
         if self.count is not None:
-            return Path(f"{self.path}{number % self.count:0{len(str(self.count - 1))}d}")
-        return self.path if number == 0 else Path(f"{self.path}{number}")
+            return Path(f"{base}{number % self.count:0{len(str(self.count - 1))}d}")
+        return base if number == 0 else Path(f"{base}{number}")
 
     @property
     def name(self) -> Path:
         """The file being written."""
-        return self._named(self.number)
+        return self.begun[-1]
 
     @property
     def names(self) -> list[Path]:
         """Every file written, in the order they were begun (with ``count``, those the ring still holds)."""
-        first = 0 if self.count is None else max(0, self.number - self.count + 1)
-        return [self._named(n) for n in range(first, self.number + 1)]
+        return list(self.begun)
 
     def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
         record = _RECORD_HEADER + min(len(frame), self.snaplen)
         try:
-            if self.size is not None and self.records > 0 and self.bytes + record > self.size:
+            if self.seconds is not None and ts >= self.begun_at + self.seconds:
+                self._next(ts)
+            elif self.size is not None and self.records > 0 and self.bytes + record > self.size:
                 self._next()
             super().write(ts, frame, wire_length, linktype)
         except OSError as exc:
@@ -111,10 +127,14 @@ class Savefiles(PcapWriter):
         self.bytes += record
         self.records += 1
 
-    def _next(self) -> None:
-        """The next file, opened (its header written) before the current one is closed: a failure leaves the
-        current file whole and named as the one holding the last frames."""
-        following = self.opener(self._named(self.number + 1))
+    def _next(self, ts: float | None = None) -> None:
+        """The next file (``ts``: the next time slice's, begun at ``ts``), opened (its header written) before
+        the current one is closed: a failure leaves the current file whole and named as the one holding the
+        last frames. A time slice named as the one before (a time format coarser than the interval) is
+        numbered on, never written over."""
+        base = self.base if ts is None else self._base(ts)
+        number = self.number + 1 if base == self.base else 0
+        following = self.opener(self._named(number, base))
         try:
             following.write(self._file_header())
             self.file.close()  # a buffered file's last records go out here, and may fail to
@@ -123,7 +143,10 @@ class Savefiles(PcapWriter):
                 following.close()
             raise
         self.file, self.stream = following, cast(BinaryIO, following)
-        self.number += 1
+        self.base, self.number = base, number
+        self.begun.append(self._named(number))
+        if ts is not None:
+            self.begun_at = ts
         self.bytes, self.records = _FILE_HEADER, 0
 
     def flush(self) -> None:

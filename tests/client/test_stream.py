@@ -258,8 +258,29 @@ def test_write_whose_next_file_cannot_be_opened_is_one_line_and_keeps_the_files(
         assert seqnos == list(range(1, len(seqnos) + 1))
 
 
+def test_write_with_rotate_seconds_begins_a_file_each_interval_named_by_its_time(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                                 ) -> None:
+    """-G 1 over items that come for about two seconds: a file a second or so, named by strftime of the -w
+    name, and decode of them all (in a shell's order) gives what was streamed."""
+    monkeypatch.setenv("TZ", "UTC")
+    with serving("--vbuckets", "2", "--items", "4", "--mutation-rate", "20") as server:
+        code, live, err = stream(server, "--count", "44", "--write", str(tmp_path / "s-%H%M%S.pcap"), "-G", "1")
+    assert code == ExitCode.OK, err
+    files = sorted(tmp_path.iterdir())
+    assert len(files) >= 2
+    assert all(re.fullmatch(r"s-\d{6}\.pcap", f.name) for f in files)
+    code, decoded, err = run("decode", *map(str, files), "-F", "jsonl", "--port", str(server.port))
+    assert (code, err) == (ExitCode.OK, "")
+    assert pushed_facts(decoded) == pushed_facts(live)
+    assert len(items(decoded)) == 44
+
+
 def test_file_size_and_count_need_what_they_modify() -> None:
-    for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: ")):
+    for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: "),
+                       (["-G", "5"], "-G: the seconds each -w file covers"),
+                       (["-w", "x.pcap", "-G", "5"], "-G: -w x.pcap has no time in it"),
+                       (["-w", "x-%S.pcap", "-G", "5", "-W", "2"], "-W with -G: tcpdump then stops")):
         code, _, err = run("stream", "127.0.0.1:1", *args)
         assert code == ExitCode.USAGE
         assert err.startswith(f"dcpctl: error: {says}")

@@ -183,17 +183,20 @@ def test_packets_the_kernel_dropped_are_counted() -> None:
     assert b"capture_dropped" in stderr.splitlines()[-1], stderr[-500:]
 
 
-def _capture_session(tmp_path: Path, *write: str) -> tuple[list[dict[str, object]], int]:
+def _capture_session(tmp_path: Path, *write: str, slow: bool = False) -> tuple[list[dict[str, object]], int]:
     """A DCP session (dcpctl stream from dcpctl serve) captured on the loopback until Ctrl-C, saved with
-    ``write``'s options: the records printed live, and the server's port."""
+    ``write``'s options: the records printed live, and the server's port. ``slow``: items made over about
+    two seconds, not all there at once."""
     printed = tmp_path / "live.jsonl"
-    with serving("--vbuckets", "4", "--items", "400") as server, printed.open("wb") as sink:
+    served = ("--items", "4", "--mutation-rate", "20") if slow else ("--items", "400")
+    until = ("--count", "44") if slow else ("--until", "now")
+    with serving("--vbuckets", "4", *served) as server, printed.open("wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", str(server.port),
                                  "-F", "jsonl", *write], stdout=sink, stderr=subprocess.PIPE)
         assert proc.stderr is not None
         assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
         streamed = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
-                                   "--until", "now", "--summary"], capture_output=True, timeout=120, check=False,
+                                   *until, "--summary"], capture_output=True, timeout=120, check=False,
                                   env={**os.environ, "DCPCTL_PASSWORD": "password"})
         assert streamed.returncode == ExitCode.OK, streamed.stderr
         time.sleep(1)
@@ -247,8 +250,25 @@ def test_w_with_a_file_count_keeps_a_bounded_ring(tmp_path: Path) -> None:
         [r["by_seqno"] for r in live[-20:] if "by_seqno" in r]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
+def test_w_with_rotate_seconds_begins_a_file_each_second_named_by_its_time(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """-G 1: a file a second, named by strftime of the -w name; decode of them all gives what was printed."""
+    monkeypatch.setenv("TZ", "UTC")
+    live, port = _capture_session(tmp_path, "-w", str(tmp_path / "live-%H%M%S.pcap"), "-G", "1", slow=True)
+    files = sorted(tmp_path.glob("live-*.pcap"))
+    assert len(files) >= 2
+    decoded = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-F", "json", "-p", str(port),
+                              *map(str, files)], capture_output=True, timeout=120, check=True)
+    assert decoded.stderr == b""
+    assert [list(r.items()) for r in live] == [list(r.items()) for r in json.loads(decoded.stdout)]
+
+
 def test_file_size_and_count_need_what_they_modify() -> None:
-    for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: ")):
+    for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: "),
+                       (["-G", "5"], "-G: the seconds each -w file covers"),
+                       (["-w", "x.pcap", "-G", "5"], "-G: -w x.pcap has no time in it"),
+                       (["-w", "x-%S.pcap", "-G", "5", "-W", "2"], "-W with -G: tcpdump then stops")):
         proc = subprocess.run([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", *args],
                               capture_output=True, timeout=60, check=False)
         assert proc.returncode == ExitCode.USAGE

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,58 @@ except OSError as exc:
     assert done.stdout.split() == ["OSError", "15", "True"]  # 24 + 15 * 316 = 4764: the 16th did not fit
     assert path.stat().st_size == 24 + 15 * 316
     assert len(frames_in(path)) == 15
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Names by strftime in local time: the test's local time is UTC."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("utc")
+def test_seconds_begin_a_file_named_by_its_time_as_tcpdump_g_does(tmp_path: Path) -> None:
+    """-G 10 over 0.3 s of frames a millisecond apart (given times 0.05 s apart here): a new file once a
+    frame comes 10 s after the current file was begun, its name the strftime of -w at that frame's time."""
+    frames = [(1_700_000_000 + n * 0.05, frame) for n, (_, frame) in enumerate(FRAMES)]  # 15 seconds
+    ring = Savefiles(tmp_path / "g-%H%M%S.pcap", seconds=10, now=frames[0][0])
+    with ring:
+        for ts, frame in frames:
+            ring.write(ts, frame)
+    starts = [frames[0][0], frames[200][0]]  # 10 s after the first frame: its 201st
+    names = [time.strftime("g-%H%M%S.pcap", time.gmtime(t)) for t in starts]
+    assert [p.name for p in ring.names] == names == sorted(p.name for p in tmp_path.iterdir())
+    assert [len(frames_in(tmp_path / name)) for name in names] == [200, 100]
+    assert [f for name in names for f in frames_in(tmp_path / name)] == [(pytest.approx(ts), f) for ts, f in frames]
+
+
+@pytest.mark.usefixtures("utc")
+def test_seconds_and_a_size_number_the_files_within_each_interval(tmp_path: Path) -> None:
+    frames = [(1_700_000_000 + n * 0.05, frame) for n, (_, frame) in enumerate(FRAMES)]
+    ring = Savefiles(tmp_path / "g-%H%M%S.pcap", size=30_000, seconds=10, now=frames[0][0])
+    with ring:
+        for ts, frame in frames:
+            ring.write(ts, frame)
+    first, second = (time.strftime("g-%H%M%S.pcap", time.gmtime(frames[n][0])) for n in (0, 200))
+    names = [p.name for p in ring.names]
+    assert names[0] == first
+    assert names[names.index(second) - 1].startswith(first)
+    assert names == [first, *(f"{first}{n}" for n in range(1, names.index(second))),
+                     second, *(f"{second}{n}" for n in range(1, len(names) - names.index(second)))]
+    assert all(within_size(tmp_path / name, 30_000) for name in names)
+    assert [f for name in names for f in frames_in(tmp_path / name)] == [(pytest.approx(ts), f) for ts, f in frames]
+
+
+@pytest.mark.usefixtures("utc")
+def test_a_time_format_coarser_than_the_interval_numbers_files_never_overwrites(tmp_path: Path) -> None:
+    """tcpdump overwrites a file whose name comes again; dcpctl numbers it on: no frame is lost."""
+    frames = [(1_700_000_000 + n * 0.05, frame) for n, (_, frame) in enumerate(FRAMES)]
+    ring = Savefiles(tmp_path / "g-%H.pcap", seconds=2, now=frames[0][0])
+    with ring:
+        for ts, frame in frames:
+            ring.write(ts, frame)
+    assert len(ring.names) == 8
+    assert [f for path in ring.names for f in frames_in(path)] == [(pytest.approx(ts), f) for ts, f in frames]
