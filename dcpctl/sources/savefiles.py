@@ -85,6 +85,7 @@ class Savefiles(PcapWriter):
         self.error: OSError | None = None
         # the files begun, oldest first (of a ring, those it holds: a capture may run for weeks)
         self.begun: deque[Path] = deque([self._named(0)], maxlen=count)
+        self.used = set(self.begun) if seconds is not None else set()  # -G: names never written twice
         self.file = opener(self.begun[0])
         try:
             super().__init__(cast(BinaryIO, self.file), linktype)
@@ -130,10 +131,12 @@ class Savefiles(PcapWriter):
     def _next(self, ts: float | None = None) -> None:
         """The next file (``ts``: the next time slice's, begun at ``ts``), opened (its header written) before
         the current one is closed: a failure leaves the current file whole and named as the one holding the
-        last frames. A time slice named as the one before (a time format coarser than the interval) is
-        numbered on, never written over."""
+        last frames. With ``seconds``, a name this run has written already (a time format coarser than the
+        interval) is numbered on, never written over."""
         base = self.base if ts is None else self._base(ts)
         number = self.number + 1 if base == self.base else 0
+        while self.seconds is not None and self._named(number, base) in self.used:
+            number += 1
         following = self.opener(self._named(number, base))
         try:
             following.write(self._file_header())
@@ -145,6 +148,8 @@ class Savefiles(PcapWriter):
         self.file, self.stream = following, cast(BinaryIO, following)
         self.base, self.number = base, number
         self.begun.append(self._named(number))
+        if self.seconds is not None:
+            self.used.add(self.begun[-1])
         if ts is not None:
             self.begun_at = ts
         self.bytes, self.records = _FILE_HEADER, 0

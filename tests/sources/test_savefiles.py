@@ -173,9 +173,14 @@ def test_seconds_and_a_size_number_the_files_within_each_interval(tmp_path: Path
 def test_a_time_format_coarser_than_the_interval_numbers_files_never_overwrites(tmp_path: Path) -> None:
     """tcpdump overwrites a file whose name comes again; dcpctl numbers it on: no frame is lost."""
     frames = [(1_700_000_000 + n * 0.05, frame) for n, (_, frame) in enumerate(FRAMES)]
-    ring = Savefiles(tmp_path / "g-%H.pcap", seconds=2, now=frames[0][0])
+    ring = Savefiles(tmp_path / "g-%S.pcap", seconds=2, now=frames[0][0])
     with ring:
-        for ts, frame in frames:
+        for ts, frame in frames[:100]:
             ring.write(ts, frame)
-    assert len(ring.names) == 8
-    assert [f for path in ring.names for f in frames_in(path)] == [(pytest.approx(ts), f) for ts, f in frames]
+        for ts, frame in frames[100:]:  # a minute after the first frame: the names' seconds come again
+            ring.write(ts + 55, frame)
+    names = [path.name for path in ring.names]
+    assert len(names) == len(set(names)) == 8
+    assert names[:4] == ["g-20.pcap", "g-22.pcap", "g-24.pcap", "g-20.pcap1"]
+    assert [f for path in ring.names for f in frames_in(path)] == [
+        (pytest.approx(ts + 55 * (n >= 100)), f) for n, (ts, f) in enumerate(frames)]
