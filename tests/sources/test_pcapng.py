@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from peakkit import run_with_peak
 from servekit import peer
+from test_capture import decode
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
@@ -29,14 +30,6 @@ from dcpctl.sources.pcapng import MAX_BLOCK_BYTES, PcapngReader
 from dcpctl.sources.pcapwriter import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_NULL, LINKTYPE_RAW
 
 LINKTYPES = (LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL, LINKTYPE_NULL)
-
-
-def decode(path: Path | str, *args: str) -> tuple[int, list[dict[str, Any]], str]:
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
-                      color=False)
-    code = main(["decode", str(path), "-F", "jsonl", *args], env)
-    return code, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
 
 
 def facts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
