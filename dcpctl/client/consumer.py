@@ -11,8 +11,8 @@ what was fed, as ``ProducerConnection`` does on the server side:
 - markers, items and stream ends move the vbucket's position (``client/state.py``); items count towards
   ``--count`` (shared by every node's consumer through one :class:`Progress`) and the per-vbucket summary;
 - stream messages are given back annotated exactly as a captured message is (``ts``, ``connection``,
-  ``direction`` and the tracker's fields); with a :class:`LineMaker`, runs of plain items are given back as
-  the command's own rendering of them (bytes), never decoded;
+  ``direction`` and the tracker's fields); with a :class:`LineMaker`, runs of plain items (the compiled
+  item readers' messages) are given back as the command's own rendering of them (bytes), never annotated;
 - a Rollback answer gives :class:`RollbackAsked`: the streamer reads the failover log and the high seqno
   (I/O), and :meth:`Consumer.rollback` applies ``--on-rollback``: follow (a new stream request from where
   the failover log says the histories agree), fail (an error, exit 9) or report (the vbucket is left out);
@@ -47,6 +47,7 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build, grammar
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
+from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
 
@@ -100,25 +101,22 @@ class Reroute:
 Event = Message | bytes | Notice | RollbackAsked | Reroute
 
 
-# How the caller's renderer reads one plain item straight to its output, as render.lines' line readers
-# do: (buffer, position, end of the bytes, the lead's values, stream offset of the buffer, accept) ->
-# None, or (end of the item, its opaque, its by_seqno, its rendering). ``accept(opaque, by_seqno, length)`` is
-# the tracker's say on the item (ConnectionTracker.plain_item), asked once every stateless check passed.
-Accept = Callable[[int, int, int], tuple[bool, int | None]]
-ItemRenderer = Callable[[bytes, int, int, tuple[bytes, ...], int, Accept], tuple[int, int, int, bytes] | None]
+# The tracker's say on a plain item (ConnectionTracker.plain_item): taken or not, and its stream's vbucket.
+Accept = Callable[[Message], tuple[bool, int | None]]
 
 
-class ItemRenderers(Protocol):
-    def at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> ItemRenderer | None:
-        """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
-        item's (or too little is there to tell)."""
+class ItemRenderer(Protocol):
+    def line(self, msg: Message, lead: tuple[bytes, ...], stream_vbucket: int | None,
+             accept: Accept | None = None) -> bytes | None:
+        """A plain item's rendering (an item reader's message), or None when it should go the usual way;
+        ``accept`` is asked last, once nothing else stands in the way (see ``render.lines.ItemLines``)."""
 
 
 class LineMaker(Protocol):
-    """How the command turns plain items into output straight from their bytes (its renderer's choice): a
-    connection's line readers, and the values of their lead slots for bytes read at ``ts``."""
+    """How the command turns plain items into output straight from the item readers' messages (its
+    renderer's choice): a connection's renderer, and the values of its lead slots for bytes read at ``ts``."""
 
-    def readers(self, connection: str, max_body_length: int) -> ItemRenderers: ...
+    def lines(self, connection: str) -> ItemRenderer: ...
 
     def lead(self, ts: float) -> tuple[bytes, ...]: ...
 
@@ -217,7 +215,8 @@ class Consumer:
         self.streams: dict[int, Stream] = {}  # opaque -> stream
         self.unacked = 0
         self.ts = 0.0  # when the bytes being handled were read: their messages' ts, as a capture's
-        self._lines = lines.readers(connection, self.framer.max_body_length) if lines is not None else None
+        self._lines = lines.lines(connection) if lines is not None else None
+        self._readers = ItemReaders(self.framer.max_body_length)  # the lines path's, compiled per item shape
         self._lead = lines.lead if lines is not None else None
         self._shapes: _SeqnoShapes | None = None
         self._pending: deque[Message] = deque()  # decoded already (read ahead by a call): handled first
@@ -565,17 +564,17 @@ class Consumer:
         framer.consume(pos)
 
     def _line_runs(self) -> Iterator[Event]:
-        """The lines path: plain items (about which the line reader of their shape and the tracker have
-        nothing to say, whose value the record shows as text) are given back as the LineMaker's bytes,
-        a run at a time, never decoded; anything else is decoded, handled and given back as usual.
+        """The lines path: plain items (read by the item reader of their shape, about which the tracker
+        has nothing to say, whose value the record shows as text) are given back as the LineMaker's bytes,
+        a run at a time, never annotated; anything else is decoded, handled and given back as usual.
         Positions, acknowledgements and --count are exactly the usual path's, and a test holds every line
         to the usual path's record. A run's positions count once it is written (:meth:`commit`)."""
-        readers, lead_of, plain = self._lines, self._lead, self.tracker.plain_item
-        assert readers is not None
+        render, lead_of, plain = self._lines, self._lead, self.tracker.plain_item
+        assert render is not None
         assert lead_of is not None
+        read = self._readers.read
         progress, framer, options, streams = self.progress, self.framer, self.options, self.streams
         stop_at = -1 if progress.count is None else progress.count
-        reader: ItemRenderer | None = None
         written = self._written  # per vbucket, the items in this run: [items, first seqno, last seqno]
         while not progress.done:
             while self._pending and not progress.done:  # read ahead by a call: already decoded, handled first
@@ -591,19 +590,18 @@ class Consumer:
             items, unacked, run, save_at = progress.items, self.unacked, [0, 0, 0], progress.save_at
             last_opaque, stream = -1, None
             while True:
-                got = reader(buf, pos, n, lead, base, plain) if reader is not None else None
-                if got is None:
-                    shaped = readers.at(buf, pos, n, options)
-                    if shaped is None or shaped is reader:
-                        break
-                    reader = shaped
-                    got = reader(buf, pos, n, lead, base, plain)
-                    if got is None:
-                        break
-                end, opaque, seqno, line = got
+                msg = read(buf, pos, n, base, options)
+                if msg is None:
+                    break
+                length = msg.body_end
+                line = render.line(msg, lead, None, plain)
+                if line is None:
+                    break
                 append(line)
-                unacked += end - pos
-                pos = end
+                opaque, seqno = msg.header[7], msg.by_seqno
+                assert seqno is not None  # the tracker takes no item without one
+                unacked += length
+                pos += length
                 if opaque != last_opaque:  # items come in runs of one stream
                     last_opaque, stream = opaque, streams.get(opaque)
                     if stream is not None:

@@ -40,7 +40,7 @@ from dcpctl.protocol.message import DecodeOptions, Message, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
-from dcpctl.render.lines import LineReaders
+from dcpctl.render.lines import ItemLines
 from dcpctl.render.output import Format, emit
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_stream_summary
@@ -239,12 +239,11 @@ def stream(
 
 
 class _JsonLines:
-    """--format jsonl's plain items, written straight from their bytes: each item shape's line reader fills
-    its record's template (what ``render.record.record`` would give, a test holds them to it)."""
+    """--format jsonl's plain items, written straight from the item readers' messages: each item shape's
+    template is filled (what ``render.record.record`` would give, a test holds them to it)."""
 
-    def readers(self, connection: str, max_body_length: int) -> LineReaders:
-        return LineReaders({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",),
-                           max_body_length)
+    def lines(self, connection: str) -> ItemLines:
+        return ItemLines({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",))
 
     def lead(self, ts: float) -> tuple[bytes, ...]:
         return (orjson.dumps(ts),)

@@ -259,15 +259,17 @@ class ConnectionTracker:
                      "collections were negotiated is unknown, so keys are shown with any collection prefix")
         return note
 
-    def plain_item(self, opaque: int, seqno: int, length: int) -> tuple[bool, int | None]:
-        """:meth:`observe` for an item the producer pushed that decoding found clean, when the tracker has
-        nothing to say about it either: then (True, its stream's vbucket or None), with the state updated
-        exactly as :meth:`observe` would update it. (False, None), with the state untouched, whenever
-        :meth:`observe` would add a diagnostic or learn something (the caller then observes the message).
-        For consumers of millions of items: it builds no annotation."""
-        if self.collections is None and not self._warned_unknown:
+    def plain_item(self, msg: Message) -> tuple[bool, int | None]:
+        """:meth:`observe` for an item the producer pushed that decoding found clean (an item reader's
+        message), when the tracker has nothing to say about it either: then (True, its stream's vbucket or
+        None), with the state updated exactly as :meth:`observe` would update it. (False, None), with the
+        state untouched, whenever :meth:`observe` would add a diagnostic or learn something (the caller then
+        observes the message). For consumers of millions of items: it builds no annotation."""
+        seqno = msg.by_seqno
+        if (self.collections is None and not self._warned_unknown) or seqno is None:
             return False, None
-        unacked = self.unacked + length
+        opaque = msg.header[7]
+        unacked = self.unacked + msg.body_end
         if self.buffer_size is not None and unacked > self.buffer_size:
             return False, None
         stream = self.streams_by_opaque.get(opaque)

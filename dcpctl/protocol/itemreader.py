@@ -4,20 +4,19 @@ Theory of operation. A plain item is a producer's mutation, deletion or expirati
 find clean: a request of its opcode, the declared extras layout (nmeta 0, a by_seqno, defined flag bits),
 key and value present as the registry says, a key that is text (after a one-byte collection id when
 collections are on), raw or JSON datatype and a JSON value that parses. Consumers of millions of items
-(``decode``, ``capture``, ``analyze``) read those in place, without building a :class:`Message`. Per item
-shape (opcode and extras length, under one set of decode options) a function is generated from decode's own
-plan (:func:`~dcpctl.protocol.message.item_plan`), as construct compiles a declaration: the header and the
-extras in one ``struct`` unpack, only the checks that shape's plan has, with its constants folded in, the
-key and value read inline. It returns a :data:`~dcpctl.protocol.message.PlainItem` (what :func:`decode` and
-:func:`~dcpctl.protocol.message.item_key` together say of the item), or None for anything else (the
-caller then decodes the packet).
+(``decode``, ``capture``, ``stream``, ``redact``) read those without the interpreted decoder's general
+path. Per item shape (opcode and extras length) a function is generated from decode's own plan
+(:func:`~dcpctl.protocol.message.item_plan`), as construct compiles a declaration: the header and the extras
+in one ``struct`` unpack, only the checks that shape's plan has, with its constants folded in, the key and
+value read inline. It returns the :class:`~dcpctl.protocol.message.Message` :func:`decode` would return, its
+check pass already run (nothing left to find), or None for anything else (the caller then decodes the
+packet, and the diagnostics come from there).
 
-:class:`ItemReaders` keeps a connection's readers by shape. :func:`reader_head` is the generated function's
-head (the unpack and every stateless check up to the key's), which ``render.lines`` also compiles its line
-readers from: the checks are the wire format's, the line is rendering.
+:class:`ItemReaders` keeps a connection's readers by shape and reads an item through its shape's.
 
 Tests hold the reader to the interpreted :func:`decode` (None exactly when decode has something to say, or
-the item is not plain), on every golden vector and on generated items of every item layout.
+the item is not plain; otherwise the same record), on every golden vector and on generated items of every
+item layout.
 """
 
 from __future__ import annotations
@@ -30,97 +29,63 @@ import orjson
 
 from dcpctl.protocol.constants import Magic
 from dcpctl.protocol.grammar import HEADER_LENGTH
-from dcpctl.protocol.message import HEADER, DecodeOptions, ItemPlan, PlainItem, item_plan
+from dcpctl.protocol.message import HEADER, DecodeOptions, Message, ValueReading, item_plan
 from dcpctl.protocol.registry import KeyKind
 
-ItemReader = Callable[[bytes, int, int], PlainItem | None]
+# (buffer, position, end of the bytes, the buffer's stream offset, the options) -> the item's message or None
+ItemReader = Callable[[bytes, int, int, int, DecodeOptions], Message | None]
 READERS_KEPT: Final = 64  # shapes compiled per connection: a stream has a handful; more means a hostile mix
 ITEM_READERS_KEPT: Final = 1024  # item readers kept by the process (dialects x collections x the item shapes)
 _ITEM_READERS: dict[tuple[str, bool, int, int], ItemReader | None] = {}
 _UNSEEN: Final = object()  # a shape no reader was asked for yet (None is cached: not a plain item's shape)
 
 
-class ShapeReaders:
-    """A connection's compiled readers (of one kind: :meth:`_make`'s), made when a shape is first seen (None
-    for a shape that is not a plain item's), forgotten when the decode options change (collections negotiated)."""
+class ItemReaders:
+    """A connection's item readers, made when a shape is first seen (None for a shape that is not a plain
+    item's). :meth:`read` is the plain item at ``buf[pos:n]`` through the reader of its shape; an item whose
+    body is over ``max_body_length`` is left to the framer, which says what is wrong with it."""
 
-    def __init__(self) -> None:
-        self._options: DecodeOptions | None = None
-        self._readers: dict[tuple[int, int], Any] = {}
+    def __init__(self, max_body_length: int) -> None:
+        self._readers: dict[tuple[int, int], ItemReader | None] = {}
+        self._dialect: tuple[str, bool] | None = None
+        self._last: ItemReader | None = None  # items come in long runs of one shape
+        self._limit = HEADER_LENGTH + max_body_length
 
-    def _make(self, options: DecodeOptions, opcode: int, extlen: int) -> Any:
-        raise NotImplementedError
-
-    def shaped(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> Any:
-        if n - pos < HEADER_LENGTH:
-            return None
-        if options is not self._options:
-            self._options, self._readers = options, {}
-        shape = (buf[pos + 1], buf[pos + 4])
-        reader = self._readers.get(shape, _UNSEEN)
-        if reader is not _UNSEEN:
-            return reader
-        if len(self._readers) >= READERS_KEPT:
-            self._readers.clear()
-        reader = self._readers[shape] = self._make(options, *shape)
-        return reader
-
-
-class ItemReaders(ShapeReaders):
-    """Item readers: ``at(...)(buf, pos, n)`` is the plain item at ``buf[pos:n]``, or None."""
-
-    def _make(self, options: DecodeOptions, opcode: int, extlen: int) -> ItemReader | None:
-        return compile_item_reader(options, opcode, extlen)
+    def read(self, buf: bytes, pos: int, n: int, base: int, options: DecodeOptions) -> Message | None:
+        """The plain item at ``buf[pos:n]`` (``base``: the buffer's stream offset), None for anything else."""
+        reader = self._last
+        msg = reader(buf, pos, n, base, options) if reader is not None else None
+        if msg is None:
+            shaped = self.at(buf, pos, n, options)
+            if shaped is None or shaped is reader:
+                return None
+            self._last = shaped
+            msg = shaped(buf, pos, n, base, options)
+            if msg is None:
+                return None
+        return msg if msg.body_end <= self._limit else None
 
     def at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> ItemReader | None:
         """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
-        item's (or too little is there to tell)."""
-        reader: ItemReader | None = self.shaped(buf, pos, n, options)
-        return reader
-
-
-def reader_head(options: DecodeOptions, opcode: int, extlen: int, found: ItemPlan, signature: str,
-            max_body: int | None) -> tuple[list[str], str, bool]:
-    """The generated function's head, shared by both kinds: the unpack and every stateless check of the
-    shape's plan as decode makes them, up to and including the key's (the value's checks differ by
-    kind and follow). Returns (source lines, the extras' variable names, whether the key has a collection
-    prefix)."""
-    (plan, _, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, _, _, _, datatypes) = found
-    extras = ", ".join(f"x{i}" for i in range(len(plan.names)))
-    document_key = bool(options.collections) and plan.variant is not None and plan.variant.key is KeyKind.DOCUMENT
-    allowed = tuple(sorted(set(datatypes) & {0, 1}))  # plain: raw or JSON (and what the opcode allows)
-    limit = f" or total > {max_body}" if max_body is not None else ""
-    lines = [
-        f"def read({signature}):",
-        f"    if n - pos < {HEADER_LENGTH + extlen}:",
-        "        return None",
-        f"    magic, opcode, keylen, extlen, datatype, vbucket, total, opaque, cas, {extras}, = unpack(buf, pos)",
-        f"    end = pos + {HEADER_LENGTH} + total",
-        f"    if magic != {Magic.CLIENT_REQUEST:#04x} or opcode != {opcode} or extlen != {extlen} or end > n{limit} "
-        f"or datatype not in {allowed!r} or keylen > total - {extlen}:",
-        "        return None",
-        f"    ko = pos + {HEADER_LENGTH + extlen}",
-        "    vo = ko + keylen",
-    ]
-    checks = [f"x{nmeta_at}"] if nmeta_at >= 0 else []
-    if zero_seqno_at >= 0:
-        checks.append(f"not x{zero_seqno_at}")
-    checks += [f"x{at} & {~mask & 0xFFFFFFFFFFFFFFFF}" for at, mask in flag_checks]
-    # presence rules as decode's: 0 optional, 1 required, 2 forbidden
-    checks += {0: [], 1: ["not keylen"], 2: ["keylen"]}[key_rule]
-    checks += {0: [], 1: ["end == vo"], 2: ["end > vo"]}[value_rule]
-    if checks:
-        lines += [f"    if {' or '.join(checks)}:", "        return None"]
-    lines += ["    if keylen:"]
-    if document_key:
-        lines += ["        collection_id = buf[ko]", "        if collection_id >= 0x80 or keylen == 1:",
-                  "            return None", "        ko += 1"]
-    lines += ["        try:", "            key = buf[ko:vo].decode()", "        except UnicodeDecodeError:",
-              "            return None", "        if not key.isprintable():", "            return None"]
-    return lines, extras, document_key
+        item's (or too little is there to tell). Readers are forgotten when the options read differently
+        (collections negotiated)."""
+        if n - pos < HEADER_LENGTH:
+            return None
+        dialect = (options.dialect.name, bool(options.collections))
+        if dialect != self._dialect:
+            self._dialect, self._readers, self._last = dialect, {}, None
+        shape = (buf[pos + 1], buf[pos + 4])
+        reader = self._readers.get(shape, _UNSEEN)
+        if reader is not _UNSEEN:
+            return reader  # type: ignore[return-value]
+        if len(self._readers) >= READERS_KEPT:
+            self._readers.clear()
+        found = self._readers[shape] = compile_item_reader(options, *shape)
+        return found
 
 
 def compiled(lines: list[str], name: str, namespace: dict[str, Any]) -> Any:
+    """The function ``read`` the source ``lines`` define, compiled under ``name`` (shown in tracebacks)."""
     exec(compile("\n".join(lines), f"<dcpctl {name}>", "exec"), namespace)  # noqa: S102
     return namespace["read"]
 
@@ -149,21 +114,74 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
     found = item_plan(options.dialect, opcode, extlen)
     if found is None:
         return None
-    plan, seqno_at, rev_seqno_at, names = found[0], found[7], found[8], found[9]
-    lines, extras, document_key = reader_head(options, opcode, extlen, found, "buf, pos, n", None)
-    # item_key's (collection_id, key): None where the item has no key, or its key no collection prefix
-    lines += ["    if not keylen:", "        collection_id = key = None"] if document_key else \
-        ["    collection_id = None", "    if not keylen:", "        key = None"]
+    (plan, _, nmeta_at, zero_seqno_at, flag_checks, key_rule, value_rule, _, _, _, datatypes) = found
+    extras = ", ".join(f"x{i}" for i in range(len(plan.names)))
+    document_key = bool(options.collections) and plan.variant is not None and plan.variant.key is KeyKind.DOCUMENT
+    allowed = tuple(sorted(set(datatypes) & {0, 1}))  # plain: raw or JSON (and what the opcode allows)
+    key_at = HEADER_LENGTH + extlen
+    lines = [
+        "def read(buf, pos, n, base, options):",
+        f"    if n - pos < {key_at}:",
+        "        return None",
+        f"    magic, opcode, keylen, extlen, datatype, vbucket, total, opaque, cas, {extras}, = unpack(buf, pos)",
+        f"    end = pos + {HEADER_LENGTH} + total",
+        f"    if magic != {Magic.CLIENT_REQUEST:#04x} or opcode != {opcode} or extlen != {extlen} or end > n "
+        f"or datatype not in {allowed!r} or keylen > total - {extlen}:",
+        "        return None",
+    ]
+    checks = [f"x{nmeta_at}"] if nmeta_at >= 0 else []
+    if zero_seqno_at >= 0:
+        checks.append(f"not x{zero_seqno_at}")
+    checks += [f"x{at} & {~mask & 0xFFFFFFFFFFFFFFFF}" for at, mask in flag_checks]
+    # presence rules as decode's: 0 optional, 1 required, 2 forbidden
+    checks += {0: [], 1: ["not keylen"], 2: ["keylen"]}[key_rule]
+    checks += {0: [], 1: [f"end == pos + {key_at} + keylen"], 2: [f"end > pos + {key_at} + keylen"]}[value_rule]
+    if checks:
+        lines += [f"    if {' or '.join(checks)}:", "        return None"]
+    # the message as decode() makes it, then as its check pass leaves it (a DOCUMENT, nothing found)
     lines += [
-        "    if datatype and end > vo:",
+        "    raw = buf[pos:end]",
+        f"    vo = {key_at} + keylen",
+        "    msg = new(Message)",
+        "    if keylen:",
+    ]
+    if document_key:  # a one-byte LEB128 collection id, and a key after it
+        lines += [f"        collection_id = raw[{key_at}]",
+                  "        if collection_id >= 0x80 or keylen == 1:",
+                  "            return None",
+                  f"        key = raw[{key_at + 1}:vo]",
+                  "        msg._collection_id = collection_id",
+                  f"        msg._key_start = {key_at + 1}"]
+    else:
+        lines += [f"        key = raw[{key_at}:vo]"]
+    lines += [
         "        try:",
-        "            loads(buf[vo:end])",
+        "            if not key.decode().isprintable():",
+        "                return None",
+        "        except UnicodeDecodeError:",
+        "            return None",
+        "    value = raw[vo:]",
+        "    if datatype and value:",
+        "        try:",
+        "            loads(value)",
         "        except ValueError:",
         "            return None",
-        "    return (end, (magic, opcode, keylen, extlen, datatype, vbucket, total, opaque, cas), plan, "
-        f"({extras},), magic_name, opcode_name, collection_id, key, x{seqno_at}, x{rev_seqno_at}, vo)",
+        "    msg.raw = raw",
+        "    msg.offset = base + pos",
+        "    msg.options = options",
+        "    msg.header = (magic, opcode, keylen, extlen, datatype, vbucket, total, opaque, cas)",
+        "    msg.key_length = keylen",
+        f"    msg.body_end = {HEADER_LENGTH} + total",
+        "    msg.plan = plan",
+        f"    msg._extras_values = ({extras},)",
+        f"    msg.key_offset = {key_at}",
+        "    msg.value_offset = vo",
+        "    msg._read = True",
+        "    msg._reading = DOCUMENT",
+        "    msg._document = value",
+        "    return msg",
     ]
-    reader: ItemReader = compiled(lines, f"item reader {opcode:#04x}/{extlen}", {
-        "unpack": item_codec(plan), "loads": orjson.loads, "plan": plan, "magic_name": names[0],
-        "opcode_name": names[1]})
+    namespace = {"unpack": item_codec(plan), "loads": orjson.loads, "plan": plan, "new": object.__new__,
+                 "Message": Message, "DOCUMENT": ValueReading.DOCUMENT}
+    reader: ItemReader = compiled(lines, f"item reader {opcode:#04x}/{extlen}", namespace)
     return reader

@@ -892,12 +892,6 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     return magic, opcode, msg._collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
-# A plain stream item (a producer's mutation, deletion or expiration that decode() finds clean) as the
-# compiled item readers (``itemreader``) read it in place: the packet's end, its header, its plan, the extras
-# values, then item_key()'s six fields and where the value starts.
-PlainItem = tuple[int, tuple[int, ...], "_Plan", tuple[int, ...], str, str, int | None, str | None, int, int, int]
-
-
 # What a plain-item reader needs of a plan, unpacked once: the plan, its extras unpacker, where nmeta and a
 # by_seqno that must not be 0 are (-1: nowhere), the flag fields' positions and defined bits, the key and
 # value presence rules (0 optional, 1 required, 2 forbidden), where by_seqno and rev_seqno are, the

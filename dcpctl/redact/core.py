@@ -501,19 +501,19 @@ class Redactor:
             return self.name(text)
         return self.mentions(text)
 
-    def plain_item(self, data: bytes, key_at: int, value_at: int, datatype: int, variant: Variant,
-                   prefixed: bool) -> bytes:
-        """A plain stream item as :meth:`message` redacts it, without a :class:`Message`: ``data`` is the packet a
-        compiled item reader (``protocol.itemreader``) read in place (a document key, after a one-byte collection
-        id when ``prefixed``; a raw or JSON value, no snappy, no xattrs; ``variant`` its row), ``key_at`` and
-        ``value_at`` where its key and value start. What becomes of the key and the value is decided by
-        :meth:`document_key` and :meth:`document_value`, as for every message; only the offsets come from the
-        item reader. A test holds it to :meth:`message` on every plain item of the suite's captures."""
+    def plain_item(self, msg: Message) -> bytes:
+        """A plain stream item (the message a compiled item reader, ``protocol.itemreader``, gave: a document
+        key, after a one-byte collection id when collections are on; a raw or JSON value that parses, no snappy,
+        no xattrs) as :meth:`message` redacts it, through the same :meth:`document_key` and
+        :meth:`document_value` without the general path's checks. A test holds it to :meth:`message` on every
+        plain item of the suite's captures."""
+        data, key_at, value_at, datatype = msg.raw, msg.key_offset, msg.value_offset, msg.header[4]
         out = bytearray(data)
         if value_at > key_at:
-            out[key_at:value_at] = self.document_key(data[key_at:value_at], int(prefixed))
+            out[key_at:value_at] = self.document_key(data[key_at:value_at], int(msg.collection_id is not None))
         if len(data) > value_at:
-            # a JSON value was parsed by the item reader (a plain item's JSON parses)
+            variant = msg.variant
+            assert variant is not None  # a plain item's plan has its row
             out[value_at:] = self.document_value(data[value_at:], datatype,
                                                  variant.value_presence is Presence.REQUIRED,
                                                  parsed=bool(datatype & DATATYPE_JSON))

@@ -24,9 +24,9 @@ from typing import Any, Final, Protocol
 from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Framer, Skipped
-from dcpctl.protocol.itemreader import ItemReader, ItemReaders
-from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
+from dcpctl.protocol.itemreader import ItemReaders
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.sources.pcap import CaptureNotice, FileStart, TcpSegment, tls_notice
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 from dcpctl.sources.tls import TLS_PROBE_LENGTH, tls_hello
@@ -52,16 +52,15 @@ class _Connection:
     tracker: ConnectionTracker
     directions: dict[bool, _Direction]
     label: str
-    sink: ItemSink | None = None
-    readers: ItemReaders = field(default_factory=ItemReaders)  # the producer's plain items, compiled per shape
+    sink: ItemSink | None
+    readers: ItemReaders  # the producer's plain items, compiled per shape
     tls: bool = False  # its stream opened with a TLS handshake: nothing of it is framed
 
 
 Item = Message | Skipped | Diagnostic
-# Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's reading, the
-# packet's stream offset, ts, connection label, frames, the stream's vbucket (or None), the connection's
-# tracker, and the buffer the item was read from (valid only during the call).
-ItemSink = Callable[[PlainItem, int, float, str, list[int], int | None, ConnectionTracker, bytes], None]
+# Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's message
+# (unannotated), ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
+ItemSink = Callable[[Message, float, str, list[int], int | None, ConnectionTracker], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
@@ -126,7 +125,8 @@ class CaptureDecoder:
             found = _Connection(ConnectionTracker(self.options, from_start),
                                 {True: _Direction(self._framer(from_start)),
                                  False: _Direction(self._framer(from_start))}, label,
-                                self.items(label) if self.items is not None else None)
+                                self.items(label) if self.items is not None else None,
+                                ItemReaders(self.max_body_length))
             self.connections[conn] = found
         return found
 
@@ -282,33 +282,24 @@ class CaptureDecoder:
         the sink; at the first packet the item reader or the tracker declines, one event goes the
         general way, then the walk resumes."""
         framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
-        readers = state.readers
+        read = state.readers.read
         assert sink is not None
         self.last_tracker = tracker
-        limit = HEADER_LENGTH + framer.max_body_length
         while True:
             buf, pos = framer.window()
             if framer.synced and direction.gap is None:
                 base, n, options = framer.offset - pos, len(buf), tracker.options()
                 span: tuple[int, int, float, tuple[int, ...]] | None = None
                 frames: list[int] = []
-                reader: ItemReader | None = None
-                while True:  # through the reader compiled for the item's shape
-                    item = reader(buf, pos, n) if reader is not None else None
+                while True:
+                    item = read(buf, pos, n, base, options)
                     if item is None:
-                        shaped = readers.at(buf, pos, n, options)
-                        if shaped is None or shaped is reader:
-                            break
-                        reader = shaped
-                        item = reader(buf, pos, n)
-                        if item is None:
-                            break
-                    end = item[0]
-                    if end - pos > limit:
                         break
-                    handled, stream_vbucket = tracker.plain_item(item[1][7], item[8], end - pos)
+                    length = item.body_end
+                    handled, stream_vbucket = tracker.plain_item(item)
                     if not handled:
                         break
+                    end = pos + length
                     offset, stop = base + pos, base + end
                     while spans and spans[0][1] <= offset:
                         spans.popleft()
@@ -320,7 +311,7 @@ class CaptureDecoder:
                     else:
                         ts, frames = _spanned(spans, offset, stop)
                         span = None
-                    sink(item, offset, ts, label, frames, stream_vbucket, tracker, buf)
+                    sink(item, ts, label, frames, stream_vbucket, tracker)
                     pos = end
                 framer.consume(pos)
             event = next(framer.events(), None)

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Protocol
 
 from dcpctl.dcp.session import ConnectionTracker
-from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message, PlainItem, decode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
+from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
@@ -217,7 +217,7 @@ class CaptureRedactor:
         self.max_held_bytes = max_held_bytes
         self.max_held_frames = 2 * (max_body_length // SMALLEST_SEGMENT + 1)
         self.reassembler = Reassembler(ports, max_connections=max_connections)
-        # plain items (most of a DCP capture) come to _plain read in place, not decoded into Messages
+        # plain items (most of a DCP capture) come to _plain from the compiled item readers, unannotated
         self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
                                       items=lambda _label: self._plain)
         self.queue: deque[_Frame] = deque()
@@ -415,22 +415,15 @@ class CaptureRedactor:
                 return
         self._store(stream, msg.offset, self.redactor.message(msg), len(msg.raw))
 
-    def _plain(self, item: PlainItem, offset: int, _ts: float, label: str, _frames: list[int],
-               _vbucket: int | None, _tracker: ConnectionTracker, buf: bytes) -> None:
-        """A plain item of a server's direction, read in place by the decoder's compiled item reader."""
+    def _plain(self, msg: Message, _ts: float, label: str, _frames: list[int], _vbucket: int | None,
+               _tracker: ConnectionTracker) -> None:
+        """A plain item of a server's direction, read by the decoder's compiled item reader."""
         conn_id = self.labels.get(label)
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is None or conn.drop is not None:
             return
         self.summary.messages += 1
-        end, header = item[0], item[1]
-        start = end - HEADER_LENGTH - header[6]  # the header's total body length
-        key_at = HEADER_LENGTH + header[3]  # after the extras (a plain item has no frame infos)
-        variant = item[2].variant
-        assert variant is not None  # a plain item's plan has its row
-        data = self.redactor.plain_item(buf[start:end], key_at, key_at + header[2], header[4], variant,
-                                        item[6] is not None)
-        self._store(conn.stream(from_client=False), offset, data, end - start)
+        self._store(conn.stream(from_client=False), msg.offset, self.redactor.plain_item(msg), len(msg.raw))
 
     def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:
         """A message's redacted bytes into its direction's store of final bytes; one ``length`` input bytes

@@ -28,7 +28,7 @@ from dcpctl.protocol import build
 from dcpctl.protocol.constants import DATATYPE_JSON, HELLO_FEATURES, DcpOpenFlag, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.render.lines import LineReaders
+from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
 
 ITEMS = {"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION"}
@@ -231,11 +231,10 @@ def test_the_three_paths_agree_on_positions_acks_and_counts() -> None:
 
 
 class _Lines:
-    """A LineMaker as commands/stream.py's: the line readers over the record's template."""
+    """A LineMaker as commands/stream.py's: the record's templates filled from the item reader's messages."""
 
-    def readers(self, connection: str, max_body_length: int) -> LineReaders:
-        return LineReaders({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",),
-                           max_body_length)
+    def lines(self, connection: str) -> ItemLines:
+        return ItemLines({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",))
 
     def lead(self, ts: float) -> tuple[bytes, ...]:
         return (repr(ts).encode(),)
@@ -374,6 +373,30 @@ def test_close_asks_to_close_the_open_streams_only() -> None:
     consumer.close_streams()
     [closing] = sent(consumer.data_to_send())
     assert (closing.opcode, closing.vbucket) == (Opcode.DCP_CLOSE_STREAM, 3)
+
+
+def test_a_whole_item_longer_than_the_limit_is_a_protocol_error_on_the_lines_path() -> None:
+    """The lines path leaves an item over the body limit to the usual path, which says what is wrong."""
+    progress = Progress(State("default"))
+    progress.state.vbuckets[3] = VbucketPosition(seqno=5)
+    consumer = Consumer(progress, options=DecodeOptions(), buffer_size=1 << 20, framer=Framer(max_body_length=64),
+                        lines=_Lines())
+    stream = consumer.request(3, 0.0)
+    sent(consumer.data_to_send())
+    drained(consumer, build.response(Opcode.DCP_STREAM_REQ, opaque=stream.opaque, value=b""))
+    items = [build.request(Opcode.DCP_MUTATION, opaque=stream.opaque, vbucket=3, key=b"k", value=b"v" * length,
+                           by_seqno=seqno, rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0, nru=0)
+             for seqno, length in ((6, 32), (7, 32), (8, 33))]
+    assert [len(item) - 24 for item in items] == [64, 64, 65]  # the limit is on the body
+    marker = build.request(Opcode.DCP_SNAPSHOT_MARKER, opaque=stream.opaque, vbucket=3, snap_start_seqno=6,
+                           snap_end_seqno=8, snapshot_flags=1)
+    events = drained(consumer, marker + items[0] + items[1])
+    assert [type(e) for e in events] == [Message, bytes]  # the marker, then the items' lines
+    assert events[1].count(b"\n") == 2
+    longer = items[2]
+    with pytest.raises(ClientError) as raised:
+        drained(consumer, longer)
+    assert raised.value.code == ExitCode.PROTOCOL
 
 
 @pytest.mark.parametrize("quiet", [False, True])

@@ -104,8 +104,10 @@ def test_an_item_for_a_vbucket_never_requested_is_reported_once() -> None:
     tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
     found = [(m.opcode_name, n) for m, note in replay(bytes(data), tracker) for n in names(note)]
     assert found.count(("DCP_MUTATION", "no_stream")) == 1
-    assert tracker.plain_item(0xBEEF, 1, 100) == (True, None)  # said once: the fast path takes the rest
-    assert ConnectionTracker(DecodeOptions(), known_from_start=True).plain_item(0xBEEF, 1, 100) == (False, None)
+    item = decode(bytes(data[first:first + 24 + int.from_bytes(data[first + 8:first + 12], "big")]), first,
+                  DecodeOptions())
+    assert tracker.plain_item(item) == (True, None)  # said once: the fast path takes the rest
+    assert ConnectionTracker(DecodeOptions(), known_from_start=True).plain_item(item) == (False, None)
     late = ConnectionTracker(DecodeOptions(), known_from_start=False)
     assert "no_stream" not in [n for _, note in replay(bytes(data[first:]), late) for n in names(note)]
 

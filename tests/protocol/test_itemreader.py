@@ -1,6 +1,7 @@
-"""A line reader (``render.lines``) says what the item reader, plain_value() and the item's template say
-together: the same line for the same item, None for the same items, and the caller's accept asked only when
-the stateless checks have passed; the item reader is held to the interpreted decode() on the same packets
+"""A plain item's JSON line (``render.lines.ItemLines``, filled from the item reader's message) is the
+record's JSON for every item the item reader reads, None exactly when the record shows the value as hex,
+and the caller's accept is asked only once the value is known to be text (its no leaves the item to the
+usual path); the item reader is held to the interpreted decode() on the same packets
 (``test_plain_item.agrees``)."""
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from test_plain_item import agrees as reads_as_decode
 from vectorfile import all_vectors
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions, decode
-from dcpctl.render.lines import ItemLines, LineReaders, compile_reader, plain_value
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
 
 FIRST = {"ts": None, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client", "frames": None}
 LEAD = (b"1795458637.25", b"[3,4]")
-MAX_BODY = 20 * 1024 * 1024
 TEXT = st.text(st.characters(codec="utf-8"), max_size=8)  # printable or not, ASCII or not
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT,
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
@@ -35,39 +35,34 @@ class Accept:
 
     def __init__(self, *, take: bool, stream_vbucket: int | None) -> None:
         self.take, self.stream_vbucket = take, stream_vbucket
-        self.asked: list[tuple[int, int, int]] = []
+        self.asked: list[Message] = []
 
-    def __call__(self, opaque: int, seqno: int, length: int) -> tuple[bool, int | None]:
-        self.asked.append((opaque, seqno, length))
+    def __call__(self, msg: Message) -> tuple[bool, int | None]:
+        self.asked.append(msg)
         return (True, self.stream_vbucket) if self.take else (False, None)
 
 
-def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept, *, max_body: int = MAX_BODY) -> bool:
-    """The line reader of the packet's shape, if any, against the item reader and the template, the item
-    reader against decode()."""
+def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept) -> bool:
+    """The line of the item the reader reads at ``raw[pos:n]``, if any, against decode()'s record annotated
+    as the line says; the item reader against decode()."""
     assert reads_as_decode(raw, options, pos, n)
-    readers = LineReaders(FIRST, ("ts", "frames"), max_body)
-    reader = readers.at(raw, pos, n, options)
     found = read_item(raw, pos, n, options)
-    value = plain_value(raw, found[10], found[0]) if found is not None else None
-    plain = found is not None and value is not None and found[0] - pos - 24 <= max_body
-    if reader is None:
-        assert found is None, raw.hex()
+    if found is None:
         return True
-    got = reader(raw, pos, n, LEAD, 1000, accept)
-    if not plain:
+    text = "value_encoding" not in record_of(decode(found.raw, found.offset, options))  # the value shown as text
+    message = decode(found.raw, found.offset, options)
+    got = ItemLines(FIRST, ("ts", "frames")).line(found, LEAD, None, accept)
+    if not text:
         assert got is None, raw.hex()
         assert accept.asked == []
         return True
-    assert found is not None
-    assert value is not None
-    header = found[1]
-    assert accept.asked == [(header[7], found[8], found[0] - pos)]
+    assert accept.asked == [found]
     if not accept.take:
         assert got is None
         return True
-    lines = ItemLines(FIRST, ("ts", "frames"))
-    assert got == (found[0], header[7], found[8], lines.line(found, LEAD, 1000 + pos, value, accept.stream_vbucket))
+    last = {} if accept.stream_vbucket is None else {"stream_vbucket": accept.stream_vbucket}
+    message.annotate({**FIRST, "ts": orjson.loads(LEAD[0]), "frames": orjson.loads(LEAD[1])}, last, [])
+    assert got == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
     return True
 
 
@@ -122,39 +117,11 @@ def test_a_line_is_the_records_json() -> None:
                   "nmeta": 0, "nru": 0, "key": "\x08user::1", "value": '{"a": [1, "é"]}'}, fix_lengths=True)
     options = DecodeOptions(collections=True)
     first = {"ts": None, "connection": "c", "direction": "server>client"}
-    reader = LineReaders(first, ("ts",), MAX_BODY).at(raw, 0, len(raw), options)
-    assert reader is not None
-    got = reader(raw, 0, len(raw), (orjson.dumps(2.5),), 40, Accept(take=True, stream_vbucket=3))
+    found = read_item(raw, 0, len(raw), options)
+    assert found is not None
+    got = ItemLines(first).line(found, (orjson.dumps(2.5),), 3)
     assert got is not None
-    message = decode(raw, 40, options)
+    message = decode(raw, 1000, options)
     message.annotate({"ts": 2.5, "connection": "c", "direction": "server>client"}, {"stream_vbucket": 3}, [])
-    assert got[3] == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
-    assert orjson.loads(got[3])["collection_id"] == 8
-
-
-def test_an_item_over_the_body_limit_goes_the_usual_way() -> None:
-    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 2, "cas": 3,
-                  "datatype": 0, "by_seqno": 4, "rev_seqno": 5, "flags": 0, "expiration": 0, "lock_time": 0,
-                  "nmeta": 0, "nru": 0, "key": "k", "value": "v" * 100}, fix_lengths=True)
-    accept = Accept(take=True, stream_vbucket=None)
-    assert agrees(raw, 0, len(raw), DecodeOptions(), accept, max_body=len(raw) - 24)
-    assert accept.asked
-    accept = Accept(take=True, stream_vbucket=None)
-    assert agrees(raw, 0, len(raw), DecodeOptions(), accept, max_body=len(raw) - 25)
-    assert not accept.asked
-
-
-def test_a_reader_reads_only_its_own_shape() -> None:
-    mutation = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 2, "cas": 3,
-                       "datatype": 0, "by_seqno": 4, "rev_seqno": 5, "flags": 0, "expiration": 0, "lock_time": 0,
-                       "nmeta": 0, "nru": 0, "key": "k", "value": "v"}, fix_lengths=True)
-    deletion = encode({"magic": "ClientRequest", "opcode": "DCP_DELETION", "vbucket": 1, "opaque": 2, "cas": 3,
-                       "datatype": 0, "by_seqno": 6, "rev_seqno": 5, "nmeta": 0, "key": "k"},
-                      fix_lengths=True)
-    options = DecodeOptions()
-    reader = compile_reader(options, mutation[1], mutation[4], FIRST, ("ts", "frames"), MAX_BODY)
-    assert reader is not None
-    accept = Accept(take=True, stream_vbucket=None)
-    assert reader(deletion, 0, len(deletion), LEAD, 0, accept) is None
-    assert reader(mutation, 0, len(mutation), LEAD, 0, accept) is not None
-    assert compile_reader(options, 0x56, 20, FIRST, ("ts",), MAX_BODY) is None  # a snapshot marker: not an item
+    assert got == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
+    assert orjson.loads(got)["collection_id"] == 8
