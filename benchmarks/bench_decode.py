@@ -7,6 +7,9 @@ Measures, on the same generated stream (built with dcpctl's own encoder):
   frame+decode     Framer + decode(): header, frame infos, extras, key/value located, stateless checks
   frame+record     ... + the JSON record (value decoded as text, JSON checked)
   frame+jsonl      ... + serialised as a JSON line
+  items+lines      the compiled item reader over the whole stream (each item's Message) and each item's
+                   JSON line filled from it: what decode and stream do per plain item (no framer: the
+                   reader walks the bytes itself)
 Reports the best of R runs in messages per second (CPU time of this process).
 """
 
@@ -20,9 +23,11 @@ import time
 from collections.abc import Callable
 
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.framer import Framer
-from dcpctl.protocol.message import decode
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer
+from dcpctl.protocol.itemreader import ItemReaders
+from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.render.jsonl import dumps
+from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
 
 CHUNK = 1 << 20
@@ -54,6 +59,19 @@ def run(data: bytes, per_message: Callable[[object], object] | None) -> int:
     return count
 
 
+def items_and_lines(data: bytes) -> int:
+    """Every item through the item reader of its shape and its JSON line (as stream writes it, with a
+    stream vbucket); returns the count."""
+    read = ItemReaders(DEFAULT_MAX_BODY_LENGTH).read
+    line = ItemLines({"ts": None, "connection": "c", "direction": "server>client"}).line
+    options, lead, n, pos, count = DecodeOptions(), (b"1795458637.25",), len(data), 0, 0
+    while (msg := read(data, pos, n, 0, options)) is not None:
+        line(msg, lead, 7)
+        pos += msg.body_end
+        count += 1
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -69,13 +87,13 @@ def main() -> None:
     }
     print(f"{args.messages} DCP_MUTATION messages, {len(data) // args.messages} bytes each "
           f"(100-byte JSON values), {len(data) / 1e6:.1f} MB")
-    for name, stage in stages.items():
+    for name, stage in [*stages.items(), ("items+lines", None)]:
         best = 0.0
         for _ in range(args.repeat):
             sink.seek(0)
             sink.truncate()
             start = time.process_time()
-            count = run(data, stage)
+            count = items_and_lines(data) if name == "items+lines" else run(data, stage)
             elapsed = time.process_time() - start
             best = max(best, count / elapsed)
         print(f"{name:14} {best:12,.0f} messages/s")
