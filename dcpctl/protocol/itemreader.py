@@ -47,13 +47,13 @@ class ItemReaders:
 
     def __init__(self, max_body_length: int) -> None:
         self._readers: dict[tuple[int, int], ItemReader | None] = {}
-        self._dialect: tuple[str, bool] | None = None
+        self._options: DecodeOptions | None = None  # what the readers at hand read with
         self._last: ItemReader | None = None  # items come in long runs of one shape
         self._limit = HEADER_LENGTH + max_body_length
 
     def read(self, buf: bytes, pos: int, n: int, base: int, options: DecodeOptions) -> Message | None:
         """The plain item at ``buf[pos:n]`` (``base``: the buffer's stream offset), None for anything else."""
-        reader = self._last
+        reader = self._last if options is self._options else None
         msg = reader(buf, pos, n, base, options) if reader is not None else None
         if msg is None:
             shaped = self.at(buf, pos, n, options)
@@ -67,13 +67,12 @@ class ItemReaders:
 
     def at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> ItemReader | None:
         """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
-        item's (or too little is there to tell). Readers are forgotten when the options read differently
-        (collections negotiated)."""
+        item's (or too little is there to tell). Readers are forgotten when the options change (collections
+        negotiated)."""
         if n - pos < HEADER_LENGTH:
             return None
-        dialect = (options.dialect.name, bool(options.collections))
-        if dialect != self._dialect:
-            self._dialect, self._readers, self._last = dialect, {}, None
+        if options is not self._options:
+            self._options, self._readers, self._last = options, {}, None
         shape = (buf[pos + 1], buf[pos + 4])
         reader = self._readers.get(shape, _UNSEEN)
         if reader is not _UNSEEN:

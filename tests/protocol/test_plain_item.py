@@ -148,6 +148,18 @@ def test_readers_follow_the_shapes_and_leave_long_bodies_to_the_framer() -> None
     assert ItemReaders(body - 1).read(mutation, 0, len(mutation), 0, DecodeOptions()) is None
 
 
+def test_readers_read_with_the_options_of_the_moment() -> None:
+    """Collections negotiated between two items: the second is read with its collection id split off, never
+    by the reader the first was read with."""
+    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 1, "opaque": 2, "cas": 3,
+                  "datatype": 0, "by_seqno": 4, "rev_seqno": 5, "flags": 0, "expiration": 0, "lock_time": 0,
+                  "nmeta": 0, "nru": 0, "key": "Auser", "value": "v"}, fix_lengths=True)
+    readers = ItemReaders(DEFAULT_MAX_BODY_LENGTH)
+    found = [readers.read(raw, 0, len(raw), 0, DecodeOptions(collections=collections))
+             for collections in (False, True)]
+    assert [(m.collection_id, m.document_key) for m in found if m is not None] == [(None, b"Auser"), (0x41, b"user")]
+
+
 @pytest.mark.parametrize(("name", "spec", "variant"), ITEM_VARIANTS, ids=[v[0] for v in ITEM_VARIANTS])
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), collections=st.sampled_from([None, False, True]), stream=st.booleans(),
