@@ -588,7 +588,7 @@ class Consumer:
             out_lines: list[bytes] = []
             append = out_lines.append
             items, unacked, run, save_at = progress.items, self.unacked, [0, 0, 0], progress.save_at
-            last_opaque, stream = -1, None
+            last_opaque, stream, declined = -1, None, None
             while True:
                 msg = read(buf, pos, n, base, options)
                 if msg is None:
@@ -596,6 +596,7 @@ class Consumer:
                 length = msg.body_end
                 line = render.line(msg, lead, None, plain)
                 if line is None:
+                    declined = msg  # read already: the usual way takes it as it is, never decoded again
                     break
                 append(line)
                 opaque, seqno = msg.header[7], msg.by_seqno
@@ -618,7 +619,11 @@ class Consumer:
                 if items >= save_at:  # written and saved before more: a kill -9 repeats save_items at most
                     break
             progress.items, self.unacked = items, unacked
-            framer.consume(pos)
+            if declined is None:
+                framer.consume(pos)
+            else:
+                framer.consume(pos + declined.body_end)
+                self._pending.append(declined)
             if out_lines:
                 yield b"".join(out_lines)
                 # written (the caller committed): a Ctrl-C only asks the loop to stop, never cuts a write
@@ -626,7 +631,7 @@ class Consumer:
                     self._ack()
             if progress.done or items >= save_at:
                 return  # the caller saves, then asks again
-            msg = self._next()  # the packet the walk stopped at, the usual way
+            msg = self._next()  # the packet the walk stopped at (read already, or decoded), the usual way
             if msg is None:
                 return  # nothing whole left: the caller reads the socket again
             out = self._handle(msg)

@@ -230,6 +230,39 @@ def test_the_three_paths_agree_on_positions_acks_and_counts() -> None:
     assert finals[0][1] == 600
 
 
+def test_an_item_the_lines_path_declines_goes_the_usual_way_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Binary documents (their record shows the value as hex) on the lines path: each goes the usual way
+    as the message the item reader read, never decoded again, and the output is the usual path's."""
+    import dcpctl.client.consumer as consumer_module  # noqa: PLC0415
+
+    def streamed(lines: _Lines | None) -> tuple[list[dict[str, Any]], list[bytes]]:
+        link = pair(items=0, vbuckets=1, until=30, lines=lines)
+        bucket = link.producer.node.cluster.bucket
+        vb = bucket.vbuckets[0]
+        for i in range(30):  # binary and text values, in runs
+            value = bytes([0, 0xFF, i]) if i % 10 < 6 else b"text %d" % i
+            bucket.write(vb, 0, b"doc-%d" % i, value, 0, 0, 0, None)
+        link.run()
+        records = []
+        for m in link.events:
+            if isinstance(m, Message) and m.opcode_name in ITEMS:
+                record = record_of(m)
+                records.append({k: v for k, v in record.items() if k not in ("ts", "offset", "cas")})  # the clock's
+        return records, [e for e in link.events if isinstance(e, bytes)]
+
+    usual, _ = streamed(None)
+    decoded: list[int] = []
+    real = consumer_module.decode
+    monkeypatch.setattr(consumer_module, "decode", lambda raw, *a, **k: decoded.append(raw[1]) or real(raw, *a, **k))
+    fast, lines = streamed(_Lines())
+    assert len(usual) == 30
+    binary = [r for r in usual if r.get("value_encoding") == "hex"]
+    assert len(binary) == 18
+    assert [r for r in fast if r.get("value_encoding") == "hex"] == binary  # the usual way's, record for record
+    assert b"".join(lines).count(b"\n") + len(fast) == 30  # the text ones written as lines
+    assert Opcode.DCP_MUTATION not in decoded  # every item read once, by the item reader
+
+
 class _Lines:
     """A LineMaker as commands/stream.py's: the record's templates filled from the item reader's messages."""
 
