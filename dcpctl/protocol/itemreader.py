@@ -83,10 +83,10 @@ class ItemReaders:
         return found
 
 
-def compiled(lines: list[str], name: str, namespace: dict[str, Any]) -> Any:
-    """The function ``read`` the source ``lines`` define, compiled under ``name`` (shown in tracebacks)."""
+def compiled(lines: list[str], name: str, namespace: dict[str, Any], function: str = "read") -> Any:
+    """The ``function`` the source ``lines`` define, compiled under ``name`` (shown in tracebacks)."""
     exec(compile("\n".join(lines), f"<dcpctl {name}>", "exec"), namespace)  # noqa: S102
-    return namespace["read"]
+    return namespace[function]
 
 
 def item_codec(plan: Any) -> Any:

@@ -47,6 +47,10 @@ ItemSink = Callable[[Message, float, str, list[int], int | None, Any], None]
 LineMaker = Callable[[Message, float, list[int], int | None], bytes]
 _SERVER = "server>client"  # a capture's direction of the producer's items, as the record names it
 FILLERS_KEPT: Final = 256  # plans a connection keeps fillers for: a stream has a handful; more is a hostile mix
+# Fillers' code kept by the process (plans x slot sets): a capture's connections share it, each binding its
+# own templates, so thousands of short connections compile nothing after the first.
+FILLER_MAKERS_KEPT: Final = 1024
+_FILLER_MAKERS: dict[tuple[int, tuple[str, ...]], tuple[_Plan, Callable[..., LineFiller]]] = {}
 
 
 def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: bool, key: bool,
@@ -80,17 +84,30 @@ def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: boo
 
 def line_filler(first: dict[str, Any], plan: _Plan, slots: tuple[str, ...]) -> LineFiller:
     """The filler of one plan's :func:`item_line_template`\\ s (key and collection id present or not, stream
-    vbucket known or not), generated as one function so that a line costs one call: the value as text
-    (None when the record shows it as hex), ``accept``'s say when given, then the template filled."""
-    extras = "".join(f"x{i}, " for i in range(len(plan.names)))
-    head = "".join(f"lead[{i}], " for i in range(len(slots))) + \
-        f"msg.offset, vbucket, opaque, cas, datatype, keylen, total, {extras}"
+    vbucket known or not): the value as text (None when the record shows it as hex), ``accept``'s say when
+    given, then the template filled. Its code is generated once per plan and slots, as one function so that
+    a line costs one call; a connection's templates (its label is in them) are bound to it here."""
     templates = {f"{name}{'_stream' if stream else ''}": item_line_template(
         first, plan, collection_id=name == "prefixed", key=name != "keyless",
         last=("stream_vbucket",) if stream else (), slots=slots)
         for name in ("keyed", "prefixed", "keyless") for stream in (False, True)}
+    key = (id(plan), slots)
+    found = _FILLER_MAKERS.get(key)
+    if found is None or found[0] is not plan:
+        if len(_FILLER_MAKERS) >= FILLER_MAKERS_KEPT:
+            _FILLER_MAKERS.clear()
+        found = _FILLER_MAKERS[key] = (plan, _filler_maker(plan, slots))
+    filler: LineFiller = found[1](**templates)
+    return filler
+
+
+def _filler_maker(plan: _Plan, slots: tuple[str, ...]) -> Callable[..., LineFiller]:
+    extras = "".join(f"x{i}, " for i in range(len(plan.names)))
+    head = "".join(f"lead[{i}], " for i in range(len(slots))) + \
+        f"msg.offset, vbucket, opaque, cas, datatype, keylen, total, {extras}"
     lines = [
-        "def read(msg, lead, stream_vbucket, accept):",
+        "def make(keyed, keyed_stream, prefixed, prefixed_stream, keyless, keyless_stream):",
+        "  def read(msg, lead, stream_vbucket, accept):",
         "    raw = msg.raw",
         "    try:",
         "        text = raw[msg.value_offset:msg.body_end].decode()",
@@ -120,11 +137,12 @@ def line_filler(first: dict[str, Any], plan: _Plan, slots: tuple[str, ...]) -> L
         "    if stream_vbucket is None:",
         f"        return keyless % ({head}dumps(text),)",
         f"    return keyless_stream % ({head}dumps(text), stream_vbucket)",
+        "  return read",
     ]
     assert plan.item_names is not None
-    filler: LineFiller = compiled(lines, f"line filler {plan.item_names[1]}/{plan.extras_size}",
-                                  {"dumps": orjson.dumps, "printable": printable, **templates})
-    return filler
+    maker: Callable[..., LineFiller] = compiled(lines, f"line filler {plan.item_names[1]}/{plan.extras_size}",
+                                                {"dumps": orjson.dumps, "printable": printable}, "make")
+    return maker
 
 
 class ItemLines:

@@ -125,3 +125,23 @@ def test_a_line_is_the_records_json() -> None:
     message.annotate({"ts": 2.5, "connection": "c", "direction": "server>client"}, {"stream_vbucket": 3}, [])
     assert got == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
     assert orjson.loads(got)["collection_id"] == 8
+
+
+def test_connections_share_a_plans_filler_code_and_keep_their_own_labels() -> None:
+    """A capture of thousands of short connections compiles a plan's filler once: each connection binds
+    its own templates (its label is in them) to the same code."""
+    raw = encode({"magic": "ClientRequest", "opcode": "DCP_MUTATION", "vbucket": 3, "opaque": 9, "cas": 5,
+                  "datatype": 0, "by_seqno": 11, "rev_seqno": 2, "flags": 0, "expiration": 0, "lock_time": 0,
+                  "nmeta": 0, "nru": 0, "key": "k", "value": "v"}, fix_lengths=True)
+    found = read_item(raw, 0, len(raw), DecodeOptions())
+    assert found is not None
+    written, code = [], []
+    for label in ("a > b", "c > d"):
+        lines = ItemLines({**FIRST, "connection": label}, ("ts", "frames"))
+        line = lines.line(found, LEAD, None)
+        assert line is not None
+        assert lines.filler is not None
+        written.append(orjson.loads(line)["connection"])
+        code.append(lines.filler.__code__)
+    assert written == ["a > b", "c > d"]
+    assert code[0] is code[1]
