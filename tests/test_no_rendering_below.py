@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dcpctl"
 # writers (named as render/lines.py names them).
 JSON_FORMATTING = re.compile(
     r"\b(?:orjson|json)\.dumps\b|\bfrom (?:orjson|json) import [^\n]*\bdumps\b|\bOPT_(?:APPEND_NEWLINE|INDENT_2)\b"
-    r"|\b(?:item_line_template|plain_line|plain_value|ItemLines|LineReaders?|PlainLines|plain_item_lines)\b")
+    r"|\b(?:item_line_template|line_filler|ItemLines|PlainLines|plain_item_lines)\b")
 
 
 # The record's dict built: a key stored into a record (``rec["key"] = ...``, ``record.update(...)``), a record
@@ -57,7 +57,8 @@ def test_no_json_formatting_below_render(area: str) -> None:
 
 @pytest.mark.parametrize("line", ["return orjson.dumps(record)", "json.dumps(value, separators=(',', ':'))",
                                   "from orjson import dumps, loads", "option=orjson.OPT_APPEND_NEWLINE",
-                                  "lines = ItemLines(first)", "template = item_line_template(first, plan)"])
+                                  "lines = ItemLines(first)", "template = item_line_template(first, plan)",
+                                  "fill = line_filler(first, plan, slots)"])
 def test_the_pattern_catches_what_it_is_for(line: str) -> None:
     assert JSON_FORMATTING.search(line)
 
