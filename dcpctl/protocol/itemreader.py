@@ -56,7 +56,7 @@ class ItemReaders:
         reader = self._last if options is self._options else None
         msg = reader(buf, pos, n, base, options) if reader is not None else None
         if msg is None:
-            shaped = self.at(buf, pos, n, options)
+            shaped = self._at(buf, pos, n, options)
             if shaped is None or shaped is reader:
                 return None
             self._last = shaped
@@ -65,7 +65,7 @@ class ItemReaders:
                 return None
         return msg if msg.body_end <= self._limit else None
 
-    def at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> ItemReader | None:
+    def _at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> ItemReader | None:
         """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
         item's (or too little is there to tell). Readers are forgotten when the options change (collections
         negotiated)."""

@@ -228,7 +228,7 @@ def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: A
         raise AssertionError("a plain item read again, outside decode()")
 
     monkeypatch.setattr(dcpctl.sources.capture, "decode", counted)
-    monkeypatch.setattr(itemreader.ItemReaders, "at", refused)
+    monkeypatch.setattr(itemreader.ItemReaders, "read", refused)
     for capture in (path, SAMPLE):
         decoded.clear()
         rows = rows_of(capture, records=False)
