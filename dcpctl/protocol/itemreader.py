@@ -175,7 +175,6 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
         f"    msg._extras_values = ({extras},)",
         f"    msg.key_offset = {key_at}",
         "    msg.value_offset = vo",
-        "    msg._read = True",
         "    msg._reading = DOCUMENT",
         "    msg._document = value",
         "    return msg",

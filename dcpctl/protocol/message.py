@@ -2,15 +2,17 @@
 
 Theory of operation. ``decode`` does the cheap, always-needed work: the 24-byte header (one ``struct``
 unpack), the registry lookup (cached per header shape), frame infos, and the extras through the variant's
-fixed layout, which is derived from its construct declaration. The key and value checks (LEB128 collection
-id, snappy, xattrs, JSON, value grammars, secrets, a stream request's value) are one check pass that runs
-once, on first use of :attr:`Message.diagnostics` or of a key/value view (:attr:`Message.collection_id`,
-:attr:`Message.document_key`, :attr:`Message.value_reading`, :attr:`Message.document`,
-:attr:`Message.xattrs`, :attr:`Message.grammar_reading`...). It is lazy so that a filter on ``opcode`` or
-``by_seqno`` never pays for values; it keeps what it read (the inflated document, the xattr pairs and the
-body after them, the path's length, the parsed GRAMMAR value and the bytes it took), so whoever shows the
-message computes none of it again. The diagnostics keep one order whoever asks first: header, frame infos,
-extras, key, value, then the context :meth:`Message.annotate` adds.
+fixed layout, which is derived from its construct declaration. Then the key and value checks (LEB128
+collection id, snappy, xattrs, JSON, value grammars, secrets, a stream request's value), one check pass run
+before ``decode`` returns: every diagnostic of the packet is found by then, in one fixed order (header, frame
+infos, extras, key, value; the context :meth:`Message.annotate` adds comes after them), and nothing a
+reader asks later finds more. The pass keeps what it read as the key and value views
+(:attr:`Message.collection_id`, :attr:`Message.document_key`, :attr:`Message.value_reading`,
+:attr:`Message.document`, :attr:`Message.xattrs`, :attr:`Message.grammar_reading`...): the inflated document,
+the xattr pairs and the body after them, the path's length, the parsed GRAMMAR value and the bytes it took,
+so whoever shows the message computes none of it again. (The plain stream items that are most of a capture
+go through the compiled item readers of ``itemreader``, which check their JSON anyway: an eager pass costs
+a filter on ``opcode`` or ``by_seqno`` nothing there.)
 
 Nothing here builds the JSON record: ``dcpctl.render.record`` turns a message and its context into the
 documented object (``tests/test_no_rendering_below.py`` keeps it so). Code that acts on a message reads it
@@ -126,10 +128,9 @@ class Message:
     # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
     # cheaper way to build hundreds of thousands of messages a second.
     # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
-    # checks, deferred until first asked for), then the context annotate() added.
+    # checks), then the context annotate() added.
     _found: list[Diagnostic] | tuple[()] = ()
     _context_diagnostics: list[Diagnostic] | tuple[()] = ()
-    _read: bool = False  # the check pass ran: the key and value views below are set
     _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
     # What the check pass keeps for whoever shows the key and value (read through the views below).
     _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # the views in one, once asked
@@ -323,20 +324,18 @@ class Message:
 
     @property
     def diagnostics(self) -> list[Diagnostic] | tuple[()]:
-        """Every diagnostic, in one order whoever asks first: header, frame infos, extras, key, value (these
-        two checked on first use, once), then the context :meth:`annotate` added."""
-        if not self._read:
-            self._check()
+        """Every diagnostic, in one order: header, frame infos, extras, key, value (all found by
+        :func:`decode`), then the context :meth:`annotate` added."""
         found, context = self._found, self._context_diagnostics
         if not context:
             return found
         return [*found, *context] if found else context
 
     def _check(self) -> None:
-        """The key and value checks, once: their diagnostics go after decode's, and what they read is kept
-        for the views below (the collection id, the inflated document, its xattrs, a path's length, a
-        GRAMMAR value's reading), so whoever shows the message computes none of it again."""
-        self._read = True
+        """The key and value checks, run once by :func:`decode`: their diagnostics go after the header's and
+        the extras', and what they read is kept for the views below (the collection id, the inflated
+        document, its xattrs, a path's length, a GRAMMAR value's reading), so whoever shows the message
+        computes none of it again."""
         plan = self.plan
         variant = plan.variant if plan is not None else None
         if variant is None:
@@ -370,8 +369,6 @@ class Message:
         found = self._plain_document
         if found is not None:
             return found
-        if not self._read:
-            self._check()
         if self._reading is not _READ_DOCUMENT or self._inflated or self._xattrs is not None:
             return None
         start = self._key_start
@@ -383,38 +380,28 @@ class Message:
     @property
     def collection_id(self) -> int | None:
         """The key's collection id (collections negotiated, a document key), None without one."""
-        if not self._read:
-            self._check()
         return self._collection_id
 
     @property
     def document_key(self) -> bytes:
         """The key after its collection id (the whole key when it has none)."""
-        if not self._read:
-            self._check()
         start = self._key_start
         return self.raw[self.key_offset if start < 0 else start:self.value_offset]
 
     @property
     def value_reading(self) -> ValueReading:
         """How the value reads (which of the views below describe it)."""
-        if not self._read:
-            self._check()
         return self._reading
 
     @property
     def document(self) -> bytes:
         """A DOCUMENT value's body: inflated when it was snappy, after its xattrs."""
-        if not self._read:
-            self._check()
         return self._document
 
     @property
     def document_text(self) -> str | None:
         """:attr:`document` as text, None when it is not UTF-8 without control characters (or the value
         does not read as a DOCUMENT)."""
-        if not self._read:
-            self._check()
         if not self._text_found and self._reading is _READ_DOCUMENT:
             self._document_text = as_text(self._document)
             self._text_found = True
@@ -423,29 +410,21 @@ class Message:
     @property
     def inflated(self) -> bool:
         """The DOCUMENT value was snappy and inflated."""
-        if not self._read:
-            self._check()
         return self._inflated
 
     @property
     def xattrs(self) -> list[Xattr] | None:
         """A DOCUMENT value's xattr pairs, None without xattrs or when the blob is bad."""
-        if not self._read:
-            self._check()
         return self._xattrs
 
     @property
     def path_length(self) -> int:
         """PATH: how many of the value's bytes are the path (the rest is the value)."""
-        if not self._read:
-            self._check()
         return self._path_length
 
     @property
     def grammar_reading(self) -> tuple[Any, Any, int]:
         """FIELDS: (the declaration the value was read with, what it read, how many value bytes that is)."""
-        if not self._read:
-            self._check()
         return self._grammar, self._fields, self._consumed
 
     @property
@@ -589,7 +568,7 @@ _REQUIRED: Final = Presence.REQUIRED
 
 
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
-    """Decode one packet (header and body); never raises."""
+    """Decode one packet (header and body), every check run; never raises."""
     msg = _new_message(Message)  # the hot path skips __init__'s call frame; same three attributes
     msg.raw = raw
     msg.offset = offset
@@ -599,6 +578,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
         _header(msg, raw + bytes(HEADER_LENGTH - n))
         msg.add("truncated", f"packet has {n} bytes, shorter than the 24-byte header", 0, n)
         msg.key_offset = msg.value_offset = msg.body_end = n
+        msg._check()
         return msg
     magic, opcode, keylen, extlen, datatype, word, total, _, _ = msg.header = HEADER.unpack_from(raw)
     fe = 0
@@ -658,6 +638,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     msg.key_offset = key_offset
     msg.value_offset = value_offset
     if variant is None or cut_short:
+        msg._check()
         return msg
     rule = plan.key_rule
     if rule is not _OPTIONAL and (rule is _REQUIRED) != (value_offset > key_offset):
@@ -670,6 +651,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     if opcode == _DELETION and plan.by_seqno_index >= 0 and datatype not in DELETION_DATATYPES:
         msg.add("invalid_deletion_datatype", f"datatype 0x{datatype:02x} is not allowed on a deletion",
                 5, 1)
+    msg._check()
     return msg
 
 
@@ -872,8 +854,8 @@ def redacted(raw: bytes, options: DecodeOptions = DEFAULT_OPTIONS) -> bytes:
 def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] | None:
     """A stream item's (magic, opcode, collection_id, key, by_seqno, rev_seqno) exactly as the record
     (``dcpctl.render.record``) would give them, without building the record: for consumers that need a few
-    fields of millions of items (``analyze``'s rows). Read from the check pass's views (run here if it has
-    not run), so its diagnostics are the message's as for any other. None when only the record can tell:
+    fields of millions of items (``analyze``'s rows). Read from the check pass's views, as the record
+    reads them. None when only the record can tell:
     another shape, frame infos, a key that is not plain text."""
     plan = msg.plan
     values = msg._extras_values

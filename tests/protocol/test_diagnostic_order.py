@@ -1,5 +1,5 @@
-"""A message's diagnostics come in one fixed order, whoever asks for them first: header, frame infos, extras,
-key, value, then the context annotate() added."""
+"""A message's diagnostics are all found by decode() before it returns, and come in one fixed order, whoever
+asks for them first: header, frame infos, extras, key, value, then the context annotate() added."""
 
 from __future__ import annotations
 
@@ -75,3 +75,19 @@ def test_same_diagnostics_whoever_asks_first(vector: Vector) -> None:
 def test_vectors_with_value_diagnostics_are_covered() -> None:
     with_value = [v for v in VECTORS if _value_diagnostics(msg := _decoded(v), msg.diagnostics)]
     assert len(with_value) >= 3, [v.name for v in with_value]
+
+
+def _no_second_pass(msg: Message) -> None:
+    raise AssertionError("a check ran after decode() returned")
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=repr)
+def test_decode_runs_every_check_before_it_returns(vector: Vector, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = record_of(_decoded(vector))
+    msg = _decoded(vector)
+    monkeypatch.setattr(Message, "_check", _no_second_pass)
+    views = (msg.collection_id, msg.document_key, msg.value_reading, msg.document, msg.document_text,
+             msg.inflated, msg.xattrs, msg.path_length, msg.grammar_reading, msg.plain_document)
+    assert views is not None
+    assert [d.to_json() for d in msg.diagnostics] == expected["diagnostics"]
+    assert record_of(msg) == expected
