@@ -4,9 +4,12 @@
 
 Measures, on the same generated stream (built with dcpctl's own encoder):
   frame            Framer only
-  frame+decode     Framer + decode(): header, frame infos, extras, key/value located, stateless checks
+  frame+decode     Framer + decode(): header, frame infos, extras, key and value, every check (the JSON
+                   value parsed)
   frame+record     ... + the JSON record (value decoded as text, JSON checked)
   frame+jsonl      ... + serialised as a JSON line
+  items            the compiled item reader over the whole stream: each item's Message, as decode() gives
+                   it, every check run (no framer: the reader walks the bytes itself)
   items+lines      the compiled item reader over the whole stream (each item's Message) and each item's
                    JSON line filled from it: what decode and stream do per plain item (no framer: the
                    reader walks the bytes itself)
@@ -59,14 +62,15 @@ def run(data: bytes, per_message: Callable[[object], object] | None) -> int:
     return count
 
 
-def items_and_lines(data: bytes) -> int:
-    """Every item through the item reader of its shape and its JSON line (as stream writes it, with a
-    stream vbucket); returns the count."""
+def items(data: bytes, lines: bool) -> int:
+    """Every item through the item reader of its shape, and with ``lines`` its JSON line (as stream writes
+    it, with a stream vbucket); returns the count."""
     read = ItemReaders(DEFAULT_MAX_BODY_LENGTH).read
     line = ItemLines({"ts": None, "connection": "c", "direction": "server>client"}).line
     options, lead, n, pos, count = DecodeOptions(), (b"1795458637.25",), len(data), 0, 0
     while (msg := read(data, pos, n, 0, options)) is not None:
-        line(msg, lead, 7)
+        if lines:
+            line(msg, lead, 7)
         pos += msg.body_end
         count += 1
     return count
@@ -87,13 +91,13 @@ def main() -> None:
     }
     print(f"{args.messages} DCP_MUTATION messages, {len(data) // args.messages} bytes each "
           f"(100-byte JSON values), {len(data) / 1e6:.1f} MB")
-    for name, stage in [*stages.items(), ("items+lines", None)]:
+    for name, stage in [*stages.items(), ("items", None), ("items+lines", None)]:
         best = 0.0
         for _ in range(args.repeat):
             sink.seek(0)
             sink.truncate()
             start = time.process_time()
-            count = items_and_lines(data) if name == "items+lines" else run(data, stage)
+            count = items(data, name == "items+lines") if name.startswith("items") else run(data, stage)
             elapsed = time.process_time() - start
             best = max(best, count / elapsed)
         print(f"{name:14} {best:12,.0f} messages/s")
