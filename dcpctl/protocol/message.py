@@ -442,7 +442,7 @@ class Message:
         """Add context a single packet cannot know (capture time, connection, stream state).
 
         ``first`` keys go before the packet's own in the record, ``last`` after them; diagnostics come after
-        the packet's own, whenever these are checked.
+        the packet's own.
         """
         if diagnostics:
             if isinstance(self._context_diagnostics, tuple):

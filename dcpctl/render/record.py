@@ -1,11 +1,10 @@
 """A decoded message with its context as the JSON contract's object (``--format json/jsonl``, pretty, -f).
 
-The message has already read and checked everything (``protocol.message``: the header, the extras, and on
-first use the key and value checks, which keep what they read as typed views); this module only names and
-formats it: text or hex, the key order of the contract, the context :meth:`Message.annotate` added (its
-``first`` keys before the packet's own, its ``last`` keys after them, its diagnostics last). The record is
-built once and kept on the message (:attr:`Message.rendered`), so a filter, a summary and the output share
-one.
+The message has already read and checked everything (``protocol.message``: the header, the extras, and the
+key and value checks, which keep what they read as typed views); this module only names and formats it:
+text or hex, the key order of the contract, the context :meth:`Message.annotate` added (its ``first`` keys
+before the packet's own, its ``last`` keys after them, its diagnostics last). The record is built once and
+kept on the message (:attr:`Message.rendered`), so a filter, a summary and the output share one.
 
 Theory of operation. The record's header part is the same per message shape but for its values: the magic
 and opcode names, the type field and its label, status or vbucket (a response's status word is part of its
