@@ -753,7 +753,7 @@ def _check_value(msg: Message, variant: Variant | None) -> None:
     value = msg.value
     if not value:
         if kind is _VALUE_GRAMMAR and variant is not None and variant.value_grammar is not None \
-                and walk.item_size(variant.value_grammar) is not None:
+                and grammar_sizes(variant.value_grammar)[1] is not None:
             msg._reading = ValueReading.FIELDS
             msg._grammar = variant.value_grammar
             msg._fields = variant.value_grammar.parse(b"")
@@ -833,7 +833,7 @@ def _check_grammar(msg: Message, variant: Variant, value: bytes) -> None:
         msg.extend([problem])
         msg._reading = ValueReading.HEX
         return
-    consumed = len(grammar.build(parsed))
+    consumed = _consumed(grammar, parsed)
     msg._reading = ValueReading.FIELDS
     msg._grammar, msg._fields, msg._consumed = grammar, parsed, consumed
     if consumed != len(value):
@@ -923,6 +923,34 @@ def value_grammar(variant: Variant, extras: dict[str, int] | None, value_length:
     return variant.value_grammars.get(key)
 
 
+# A GRAMMAR declaration's sizes, found once per declaration (construct's sizeof raises, slowly, for a variable
+# one). The declarations are the registry's, so few.
+_GRAMMAR_SIZES: dict[int, tuple[Any, int | None, int | None, str]] = {}
+
+
+def grammar_sizes(grammar: Any) -> tuple[int | None, int | None, str]:
+    """(its fixed size, the size of one item of its lone GreedyRange of fixed-size items, that list's name):
+    None and "" where the declaration has none."""
+    found = _GRAMMAR_SIZES.get(id(grammar))
+    if found is None or found[0] is not grammar:
+        item = walk.item_size(grammar)
+        name = walk.unwrap(grammar).subcons[0].name if item is not None else ""
+        found = _GRAMMAR_SIZES[id(grammar)] = (grammar, walk.fixed_size(grammar), item, name)
+    return found[1], found[2], found[3]
+
+
+def _consumed(grammar: Any, parsed: Any) -> int:
+    """How many value bytes ``grammar`` read to give ``parsed``: a fixed-size declaration all of its size, a
+    list of fixed-size items each item's size (it stops at the first item that does not parse); only a
+    variable declaration is built again to count them."""
+    size, item, name = grammar_sizes(grammar)
+    if size is not None:
+        return size
+    if item is not None:
+        return item * len(parsed[name])
+    return len(grammar.build(parsed))
+
+
 def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diagnostic | None]:
     """(grammar, parsed value or False, why it does not fit or None): the one reading of a GRAMMAR value,
     for the record and for :attr:`Message.value_fields`. An empty value parses only as a list."""
@@ -930,7 +958,7 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
     start = msg.value_offset
     grammar = value_grammar(variant, msg.extras, len(value))
     if not value:
-        fits = grammar is not None and walk.item_size(grammar) is not None
+        fits = grammar is not None and grammar_sizes(grammar)[1] is not None
         return grammar, grammar.parse(b"") if fits else False, None
     if grammar is None:
         if msg.opcode == Opcode.DCP_SYSTEM_EVENT:
@@ -939,8 +967,7 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
                                            len(value))
         return None, False, diagnostic("illegal_value_length", f"no value layout of {variant.name} has "
                                        f"{len(value)} bytes", start, len(value))
-    size = walk.fixed_size(grammar)
-    item = walk.item_size(grammar)
+    size, item, _ = grammar_sizes(grammar)
     if (size is not None and size != len(value)) or (item is not None and len(value) % item):
         expected = f"{size} bytes" if size is not None else f"a multiple of {item} bytes"
         name = "odd_feature_list" if msg.opcode == Opcode.HELLO else "illegal_value_length"

@@ -40,7 +40,8 @@ def list_item_name(field: str, value: int) -> str | None:
     return vocab.name(int(value), 4) if vocab is not None else None
 
 
-def _unwrap(sub: Construct) -> Construct:
+def unwrap(sub: Construct) -> Construct:
+    """The construct a name wraps (``"name" / subcon``)."""
     while isinstance(sub, Renamed):
         sub = sub.subcon
     return sub
@@ -48,7 +49,7 @@ def _unwrap(sub: Construct) -> Construct:
 
 def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
     """A parsed construct value as JSON-ready data: containers -> dicts, bytes -> hex."""
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if isinstance(inner, Struct):
         out: dict[str, Any] = {}
         for sub in inner.subcons:
@@ -68,13 +69,13 @@ def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
 
 def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
     """The inverse of :func:`to_json`, ready for ``grammar.build``."""
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if isinstance(inner, Struct):
         out = Container()
         for sub in inner.subcons:
             if not sub.name:
                 continue
-            if isinstance(_unwrap(sub), Const):
+            if isinstance(unwrap(sub), Const):
                 out[sub.name] = None
                 continue
             out[sub.name] = from_json(sub, data[sub.name], sub.name)
@@ -100,9 +101,9 @@ def fixed_size(grammar: Construct) -> int | None:
 
 def item_size(grammar: Construct) -> int | None:
     """Size of one repeated item when the grammar is a single GreedyRange of fixed-size items."""
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if isinstance(inner, Struct) and len(inner.subcons) == 1:
-        only = _unwrap(inner.subcons[0])
+        only = unwrap(inner.subcons[0])
         if isinstance(only, GreedyRange):
             return fixed_size(only.subcon)
     return None
@@ -124,13 +125,13 @@ def spans(grammar: Construct, data: bytes, base: int = 0, prefix: str = "") -> I
 
 def _spans(grammar: Construct, stream: io.BytesIO, context: Container, base: int,
            prefix: str) -> Iterator[Span]:
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if isinstance(inner, Struct):
         ctx = Container(_=context)
         for sub in inner.subcons:
             path = f"{prefix}.{sub.name}" if prefix else str(sub.name)
             start = stream.tell()
-            sub_inner = _unwrap(sub)
+            sub_inner = unwrap(sub)
             if isinstance(sub_inner, Struct | GreedyRange):
                 yield from _spans(sub_inner, stream, ctx, base, path)
                 continue
@@ -160,24 +161,24 @@ def _spans(grammar: Construct, stream: io.BytesIO, context: Container, base: int
 
 def top_fields(grammar: Construct) -> list[tuple[str, Construct]]:
     """The named top-level fields of a Struct declaration with their constructs, Renamed wrappers taken off."""
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if not isinstance(inner, Struct):
         return []
-    return [(sub.name, _unwrap(sub)) for sub in inner.subcons if sub.name and not sub.name.startswith("_")]
+    return [(sub.name, unwrap(sub)) for sub in inner.subcons if sub.name and not sub.name.startswith("_")]
 
 
 def field_names(grammar: Construct) -> list[tuple[str, str]]:
     """``(name, type)`` of the named fields of a declaration, nested lists as ``name[]``."""
     out: list[tuple[str, str]] = []
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if not isinstance(inner, Struct):
         return out
     for sub in inner.subcons:
         if not sub.name or sub.name.startswith("_"):
             continue
-        leaf = _unwrap(sub)
+        leaf = unwrap(sub)
         if isinstance(leaf, GreedyRange):
-            item = _unwrap(leaf.subcon)
+            item = unwrap(leaf.subcon)
             if isinstance(item, Struct):
                 out.append((sub.name, "list[object]"))
                 out.extend((f"{sub.name}[].{n}", t) for n, t in field_names(item))
