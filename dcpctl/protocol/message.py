@@ -28,11 +28,14 @@ then ``lenient`` decoding takes the bytes present as the body and says so in a d
 from __future__ import annotations
 
 import dataclasses
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final
 
 import orjson
+from construct import Container, FormatField, ListContainer, Struct
 
 from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol import stream_request_value as srv
@@ -62,6 +65,7 @@ from dcpctl.protocol.registry import (
     Presence,
     ValueKind,
     Variant,
+    fixed_layout,
 )
 from dcpctl.protocol.value import (
     Xattr,
@@ -923,27 +927,54 @@ def value_grammar(variant: Variant, extras: dict[str, int] | None, value_length:
     return variant.value_grammars.get(key)
 
 
-# A GRAMMAR declaration's sizes, found once per declaration (construct's sizeof raises, slowly, for a variable
-# one). The declarations are the registry's, so few.
-_GRAMMAR_SIZES: dict[int, tuple[Any, int | None, int | None, str]] = {}
+# What is known of a GRAMMAR declaration, found once per declaration (construct's sizeof raises, slowly, for a
+# variable one): the declaration, its sizes and its list's name (see grammar_sizes), and its list reader. The
+# declarations are the registry's, so few.
+_GRAMMARS: dict[int, tuple[Any, int | None, int | None, str, Callable[[bytes], Any] | None]] = {}
+
+
+def _grammar(grammar: Any) -> tuple[Any, int | None, int | None, str, Callable[[bytes], Any] | None]:
+    found = _GRAMMARS.get(id(grammar))
+    if found is None or found[0] is not grammar:
+        item = walk.item_size(grammar)
+        name = walk.unwrap(grammar).subcons[0].name if item is not None else ""
+        found = _GRAMMARS[id(grammar)] = (grammar, walk.fixed_size(grammar), item, name,
+                                          _list_reader(grammar, name) if item is not None else None)
+    return found
 
 
 def grammar_sizes(grammar: Any) -> tuple[int | None, int | None, str]:
     """(its fixed size, the size of one item of its lone GreedyRange of fixed-size items, that list's name):
     None and "" where the declaration has none."""
-    found = _GRAMMAR_SIZES.get(id(grammar))
-    if found is None or found[0] is not grammar:
-        item = walk.item_size(grammar)
-        name = walk.unwrap(grammar).subcons[0].name if item is not None else ""
-        found = _GRAMMAR_SIZES[id(grammar)] = (grammar, walk.fixed_size(grammar), item, name)
+    found = _grammar(grammar)
     return found[1], found[2], found[3]
+
+
+def _list_reader(grammar: Any, name: str) -> Callable[[bytes], Any] | None:
+    """A lone list of integer items (a failover log, HELLO's features, vbucket seqnos) read as construct reads
+    it, from one ``struct`` derived from the item's declaration as the extras' layouts are: the containers
+    construct gives, in one ``iter_unpack``. None for any other item (construct reads those)."""
+    item = walk.unwrap(walk.unwrap(grammar).subcons[0]).subcon
+    inner = walk.unwrap(item)
+    if isinstance(inner, FormatField):
+        unpack = struct.Struct(">" + inner.fmtstr.lstrip("<>=!")).iter_unpack
+        return lambda value: Container({name: ListContainer([number for (number,) in unpack(value)])})
+    if not isinstance(inner, Struct):
+        return None
+    try:
+        found = fixed_layout(inner)
+    except TypeError:  # an item with a field that is not a plain integer (an enum, a constant, bytes)
+        return None
+    names, items = found.names, found.codec.iter_unpack
+    return lambda value: Container({name: ListContainer([Container(zip(names, fields, strict=True))
+                                                         for fields in items(value)])})
 
 
 def _consumed(grammar: Any, parsed: Any) -> int:
     """How many value bytes ``grammar`` read to give ``parsed``: a fixed-size declaration all of its size, a
     list of fixed-size items each item's size (it stops at the first item that does not parse); only a
     variable declaration is built again to count them."""
-    size, item, name = grammar_sizes(grammar)
+    _, size, item, name, _ = _grammar(grammar)
     if size is not None:
         return size
     if item is not None:
@@ -967,12 +998,14 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
                                            len(value))
         return None, False, diagnostic("illegal_value_length", f"no value layout of {variant.name} has "
                                        f"{len(value)} bytes", start, len(value))
-    size, item, _ = grammar_sizes(grammar)
+    _, size, item, _, read_list = _grammar(grammar)
     if (size is not None and size != len(value)) or (item is not None and len(value) % item):
         expected = f"{size} bytes" if size is not None else f"a multiple of {item} bytes"
         name = "odd_feature_list" if msg.opcode == Opcode.HELLO else "illegal_value_length"
         return grammar, False, diagnostic(name, f"{variant.name} value has {len(value)} bytes, expected "
                                           f"{expected}", start, len(value))
+    if read_list is not None:
+        return grammar, read_list(value), None  # (its length is a multiple of the item's: every item reads)
     try:
         return grammar, grammar.parse(value), None
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"

@@ -1,5 +1,6 @@
 """A GRAMMAR value's byte count comes from its declaration's sizes where it has them, not from building the
-parsed value back: held to construct's build for every declared value grammar that has a size."""
+parsed value back, and a list of integer items is read by a struct derived from the item's declaration: held
+to construct's build and parse for every declared value grammar that has a size."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import grammar_values
 
+from dcpctl.protocol import walk
 from dcpctl.protocol.grammar import failover_log_value
-from dcpctl.protocol.message import _consumed, grammar_sizes
+from dcpctl.protocol.message import _consumed, _grammar, grammar_sizes
 from dcpctl.protocol.registry import all_variants
 
 
@@ -32,6 +34,11 @@ def test_the_failover_log_is_counted_by_its_items() -> None:
     assert any(grammar is failover_log_value for _, grammar in SIZED)
 
 
+def test_lists_of_integers_have_a_derived_reader() -> None:
+    read = {name.split(":")[1] for name, grammar in SIZED if _grammar(grammar)[4] is not None}
+    assert {"DCP_STREAM_REQ", "HELLO", "GET_ALL_VB_SEQNOS", "UPR_RESPONSE"} <= read, sorted(read)
+
+
 @pytest.mark.parametrize(("name", "grammar"), SIZED, ids=[name for name, _ in SIZED])
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
@@ -44,3 +51,8 @@ def test_consumed_is_what_construct_builds(name: str, grammar: Any, data: st.Dat
         value = data.draw(st.binary(min_size=length, max_size=length))
     parsed = grammar.parse(value)
     assert _consumed(grammar, parsed) == len(grammar.build(parsed)) == len(value), name
+    read_list = _grammar(grammar)[4]
+    if read_list is not None:
+        mine = read_list(value)
+        assert mine == parsed, name
+        assert walk.to_json(grammar, mine) == walk.to_json(grammar, parsed), name
