@@ -957,7 +957,7 @@ def _list_reader(grammar: Any, name: str) -> Callable[[bytes], Any] | None:
     item = walk.unwrap(walk.unwrap(grammar).subcons[0]).subcon
     inner = walk.unwrap(item)
     if isinstance(inner, FormatField):
-        unpack = struct.Struct(">" + inner.fmtstr.lstrip("<>=!")).iter_unpack
+        unpack = struct.Struct(inner.fmtstr).iter_unpack
         return lambda value: Container({name: ListContainer([number for (number,) in unpack(value)])})
     if not isinstance(inner, Struct):
         return None
