@@ -4,34 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from construct import Bytes, Const, Construct, FormatField, GreedyRange, Renamed, StringEncoded, Struct
+from construct import Bytes, Const, Construct, FormatField, GreedyRange, StringEncoded, Struct
 from hypothesis import strategies as st
 
 from dcpctl.protocol.constants import MAGICS, RESPONSE_MAGICS, STATUSES
 from dcpctl.protocol.registry import KeyKind, MessageSpec, ValueKind, Variant, all_variants
-
-
-def _unwrap(sub: Construct) -> Construct:
-    while isinstance(sub, Renamed):
-        sub = sub.subcon
-    return sub
+from dcpctl.protocol.walk import unwrap
 
 
 def grammar_values(grammar: Construct) -> st.SearchStrategy[Any]:
     """Random values for a declaration, as the JSON form (hex for bytes)."""
-    inner = _unwrap(grammar)
+    inner = unwrap(grammar)
     if isinstance(inner, Struct):
         parts = {}
         names = [s.name for s in inner.subcons]
         # subdoc specs and results: text of a length field's length (the path, the value)
         texts = [(length, text) for length, text in (("path_length", "path"), ("value_length", "value"))
-                 if length in names and text in names and isinstance(_unwrap(inner.subcons[names.index(text)]),
+                 if length in names and text in names and isinstance(unwrap(inner.subcons[names.index(text)]),
                                                                       StringEncoded)]
         skipped = {name for pair in texts for name in pair}
         for sub in inner.subcons:
             if not sub.name or sub.name in skipped:
                 continue
-            if isinstance(_unwrap(sub), Const):
+            if isinstance(unwrap(sub), Const):
                 continue
             if "key_length" in names and sub.name in ("key_length", "value_length", "key", "value"):
                 continue
