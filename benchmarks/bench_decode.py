@@ -6,7 +6,7 @@ Measures, on the same generated stream (built with dcpctl's own encoder):
   frame            Framer only
   frame+decode     Framer + decode(): header, frame infos, extras, key and value, every check (the JSON
                    value parsed)
-  frame+record     ... + the JSON record (value decoded as text, JSON checked)
+  frame+record     ... + the JSON record (value decoded as text)
   frame+jsonl      ... + serialised as a JSON line
   items            the compiled item reader over the whole stream: each item's Message, as decode() gives
                    it, every check run (no framer: the reader walks the bytes itself)

@@ -135,7 +135,7 @@ class Message:
     # checks), then the context annotate() added.
     _found: list[Diagnostic] | tuple[()] = ()
     _context_diagnostics: list[Diagnostic] | tuple[()] = ()
-    _value_fields: Any = None  # the GRAMMAR value parsed by its declaration, once asked for
+    _value_fields: Any = None  # the GRAMMAR value parsed by its declaration: by the check pass, else once asked
     # What the check pass keeps for whoever shows the key and value (read through the views below).
     _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # the views in one, once asked
     _collection_id: int | None = None
