@@ -111,7 +111,7 @@ def _produce(pipe: Connection, paths: list[str], ports: frozenset[int], max_conn
             send(dumps(batch))
             return
         except Exception as exc:  # noqa: BLE001 - any bug: reported whole to the other side, never lost
-            batch.append((_CRASH, _cause(exc)))  # after what was read before it, as --jobs 1 prints it
+            batch.append((_CRASH, cause(exc)))  # after what was read before it, as --jobs 1 prints it
             with contextlib.suppress(OSError):
                 send(dumps(batch))
             return
@@ -124,14 +124,14 @@ def _produce(pipe: Connection, paths: list[str], ports: frozenset[int], max_conn
         pipe.close()
 
 
-def _cause(exc: BaseException) -> str:
+def cause(exc: BaseException) -> str:
     """An exception in one line: its type, message and where it was raised (for the bug report)."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (in {frames[-1].name}, {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _status(exitcode: int | None) -> str:
+def exit_status(exitcode: int | None) -> str:
     if exitcode is None:
         return "still running, but its pipe closed"
     if exitcode < 0:
@@ -177,7 +177,7 @@ def decode_files(paths: list[str], options: DecodeOptions, ports: frozenset[int]
                 yield loads(receiver.recv_bytes())
             except (EOFError, OSError):  # OSError: the pipe ended inside a message
                 child.join(5)  # the pipe closes as the process ends: its exit status follows at once
-                raise ChildError(f"the decoding process ended unexpectedly ({_status(child.exitcode)}); "
+                raise ChildError(f"the decoding process ended unexpectedly ({exit_status(child.exitcode)}); "
                                  "the output above is complete up to that point") from None
 
     received = batches()

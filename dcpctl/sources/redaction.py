@@ -106,7 +106,9 @@ SEQUENCE_SPACE: Final = 1 << 32
 
 
 @dataclass(slots=True)
-class _Frame:
+class HeldFrame:
+    """A frame of the input in the output queue, until its bytes are final."""
+
     ts: float
     data: bytearray
     wire_length: int
@@ -126,11 +128,12 @@ class _Frame:
     ack_of: tuple[dict[bool, tuple[int, int]], bool, int, bool] | None = None
     writer: PcapWriter | None = None  # the output of its input file (the engine's, as it came)
     linktype: int = 0  # its link type: its file's, or in a pcapng file of several, its interface's
+    number: int = 0  # its frame number in the file, when a worker of several redacts it (redactjobs)
 
 
 @dataclass(slots=True)
 class _Span:
-    frame: _Frame
+    frame: HeldFrame
     at: int  # where the payload starts in the frame (a sequence number field's place for a fix-up)
     start: int  # stream offset of its first byte (the offset a sequence number names, for a fix-up)
     length: int
@@ -202,7 +205,7 @@ class Summary:
 class CaptureRedactor:
     """Feeds a capture's frames through reassembly, decoding and the core; writes the redacted frames."""
 
-    def __init__(self, redactor: Redactor, writer: PcapWriter, linktype: int, options: DecodeOptions,
+    def __init__(self, redactor: Redactor, writer: PcapWriter | None, linktype: int, options: DecodeOptions,
                  ports: frozenset[int], tls_ports: frozenset[int], *, keep_unparsed: bool = False,
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, summary: Summary | None = None) -> None:
@@ -220,7 +223,7 @@ class CaptureRedactor:
         # plain items (most of a DCP capture) come to _plain from the compiled item readers, unannotated
         self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
                                       items=lambda _label: self._plain)
-        self.queue: deque[_Frame] = deque()
+        self.queue: deque[HeldFrame] = deque()
         self.queued_bytes = 0
         self.conns: dict[ConnectionId, _Conn] = {}
         self.labels: dict[str, ConnectionId] = {}
@@ -228,15 +231,15 @@ class CaptureRedactor:
         self.closed: dict[tuple[tuple[str, int], tuple[str, int]], tuple[int, int]] = {}
         self.max_connections = max_connections
         self.summary = summary if summary is not None else Summary(counts=redactor.counts)
-        self._last: _Frame | None = None
+        self._last: HeldFrame | None = None
 
     # --- input ----------------------------------------------------------------------------------------
-    def tap(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None) -> None:
+    def tap(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, number: int = 0) -> None:
         """Every frame of the input, in order (the pcap reader's tap); ``linktype``: the frame's, when it is
-        not the capture's (a pcapng file of several)."""
+        not the capture's (a pcapng file of several); ``number``: its frame number, for :meth:`_write`."""
         self._settle_last()
-        frame = _Frame(ts, bytearray(data), wire_length, size=len(data), writer=self.writer,
-                       linktype=self.linktype if linktype is None else linktype)
+        frame = HeldFrame(ts, bytearray(data), wire_length, size=len(data), writer=self.writer,
+                          linktype=self.linktype if linktype is None else linktype, number=number)
         if wire_length > len(data):
             frame.original = data
         self.summary.frames_in += 1
@@ -313,7 +316,7 @@ class CaptureRedactor:
             self._settle(conn_id, conn, not from_client)
         self._flush()
 
-    def _shift_closed(self, frame: _Frame, from_client: bool, client: int, server: int) -> None:
+    def _shift_closed(self, frame: HeldFrame, from_client: bool, client: int, server: int) -> None:
         tcp_at = frame.tcp_at
         if tcp_at is None:
             return
@@ -324,7 +327,7 @@ class CaptureRedactor:
                 struct.pack_into("!I", frame.data, at, (number + moved) % SEQUENCE_SPACE)
                 frame.changed = True
 
-    def _acknowledged(self, frame: _Frame, key: tuple[tuple[str, int], tuple[str, int]], other: bool,
+    def _acknowledged(self, frame: HeldFrame, key: tuple[tuple[str, int], tuple[str, int]], other: bool,
                       seg: TcpSegment) -> list[tuple[int, int, int]]:
         """The sequence numbers a segment names in the other direction: its acknowledgement number and its
         SACK blocks' edges, each as (its place in the frame, the stream offset it names, its value)."""
@@ -490,7 +493,7 @@ class CaptureRedactor:
             frame.emptied = not data and not frame.flags & (SYN | FIN | RST)
 
     @staticmethod
-    def _move(frame: _Frame, at: int, number: int, moved: int) -> None:
+    def _move(frame: HeldFrame, at: int, number: int, moved: int) -> None:
         """A sequence number of a frame moved by what the stream before it gained or lost."""
         if moved:
             struct.pack_into("!I", frame.data, at, (number + moved) % SEQUENCE_SPACE)
@@ -537,7 +540,7 @@ class CaptureRedactor:
                 self._force(frame)
             self._output(frame)
 
-    def _force(self, frame: _Frame) -> None:
+    def _force(self, frame: HeldFrame) -> None:
         """A frame out before its bytes are final: what is final is written, the rest zeroed. Spans wait in
         the order their frames came, and every older frame has left the queue: the oldest frame's spans are
         first in each stream, so each stream is looked at once, not walked whole for every forced frame."""
@@ -547,7 +550,7 @@ class CaptureRedactor:
                 while spans and spans[0].frame is frame:
                     self._write_back(stream, spans.popleft(), conn.drop)
 
-    def _output(self, frame: _Frame) -> None:
+    def _output(self, frame: HeldFrame) -> None:
         if frame.drop is not None and not self.keep_unparsed:
             self.summary.dropped[frame.drop] += 1
             return
@@ -559,11 +562,15 @@ class CaptureRedactor:
         if frame.changed or self.addresses is not None:
             rewrite_headers(frame.linktype, frame.data, self.addresses, ip_checksum=bool(frame.resized),
                             original=frame.original)
-        assert frame.writer is not None
-        frame.writer.write(frame.ts, bytes(frame.data), frame.wire_length + frame.resized, frame.linktype)
+        self._write(frame, bytes(frame.data), frame.wire_length + frame.resized)
         self.summary.frames_out += 1
 
-    def _acks_removed_bytes_only(self, frame: _Frame) -> bool:
+    def _write(self, frame: HeldFrame, data: bytes, wire_length: int) -> None:
+        """A frame out, redacted, to the writer of its file (a worker of several sends it on instead)."""
+        assert frame.writer is not None
+        frame.writer.write(frame.ts, data, wire_length, frame.linktype)
+
+    def _acks_removed_bytes_only(self, frame: HeldFrame) -> bool:
         """A pure ACK whose acknowledgement moved in the input but not in the output: it acknowledges removed
         bytes only. Kept, it would be a duplicate ACK (or a window update) the input did not have; the next
         ACK carries its acknowledgement and window on."""
@@ -743,7 +750,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     port: each kind once, so few). ``progress`` sees every frame read, as the engine does."""
     reader = open_offline(path)
     linktype = int(reader.datalink())
-    types = _several(path)
+    types = linktypes_of_several(path)
     writer = PcapngWriter(out, types, OUTPUT_SNAPLEN) if types else PcapWriter(out, linktype, OUTPUT_SNAPLEN)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
@@ -755,7 +762,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
             engine.tap(ts, data, wire_length, linktype)
             progress(ts, data, wire_length)
 
-    for item in _items(path, reader, ports, tls_ports, tap, several=bool(types)):
+    for item in capture_items(path, reader, ports, tls_ports, tap, several=bool(types)):
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:
@@ -776,14 +783,14 @@ class Tap(Protocol):
     def __call__(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, /) -> None: ...
 
 
-def _several(path: str) -> list[int]:
+def linktypes_of_several(path: str) -> list[int]:
     """The link types of a pcapng file's interfaces, when they are several (its copy is then a pcapng file of
     them); [] otherwise."""
     types = interface_types(path)
     return types if len(set(types)) > 1 else []
 
 
-def _items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int], tap: Tap, *,
+def capture_items(path: str, reader: Any, ports: frozenset[int], tls_ports: frozenset[int], tap: Tap, *,
            several: bool) -> Iterator[TcpSegment | CaptureNotice]:
     """A file's segments and notices, every frame through ``tap``. Standard input and a compressed file are
     opened once: read by the reader their link type came from; a file is read again by read_segments, which
@@ -827,7 +834,7 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
             close_written()
             watched = progress(path) if progress is not None else None
             reader = open_offline(path)
-            types = _several(path)
+            types = linktypes_of_several(path)
             linktype = int(reader.datalink())
             stack = ExitStack()
             out = stack.enter_context(output(path))
@@ -860,7 +867,7 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
                 if watched is not None:
                     watched(ts, data, wire_length)
 
-            for item in _items(path, reader, ports, tls_ports, tap, several=bool(types)):
+            for item in capture_items(path, reader, ports, tls_ports, tap, several=bool(types)):
                 if isinstance(item, TcpSegment):
                     assert engine is not None  # its frame came first
                     engine.segment(item)
