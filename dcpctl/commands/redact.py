@@ -37,8 +37,10 @@ from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
 from dcpctl.sources.files import expand
+from dcpctl.sources.parallel import ChildError, usable_cores
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
+from dcpctl.sources.redactjobs import MAX_JOBS, redact_capture_jobs, shareable
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 SALT_ENVIRONMENT: Final = "DCPCTL_REDACT_SALT"
@@ -50,6 +52,8 @@ RANDOM_SALT_BYTES: Final = 16
 # The output file's write buffer: frames are small, so a mebibyte makes one write of many (a constant: the
 # output is written once, front to back, and this only sets how often).
 OUTPUT_BUFFER: Final = 1 << 20
+# Processes by default, at most: each reads the whole file, and a capture's big connections are few
+DEFAULT_JOBS: Final = 4
 # A salt file larger than this is not a salt (a capture given by mistake): refused, not read whole.
 MAX_SALT_FILE: Final = 4096
 
@@ -161,6 +165,11 @@ def redact(
     collections: CollectionsOption = None,
     max_body_length: MaxBodyOption = DEFAULT_MAX_BODY_LENGTH,
     max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, max=MAX_JOBS, metavar="N",
+        help=f"Processes sharing one file's connections, each reading the whole file (default: one per core, "
+             f"at most {DEFAULT_JOBS}; 1 redacts in this process alone). Several files, standard input, "
+             "--hash-names and --map-addresses are redacted by one process.")] = None,
 ) -> None:
     """Replace document keys, values, xattr values and secrets in a capture by same-length placeholders.
 
@@ -204,15 +213,26 @@ def redact(
         return
     file = paths[0]
 
+    workers = jobs or min(usable_cores(), DEFAULT_JOBS)
+
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
             with progress if progress is not None else contextlib.nullcontext():
+                if workers > 1 and shareable(redactor, file):
+                    if progress is not None:
+                        progress.start_file(file)
+                    return redact_capture_jobs(file, out, redactor, options, ports, TLS_PORTS, jobs=workers,
+                                               keep_unparsed=keep_unparsed, max_body_length=max_body_length,
+                                               max_connections=max_connections, max_held_bytes=max_held_bytes,
+                                               on_progress=progress.advance if progress is not None else None)
                 return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
                                       max_body_length=max_body_length, max_connections=max_connections,
                                       max_held_bytes=max_held_bytes,
                                       progress=progress.tap(file) if progress is not None else None)
         except (CaptureError, FileNotFoundError) as exc:
             raise CommandError(f"{shown(file)}: {exc}", ExitCode.INPUT) from None
+        except ChildError as exc:
+            raise CommandError(str(exc), ExitCode.FAILURE) from None
 
     binary: BinaryIO | None = getattr(env.stdout, "buffer", None)
     if str(output) == "-" and (env.stdout_isatty or binary is None):

@@ -1,0 +1,272 @@
+"""Redacting one capture on several cores: its TCP connections shared out among worker processes.
+
+Theory of operation. Redaction is a matter of each connection alone: a placeholder depends on the salt and
+the bytes it replaces, and a connection's state (what it negotiated, its frames held, the lengths it
+rewrote) on its own frames. So each of ``jobs`` forked workers reads the whole file and redacts the
+connections given to it, whole (both directions, every reuse of its four-tuple), with the serial path's
+engine, :class:`~dcpctl.sources.redaction.CaptureRedactor`; the frames no connection claims (not TCP,
+another port) go to the first worker, which drops or keeps them as the serial path does. Connections are
+given out by their weight in a sample of the file's frames (``pcapchunks.plan``), the heaviest first to the
+least loaded worker; one the sample missed goes by a CRC of its two ends.
+
+A worker sends the frames it writes, each with its frame number in the file, in batches over a pipe
+(``marshal``: plain data only), each batch with a *mark*: no frame it writes later has a lower number (the
+oldest frame it still holds, else the last frame it read). This process merges the workers' frames into the
+file's order and writes them through the one writer: a frame goes out once every other worker has either
+sent an earlier-numbered frame after it or marked past it. It buffers up to :data:`MERGE_BYTES` of frames
+that wait, then reads only from the worker that holds the rest back. The output is the serial path's, frame
+for frame and byte for byte, and so is the summary, the counts of the workers added up.
+
+Two things are per worker, not per capture: ``--max-held-bytes`` bounds each worker's queue (a frame forced
+out in one process need not be in the other), and ``--max-connections`` each worker's connections. Options
+whose state spans connections (``--hash-names`` remembers names to find them again in any message;
+``--map-addresses`` counts the distinct addresses it maps) are redacted by one process: the caller decides,
+by :func:`shareable`.
+
+A worker never writes to standard output. Its errors reading the file travel as items and are raised here
+as the serial path raises them; a worker that dies or fails is reported with its exit status or its
+exception in one line, and the others are terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import multiprocessing
+import zlib
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from typing import Any, BinaryIO, Final
+
+from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
+from dcpctl.protocol.message import DecodeOptions
+from dcpctl.redact.core import Redactor
+from dcpctl.sources.compressed import compression
+from dcpctl.sources.parallel import ChildError, cause, exit_status
+from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, open_offline
+from dcpctl.sources.pcapchunks import Endpoints, plan
+from dcpctl.sources.pcapwriter import PcapWriter
+from dcpctl.sources.redaction import (
+    DEFAULT_MAX_HELD_BYTES,
+    OUTPUT_SNAPLEN,
+    CaptureRedactor,
+    HeldFrame,
+    Summary,
+    capture_items,
+    linktypes_of_several,
+)
+from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
+
+BATCH_FRAMES: Final = 2048  # frames read between two batches: a batch also carries the worker's mark on
+BATCH_BYTES: Final = 1 << 20  # bytes of frames written per batch, at most (one frame more)
+# Frames this process holds for the merge: past it, it reads only from the worker that holds the rest back
+MERGE_BYTES: Final = 32 << 20
+MAX_JOBS: Final = 64
+_BATCH, _DONE, _ERROR, _CRASH = range(4)
+_END: Final = 1 << 62  # a finished worker's mark: past every frame
+
+
+def shareable(redactor: Redactor, path: str) -> bool:
+    """Whether the capture at ``path`` can be shared out among workers with this redactor: one file read by
+    name (not standard input), of one link type, and no option whose state spans connections."""
+    return (path != "-" and redactor.addresses is None and not redactor.policy.hash_names
+            and not linktypes_of_several(path))
+
+
+def owners(path: str, jobs: int) -> dict[Endpoints, int]:
+    """The worker of each connection a sample of the file's frames weighs: the heaviest first, each to the
+    least loaded worker. Empty when the file cannot be planned (compressed, pcapng, damaged: the workers
+    report damage as the serial path does); every connection then goes by :func:`owner`."""
+    weights: dict[Endpoints, int] = {}
+    if compression(path) is None:
+        with contextlib.suppress(CaptureError, OSError, KeyError, ValueError):
+            plan(path, weights=weights)
+    loads = [0] * jobs
+    given: dict[Endpoints, int] = {}
+    for ends, weight in sorted(weights.items(), key=lambda item: (-item[1], item[0])):
+        worker = loads.index(min(loads))
+        given[ends] = worker
+        loads[worker] += weight
+    return given
+
+
+def owner(ends: Endpoints, jobs: int) -> int:
+    """The worker of a connection the sample missed: the same in every process (not ``hash``: salted)."""
+    return zlib.crc32(repr(ends).encode()) % jobs
+
+
+class _Share(CaptureRedactor):
+    """The serial engine, its frames out sent on with their numbers instead of written."""
+
+    def __init__(self, out: list[tuple[int, float, bytes, int, int]], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.out = out
+        self.out_bytes = 0
+
+    def _write(self, frame: HeldFrame, data: bytes, wire_length: int) -> None:
+        self.out.append((frame.number, frame.ts, data, wire_length, frame.linktype))
+        self.out_bytes += len(data)
+
+
+def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], path: str, redactor: Redactor,
+          options: DecodeOptions, ports: frozenset[int], tls_ports: frozenset[int], settings: dict[str, Any]) -> None:
+    """One worker: the whole file read, its connections' frames (and, for the first, the unclaimed ones)
+    through its own engine, what it writes sent on."""
+    send, dumps = pipe.send_bytes, marshal.dumps
+    out: list[tuple[int, float, bytes, int, int]] = []
+    number, read, sent_at = 0, 0, 0
+    pending: tuple[float, bytes, int, int | None, int] | None = None  # the frame read, not yet given out
+    notices: list[tuple[int, float, str, str]] = []
+    try:
+        reader = open_offline(path)
+        engine = _Share(out, redactor, None, int(reader.datalink()), options, ports, tls_ports, **settings)
+
+        def batch() -> None:
+            nonlocal read, sent_at
+            mark = engine.queue[0].number if engine.queue else number
+            send(dumps((_BATCH, mark, read, out)))
+            out.clear()
+            engine.out_bytes = read = 0
+            sent_at = number
+
+        def tap(ts: float, data: bytes, wire_length: int, linktype: int | None = None) -> None:
+            nonlocal pending, number, read
+            if pending is not None and index == 0:  # no segment claimed it: the first worker says why
+                engine.tap(*pending[:4], number=pending[4])
+            number += 1
+            read += len(data) + 16
+            pending = (ts, data, wire_length, linktype, number)
+
+        for item in capture_items(path, reader, ports, tls_ports, tap, several=False):
+            if type(item) is TcpSegment:
+                ends = (item.src, item.dst) if item.src <= item.dst else (item.dst, item.src)
+                worker = given.get(ends)
+                if worker is None:
+                    worker = given[ends] = owner(ends, jobs)
+                if worker == index and pending is not None:
+                    engine.tap(*pending[:4], number=pending[4])
+                    engine.segment(item)
+                pending = None
+            elif index == 0 and isinstance(item, CaptureNotice):
+                notices.append((item.frame, item.ts, item.name, item.message))
+            if number - sent_at >= BATCH_FRAMES or engine.out_bytes >= BATCH_BYTES:
+                batch()
+        if pending is not None and index == 0:
+            engine.tap(*pending[:4], number=pending[4])
+        engine.finish()
+        number = _END
+        batch()
+        summary = engine.summary
+        send(dumps((_DONE, dict(summary.counts), dict(summary.dropped), dict(summary.dropped_connections),
+                    summary.frames_in, summary.frames_out, summary.messages, notices)))
+    except (CaptureError, FileNotFoundError) as exc:
+        with contextlib.suppress(OSError):
+            send(dumps((_ERROR, str(exc), isinstance(exc, FileNotFoundError))))
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass  # the merging side went away or the user interrupted: it reports, not us
+    except Exception as exc:  # noqa: BLE001 - any bug: reported whole to the other side, never lost
+        with contextlib.suppress(OSError):
+            send(dumps((_CRASH, cause(exc))))
+    finally:
+        pipe.close()
+
+
+def redact_capture_jobs(path: str, out: BinaryIO, redactor: Redactor, options: DecodeOptions,
+                        ports: frozenset[int], tls_ports: frozenset[int] = TLS_PORTS, *, jobs: int,
+                        keep_unparsed: bool = False, max_body_length: int = DEFAULT_MAX_BODY_LENGTH,
+                        max_connections: int = DEFAULT_MAX_CONNECTIONS, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                        on_progress: Callable[[int], None] | None = None) -> tuple[Summary, list[CaptureNotice]]:
+    """``redaction.redact_capture``'s output and summary, the work shared among ``jobs`` processes (the
+    capture must be :func:`shareable`). ``on_progress``: the bytes of frames read, as the first worker reads
+    them. Raises what reading the file raises (``CaptureError``, ``FileNotFoundError``), and ``ChildError``."""
+    reader = open_offline(path)  # a file that cannot be opened fails here, as on the serial path
+    writer = PcapWriter(out, int(reader.datalink()), OUTPUT_SNAPLEN)
+    del reader
+    given = owners(path, jobs)
+    settings = {"keep_unparsed": keep_unparsed, "max_body_length": max_body_length,
+                "max_connections": max_connections, "max_held_bytes": max_held_bytes}
+    context = multiprocessing.get_context("fork")
+    pipes: list[Connection] = []
+    workers = []
+    summary = Summary(counts=redactor.counts)
+    notices: list[CaptureNotice] = []
+    try:
+        for index in range(jobs):
+            receiver, sender = context.Pipe(duplex=False)
+            worker = context.Process(target=_work, name=f"dcpctl-redact-{index}", daemon=True,
+                                     args=(sender, index, jobs, given, path, redactor, options, ports, tls_ports,
+                                           settings))
+            worker.start()
+            sender.close()
+            pipes.append(receiver)
+            workers.append(worker)
+        queues: list[deque[tuple[int, float, bytes, int, int]]] = [deque() for _ in range(jobs)]
+        marks = [0] * jobs
+        active = set(range(jobs))
+        held = 0  # bytes of frames waiting in the queues
+
+        def receive(index: int) -> None:
+            nonlocal held
+            try:
+                item = marshal.loads(pipes[index].recv_bytes())  # noqa: S302 - our own child, plain data
+            except (EOFError, OSError):  # OSError: the pipe ended inside a message
+                workers[index].join(5)
+                raise ChildError(f"a redacting process ended unexpectedly ({exit_status(workers[index].exitcode)})"
+                                 ) from None
+            tag = item[0]
+            if tag == _BATCH:
+                queues[index].extend(item[3])
+                held += sum(len(frame[2]) for frame in item[3])
+                marks[index] = item[1]
+                if on_progress is not None and index == 0:
+                    on_progress(item[2])
+            elif tag == _DONE:
+                active.discard(index)
+                marks[index] = _END
+                counts, dropped, dropped_connections, frames_in, frames_out, messages, found = item[1:]
+                summary.counts.update(counts)
+                summary.dropped.update(dropped)
+                summary.dropped_connections.update(dropped_connections)
+                summary.frames_in += frames_in
+                summary.frames_out += frames_out
+                summary.messages += messages
+                notices.extend(CaptureNotice(*notice) for notice in found)
+            elif tag == _ERROR:
+                raise (FileNotFoundError if item[2] else CaptureError)(item[1])
+            else:
+                raise ChildError(f"a redacting process failed: {item[1]} (a bug: please report it)")
+
+        def merge() -> None:
+            """Write every frame no worker can still precede."""
+            nonlocal held
+            while True:
+                first, lowest = -1, _END
+                for index, queue in enumerate(queues):
+                    if queue and queue[0][0] < lowest:
+                        first, lowest = index, queue[0][0]
+                if first < 0 or any(marks[index] < lowest for index in active if not queues[index]):
+                    return
+                _, ts, data, wire_length, linktype = queues[first].popleft()
+                held -= len(data)
+                writer.write(ts, data, wire_length, linktype)
+
+        while active:
+            merge()
+            if held < MERGE_BYTES:
+                ready = wait([pipes[index] for index in active])
+            else:  # only the worker that holds the rest back
+                waiting = [index for index in active if not queues[index]]
+                ready = [pipes[min(waiting, key=marks.__getitem__)]]
+            for index in [index for index in active if pipes[index] in ready]:
+                receive(index)
+        merge()
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            with contextlib.suppress(Exception):
+                worker.join(5)
+    return summary, notices
