@@ -180,9 +180,7 @@ def redact_capture_jobs(path: str, out: BinaryIO, redactor: Redactor, options: D
     """``redaction.redact_capture``'s output and summary, the work shared among ``jobs`` processes (the
     capture must be :func:`shareable`). ``on_progress``: the bytes of frames read, as the first worker reads
     them. Raises what reading the file raises (``CaptureError``, ``FileNotFoundError``), and ``ChildError``."""
-    reader = open_offline(path)  # a file that cannot be opened fails here, as on the serial path
-    writer = PcapWriter(out, int(reader.datalink()), OUTPUT_SNAPLEN)
-    del reader
+    linktype = int(open_offline(path).datalink())  # a file that cannot be opened fails here, as serially
     given = owners(path, jobs)
     settings = {"keep_unparsed": keep_unparsed, "max_body_length": max_body_length,
                 "max_connections": max_connections, "max_held_bytes": max_held_bytes}
@@ -201,6 +199,8 @@ def redact_capture_jobs(path: str, out: BinaryIO, redactor: Redactor, options: D
             sender.close()
             pipes.append(receiver)
             workers.append(worker)
+        # the file's header is written after the workers are forked: none holds a buffered copy of it
+        writer = PcapWriter(out, linktype, OUTPUT_SNAPLEN)
         queues: list[deque[tuple[int, float, bytes, int, int]]] = [deque() for _ in range(jobs)]
         marks = [0] * jobs
         active = set(range(jobs))
