@@ -142,8 +142,8 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
             if type(item) is TcpSegment:
                 ends = (item.src, item.dst) if item.src <= item.dst else (item.dst, item.src)
                 worker = given.get(ends)
-                if worker is None:
-                    worker = given[ends] = owner(ends, jobs)
+                if worker is None:  # not remembered: a flood of connections costs a CRC each, not memory
+                    worker = owner(ends, jobs)
                 if worker == index and pending is not None:
                     engine.tap(*pending[:4], number=pending[4])
                     engine.segment(item)
