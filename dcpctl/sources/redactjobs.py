@@ -61,7 +61,7 @@ from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 BATCH_FRAMES: Final = 2048  # frames read between two batches: a batch also carries the worker's mark on
 BATCH_BYTES: Final = 1 << 20  # bytes of frames written per batch, at most (one frame more)
 # Frames this process holds for the merge: past it, it reads only from the worker that holds the rest back
-MERGE_BYTES: Final = 32 << 20
+MERGE_BYTES: Final = 16 << 20
 MAX_JOBS: Final = 64
 _BATCH, _DONE, _ERROR, _CRASH = range(4)
 _END: Final = 1 << 62  # a finished worker's mark: past every frame
@@ -97,16 +97,20 @@ def owner(ends: Endpoints, jobs: int) -> int:
 
 
 class _Share(CaptureRedactor):
-    """The serial engine, its frames out sent on with their numbers instead of written."""
+    """The serial engine, its frames out sent on with their numbers instead of written: ``send(mark)`` sends
+    them once they pass BATCH_BYTES (a held message's frames, released at once, go a batch at a time)."""
 
-    def __init__(self, out: list[tuple[int, float, bytes, int, int]], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, send: Callable[[int], None], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.out = out
+        self.send = send
+        self.out: list[tuple[int, float, bytes, int, int]] = []
         self.out_bytes = 0
 
     def _write(self, frame: HeldFrame, data: bytes, wire_length: int) -> None:
         self.out.append((frame.number, frame.ts, data, wire_length, frame.linktype))
         self.out_bytes += len(data)
+        if self.out_bytes >= BATCH_BYTES:
+            self.send(frame.number)  # frames leave in order: any later one of this worker is numbered above
 
 
 def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], path: str, redactor: Redactor,
@@ -114,21 +118,20 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
     """One worker: the whole file read, its connections' frames (and, for the first, the unclaimed ones)
     through its own engine, what it writes sent on."""
     send, dumps = pipe.send_bytes, marshal.dumps
-    out: list[tuple[int, float, bytes, int, int]] = []
     number, read, sent_at = 0, 0, 0
     pending: tuple[float, bytes, int, int | None, int] | None = None  # the frame read, not yet given out
     notices: list[tuple[int, float, str, str]] = []
     try:
-        reader = open_offline(path)
-        engine = _Share(out, redactor, None, int(reader.datalink()), options, ports, tls_ports, **settings)
-
-        def batch() -> None:
+        def batch(mark: int) -> None:
+            """What the engine wrote since the last batch, and its mark."""
             nonlocal read, sent_at
-            mark = engine.queue[0].number if engine.queue else number
-            send(dumps((_BATCH, mark, read, out)))
-            out.clear()
+            send(dumps((_BATCH, mark, read, engine.out)))
+            engine.out.clear()
             engine.out_bytes = read = 0
             sent_at = number
+
+        reader = open_offline(path)
+        engine = _Share(batch, redactor, None, int(reader.datalink()), options, ports, tls_ports, **settings)
 
         def tap(ts: float, data: bytes, wire_length: int, linktype: int | None = None) -> None:
             nonlocal pending, number, read
@@ -150,13 +153,12 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
                 pending = None
             elif index == 0 and isinstance(item, CaptureNotice):
                 notices.append((item.frame, item.ts, item.name, item.message))
-            if number - sent_at >= BATCH_FRAMES or engine.out_bytes >= BATCH_BYTES:
-                batch()
+            if number - sent_at >= BATCH_FRAMES:
+                batch(engine.queue[0].number if engine.queue else number)
         if pending is not None and index == 0:
             engine.tap(*pending[:4], number=pending[4])
         engine.finish()
-        number = _END
-        batch()
+        batch(_END)
         summary = engine.summary
         send(dumps((_DONE, dict(summary.counts), dict(summary.dropped), dict(summary.dropped_connections),
                     summary.frames_in, summary.frames_out, summary.messages, notices)))

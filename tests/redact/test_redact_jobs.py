@@ -76,6 +76,24 @@ def test_workers_write_one_process_output_byte_for_byte(tmp_path: Path, shared: 
     assert shared == [2, 3] * len(inputs)
 
 
+def test_tiny_batches_and_no_merge_buffer_change_nothing(tmp_path: Path, shared: list[int],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of a few frames, cut inside a held message's release, and a merge that holds nothing back
+    but reads only from the worker that holds the rest: the same bytes."""
+    monkeypatch.setattr(redactjobs, "BATCH_FRAMES", 3)
+    monkeypatch.setattr(redactjobs, "BATCH_BYTES", 2000)
+    monkeypatch.setattr(redactjobs, "MERGE_BYTES", 0)
+    inputs = [("realistic", _realistic(tmp_path, messages=1000)), ("clients", _two_clients(tmp_path)),
+              ("big", _big_document(tmp_path)[0])]
+    for name, source in inputs:
+        alone = _redact(source, tmp_path / f"{name}.1.pcap", "--jobs", "1")
+        run = _redact(source, tmp_path / f"{name}.3.pcap", "--jobs", "3")
+        assert run.code == alone.code == ExitCode.OK, (name, run.err.getvalue())
+        assert (tmp_path / f"{name}.3.pcap").read_bytes() == (tmp_path / f"{name}.1.pcap").read_bytes(), name
+        assert run.err.getvalue() == alone.err.getvalue(), name
+    assert shared == [3] * len(inputs)
+
+
 def test_options_across_connections_are_redacted_by_one_process(tmp_path: Path, shared: list[int]) -> None:
     """--hash-names finds a name learned on one connection in another's messages; --map-addresses counts
     the distinct addresses: both need every connection in one process."""
