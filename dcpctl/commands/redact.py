@@ -40,7 +40,7 @@ from dcpctl.sources.files import expand
 from dcpctl.sources.parallel import ChildError, usable_cores
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
-from dcpctl.sources.redactjobs import MAX_JOBS, redact_capture_jobs, shareable
+from dcpctl.sources.redactjobs import MAX_JOBS, redact_jobs, shareable
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
 SALT_ENVIRONMENT: Final = "DCPCTL_REDACT_SALT"
@@ -167,8 +167,8 @@ def redact(
     max_connections: MaxConnectionsOption = DEFAULT_MAX_CONNECTIONS,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", "-j", min=1, max=MAX_JOBS, metavar="N",
-        help=f"Processes sharing one file's connections, each reading the whole file (default: one per core, "
-             f"at most {DEFAULT_JOBS}; 1 redacts in this process alone). Several files, standard input, "
+        help=f"Processes sharing the capture's connections, each reading every file (default: one per core, "
+             f"at most {DEFAULT_JOBS}; 1 redacts in this process alone). Standard input, compressed files, "
              "--hash-names and --map-addresses are redacted by one process.")] = None,
 ) -> None:
     """Replace document keys, values, xattr values and secrets in a capture by same-length placeholders.
@@ -186,9 +186,23 @@ def redact(
 
     # a big file, someone watching standard error
     progress = file_progress(env, paths, "redacting", sized=not any(map(compressed, paths)))
-    if several is not None:
-        current = [paths[0]]
+    current = [paths[0]]  # the file being read, for its error
+    workers = jobs or min(usable_cores(), DEFAULT_JOBS)
+    shared = workers > 1 and shareable(redactor, paths)
 
+    def on_file(path: str) -> None:
+        current[0] = path
+        if progress is not None:
+            progress.start_file(path)
+
+    def run_jobs(outputs: Callable[[str], AbstractContextManager[BinaryIO]]) -> tuple[Summary, list[CaptureNotice]]:
+        """The files' connections shared among the workers (raises as the serial paths do)."""
+        return redact_jobs(paths, outputs, redactor, options, ports, TLS_PORTS, jobs=workers,
+                           keep_unparsed=keep_unparsed, max_body_length=max_body_length,
+                           max_connections=max_connections, max_held_bytes=max_held_bytes, on_file=on_file,
+                           on_progress=progress.advance if progress is not None else None)
+
+    if several is not None:
         def opening(path: str) -> Callable[[float, bytes, int], None] | None:
             current[0] = path
             return progress.tap(path) if progress is not None else None
@@ -197,12 +211,16 @@ def redact(
                     ) -> tuple[Summary, list[CaptureNotice]]:
             try:
                 with progress if progress is not None else contextlib.nullcontext():
+                    if shared:
+                        return run_jobs(outputs)
                     return redact_captures(paths, outputs, redactor, options, ports, TLS_PORTS,
                                            keep_unparsed=keep_unparsed, max_body_length=max_body_length,
                                            max_connections=max_connections, max_held_bytes=max_held_bytes,
                                            progress=opening)
             except (CaptureError, FileNotFoundError) as exc:
                 raise CommandError(f"{shown(current[0])}: {exc}", ExitCode.INPUT) from None
+            except ChildError as exc:
+                raise CommandError(str(exc), ExitCode.FAILURE) from None
 
         try:
             summary, notices = _atomically_each(several, run_all)
@@ -213,18 +231,11 @@ def redact(
         return
     file = paths[0]
 
-    workers = jobs or min(usable_cores(), DEFAULT_JOBS)
-
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
             with progress if progress is not None else contextlib.nullcontext():
-                if workers > 1 and shareable(redactor, file):
-                    if progress is not None:
-                        progress.start_file(file)
-                    return redact_capture_jobs(file, out, redactor, options, ports, TLS_PORTS, jobs=workers,
-                                               keep_unparsed=keep_unparsed, max_body_length=max_body_length,
-                                               max_connections=max_connections, max_held_bytes=max_held_bytes,
-                                               on_progress=progress.advance if progress is not None else None)
+                if shared:
+                    return run_jobs(lambda _path: contextlib.nullcontext(out))
                 return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
                                       max_body_length=max_body_length, max_connections=max_connections,
                                       max_held_bytes=max_held_bytes,

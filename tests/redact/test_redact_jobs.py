@@ -3,19 +3,25 @@ process, byte for byte, and the same summary; a worker that fails is one line, a
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
-from test_redact_capture import ROOT, _big_document, _cut, _redact, _retransmitted, _sacked, _two_clients, captures
+from test_redact_capture import ROOT, Run, _big_document, _cut, _redact, _retransmitted, _sacked, _two_clients, captures
+from test_redact_ring import frame_count, ring
 
 import dcpctl.commands.redact as redact_command
 from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.message import DecodeOptions
+from dcpctl.redact.core import Policy, Redactor
 from dcpctl.sources import redactjobs
 from dcpctl.sources.pcapchunks import Endpoints, plan
 
@@ -49,13 +55,13 @@ def _inputs(directory: Path) -> Iterator[tuple[str, Path]]:
 def shared(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The worker counts of the runs that shared a file: a run that fell back to one process adds none."""
     calls: list[int] = []
-    real = redact_command.redact_capture_jobs
+    real = redact_command.redact_jobs
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs["jobs"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(redact_command, "redact_capture_jobs", spy)
+    monkeypatch.setattr(redact_command, "redact_jobs", spy)
     return calls
 
 
@@ -94,14 +100,85 @@ def test_tiny_batches_and_no_merge_buffer_change_nothing(tmp_path: Path, shared:
     assert shared == [3] * len(inputs)
 
 
-def test_options_across_connections_are_redacted_by_one_process(tmp_path: Path, shared: list[int]) -> None:
+@pytest.mark.parametrize("options", [(), ("--values", "drop")])
+def test_a_ring_shared_among_workers_gives_one_process_copies(tmp_path: Path, shared: list[int],
+                                                              options: tuple[str, ...]) -> None:
+    """Each capture cut into a ring (editcap, as tcpdump cuts): the copies of every file, byte for byte,
+    and the summary with its notices naming their files, are those of one process."""
+    inputs = [*captures(tmp_path), ("realistic", _realistic(tmp_path, messages=2000)),
+              ("clients", _two_clients(tmp_path)), ("big", _big_document(tmp_path)[0])]
+    for name, capture in inputs:
+        files = [str(path) for path in ring(capture, 500 if name == "realistic" else 5, tmp_path / f"{name}-ring")]
+        copies = {}
+        for jobs in ("1", "3"):
+            out = tmp_path / f"{name}-{jobs}"
+            run = _redact_files(files, out, "--jobs", jobs, *options)
+            assert run.code == ExitCode.OK, (name, run.err.getvalue())
+            copies[jobs] = ({path.name: path.read_bytes() for path in out.iterdir() if path.name != "salt"},
+                            run.err.getvalue())
+        assert len(copies["1"][0]) == len(files), name
+        assert copies["3"] == copies["1"], name
+    assert shared == [3] * len(inputs)
+
+
+def test_a_bad_file_in_a_shared_ring_is_one_line_and_leaves_no_copy(tmp_path: Path, shared: list[int]) -> None:
+    files = [str(path) for path in ring(_realistic(tmp_path, messages=500), 100, tmp_path / "ring")]
+    Path(files[2]).write_bytes(b"not a capture at all" * 10)
+    run = _redact_files(files, tmp_path / "out", "--jobs", "2")
+    assert run.code == ExitCode.INPUT
+    err = run.err.getvalue()
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"dcpctl: error: {files[2]}: "), err
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["salt"]
+    assert shared == [2]
+
+
+def test_a_shared_ring_holds_one_copy_open_at_a_time(tmp_path: Path) -> None:
+    """The copies are entered in the files' order, each left before the next is entered, all of them (a file
+    whose frames are all left out, or that has none, still gets its copy)."""
+    files = [str(path) for path in ring(_realistic(tmp_path, messages=500), 60, tmp_path / "ring")]
+    assert len(files) > 10
+    entered: list[str] = []
+    open_now: list[str] = []
+    most = 0
+
+    @contextlib.contextmanager
+    def output(path: str) -> Iterator[BinaryIO]:
+        nonlocal most
+        entered.append(path)
+        open_now.append(path)
+        most = max(most, len(open_now))
+        yield io.BytesIO()
+        open_now.remove(path)
+
+    redactor = Redactor(b"a salt", Policy())
+    summary, _ = redactjobs.redact_jobs(files, output, redactor, DecodeOptions(), frozenset({11210}), jobs=3)
+    assert summary.frames_in == sum(frame_count(Path(path)) for path in files)
+    assert entered == files
+    assert open_now == []
+    assert most == 1
+
+
+def _redact_files(files: list[str], out: Path, *extra: str) -> Any:
+    """redact of several files into the directory ``out`` (its salt file beside them, named salt)."""
+    out.mkdir(exist_ok=True)
+    salt = out / "salt"
+    salt.write_text("a salt for the ring")
+    return Run(["redact", *files, "-o", str(out), "--salt-file", str(salt), *extra])
+
+
+def test_what_cannot_be_shared_is_redacted_by_one_process(tmp_path: Path, shared: list[int]) -> None:
     """--hash-names finds a name learned on one connection in another's messages; --map-addresses counts
-    the distinct addresses: both need every connection in one process."""
+    the distinct addresses; a compressed file would be decompressed whole by every worker."""
     source = _two_clients(tmp_path)
-    for option in ("--hash-names", "--map-addresses"):
-        run = _redact(source, tmp_path / "out.pcap", "--jobs", "2", option)
+    packed = tmp_path / "clients.pcap.gz"
+    packed.write_bytes(gzip.compress(source.read_bytes()))
+    for path, option in ((source, "--hash-names"), (source, "--map-addresses"), (packed, "--keep-unparsed")):
+        run = _redact(path, tmp_path / "out.pcap", "--jobs", "2", option)
         assert run.code == ExitCode.OK, run.err.getvalue()
     assert shared == []
+    run = _redact(source, tmp_path / "out.pcap", "--jobs", "2")
+    assert shared == [2]
 
 
 def test_connections_are_shared_out_by_weight(tmp_path: Path) -> None:
@@ -109,7 +186,7 @@ def test_connections_are_shared_out_by_weight(tmp_path: Path) -> None:
     weights: dict[Endpoints, int] = {}
     plan(source, weights=weights)
     assert len(weights) >= 4  # the four DCP connections (the small KV one may fall between samples)
-    given = redactjobs.owners(source, 2)
+    given = redactjobs.owners([source], 2)
     assert given.keys() == weights.keys()
     loads = [sum(weight for ends, weight in weights.items() if given[ends] == worker) for worker in (0, 1)]
     heaviest = sorted(weights, key=weights.__getitem__)[-2:]
