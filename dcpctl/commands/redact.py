@@ -188,7 +188,6 @@ def redact(
     progress = file_progress(env, paths, "redacting", sized=not any(map(compressed, paths)))
     current = [paths[0]]  # the file being read, for its error
     workers = jobs or min(usable_cores(), DEFAULT_JOBS)
-    shared = workers > 1 and shareable(redactor, paths)
 
     def on_file(path: str) -> None:
         current[0] = path
@@ -211,7 +210,7 @@ def redact(
                     ) -> tuple[Summary, list[CaptureNotice]]:
             try:
                 with progress if progress is not None else contextlib.nullcontext():
-                    if shared:
+                    if workers > 1 and shareable(redactor, paths):
                         return run_jobs(outputs)
                     return redact_captures(paths, outputs, redactor, options, ports, TLS_PORTS,
                                            keep_unparsed=keep_unparsed, max_body_length=max_body_length,
@@ -234,7 +233,7 @@ def redact(
     def run(out: BinaryIO) -> tuple[Summary, list[CaptureNotice]]:
         try:
             with progress if progress is not None else contextlib.nullcontext():
-                if shared:
+                if workers > 1 and shareable(redactor, paths):
                     return run_jobs(lambda _path: contextlib.nullcontext(out))
                 return redact_capture(file, out, redactor, options, ports, TLS_PORTS, keep_unparsed=keep_unparsed,
                                       max_body_length=max_body_length, max_connections=max_connections,
