@@ -3,20 +3,18 @@ process, byte for byte, and the same summary; a worker that fails is one line, a
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pytest
 from test_redact_capture import ROOT, Run, _big_document, _cut, _redact, _retransmitted, _sacked, _two_clients, captures
-from test_redact_ring import frame_count, ring
+from test_redact_ring import Outputs, frame_count, ring
 
 import dcpctl.commands.redact as redact_command
 from dcpctl.exitcode import ExitCode
@@ -138,25 +136,14 @@ def test_a_shared_ring_holds_one_copy_open_at_a_time(tmp_path: Path) -> None:
     whose frames are all left out, or that has none, still gets its copy)."""
     files = [str(path) for path in ring(_realistic(tmp_path, messages=500), 60, tmp_path / "ring")]
     assert len(files) > 10
-    entered: list[str] = []
-    open_now: list[str] = []
-    most = 0
-
-    @contextlib.contextmanager
-    def output(path: str) -> Iterator[BinaryIO]:
-        nonlocal most
-        entered.append(path)
-        open_now.append(path)
-        most = max(most, len(open_now))
-        yield io.BytesIO()
-        open_now.remove(path)
-
+    outputs = Outputs()
     redactor = Redactor(b"a salt", Policy())
-    summary, _ = redactjobs.redact_jobs(files, output, redactor, DecodeOptions(), frozenset({11210}), jobs=3)
+    summary, _ = redactjobs.redact_jobs(files, outputs.output, redactor, DecodeOptions(), frozenset({11210}),
+                                        jobs=3)
     assert summary.frames_in == sum(frame_count(Path(path)) for path in files)
-    assert entered == files
-    assert open_now == []
-    assert most == 1
+    assert outputs.entered == files
+    assert outputs.open_now == []
+    assert outputs.most == 1
 
 
 def _redact_files(files: list[str], out: Path, *extra: str) -> Any:

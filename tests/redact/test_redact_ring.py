@@ -141,19 +141,27 @@ def test_a_copy_is_closed_once_its_frames_are_out(tmp_path: Path) -> None:
 
     files = ring(SAMPLE, 2, tmp_path / "ring")
     assert len(files) > 10
-    open_now: list[str] = []
-    most = 0
+    outputs = Outputs()
+    redactor = Redactor(SALT.encode(), Policy(frozenset(), False, False, True))
+    summary, _ = redact_captures([str(f) for f in files], outputs.output, redactor, DecodeOptions(),
+                                 frozenset({11210}))
+    assert summary.frames_out == sum(frame_count(f) for f in files)
+    assert outputs.open_now == []
+    assert outputs.most == 2  # the file being read, and the one before while a message cut at its end is held
+
+
+class Outputs:
+    """Each file's output, as redact's outputs are given: which were entered, which are open, most at once."""
+
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+        self.open_now: list[str] = []
+        self.most = 0
 
     @contextlib.contextmanager
-    def output(path: str) -> Iterator[BinaryIO]:
-        nonlocal most
-        open_now.append(path)
-        most = max(most, len(open_now))
+    def output(self, path: str) -> Iterator[BinaryIO]:
+        self.entered.append(path)
+        self.open_now.append(path)
+        self.most = max(self.most, len(self.open_now))
         yield io.BytesIO()
-        open_now.remove(path)
-
-    redactor = Redactor(SALT.encode(), Policy(frozenset(), False, False, True))
-    summary, _ = redact_captures([str(f) for f in files], output, redactor, DecodeOptions(), frozenset({11210}))
-    assert summary.frames_out == sum(frame_count(f) for f in files)
-    assert open_now == []
-    assert most == 2  # the file being read, and the one before while a message cut at its end is held
+        self.open_now.remove(path)
