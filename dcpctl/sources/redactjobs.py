@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, Final
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.redact.core import Redactor
-from dcpctl.sources.compressed import compression
+from dcpctl.sources.compressed import compressed
 from dcpctl.sources.parallel import ChildError, cause, exit_status
 from dcpctl.sources.pcap import (
     TLS_PORTS,
@@ -86,7 +86,7 @@ def shareable(redactor: Redactor, paths: list[str]) -> bool:
     not compressed (each worker would decompress the whole file), each of one link type, and no option whose
     state spans connections."""
     return (redactor.addresses is None and not redactor.policy.hash_names
-            and all(path != "-" and compression(path) is None and not linktypes_of_several(path) for path in paths))
+            and all(path != "-" and not compressed(path) and not linktypes_of_several(path) for path in paths))
 
 
 def owners(paths: list[str], jobs: int) -> dict[Endpoints, int]:
