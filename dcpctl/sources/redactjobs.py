@@ -85,8 +85,12 @@ def shareable(redactor: Redactor, paths: list[str]) -> bool:
     """Whether files can be shared out among workers with this redactor: read by name (not standard input),
     not compressed (each worker would decompress the whole file), each of one link type, and no option whose
     state spans connections."""
-    return (redactor.addresses is None and not redactor.policy.hash_names
-            and all(path != "-" and not compressed(path) and not linktypes_of_several(path) for path in paths))
+    if redactor.addresses is not None or redactor.policy.hash_names:
+        return False
+    try:
+        return all(path != "-" and not compressed(path) and not linktypes_of_several(path) for path in paths)
+    except (CaptureError, OSError, ValueError):  # one process reads it, and says why it cannot in one line
+        return False
 
 
 def owners(paths: list[str], jobs: int) -> dict[Endpoints, int]:
