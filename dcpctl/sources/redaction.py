@@ -803,6 +803,33 @@ def capture_items(path: str, reader: Any, ports: frozenset[int], tls_ports: froz
     return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
 
 
+class Capture:
+    """The engine that follows one capture across the files of a ring: a file whose first frame continues
+    the capture before it (``pcap.Ring``), with the same link types, keeps the engine, so a message the
+    rotation cut is redacted whole; any other file ends it (``finish(last=False)``) and gets a new one,
+    ``make(kind)``. One decision for :func:`redact_captures` and ``redactjobs``' workers alike."""
+
+    def __init__(self, make: Callable[[tuple[int, ...]], CaptureRedactor]) -> None:
+        self.make = make
+        self.engine: CaptureRedactor | None = None
+        self.kind: tuple[int, ...] = ()  # the link types of the capture the engine follows
+        self.ring = Ring()
+
+    def frame(self, frames: FileFrames, ts: float, kind: tuple[int, ...]) -> CaptureRedactor:
+        """The engine of a frame of the file ``frames`` counts (it is counted), its file of link types ``kind``."""
+        if frames.first is None:  # the file's first frame: does it continue the capture before?
+            frames.first = ts
+            engine = self.engine
+            if not (self.ring.begins(frames) and engine is not None and self.kind == kind):
+                if engine is not None:
+                    engine.finish(last=False)
+                self.engine, self.kind = self.make(kind), kind
+        frames.last = ts
+        frames.count += 1
+        assert self.engine is not None
+        return self.engine
+
+
 def redact_captures(paths: list[str], output: Callable[[str], AbstractContextManager[BinaryIO]],
                     redactor: Redactor, options: DecodeOptions, ports: frozenset[int],
                     tls_ports: frozenset[int] = TLS_PORTS, *, keep_unparsed: bool = False,
@@ -818,13 +845,15 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
     notices name their files."""
     summary = Summary(counts=redactor.counts)
     notices: list[CaptureNotice] = []
-    engine: CaptureRedactor | None = None
-    engine_kind: tuple[int, ...] = ()  # the link types of the capture the engine follows
-    ring = Ring()
+    capture = Capture(lambda kind: CaptureRedactor(redactor, None, kind[0], options, ports, tls_ports,
+                                                   keep_unparsed=keep_unparsed, max_body_length=max_body_length,
+                                                   max_connections=max_connections,
+                                                   max_held_bytes=max_held_bytes, summary=summary))
     open_files: deque[tuple[PcapWriter, ExitStack]] = deque()  # oldest first; the last is being read
 
     def close_written() -> None:
         """Leaves the outputs all of whose frames are out (frames leave in order: the queue's head tells)."""
+        engine = capture.engine
         while len(open_files) > 1 and (engine is None or not engine.queue
                                        or engine.queue[0].writer is not open_files[0][0]):
             open_files.popleft()[1].close()
@@ -847,37 +876,23 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
                     kind: tuple[int, ...] = tuple(types) or (linktype,), writer: PcapWriter = writer,
                     watched: Callable[[float, bytes, int], None] | None = watched, frames: FileFrames = frames
                     ) -> None:
-                nonlocal engine, engine_kind
-                if frames.first is None:  # the file's first frame: does it continue the capture before?
-                    frames.first = ts
-                    if ring.begins(frames) and engine is not None and engine_kind == kind:
-                        engine.writer = writer
-                    else:
-                        if engine is not None:
-                            engine.finish(last=False)
-                        engine = CaptureRedactor(redactor, writer, kind[0], options, ports, tls_ports,
-                                                 keep_unparsed=keep_unparsed, max_body_length=max_body_length,
-                                                 max_connections=max_connections, max_held_bytes=max_held_bytes,
-                                                 summary=summary)
-                        engine_kind = kind
-                frames.last = ts
-                frames.count += 1
-                assert engine is not None
+                engine = capture.frame(frames, ts, kind)
+                engine.writer = writer  # its frames go to the output of the file they came from
                 engine.tap(ts, data, wire_length, linktype)
                 if watched is not None:
                     watched(ts, data, wire_length)
 
             for item in capture_items(path, reader, ports, tls_ports, tap, several=bool(types)):
                 if isinstance(item, TcpSegment):
-                    assert engine is not None  # its frame came first
-                    engine.segment(item)
+                    assert capture.engine is not None  # its frame came first
+                    capture.engine.segment(item)
                     if len(open_files) > 1:
                         close_written()
                 else:
                     notices.append(named(item, path))
-            ring.ends(frames)
-        if engine is not None:
-            engine.finish()
+            capture.ring.ends(frames)
+        if capture.engine is not None:
+            capture.engine.finish()
         elif redactor.addresses is not None:
             summary.counts.update(redactor.addresses.counts())
     finally:

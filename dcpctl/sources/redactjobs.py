@@ -3,7 +3,7 @@
 Theory of operation. Redaction is a matter of each connection alone: a placeholder depends on the salt and
 the bytes it replaces, and a connection's state (what it negotiated, its frames held, the lengths it
 rewrote) on its own frames. So each of ``jobs`` forked workers reads the whole capture (every file of a
-ring, in turn, deciding as ``redaction.redact_captures`` does which files continue the capture before them)
+ring, in turn, ``redaction.Capture`` deciding which files continue the capture before them, as for one process)
 and redacts the connections given to it, whole (both directions, every reuse of its four-tuple), with the
 serial path's engine, :class:`~dcpctl.sources.redaction.CaptureRedactor`; the frames no connection claims
 (not TCP, another port) go to the first worker, which drops or keeps them as the serial path does.
@@ -54,7 +54,6 @@ from dcpctl.sources.pcap import (
     CaptureError,
     CaptureNotice,
     FileFrames,
-    Ring,
     TcpSegment,
     named,
     open_offline,
@@ -64,6 +63,7 @@ from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.redaction import (
     DEFAULT_MAX_HELD_BYTES,
     OUTPUT_SNAPLEN,
+    Capture,
     CaptureRedactor,
     HeldFrame,
     Summary,
@@ -144,17 +144,16 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
           redactor: Redactor, options: DecodeOptions, ports: frozenset[int], tls_ports: frozenset[int],
           settings: dict[str, Any]) -> None:
     """One worker: every file read in turn, its connections' frames (and, for the first, the unclaimed ones)
-    through its own engine (a new one for each file that does not continue the capture before it, as
-    ``redaction.redact_captures`` decides), what it writes sent on. The first worker also says where each
+    through its own engine (a new one for each file that does not continue the capture before it:
+    ``redaction.Capture`` decides, as for one process), what it writes sent on. The first worker also says where each
     file begins, and sends the reader's notices."""
     send, dumps = pipe.send_bytes, marshal.dumps
     number, read, sent_at = 0, 0, 0
     pending: tuple[float, bytes, int, int | None, int] | None = None  # the frame read, not yet given out
     notices: list[tuple[int, float, str, str]] = []
     summary = Summary(counts=redactor.counts)
-    engine: _Share | None = None
-    engine_kind = 0  # the link type of the capture the engine follows
-    ring = Ring()
+    capture = Capture(lambda kind: _Share(outbox, redactor, None, kind[0], options, ports, tls_ports,
+                                          summary=summary, **settings))
     current = [""]
 
     def batch(mark: int) -> None:
@@ -168,8 +167,8 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
     outbox = _Outbox(batch)
 
     def give(frame: tuple[float, bytes, int, int | None, int]) -> None:
-        assert engine is not None  # made at the file's first frame
-        engine.tap(*frame[:4], number=frame[4])
+        assert capture.engine is not None  # made at the file's first frame
+        capture.engine.tap(*frame[:4], number=frame[4])
 
     try:
         for path in paths:
@@ -182,21 +181,13 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
 
             def tap(ts: float, data: bytes, wire_length: int, frame_linktype: int | None = None,
                     linktype: int = linktype, frames: FileFrames = frames) -> None:
-                nonlocal pending, number, read, engine, engine_kind
+                nonlocal pending, number, read
                 if pending is not None and index == 0:  # no segment claimed it: the first worker says why
                     give(pending)
                 pending = None
-                if frames.first is None:  # the file's first frame: does it continue the capture before?
-                    frames.first = ts
-                    if not (ring.begins(frames) and engine is not None and engine_kind == linktype):
-                        if engine is not None:
-                            engine.finish(last=False)
-                            batch(number + 1)
-                        engine = _Share(outbox, redactor, None, linktype, options, ports, tls_ports,
-                                        summary=summary, **settings)
-                        engine_kind = linktype
-                frames.last = ts
-                frames.count += 1
+                ended = capture.engine
+                if capture.frame(frames, ts, (linktype,)) is not ended and ended is not None:
+                    batch(number + 1)  # what the capture before wrote as it ended
                 number += 1
                 read += len(data) + 16
                 pending = (ts, data, wire_length, frame_linktype, number)
@@ -209,20 +200,21 @@ def _work(pipe: Connection, index: int, jobs: int, given: dict[Endpoints, int], 
                         worker = owner(ends, jobs)
                     if worker == index and pending is not None:
                         give(pending)
-                        assert engine is not None
-                        engine.segment(item)
+                        assert capture.engine is not None
+                        capture.engine.segment(item)
                     pending = None
                 elif index == 0 and isinstance(item, CaptureNotice):
                     notice = named(item, path) if len(paths) > 1 else item
                     notices.append((notice.frame, notice.ts, notice.name, notice.message))
                 if number - sent_at >= BATCH_FRAMES:
-                    batch(engine.queue[0].number if engine is not None and engine.queue else number)
+                    queue = capture.engine.queue if capture.engine is not None else None
+                    batch(queue[0].number if queue else number)
             if pending is not None and index == 0:
                 give(pending)
             pending = None
-            ring.ends(frames)
-        if engine is not None:
-            engine.finish()
+            capture.ring.ends(frames)
+        if capture.engine is not None:
+            capture.engine.finish()
         batch(_END)
         send(dumps((_DONE, dict(summary.counts), dict(summary.dropped), dict(summary.dropped_connections),
                     summary.frames_in, summary.frames_out, summary.messages, notices)))
