@@ -10,9 +10,10 @@ what was fed, as ``ProducerConnection`` does on the server side:
   acknowledged when half of it is used (what dcpdrain and gocbcore do);
 - markers, items and stream ends move the vbucket's position (``client/state.py``); items count towards
   ``--count`` (shared by every node's consumer through one :class:`Progress`) and the per-vbucket summary;
-- stream messages are given back annotated exactly as a captured message is (``ts``, ``connection``,
-  ``direction`` and the tracker's fields); with a :class:`LineMaker`, runs of plain items (the compiled
-  item readers' messages) are given back as the command's own rendering of them (bytes), never annotated;
+- stream messages are given back with their context exactly as a captured message is (an ``Observed``:
+  ``ts``, ``connection``, ``direction`` and the tracker's fields); with a :class:`LineMaker`, runs of plain
+  items (the compiled item readers' messages) are given back as the command's own rendering of them
+  (bytes);
 - a Rollback answer gives :class:`RollbackAsked`: the streamer reads the failover log and the high seqno
   (I/O), and :meth:`Consumer.rollback` applies ``--on-rollback``: follow (a new stream request from where
   the failover log says the histories agree), fail (an error, exit 9) or report (the vbucket is left out);
@@ -34,6 +35,7 @@ from typing import Any, Final, Protocol
 
 from dcpctl.client.connection import ClientError, StatusError
 from dcpctl.client.state import State, VbucketPosition
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.rollback import (
     END_FOREVER,
     FailoverEntry,
@@ -97,8 +99,9 @@ class Reroute:
     vbucket: int
 
 
-# Stream data (a Message, annotated), a run of plain items as the LineMaker rendered them (bytes), or a note
-Event = Message | bytes | Notice | RollbackAsked | Reroute
+# Stream data (a message with its context), a run of plain items as the LineMaker rendered them (bytes), or a
+# note
+Event = Observed | bytes | Notice | RollbackAsked | Reroute
 
 
 # The tracker's say on a plain item (ConnectionTracker.plain_item): taken or not, and its stream's vbucket.
@@ -361,8 +364,8 @@ class Consumer:
         framer.consume(pos + total)
         return decode(buf[pos:pos + total], base + pos, self.options)
 
-    def _handle(self, msg: Message) -> Message | None:
-        """Act on one message; returns it when it is for the output (stream data), else None."""
+    def _handle(self, msg: Message) -> Observed | None:
+        """Act on one message; returns it with its context when it is for the output (stream data), else None."""
         opcode, ts, progress = msg.opcode, self.ts, self.progress
         if progress.first_ts is None:
             progress.first_ts = ts
@@ -380,20 +383,20 @@ class Consumer:
             self._ack()
         stream = self.streams.get(msg.opaque)
         note = self.tracker.observe(msg, from_client=False, ts=ts)
-        msg.annotate({"ts": ts, "connection": self.connection, "direction": _DIRECTION}, note.fields,
-                     note.diagnostics)
+        seen = Observed(msg, {"ts": ts, "connection": self.connection, "direction": _DIRECTION}, note.fields,
+                        note.diagnostics)
         if stream is None or opcode not in STREAM_OPCODES:
-            return msg
+            return seen
         vbucket = stream.vbucket
         position = progress.state.vbuckets[vbucket]
         if opcode == MARKER:
             start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")  # extras, or a v2.x value
             position.snap_start_seqno = position.seqno if start is None else int(start)
             position.snap_end_seqno = position.seqno if end is None else int(end)
-            return msg
+            return seen
         if opcode == STREAM_END:
             self._stream_end(stream, int((msg.extras or {}).get("stream_end_status", 0)))
-            return msg
+            return seen
         seqno = msg.by_seqno
         if seqno is None and opcode in _COMPLETION_SEQNO:  # a commit or abort takes its own seqno
             completed = msg.field(_COMPLETION_SEQNO[opcode])
@@ -414,7 +417,7 @@ class Consumer:
                 stats["last_seqno"] = seqno
             if progress.count is not None and progress.items >= progress.count:
                 progress.done = True
-        return msg
+        return seen
 
     def _stream_response(self, msg: Message) -> None:
         stream = self.streams.get(msg.opaque)
@@ -566,7 +569,7 @@ class Consumer:
     def _line_runs(self) -> Iterator[Event]:
         """The lines path: plain items (read by the item reader of their shape, about which the tracker
         has nothing to say, whose value the record shows as text) are given back as the LineMaker's bytes,
-        a run at a time, never annotated; anything else is decoded, handled and given back as usual.
+        a run at a time, no context object made; anything else is decoded, handled and given back as usual.
         Positions, acknowledgements and --count are exactly the usual path's, and a test holds every line
         to the usual path's record. A run's positions count once it is written (:meth:`commit`)."""
         render, lead_of, plain = self._lines, self._lead, self.tracker.plain_item

@@ -7,8 +7,8 @@ connection: SASL, HELLO, SELECT_BUCKET, the high seqnos and failover logs it nee
 connection's protocol over (flow control, noops, positions, ``--count``, the rollback policy, stream ends)
 and the stream requests for all of its vbuckets are pipelined. This module keeps the sockets, TLS and the
 topology, and one loop: it reads every connection, feeds each consumer what its socket gave, sends what
-the consumer queued, and hands the caller the consumer's stream data (messages annotated as a captured
-message is, or runs of lines the caller's LineMaker rendered). The consumer's requests for I/O are met
+the consumer queued, and hands the caller the consumer's stream data (messages with their context as a
+captured message has it, or runs of lines the caller's LineMaker rendered). The consumer's requests for I/O are met
 here: a rollback is explained with the failover log and high seqno the server has now, and a vbucket
 answered NotMyVbucket, or whose stream ended early, is asked again from the node the cluster map now
 names. The position (``--state``) is saved atomically every second, every ``save_items`` items and at the
@@ -56,13 +56,13 @@ from dcpctl.client.consumer import (
     RollbackRefusedError,
 )
 from dcpctl.client.state import State, VbucketPosition
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.rollback import FailoverEntry, failover_entries
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import stream_request_value
 from dcpctl.protocol.constants import MAX_VBUCKETS, DcpOpenFlag, Opcode, Status
-from dcpctl.protocol.message import Message
 
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
@@ -172,8 +172,8 @@ class Streamer:
         return count
 
     # --- the stream -----------------------------------------------------------------------------
-    def messages(self) -> Iterator[Message | bytes]:
-        """Stream data, annotated as a captured message is; runs of plain items as the LineMaker's lines
+    def messages(self) -> Iterator[Observed | bytes]:
+        """Stream data, with its context as a captured message has it; runs of plain items as the LineMaker's lines
         when there is one (bytes). The caller asks for the next once it has written the last."""
         seed = self._connect(self.seed_host, self.seed_port)
         try:
@@ -276,7 +276,7 @@ class Streamer:
         if data:
             node.conn.send_bytes(data)
 
-    def _loop(self) -> Iterator[Message | bytes]:
+    def _loop(self) -> Iterator[Observed | bytes]:
         selector = selectors.DefaultSelector()
         registered: set[int] = set()
         dead_after = 2.5 * self.options.noop_interval
@@ -306,13 +306,13 @@ class Streamer:
         finally:
             selector.close()
 
-    def _turn(self, node: _Node) -> Iterator[Message | bytes]:
+    def _turn(self, node: _Node) -> Iterator[Observed | bytes]:
         """What the node's consumer makes of the bytes it was fed: its stream data to the caller (committed
         once the caller asks for more: written), its notes and requests for I/O met here."""
         consumer, progress = node.consumer, self.progress
         for event in consumer.events():
             self._send(node)  # acks and noop answers go before anything waits
-            if isinstance(event, (Message, bytes)):
+            if isinstance(event, (Observed, bytes)):
                 yield event
                 # the caller asked for the next message: this one is written, its position counts
                 consumer.commit()

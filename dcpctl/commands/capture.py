@@ -27,10 +27,11 @@ from dcpctl.commands._options import (
     option_groups,
 )
 from dcpctl.commands.redact import Redaction, SaltFileOption, summary_text
+from dcpctl.dcp.observed import Observed
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
 from dcpctl.sources.capture import Item, decode_segments
@@ -152,7 +153,7 @@ def capture(
             for item in decode_segments(segments, options, ports, max_body_length, max_connections,
                                         PlainLines() if lines else None):
                 yield item
-                if isinstance(item, Message):
+                if isinstance(item, Observed):
                     printed += 1
                     if count is not None and printed >= count:
                         break

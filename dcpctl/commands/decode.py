@@ -1,4 +1,4 @@
-"""``dcpctl decode``: captures (pcap, pcapng) to annotated DCP messages, with filters and a summary."""
+"""``dcpctl decode``: captures (pcap, pcapng) to DCP messages in their context, with filters and a summary."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ from dcpctl.commands._options import (
     parse_ranges,
 )
 from dcpctl.dcp.filterexpr import FilterError, compile_filter
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.summary import Summary
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.message import DecodeOptions
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
@@ -46,7 +47,7 @@ from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_files
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
-Item = Message | Skipped | Diagnostic
+Item = Observed | Skipped | Diagnostic
 
 
 def decode(
@@ -103,7 +104,7 @@ def decode(
     stream_ids = set(stream_id) if stream_id else None
     tally = Summary() if summary else None
 
-    def wanted(msg: Message) -> bool:
+    def wanted(msg: Observed) -> bool:
         record = record_of(msg)
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False
@@ -156,11 +157,11 @@ def decode(
                 return
             for item in decoded():
                 assert not isinstance(item, bytes)  # lines only when every message is printed as it is
-                if isinstance(item, Message):
+                if isinstance(item, Observed):
                     if filtering and not wanted(item):
                         continue
                     if tally is not None:
-                        tally.add(record_of(item), len(item.raw))
+                        tally.add(record_of(item), len(item.packet.raw))
                     shown += 1
                     yield item
                     if count is not None and shown >= count:
@@ -193,7 +194,7 @@ def _render(items: Iterator[Item | bytes], output: Format, env: Environment, *, 
 
 def _only_notices(items: Iterable[Item | bytes]) -> Iterator[Item]:
     for item in items:
-        if not isinstance(item, Message | bytes):
+        if not isinstance(item, Observed | bytes):
             yield item
 
 

@@ -33,10 +33,11 @@ from dcpctl.commands._options import (
     parse_ranges,
 )
 from dcpctl.commands.redact import Redaction, SaltFileOption, replaced_lines
+from dcpctl.dcp.observed import Observed
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.fields import field_roots
-from dcpctl.protocol.message import DecodeOptions, Message, redacted
+from dcpctl.protocol.message import DecodeOptions, redacted
 from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
@@ -400,22 +401,22 @@ class _Template(string.Formatter):
         return frozenset(names)
 
 
-def _print_template(messages: Iterator[Message | bytes], template: str, out: Any) -> None:
+def _print_template(messages: Iterator[Observed | bytes], template: str, out: Any) -> None:
     formatter = _Template()
     needed = formatter.check(template)
     for msg in messages:
-        assert isinstance(msg, Message), "lines come only for --format jsonl"
+        assert isinstance(msg, Observed), "lines come only for --format jsonl"
         record = record_of(msg)
         if not needed <= record.keys():
             continue
         try:
             line = formatter.vformat(template, (), record)
         except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
-            raise CommandError(f"-f: bad template for {msg.opcode_name}: {exc}", ExitCode.USAGE) from None
+            raise CommandError(f"-f: bad template for {msg.packet.opcode_name}: {exc}", ExitCode.USAGE) from None
         out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
 
 
-def _lines_written(events: Iterator[Message | bytes], write: Callable[[bytes], object]) -> Iterator[Message]:
+def _lines_written(events: Iterator[Observed | bytes], write: Callable[[bytes], object]) -> Iterator[Observed]:
     """The runs of JSON lines among the streamer's events written at once (the LineMaker's), the messages
     passed on; a run is written before the streamer asks for more, so its positions count it."""
     for event in events:

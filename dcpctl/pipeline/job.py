@@ -48,11 +48,12 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import jvmcache, plots, rollup, schema
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.message import DecodeOptions
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
@@ -478,7 +479,7 @@ def _add(rows: schema.Rows, decoder: CaptureDecoder, items: Iterable[Any], notic
          where: tuple[str, str] | None) -> None:
     add = rows.add
     for item in items:
-        if isinstance(item, Message):
+        if isinstance(item, Observed):
             tracker = decoder.last_tracker
             assert tracker is not None
             add(item, tracker.unacked, tracker.buffer_size)

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.constants import Opcode
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.grammar import request_header
@@ -70,11 +71,11 @@ COLUMNS: Final = column_types()
 # Columns of unsigned 64-bit values, stored as signed 64-bit integers with the same bits (see job.SPARK_TYPES)
 U64_COLUMNS: Final = frozenset(name for name, kind in COLUMNS if kind == "u64")
 _HEADER_AT: Final = {sub.name: at for at, sub in enumerate(request_header.subcons)}  # Message.header's order
-_CONTEXT_FIRST: Final = ("ts", "connection", "direction", "frames")  # the capture decoder's annotate()
+_CONTEXT_FIRST: Final = ("ts", "connection", "direction", "frames")  # the capture decoder's context
 _DECLARED: Final = frozenset(f.name for f in catalogue() if f.messages)  # fields of some message's layout
 _ABSENT_SNAPSHOT: Final = (None, None)
 
-# A plain item's record columns: (message, annotation's first and last keys, collection id, key) -> values
+# A plain item's record columns: (message, its context's first and last keys, collection id, key) -> values
 ItemRow = Callable[[Message, dict[str, Any], dict[str, Any], int | None, str | None], tuple[Any, ...]]
 # (magic and opcode names, extras names) -> the row function: what it depends on, so a few entries in all
 # (plans themselves may be made anew per message once decode's plan cache is full)
@@ -146,15 +147,15 @@ class Rows:
             found = self._connections[label] = _Connection(label)
         return found
 
-    def add(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
-        """A message that came out of the capture decoder (annotated), with the connection's flow-control
-        state after it."""
-        context = msg.context
-        fast = None if self.records or context is None else item_key(msg)
+    def add(self, observed: Observed, unacked: int, buffer_size: int | None) -> None:
+        """A message that came out of the capture decoder, with the connection's flow-control state after
+        it."""
+        msg = observed.packet
+        fast = None if self.records or observed.rendered is not None else item_key(msg)
         if fast is None:
-            self._general(msg, unacked, buffer_size)
+            self._general(observed, unacked, buffer_size)
             return
-        first, last = context  # type: ignore[misc]
+        first, last = observed.first, observed.last
         connection = self._last
         if connection is None or connection.label != first["connection"]:
             connection = self._last = self.connection(first["connection"])
@@ -173,14 +174,15 @@ class Rows:
         previous = last_seqno.get(where)
         last_seqno[where] = fast[4]
         blocked = connection.blocked(first["ts"], unacked, buffer_size)
-        diagnostics = msg.diagnostics
+        diagnostics = observed.diagnostics
         self.rows.append((*row(msg, first, last, fast[2], fast[3]), sequence, msg.body_end - msg.value_offset,
                           snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked,
                           [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
 
-    def _general(self, msg: Message, unacked: int, buffer_size: int | None) -> None:
+    def _general(self, observed: Observed, unacked: int, buffer_size: int | None) -> None:
         """Any message but a plain item: its record columns from its record, by name."""
-        record = record_of(msg)
+        record = record_of(observed)
+        msg = observed.packet
         connection = self.connection(str(record.get("connection")))
         get = record.get
         by_seqno = get("by_seqno")
@@ -188,7 +190,7 @@ class Rows:
         if not msg.is_response and msg.opcode == Opcode.DCP_SNAPSHOT_MARKER:
             connection.marker(msg.opaque, get("snap_start_seqno"), get("snap_end_seqno"))
         row = tuple(get(name) for name in RECORD_COLUMNS) + connection.derived(
-            msg, by_seqno if item else None, get("vbucket"), get("stream_vbucket"), float(get("ts") or 0.0),
+            observed, by_seqno if item else None, get("vbucket"), get("stream_vbucket"), float(get("ts") or 0.0),
             unacked, buffer_size)
         if self.records:
             row += (orjson.dumps(record).decode(),)
@@ -213,19 +215,20 @@ class _Connection:
         if isinstance(start, int) and isinstance(end, int):
             self.snapshots[opaque] = (start, end)
 
-    def derived(self, msg: Message, by_seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
+    def derived(self, observed: Observed, by_seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
                 ts: float, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
         """The :data:`DERIVED_COLUMNS` of the connection's next message; ``by_seqno``: an item's (a pushed
         document change), else None."""
         self.sequence += 1
         snapshot: tuple[int, int] | tuple[None, None] = _ABSENT_SNAPSHOT
         previous = None
+        msg = observed.packet
         if by_seqno is not None:
             snapshot = self.snapshots.get(msg.header[7]) or _ABSENT_SNAPSHOT
             where = (vbucket or 0) if stream_vbucket is None else stream_vbucket
             previous = self.last_seqno.get(where)
             self.last_seqno[where] = by_seqno
-        diagnostics = msg.diagnostics
+        diagnostics = observed.diagnostics  # the packet's and its context's
         return (self.sequence, msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size,
                 previous, self.blocked(ts, unacked, buffer_size),
                 [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else [])

@@ -5,8 +5,9 @@ unpack), the registry lookup (cached per header shape), frame infos, and the ext
 fixed layout, which is derived from its construct declaration. Then the key and value checks (LEB128
 collection id, snappy, xattrs, JSON, value grammars, secrets, a stream request's value), one check pass run
 before ``decode`` returns: every diagnostic of the packet is found by then, in one fixed order (header, frame
-infos, extras, key, value; the context :meth:`Message.annotate` adds comes after them), and nothing a
-reader asks later finds more. The pass keeps what it read as the key and value views
+infos, extras, key, value; what a source adds from the packet's context comes after them, in
+``dcp.observed``), and nothing a reader asks later finds more. Nothing changes a message afterwards but the
+views' own first-use caches. The pass keeps what it read as the key and value views
 (:attr:`Message.collection_id`, :attr:`Message.document_key`, :attr:`Message.value_reading`,
 :attr:`Message.document`, :attr:`Message.xattrs`, :attr:`Message.grammar_reading`...): the inflated document,
 the xattr pairs and the body after them, the path's length, the parsed GRAMMAR value and the bytes it took,
@@ -132,9 +133,8 @@ class Message:
     # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
     # cheaper way to build hundreds of thousands of messages a second.
     # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
-    # checks), then the context annotate() added.
+    # checks).
     _found: list[Diagnostic] | tuple[()] = ()
-    _context_diagnostics: list[Diagnostic] | tuple[()] = ()
     _value_fields: Any = None  # the GRAMMAR value parsed by its declaration: by the check pass, else once asked
     # What the check pass keeps for whoever shows the key and value (read through the views below).
     _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # the views in one, once asked
@@ -150,15 +150,11 @@ class Message:
     _grammar: Any = None  # FIELDS: the declaration the value was read with, what it read, its bytes
     _fields: Any = None
     _consumed: int = 0
-    # The renderer's JSON record of this message, kept once built so a filter and the output share one
-    # (``dcpctl.render.record`` builds and fills it; nothing below render/ reads it).
-    rendered: dict[str, Any] | None = None
     frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
     plan: _Plan | None = None  # the registry row and layout this header shape resolved to
     framing_extras_length: int = 0
     _extras: dict[str, int] | None = None
     _extras_values: tuple[int, ...] | None = None
-    _context: tuple[dict[str, Any], dict[str, Any]] | None = None  # annotate()'s keys, until rendered
     _partial_extras: bool = False  # extras cut short: the record keeps them raw as well
     header: tuple[int, ...]
     key_length: int
@@ -328,12 +324,9 @@ class Message:
 
     @property
     def diagnostics(self) -> list[Diagnostic] | tuple[()]:
-        """Every diagnostic, in one order: header, frame infos, extras, key, value (all found by
-        :func:`decode`), then the context :meth:`annotate` added."""
-        found, context = self._found, self._context_diagnostics
-        if not context:
-            return found
-        return [*found, *context] if found else context
+        """Every diagnostic of the packet, in one order: header, frame infos, extras, key, value (all found by
+        :func:`decode`)."""
+        return self._found
 
     def _check(self) -> None:
         """The key and value checks, run once by :func:`decode`: their diagnostics go after the header's and
@@ -440,30 +433,6 @@ class Message:
     def partial_extras(self) -> bool:
         """The extras were cut short: :attr:`extras` holds the fields that fit."""
         return self._partial_extras
-
-    # --- context ------------------------------------------------------------------------------------
-    def annotate(self, first: dict[str, Any], last: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
-        """Add context a single packet cannot know (capture time, connection, stream state).
-
-        ``first`` keys go before the packet's own in the record, ``last`` after them; diagnostics come after
-        the packet's own.
-        """
-        if diagnostics:
-            if isinstance(self._context_diagnostics, tuple):
-                self._context_diagnostics = []
-            self._context_diagnostics.extend(diagnostics)
-        self._context = (first, last)
-
-    @property
-    def context(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """What :meth:`annotate` added (``first``, ``last``), until the record takes it in."""
-        return self._context
-
-    def take_context(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """:attr:`context`, handed over once (the renderer merges it into the record)."""
-        context = self._context
-        self._context = None
-        return context
 
 
 def _cond(name: str, magic: int, extlen: int, word: int, type_byte: int, byte0: int, has_value: int,
@@ -863,8 +832,7 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     another shape, frame infos, a key that is not plain text."""
     plan = msg.plan
     values = msg._extras_values
-    if plan is None or plan.item_names is None or msg.frame_infos or values is None or msg.rendered is not None \
-            or plan.rev_seqno_at < 0:
+    if plan is None or plan.item_names is None or msg.frame_infos or values is None or plan.rev_seqno_at < 0:
         return None
     text = None
     if msg.key_offset != msg.value_offset:

@@ -13,6 +13,7 @@ from typing import Final
 
 from rich.text import Text
 
+from dcpctl.dcp.observed import Observed, packet_of
 from dcpctl.protocol.layout import FieldSpan, spans
 from dcpctl.protocol.message import Message
 from dcpctl.render.record import record as record_of
@@ -90,11 +91,12 @@ def _rows(text: Text, raw: bytes, fields: list[FieldSpan], start: int, end: int)
         text.append("\n")
 
 
-def render(msg: Message, max_field_bytes: int) -> Text:
+def render(item: Message | Observed, max_field_bytes: int) -> Text:
+    msg = packet_of(item)
     raw = msg.raw
     fields = spans(msg, walk_limit=max_field_bytes)
     text = Text()
-    record = record_of(msg)
+    record = record_of(item)
     title = record["opcode"] + (f" ({record['request_type_name']})" if "request_type_name" in record
                                 else "")
     text.append(f"{title} {'response' if msg.is_response else 'request'}", style="bold")
@@ -109,7 +111,7 @@ def render(msg: Message, max_field_bytes: int) -> Text:
         shown_from = last
     _rows(text, raw, fields, shown_from, len(raw))
     width = max((len(f.label) for f in fields), default=10) + 4
-    diagnostics = list(msg.diagnostics)
+    diagnostics = list(item.diagnostics)
     text.append(f"  {'Field':<{width}}{'(offset)':<10} (value)\n", style="dim")
     for index, span in enumerate(fields):
         style = PALETTE[index % len(PALETTE)]

@@ -16,7 +16,7 @@ line is made here.
 - :func:`plain_item_lines` / :class:`PlainLines`: the capture decoder's item sinks for ``decode`` and
   ``capture``, which gather the lines in capture order.
 
-Tests hold every line to ``orjson.dumps(record)`` of the message decoded and annotated the usual way, on
+Tests hold every line to ``orjson.dumps(record)`` of the message decoded and observed the usual way, on
 the golden vectors and on generated items of every item layout.
 """
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.itemreader import compiled
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.value import printable
@@ -57,9 +58,9 @@ def item_line_template(first: dict[str, Any], plan: _Plan, *, collection_id: boo
                        last: tuple[str, ...], slots: tuple[str, ...] = ("ts",)) -> bytes:
     """The JSON line (``orjson.dumps(record)`` plus a newline) of a plain stream item's record as a bytes
     %-template, for consumers that print millions of them: the keys :func:`~dcpctl.render.record.record` gives, in its
-    order. ``first`` are the annotation's leading keys with their values, except those named in ``slots``
+    order. ``first`` are the context's leading keys with their values, except those named in ``slots``
     (per item: ``ts``, a capture's ``frames``), which become the template's first slots, in ``first``'s
-    order; ``last`` names the annotation's trailing integer keys (``stream_vbucket``). The slots, in order:
+    order; ``last`` names the context's trailing integer keys (``stream_vbucket``). The slots, in order:
     ``slots``' values (JSON bytes), offset, vbucket, opaque, cas, datatype, key_length, total_body_length,
     every extras value, then collection_id, the key (JSON bytes) and the value (JSON bytes) as present, then
     ``last``'s values. A test holds it to the record on every shape it is used for."""
@@ -177,7 +178,7 @@ class ItemLines:
 
 class PlainLines:
     """Item sinks (the capture decoder's ``items``) that write each plain item as its JSON line, the bytes
-    ``orjson.dumps(record)`` and a newline would give for the message decoded and annotated the usual way
+    ``orjson.dumps(record)`` and a newline would give for the message decoded and observed the usual way
     (a test holds them equal): ``decode --format jsonl``'s fast path. The lines gather in one buffer in
     capture order; :meth:`between` hands them over in their place among the messages that come out of the
     decoder."""
@@ -213,7 +214,7 @@ class PlainLines:
 
 def plain_item_lines(label: str) -> LineMaker:
     """A connection's plain items (server to client) as their JSON lines: the bytes ``orjson.dumps(record)``
-    and a newline give for the message annotated as the capture decoder does. ts and frames are written once
+    and a newline give for the message observed as the capture decoder does. ts and frames are written once
     while they stay the same (frames are compared by identity: one list per capture span, held here so that
     its identity is not reused)."""
     lines = ItemLines({"ts": None, "connection": label, "direction": _SERVER, "frames": None}, ("ts", "frames"))
@@ -228,8 +229,8 @@ def plain_item_lines(label: str) -> LineMaker:
         if got is not None:
             return got
         # shown as hex: the record, the usual way
-        msg.annotate({"ts": ts, "connection": label, "direction": _SERVER, "frames": frames},
-                     {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket}, [])
-        return orjson.dumps(record_of(msg), option=orjson.OPT_APPEND_NEWLINE)
+        observed = Observed(msg, {"ts": ts, "connection": label, "direction": _SERVER, "frames": frames},
+                            {} if stream_vbucket is None else {"stream_vbucket": stream_vbucket})
+        return orjson.dumps(record_of(observed), option=orjson.OPT_APPEND_NEWLINE)
 
     return line

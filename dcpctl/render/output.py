@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, cast
 
+from dcpctl.dcp.observed import Observed, packet_of
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import Skipped
 from dcpctl.protocol.message import Message
@@ -51,9 +52,9 @@ def notice_text(item: Skipped | Diagnostic) -> str:
     return f"skipped_bytes: {item.length} bytes at offset {item.offset}: {what}"
 
 
-def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
-         base64: bool = False, record_hook: Callable[[Message, dict[str, Any]], dict[str, Any]]
-         | None = None, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES, local_time: bool = False) -> Stats:
+def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
+         base64: bool = False, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES,
+         local_time: bool = False) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
 
     ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
@@ -73,14 +74,15 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
             stats.skipped_bytes += item.length
         errors.print(f"dcpctl: {notice_text(item)}", style="yellow", markup=False)
 
-    def count_errors(msg: Message) -> None:
-        if msg.diagnostics:
-            stats.error_diagnostics += sum(1 for d in msg.diagnostics if d.severity == "error")
+    def count_errors(item: Observed | Message) -> None:
+        diagnostics = item.diagnostics
+        if diagnostics:
+            stats.error_diagnostics += sum(1 for d in diagnostics if d.severity == "error")
 
-    def messages() -> Iterator[Message]:
+    def messages() -> Iterator[Observed | Message]:
         for item in items:
             assert not isinstance(item, bytes), "JSON lines are for the JSONL format only"
-            if isinstance(item, Message):
+            if isinstance(item, Observed | Message):
                 stats.messages += 1
                 yield item
             else:
@@ -93,13 +95,11 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
                 stats.messages += item.count(b"\n")
                 yield item
                 continue
-            if not isinstance(item, Message):
+            if not isinstance(item, Observed | Message):
                 notice(item)
                 continue
             stats.messages += 1
             record = record_of(item)
-            if record_hook is not None:
-                record = record_hook(item, record)
             if item.diagnostics:
                 count_errors(item)
             yield jsonl.to_base64(record) if base64 else record
@@ -110,15 +110,12 @@ def emit(items: Iterable[Message | Skipped | Diagnostic | bytes], fmt: Format, e
         jsonl.write_json(cast(Iterator[dict[str, Any]], records()), env.stdout)
     elif fmt is Format.HEXDUMP:
         console = env.console()
-        for msg in messages():
-            console.print(hexdump.render(msg, max_field_bytes))
-            count_errors(msg)
+        for item in messages():
+            console.print(hexdump.render(item, max_field_bytes))
+            count_errors(item)
     else:
         console = env.console()
-        for msg in messages():
-            record = record_of(msg)
-            if record_hook is not None:
-                record = record_hook(msg, record)
-            console.print(pretty.render(msg, record, max_field_bytes, local_time=local_time))
-            count_errors(msg)
+        for item in messages():
+            console.print(pretty.render(packet_of(item), record_of(item), max_field_bytes, local_time=local_time))
+            count_errors(item)
     return stats

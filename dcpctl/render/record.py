@@ -2,9 +2,10 @@
 
 The message has already read and checked everything (``protocol.message``: the header, the extras, and the
 key and value checks, which keep what they read as typed views); this module only names and formats it:
-text or hex, the key order of the contract, the context :meth:`Message.annotate` added (its ``first`` keys
-before the packet's own, its ``last`` keys after them, its diagnostics last). The record is built once and
-kept on the message (:attr:`Message.rendered`), so a filter, a summary and the output share one.
+text or hex, the key order of the contract, the context a source observed it in (``dcp.observed``: its
+``first`` keys before the packet's own, its ``last`` keys after them, its diagnostics last). An observed
+packet's record is built once and kept with it (:attr:`Observed.rendered`), so a filter, a summary and the
+output share one.
 
 Theory of operation. The record's header part is the same per message shape but for its values: the magic
 and opcode names, the type field and its label, status or vbucket (a response's status word is part of its
@@ -21,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.constants import ALT_MAGICS, MAGICS, RESPONSE_MAGICS, Status
+from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.itemreader import compiled
 from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading
@@ -38,7 +41,7 @@ _PATH: Final = ValueReading.PATH
 _FIELDS: Final = ValueReading.FIELDS
 _SUCCESS: Final = int(Status.SUCCESS)
 
-# A shape's record builder: (message, the annotation's leading keys) -> a new dict with those keys, then the
+# A shape's record builder: (message, the context's leading keys) -> a new dict with those keys, then the
 # packet's own in the contract's order (no diagnostics: record() adds them after the trailing keys)
 Builder = Callable[[Message, dict[str, Any]], dict[str, Any]]
 # What a builder depends on: magic name, opcode name, type field (None: the datatype byte) and its label,
@@ -52,31 +55,24 @@ _BY_SHAPE: dict[Shape, Builder] = {}
 _NO_CONTEXT: Final[dict[str, Any]] = {}
 
 
-def record(msg: Message) -> dict[str, Any]:
-    """The JSON contract's object for ``msg`` (built once; later calls give the same dict)."""
-    context = msg.take_context()
-    built = msg.rendered
-    if built is None:
-        if context is None:
-            rec = builder_of(msg)(msg, _NO_CONTEXT)
-            diagnostics = msg.diagnostics
-            rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-            msg.rendered = rec
-            return rec
-        first, last = context
-        rec = builder_of(msg)(msg, first)
-    elif context is None:
-        return built
+def record(item: Message | Observed) -> dict[str, Any]:
+    """The JSON contract's object for a packet, or for a packet with its context (an observed one's is built
+    once and kept: later calls give the same dict)."""
+    if type(item) is Message:
+        rec = builder_of(item)(item, _NO_CONTEXT)
+        diagnostics: list[Diagnostic] | tuple[()] = item.diagnostics
     else:
-        first, last = context
-        rec = first
-        rec.update(built)
-        del rec["diagnostics"]  # they go last, after ``last``'s keys
-    if last:
-        rec.update(last)
-    diagnostics = msg.diagnostics
+        assert isinstance(item, Observed)
+        built = item.rendered
+        if built is not None:
+            return built
+        msg = item.packet
+        rec = builder_of(msg)(msg, item.first)
+        if item.last:
+            rec.update(item.last)
+        diagnostics = item.diagnostics
+        item.rendered = rec
     rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
-    msg.rendered = rec
     return rec
 
 

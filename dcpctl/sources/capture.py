@@ -1,11 +1,12 @@
-"""Captured traffic to annotated messages: TCP segments -> reassembly -> framing -> decoding -> state.
+"""Captured traffic to messages in their context: TCP segments -> reassembly -> framing -> decoding -> state.
 
 Theory of operation. Segments from the pcap reader go through the reassembler, which hands over each
 connection direction's bytes in order. Each direction has its own framer; a gap in the capture resets it
 into resynchronising mode and the next message carries a ``capture_gap`` diagnostic. Every message is
-decoded with the options its connection's tracker gives (collections as negotiated), annotated with the
-capture time of its first byte, its connection, direction and the frame numbers it came from, and then
-observed by the tracker. Connection-level findings (a TLS port, the capture ending inside a packet) come
+decoded with the options its connection's tracker gives (collections as negotiated), observed by the
+tracker, and comes out as an :class:`~dcpctl.dcp.observed.Observed`: the packet as decode made it, with the
+capture time of its first byte, its connection, direction, the frame numbers it came from, and what the
+tracker said of it. Connection-level findings (a TLS port, the capture ending inside a packet) come
 out as :class:`Diagnostic` notices for standard error.
 
 The first bytes of each direction's stream are held back from the framer's events until they say whether
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
@@ -57,9 +59,9 @@ class _Connection:
     tls: bool = False  # its stream opened with a TLS handshake: nothing of it is framed
 
 
-Item = Message | Skipped | Diagnostic
+Item = Observed | Skipped | Diagnostic
 # Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's message
-# (unannotated), ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
+# (no Observed made), ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
 ItemSink = Callable[[Message, float, str, list[int], int | None, ConnectionTracker], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
 _CLIENT: Final = "client>server"
@@ -75,12 +77,11 @@ def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
 
 
 def finish_message(msg: Message, ts: float, label: str, from_client: bool, frames: list[int],
-                   fields: dict[str, Any], diagnostics: list[Diagnostic]) -> Message:
-    """The capture context every message carries, before the packet's own fields (one place for both
-    the serial path and the second core's)."""
-    msg.annotate({"ts": ts, "connection": label, "direction": _CLIENT if from_client else _SERVER,
-                  "frames": frames}, fields, diagnostics)
-    return msg
+                   fields: dict[str, Any], diagnostics: list[Diagnostic]) -> Observed:
+    """The message with the capture context every message carries, before the packet's own fields (one
+    place for both the serial path and the second core's)."""
+    return Observed(msg, {"ts": ts, "connection": label, "direction": _CLIENT if from_client else _SERVER,
+                          "frames": frames}, fields, diagnostics)
 
 
 class CaptureDecoder:
@@ -93,8 +94,8 @@ class CaptureDecoder:
         (a producer's pushed mutation, deletion or expiration about which the compiled item reader
         (``protocol.itemreader``) and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to
         say, so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
-        :meth:`feed`, read in place and unannotated: the fast path of consumers of millions of items. Every
-        other message comes out as usual. ``max_connections``: connections followed at once (the
+        :meth:`feed`, read in place, with no :class:`Observed` made: the fast path of consumers of millions of
+        items. Every other message comes out as usual. ``max_connections``: connections followed at once (the
         reassembler's limit); a connection's state is kept from its first data to its end."""
         self.options = options
         self.items = items
@@ -325,7 +326,7 @@ class CaptureDecoder:
                 yield out
 
     def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
-                 data: bytes, offset: int) -> Message | Skipped | None:
+                 data: bytes, offset: int) -> Observed | Skipped | None:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
             return Skipped(offset, len(data), "truncated")
         end = offset + len(data)

@@ -41,9 +41,10 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Protocol
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
@@ -220,7 +221,7 @@ class CaptureRedactor:
         self.max_held_bytes = max_held_bytes
         self.max_held_frames = 2 * (max_body_length // SMALLEST_SEGMENT + 1)
         self.reassembler = Reassembler(ports, max_connections=max_connections)
-        # plain items (most of a DCP capture) come to _plain from the compiled item readers, unannotated
+        # plain items (most of a DCP capture) come to _plain from the compiled item readers, with no Observed
         self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
                                       items=lambda _label: self._plain)
         self.queue: deque[HeldFrame] = deque()
@@ -367,7 +368,7 @@ class CaptureRedactor:
 
     def _event(self, event: StreamData | StreamEvent) -> None:
         for item in self.decoder.feed(event):
-            if isinstance(item, Message):
+            if isinstance(item, Observed):
                 self._message(item)
             elif isinstance(item, Skipped):
                 self._skipped(event.conn, item.length, event.from_client)
@@ -398,19 +399,18 @@ class CaptureRedactor:
         if from_client is not None:
             conn.stream(from_client).resynced = True
 
-    def _message(self, msg: Message) -> None:
-        context = msg.context
-        if context is None:
-            return
-        conn_id = self.labels.get(context[0]["connection"])
+    def _message(self, observed: Observed) -> None:
+        first = observed.first
+        conn_id = self.labels.get(first["connection"])
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is None or conn.drop is not None:
             return
         self.summary.messages += 1
-        stream = conn.stream(context[0]["direction"] == "client>server")
+        stream = conn.stream(first["direction"] == "client>server")
+        msg = observed.packet
         if stream.resynced:
             stream.resynced = False
-            if msg.variant is None or decode(msg.raw, msg.offset, msg.options).diagnostics:
+            if msg.variant is None or msg.diagnostics:  # the packet's own, not its context's
                 # the first header found after a skip does not decode cleanly: likely bytes of a document
                 # that look like a header, so none of it is kept
                 assert conn_id is not None
@@ -594,7 +594,7 @@ class CaptureRedactor:
         for conn_id in list(self.decoder.connections):  # ended here, so their tails are told by connection
             self._event(StreamEvent(conn_id, None, 0.0, 0, "connection_end", "end of the capture"))
         for item in self.decoder.finish():
-            if isinstance(item, Message):
+            if isinstance(item, Observed):
                 self._message(item)
         for conn_id, conn in list(self.conns.items()):
             for from_client in (True, False):

@@ -3,6 +3,7 @@ sockets), and with packets from ``protocol.build``; the clock is the test's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from dcpctl.client.consumer import (
     RollbackRefusedError,
 )
 from dcpctl.client.state import State, VbucketPosition
+from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.rollback import END_FOREVER, FailoverEntry
 from dcpctl.dcp.sasl import plain_message
 from dcpctl.exitcode import ExitCode
@@ -120,8 +122,13 @@ def pair(*, items: int = 100, vbuckets: int = 2, window: int = 1 << 20, count: i
     return link
 
 
+def packets(events: Iterable[Event]) -> Iterator[Message]:
+    """The stream data's packets among the events, in order (lazily: events may be a generator)."""
+    return (e.packet for e in events if isinstance(e, Observed))
+
+
 def items_of(events: list[Event]) -> list[tuple[int, int]]:
-    return [(m.vbucket, m.by_seqno or 0) for m in events if isinstance(m, Message) and m.opcode_name in ITEMS]
+    return [(m.vbucket, m.by_seqno or 0) for m in packets(events) if m.opcode_name in ITEMS]
 
 
 # --- the stream --------------------------------------------------------------------------------------------
@@ -135,9 +142,10 @@ def test_a_stream_to_its_end_moves_every_position_and_counts_every_item() -> Non
     assert {vb: p.seqno for vb, p in positions.items()} == {0: 50, 1: 50}
     # the stream request's answer brought the failover log, which the state keeps for a resume
     assert all(p.failover_log and p.vbucket_uuid == p.failover_log[0].vbucket_uuid for p in positions.values())
-    ends = [m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_STREAM_END"]
+    ends = [m for m in packets(link.events) if m.opcode_name == "DCP_STREAM_END"]
     assert len(ends) == 2
-    record = record_of(next(m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_MUTATION"))
+    record = record_of(next(e for e in link.events
+                            if isinstance(e, Observed) and e.packet.opcode_name == "DCP_MUTATION"))
     assert (record["ts"], record["connection"], record["direction"]) == (0.01, "a > b", "server>client")
 
 
@@ -150,7 +158,7 @@ def test_v2_0_markers_of_a_sync_replication_stream_move_positions_as_v1_ones_do(
                      durability_level=1)
     link.run()
     assert not link.consumer.active
-    markers = [m for m in link.events if isinstance(m, Message) and m.opcode == Opcode.DCP_SNAPSHOT_MARKER]
+    markers = [m for m in packets(link.events) if m.opcode == Opcode.DCP_SNAPSHOT_MARKER]
     assert [(m.field("marker_version"), m.field("max_visible_seqno"), m.field("high_completed_seqno"))
             for m in markers] == [(0, 14, 13)]
     position = link.consumer.progress.state.vbuckets[0]
@@ -161,7 +169,7 @@ def test_a_position_moves_only_once_the_caller_says_the_item_is_written() -> Non
     link = pair(items=10, vbuckets=1, until=10)
     link.consumer.feed(link.producer.produce(1 << 20), 1.0)
     events = link.consumer.events()
-    first = next(e for e in events if isinstance(e, Message) and e.opcode_name in ITEMS)
+    first = next(m for m in packets(events) if m.opcode_name in ITEMS)
     position = link.consumer.progress.state.vbuckets[0]
     assert first.by_seqno == 1
     assert position.seqno == 0  # handed out, not yet written: a stop now resumes from before it
@@ -175,8 +183,7 @@ def test_buffer_acks_are_sent_each_time_half_the_window_is_used() -> None:
     link.run(turns=2000)
     assert not link.consumer.active
     acks = [m for m in link.sent() if m.opcode == Opcode.DCP_BUFFER_ACKNOWLEDGEMENT]
-    received = sum(len(m.raw) for m in link.events if isinstance(m, Message)
-                   and m.opcode_name not in ("DCP_NOOP",) and not m.is_response)
+    received = sum(len(m.raw) for m in packets(link.events) if m.opcode_name not in ("DCP_NOOP",) and not m.is_response)
     acked = [int(m.field("bytes_to_ack")) for m in acks]
     assert acks, "a stream of several windows needs acks"
     assert all(window // 2 <= n < window // 2 + 200 for n in acked)  # at half, overshot by one message at most
@@ -189,7 +196,7 @@ def test_noops_are_answered_with_their_opaque() -> None:
     link.pump()
     link.now += 2.0  # past set_noop_interval 1
     link.pump(max_items=0)
-    noops = [m for m in link.events if isinstance(m, Message) and m.opcode_name == "DCP_NOOP"]
+    noops = [m for m in packets(link.events) if m.opcode_name == "DCP_NOOP"]
     assert not noops  # noops are the connection's business, never handed out
     answers = [m for m in link.sent() if m.opcode == Opcode.DCP_NOOP]
     assert len(answers) == 1
@@ -245,7 +252,7 @@ def test_an_item_the_lines_path_declines_goes_the_usual_way_decoded_once(monkeyp
         link.run()
         records = []
         for m in link.events:
-            if isinstance(m, Message) and m.opcode_name in ITEMS:
+            if isinstance(m, Observed) and m.packet.opcode_name in ITEMS:
                 record = record_of(m)
                 records.append({k: v for k, v in record.items() if k not in ("ts", "offset", "cas")})  # the clock's
         return records, [e for e in link.events if isinstance(e, bytes)]
@@ -362,7 +369,7 @@ def test_a_stream_end_ends_or_reroutes_by_its_status(status: int, asked_again: b
                      + build.request(Opcode.DCP_STREAM_END, opaque=opaque, vbucket=3, stream_end_status=status))
     assert not consumer.active
     assert (Reroute(3) in events) is asked_again
-    assert any(isinstance(e, Message) and e.opcode_name == "DCP_STREAM_END" for e in events)
+    assert any(m.opcode_name == "DCP_STREAM_END" for m in packets(events))
 
 
 def test_a_stream_end_for_lost_privileges_stops_with_exit_7() -> None:
@@ -424,7 +431,7 @@ def test_a_whole_item_longer_than_the_limit_is_a_protocol_error_on_the_lines_pat
     marker = build.request(Opcode.DCP_SNAPSHOT_MARKER, opaque=stream.opaque, vbucket=3, snap_start_seqno=6,
                            snap_end_seqno=8, snapshot_flags=1)
     events = drained(consumer, marker + items[0] + items[1])
-    assert [type(e) for e in events] == [Message, bytes]  # the marker, then the items' lines
+    assert [type(e) for e in events] == [Observed, bytes]  # the marker, then the items' lines
     assert events[1].count(b"\n") == 2
     longer = items[2]
     with pytest.raises(ClientError) as raised:

@@ -15,6 +15,7 @@ from capturekit import ROOT, session_packets, write_capture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.pipeline import job, schema
 from dcpctl.protocol import itemreader, message
 from dcpctl.protocol.encode import encode
@@ -141,9 +142,9 @@ def test_the_fast_path_is_taken_for_plain_items_and_agrees_on_real_sessions(tmp_
     recorded: list[str] = []
     record = schema.record_of
 
-    def counted(msg: message.Message) -> dict[str, Any]:
-        recorded.append(msg.opcode_name)
-        return record(msg)
+    def counted(observed: Observed) -> dict[str, Any]:
+        recorded.append(observed.packet.opcode_name)
+        return record(observed)
 
     monkeypatch.setattr(schema, "record_of", counted)
     assert len(rows_of(path, records=False)) == 5 + len(items)

@@ -1,5 +1,6 @@
 """A message's diagnostics are all found by decode() before it returns, and come in one fixed order, whoever
-asks for them first: header, frame infos, extras, key, value, then the context annotate() added."""
+asks for them first: header, frame infos, extras, key, value; an observed packet's context adds its own after
+them, and leaves the packet as decode made it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Callable
 import pytest
 from vectorfile import Vector, all_vectors
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import DIALECTS
+from dcpctl.render import hexdump, pretty
+from dcpctl.render.output import MAX_FIELD_BYTES
 from dcpctl.render.record import record as record_of
 
 VECTORS = all_vectors()
@@ -23,31 +27,32 @@ def _decoded(vector: Vector) -> Message:
     return decode(vector.data, 0, options)
 
 
-def _annotate(msg: Message) -> None:
-    msg.annotate({"ts": 1.0, "connection": "a:1->b:2"}, {"stream_vbucket": 0}, [CONTEXT])
+def _observed(msg: Message) -> Observed:
+    return Observed(msg, {"ts": 1.0, "connection": "a:1->b:2"}, {"stream_vbucket": 0}, [CONTEXT])
 
 
-def _record_first(msg: Message) -> None:
+def _packet_record_first(msg: Message) -> Observed:
     record_of(msg)
-    _annotate(msg)
+    return _observed(msg)
 
 
-def _annotate_first(msg: Message) -> None:
-    _annotate(msg)
+def _observed_first(msg: Message) -> Observed:
+    return _observed(msg)
 
 
-def _diagnostics_first(msg: Message) -> None:
+def _diagnostics_first(msg: Message) -> Observed:
     assert msg.diagnostics is not None
-    _annotate(msg)
+    return _observed(msg)
 
 
-def _annotate_then_diagnostics(msg: Message) -> None:
-    _annotate(msg)
-    assert msg.diagnostics is not None
+def _observed_then_diagnostics(msg: Message) -> Observed:
+    observed = _observed(msg)
+    assert observed.diagnostics is not None
+    return observed
 
 
-ORDERS: list[Callable[[Message], None]] = [_record_first, _annotate_first, _diagnostics_first,
-                                           _annotate_then_diagnostics]
+ORDERS: list[Callable[[Message], Observed]] = [_packet_record_first, _observed_first, _diagnostics_first,
+                                               _observed_then_diagnostics]
 
 
 def _value_diagnostics(msg: Message, diagnostics: list[Diagnostic] | tuple[()]) -> list[Diagnostic]:
@@ -61,15 +66,37 @@ def test_same_diagnostics_whoever_asks_first(vector: Vector) -> None:
     seen = []
     for order in ORDERS:
         msg = _decoded(vector)
-        order(msg)
-        record = record_of(msg)
-        listed = list(msg.diagnostics)
+        observed = order(msg)
+        record = record_of(observed)
+        listed = list(observed.diagnostics)
         assert [d.to_json() for d in listed] == record["diagnostics"], order.__name__
         assert listed[-1] is CONTEXT, f"{order.__name__}: the context comes last"
+        assert listed[:-1] == list(msg.diagnostics), f"{order.__name__}: the packet's own come first"
         seen.append((order.__name__, record["diagnostics"]))
     first = seen[0][1]
     for name, diagnostics in seen[1:]:
         assert diagnostics == first, f"{name} gives another order than {seen[0][0]}"
+
+
+# What a view may keep once first asked (built from what decode read; never a new reading or diagnostic)
+VIEW_CACHES = frozenset({"_extras", "_value_fields", "_plain_document", "_document_text", "_text_found"})
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=repr)
+def test_observing_and_rendering_a_packet_leave_it_as_decode_made_it(vector: Vector) -> None:
+    msg = _decoded(vector)
+    made = dict(vars(msg))
+    observed = _observed(msg)
+    assert record_of(observed) is record_of(observed)  # built once
+    record_of(msg)
+    hexdump.render(observed, MAX_FIELD_BYTES)
+    pretty.render(msg, record_of(observed), MAX_FIELD_BYTES)
+    assert CONTEXT not in msg.diagnostics
+    assert "stream_vbucket" not in record_of(msg)
+    assert record_of(msg) == record_of(_decoded(vector))
+    after, unset = vars(msg), object()
+    changed = {name for name in after.keys() | made.keys() if after.get(name, unset) is not made.get(name, unset)}
+    assert changed <= VIEW_CACHES, changed
 
 
 def test_vectors_with_value_diagnostics_are_covered() -> None:

@@ -17,6 +17,7 @@ from test_plain_item import ITEM_VARIANTS, drawn_item, read_item, stream_options
 from test_plain_item import agrees as reads_as_decode
 from vectorfile import all_vectors
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.lines import ItemLines
@@ -61,8 +62,8 @@ def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept)
         assert got is None
         return True
     last = {} if accept.stream_vbucket is None else {"stream_vbucket": accept.stream_vbucket}
-    message.annotate({**FIRST, "ts": orjson.loads(LEAD[0]), "frames": orjson.loads(LEAD[1])}, last, [])
-    assert got == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
+    observed = Observed(message, {**FIRST, "ts": orjson.loads(LEAD[0]), "frames": orjson.loads(LEAD[1])}, last)
+    assert got == orjson.dumps(record_of(observed), option=orjson.OPT_APPEND_NEWLINE)
     return True
 
 
@@ -122,8 +123,9 @@ def test_a_line_is_the_records_json() -> None:
     got = ItemLines(first).line(found, (orjson.dumps(2.5),), 3)
     assert got is not None
     message = decode(raw, 1000, options)
-    message.annotate({"ts": 2.5, "connection": "c", "direction": "server>client"}, {"stream_vbucket": 3}, [])
-    assert got == orjson.dumps(record_of(message), option=orjson.OPT_APPEND_NEWLINE)
+    observed = Observed(message, {"ts": 2.5, "connection": "c", "direction": "server>client"},
+                        {"stream_vbucket": 3})
+    assert got == orjson.dumps(record_of(observed), option=orjson.OPT_APPEND_NEWLINE)
     assert orjson.loads(got)["collection_id"] == 8
 
 

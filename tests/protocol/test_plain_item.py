@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from strategies import every_variant, variant_records
 from vectorfile import all_vectors
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.itemreader import ItemReaders
@@ -182,8 +183,7 @@ def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: A
     first = {"ts": ts, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client"}
     last = {"stream_vbucket": 7} if stream else {}
     line = ItemLines(first).line(found, (orjson.dumps(ts),), last.get("stream_vbucket"))
-    message = decode(raw, BASE, options)
-    message.annotate(first, last, [])
+    message = Observed(decode(raw, BASE, options), first, last)
     if line is None:  # the record shows the value as hex: the usual path's
         assert "value_encoding" in record_of(message)
         return

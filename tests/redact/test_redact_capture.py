@@ -23,6 +23,7 @@ from servekit import peer
 from vectorfile import all_vectors
 
 from dcpctl.cli import main
+from dcpctl.dcp.observed import Observed
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, RESPONSE_MAGICS, Opcode
@@ -147,8 +148,8 @@ def captures(directory: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _messages(path: Path) -> list[Message]:
-    return [item for item in decode_segments(read_segments(str(path)), DecodeOptions(show_secrets=True),
-                                             frozenset({11210})) if isinstance(item, Message)]
+    return [item.packet for item in decode_segments(read_segments(str(path)), DecodeOptions(show_secrets=True),
+                                                    frozenset({11210})) if isinstance(item, Observed)]
 
 
 def _decoded(path: Path) -> list[dict[str, object]]:

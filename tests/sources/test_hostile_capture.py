@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from capturekit import session_packets, write_capture
 
+from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import CaptureDecoder, decode_segments
@@ -94,7 +95,7 @@ def test_a_message_spanning_many_segments_names_each_frame_once() -> None:
                        "by_seqno": 1, "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0,
                        "nru": 0, "datatype": 0, "key": "big", "value": "x" * 100_000})
     segments = server_stream(mutation, 536)
-    (message,) = [m for m in decode_all(segments, lines=False) if isinstance(m, Message)]
+    (message,) = [m for m in decode_all(segments, lines=False) if isinstance(m, Observed)]
     assert record_of(message)["frames"] == [s.frame for s in segments[2:]]
 
 
@@ -156,7 +157,9 @@ def test_a_file_header_snaplen_below_its_records_does_not_cut_them(tmp_path: Pat
     progress: list[int] = []
     items = list(decode_segments(read_segments(str(short), PORTS, tap=lambda _t, d, _w: progress.append(len(d))),
                                  DecodeOptions(), PORTS))
-    assert [getattr(i, "raw", i) for i in items] == \
-        [getattr(i, "raw", i) for i in decode_segments(read_segments(str(whole), PORTS), DecodeOptions(), PORTS)]
+    def raw(items: Iterable[object]) -> list[object]:
+        return [i.packet.raw if isinstance(i, Observed) else i for i in items]
+
+    assert raw(items) == raw(decode_segments(read_segments(str(whole), PORTS), DecodeOptions(), PORTS))
     assert len(items) == len(session_packets())
     assert sum(progress) == len(data) - 24 - 16 * len(progress)

@@ -21,6 +21,7 @@ import pytest
 from capturekit import ROOT, session_packets, session_records, write_capture
 
 from dcpctl.cli import main
+from dcpctl.dcp.observed import Observed
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message
@@ -93,8 +94,8 @@ def test_items_are_identical_to_the_serial_decoder(tmp_path: Path) -> None:
         assert len(split) == len(serial), path.name
         for mine, theirs in zip(split, serial, strict=True):
             assert type(mine) is type(theirs)
-            if isinstance(mine, Message):
-                assert isinstance(theirs, Message)
+            if isinstance(mine, Observed):
+                assert isinstance(theirs, Observed)
                 assert record_of(mine) == record_of(theirs), path.name
             else:
                 assert mine == theirs, path.name
@@ -125,7 +126,7 @@ def as_lines(items: Iterable[Any]) -> list[Any]:
     """Items with every message as its JSON line and consecutive lines joined, notices as they are."""
     out: list[Any] = []
     for item in items:
-        line = orjson.dumps(record_of(item), option=orjson.OPT_APPEND_NEWLINE) if isinstance(item, Message) else item
+        line = orjson.dumps(record_of(item), option=orjson.OPT_APPEND_NEWLINE) if isinstance(item, Observed) else item
         if isinstance(line, bytes) and out and isinstance(out[-1], bytes):
             out[-1] += line
         else:
@@ -196,7 +197,7 @@ def test_stopping_early_reaps_the_child(tmp_path: Path) -> None:
     big = tmp_path / "big.pcap"
     big.write_bytes(write_capture(session_packets() * 300))
     items = parallel.decode_files([str(big)], DecodeOptions(), PORTS)
-    assert isinstance(next(items), Message)
+    assert isinstance(next(items), Observed)
     items.close()  # what --count and a closed pipe do
     assert multiprocessing.active_children() == []
 
@@ -273,6 +274,6 @@ def test_each_message_is_decoded_once_across_both_processes(monkeypatch: pytest.
     path = tmp_path / "variety.pcap"
     path.write_bytes(write_capture(item_variety()))
     messages = [item for item in parallel.decode_files([str(path)], DecodeOptions(), PORTS)
-                if isinstance(item, Message)]
+                if isinstance(item, Observed)]
     assert len(messages) > 40
     assert calls.read_bytes().count(b".") == len(messages)
