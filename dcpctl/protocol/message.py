@@ -541,7 +541,33 @@ _REQUIRED: Final = Presence.REQUIRED
 
 
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
-    """Decode one packet (header and body), every check run; never raises."""
+    """Decode one packet (header and body), every check run; never raises.
+
+    A producer's mutation, deletion or expiration (most of any DCP traffic) is read by the reader compiled
+    for its shape from this module's plan (``itemreader``), which returns the message :func:`interpret`
+    would, or None when it would find something to say; every other packet, and those, are interpreted."""
+    if len(raw) > HEADER_LENGTH and raw[1] in CHANGE_OPCODES and raw[0] == _REQUEST:
+        reader = _item_reader(options, raw[1], raw[4])
+        if reader is not None:
+            msg: Message | None = reader(raw, 0, len(raw), offset, options)
+            if msg is not None and msg.body_end == len(raw):  # (bytes after the packet: interpret says so)
+                return msg
+    return interpret(raw, offset, options)
+
+
+def _item_reader(options: DecodeOptions, opcode: int, extlen: int) -> Any:
+    """The compiled reader of a plain item's shape, or None (see :func:`decode`). ``itemreader`` builds on
+    this module, so it is imported on first use; this name is then rebound to its lookup."""
+    global _item_reader  # noqa: PLW0603  # rebound once, to the real lookup
+    from dcpctl.protocol.itemreader import compile_item_reader  # noqa: PLC0415  # it imports this module
+
+    _item_reader = compile_item_reader
+    return compile_item_reader(options, opcode, extlen)
+
+
+def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
+    """:func:`decode` by the declarations alone, every packet the general way (the compiled readers are
+    held to it)."""
     msg = _new_message(Message)  # the hot path skips __init__'s call frame; same three attributes
     msg.raw = raw
     msg.offset = offset

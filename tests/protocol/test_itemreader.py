@@ -1,7 +1,7 @@
 """A plain item's JSON line (``render.lines.ItemLines``, filled from the item reader's message) is the
 record's JSON for every item the item reader reads, None exactly when the record shows the value as hex,
 and the caller's accept is asked only once the value is known to be text (its no leaves the item to the
-usual path); the item reader is held to the interpreted decode() on the same packets
+usual path); the item reader is held to the interpreted decoder on the same packets
 (``test_plain_item.agrees``)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from vectorfile import all_vectors
 
 from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
-from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.message import DecodeOptions, Message, interpret
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
 
@@ -44,14 +44,14 @@ class Accept:
 
 
 def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept) -> bool:
-    """The line of the item the reader reads at ``raw[pos:n]``, if any, against decode()'s record annotated
-    as the line says; the item reader against decode()."""
+    """The line of the item the reader reads at ``raw[pos:n]``, if any, against the interpreted decoder's
+    record in the context the line says; the item reader against the interpreted decoder."""
     assert reads_as_decode(raw, options, pos, n)
     found = read_item(raw, pos, n, options)
     if found is None:
         return True
-    text = "value_encoding" not in record_of(decode(found.raw, found.offset, options))  # the value shown as text
-    message = decode(found.raw, found.offset, options)
+    text = "value_encoding" not in record_of(interpret(found.raw, found.offset, options))  # the value as text
+    message = interpret(found.raw, found.offset, options)
     got = ItemLines(FIRST, ("ts", "frames")).line(found, LEAD, None, accept)
     if not text:
         assert got is None, raw.hex()
@@ -122,7 +122,7 @@ def test_a_line_is_the_records_json() -> None:
     assert found is not None
     got = ItemLines(first).line(found, (orjson.dumps(2.5),), 3)
     assert got is not None
-    message = decode(raw, 1000, options)
+    message = interpret(raw, 1000, options)
     observed = Observed(message, {"ts": 2.5, "connection": "c", "direction": "server>client"},
                         {"stream_vbucket": 3})
     assert got == orjson.dumps(record_of(observed), option=orjson.OPT_APPEND_NEWLINE)

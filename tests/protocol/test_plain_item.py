@@ -1,6 +1,7 @@
 """The plain-item reader (compiled per item shape from the registry's plan, ``protocol.itemreader``) gives
-the message the interpreted decode() gives, check pass and all, and only when decode() has nothing to say
-about it: on every golden vector and on generated items of every item layout."""
+the message the interpreted decoder (``interpret``) gives, check pass and all, and only when that has
+nothing to say about it; decode(), which tries the reader first, gives that message too: on every golden
+vector and on generated items of every item layout, whole, cut short and with bytes after them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.itemreader import ItemReaders
-from dcpctl.protocol.message import DecodeOptions, Message, decode, item_key
+from dcpctl.protocol.message import DecodeOptions, Message, decode, interpret, item_key
 from dcpctl.protocol.registry import DIALECTS, HEADER_LAYOUT
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
@@ -54,7 +55,9 @@ def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = Non
     at = pos + HEADER_LAYOUT.offset("total_body_length")
     n = min(n, pos + HEADER_LAYOUT.size + int.from_bytes(buf[at:at + 4], "big"))
     raw = buf[pos:n]
-    message = decode(raw, BASE + pos, options)
+    message = interpret(raw, BASE + pos, options)
+    for packet in (raw, buf[pos:]):  # decode() of the packet alone, and followed by what comes after it
+        assert views(decode(packet, BASE + pos, options)) == views(interpret(packet, BASE + pos, options))
     fields = item_key(message) if message.magic == 0x80 else None
     # plain, as the reader's module says: a key with a one-byte collection id or none, raw or JSON datatype
     # and a JSON value that parses (one that does not, shown as hex, has no diagnostic but is not plain)
@@ -183,7 +186,7 @@ def test_a_plain_items_line_is_its_records_json(name: str, spec: Any, variant: A
     first = {"ts": ts, "connection": "127.0.0.1:5 > 127.0.0.1:11210", "direction": "server>client"}
     last = {"stream_vbucket": 7} if stream else {}
     line = ItemLines(first).line(found, (orjson.dumps(ts),), last.get("stream_vbucket"))
-    message = Observed(decode(raw, BASE, options), first, last)
+    message = Observed(interpret(raw, BASE, options), first, last)
     if line is None:  # the record shows the value as hex: the usual path's
         assert "value_encoding" in record_of(message)
         return
