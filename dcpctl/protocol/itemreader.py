@@ -27,9 +27,10 @@ from typing import Any, Final
 
 import orjson
 
+from dcpctl.protocol.codegen import compiled
 from dcpctl.protocol.constants import Magic
 from dcpctl.protocol.grammar import HEADER_LENGTH
-from dcpctl.protocol.message import HEADER, DecodeOptions, Message, ValueReading, item_plan
+from dcpctl.protocol.message import HEADER, MESSAGE_DEFAULTS, DecodeOptions, Message, ValueReading, item_plan
 from dcpctl.protocol.registry import KeyKind
 
 # (buffer, position, end of the bytes, the buffer's stream offset, the options) -> the item's message or None
@@ -37,6 +38,7 @@ ItemReader = Callable[[bytes, int, int, int, DecodeOptions], Message | None]
 READERS_KEPT: Final = 64  # shapes compiled per connection: a stream has a handful; more means a hostile mix
 ITEM_READERS_KEPT: Final = 1024  # item readers kept by the process (dialects x collections x the item shapes)
 _ITEM_READERS: dict[tuple[str, bool, int, int], ItemReader | None] = {}
+_ITEM_SETS: Final = frozenset({"plan", "_extras_values", "_reading", "_document"})  # what every plain item has
 _UNSEEN: Final = object()  # a shape no reader was asked for yet (None is cached: not a plain item's shape)
 
 
@@ -81,12 +83,6 @@ class ItemReaders:
             self._readers.clear()
         found = self._readers[shape] = compile_item_reader(options, *shape)
         return found
-
-
-def compiled(lines: list[str], name: str, namespace: dict[str, Any], function: str = "read") -> Any:
-    """The ``function`` the source ``lines`` define, compiled under ``name`` (shown in tracebacks)."""
-    exec(compile("\n".join(lines), f"<dcpctl {name}>", "exec"), namespace)  # noqa: S102
-    return namespace[function]
 
 
 def item_codec(plan: Any) -> Any:
@@ -142,6 +138,8 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
         "    raw = buf[pos:end]",
         f"    vo = {key_at} + keylen",
         "    msg = new(Message)",
+        # every slot a plain item leaves as the blank message has it (those set below excepted)
+        *(f"    msg.{name} = d{at}" for at, name in enumerate(MESSAGE_DEFAULTS) if name not in _ITEM_SETS),
         "    if keylen:",
     ]
     if document_key:  # a one-byte LEB128 collection id, and a key after it
@@ -180,6 +178,7 @@ def _compile_item_reader(options: DecodeOptions, opcode: int, extlen: int) -> It
         "    return msg",
     ]
     namespace = {"unpack": item_codec(plan), "loads": orjson.loads, "plan": plan, "new": object.__new__,
-                 "Message": Message, "DOCUMENT": ValueReading.DOCUMENT}
+                 "Message": Message, "DOCUMENT": ValueReading.DOCUMENT,
+                 **{f"d{at}": value for at, value in enumerate(MESSAGE_DEFAULTS.values())}}
     reader: ItemReader = compiled(lines, f"item reader {opcode:#04x}/{extlen}", namespace)
     return reader

@@ -40,6 +40,7 @@ from construct import Container, FormatField, ListContainer, Struct
 
 from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol import stream_request_value as srv
+from dcpctl.protocol.codegen import compiled
 from dcpctl.protocol.constants import (
     ALT_MAGICS,
     DATATYPE_JSON,
@@ -127,45 +128,59 @@ _READ_TEXT: Final = ValueReading.TEXT
 _READ_DOCUMENT: Final = ValueReading.DOCUMENT
 
 
-class Message:
-    """One decoded packet; ``raw`` holds its exact bytes and ``offset`` where they started."""
+# What a message holds when its reader read nothing into it: every slot but the eight each reader sets (raw,
+# offset, options, header, key_length, key_offset, value_offset, body_end). One table for the interpreted
+# decoder's blank message (_blank) and the compiled readers' generated code.
+MESSAGE_DEFAULTS: Final[dict[str, Any]] = {
+    "_found": (), "_value_fields": None, "_plain_document": None, "_collection_id": None, "_key_start": -1,
+    "_reading": ValueReading.NONE, "_document": b"", "_document_text": None, "_text_found": False,
+    "_inflated": False, "_xattrs": None, "_path_length": -1, "_grammar": None, "_fields": None, "_consumed": 0,
+    "frame_infos": (), "plan": None, "framing_extras_length": 0, "_extras": None, "_extras_values": None,
+    "_partial_extras": False,
+}
 
-    # No __slots__: class-level defaults mean decode only sets what differs from them, which is the
-    # cheaper way to build hundreds of thousands of messages a second.
-    # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
-    # checks).
-    _found: list[Diagnostic] | tuple[()] = ()
-    _value_fields: Any = None  # the GRAMMAR value parsed by its declaration: by the check pass, else once asked
-    # What the check pass keeps for whoever shows the key and value (read through the views below).
-    _plain_document: tuple[int | None, bytes, str | None, bytes] | None = None  # the views in one, once asked
-    _collection_id: int | None = None
-    _key_start: int = -1  # where the key after its collection id starts (-1: where the key starts)
-    _reading: ValueReading = ValueReading.NONE
-    _document: bytes = b""  # a DOCUMENT's body: inflated, after its xattrs
-    _document_text: str | None = None  # that body as text (None: it is shown as hex), once found
-    _text_found: bool = False  # (found when first shown: a check needs it only for JSON that does not parse)
-    _inflated: bool = False
-    _xattrs: list[Xattr] | None = None
-    _path_length: int = -1
-    _grammar: Any = None  # FIELDS: the declaration the value was read with, what it read, its bytes
-    _fields: Any = None
-    _consumed: int = 0
-    frame_infos: list[frameinfo.FrameInfo] | tuple[()] = ()
-    plan: _Plan | None = None  # the registry row and layout this header shape resolved to
-    framing_extras_length: int = 0
-    _extras: dict[str, int] | None = None
-    _extras_values: tuple[int, ...] | None = None
-    _partial_extras: bool = False  # extras cut short: the record keeps them raw as well
+
+class Message:
+    """One decoded packet; ``raw`` holds its exact bytes and ``offset`` where they started. Made by
+    :func:`decode` only; nothing changes it afterwards but its views' first-use caches."""
+
+    # Slots: a fixed record, every slot set when it is made, and nothing can be added beside them (context
+    # lives in dcp.observed). Against an instance dict over class-level defaults, records build faster and a
+    # plain item's line about as fast (benchmarks/README.md).
+    __slots__ = ("body_end", "header", "key_length", "key_offset", "offset", "options", "raw", "value_offset",
+                 *MESSAGE_DEFAULTS)
+    raw: bytes
+    offset: int
+    options: DecodeOptions
     header: tuple[int, ...]
     key_length: int
     key_offset: int
     value_offset: int
     body_end: int
-
-    def __init__(self, raw: bytes, offset: int, options: DecodeOptions) -> None:
-        self.raw = raw
-        self.offset = offset
-        self.options = options
+    # Diagnostics in one fixed order: what decode found (header, frame infos, extras, then the key and value
+    # checks).
+    _found: list[Diagnostic] | tuple[()]
+    _value_fields: Any  # the GRAMMAR value parsed by its declaration: by the check pass, else once asked
+    # What the check pass keeps for whoever shows the key and value (read through the views below).
+    _plain_document: tuple[int | None, bytes, str | None, bytes] | None  # the views in one, once asked
+    _collection_id: int | None
+    _key_start: int  # where the key after its collection id starts (-1: where the key starts)
+    _reading: ValueReading
+    _document: bytes  # a DOCUMENT's body: inflated, after its xattrs
+    _document_text: str | None  # that body as text (None: it is shown as hex), once found
+    _text_found: bool  # (found when first shown: a check needs it only for JSON that does not parse)
+    _inflated: bool
+    _xattrs: list[Xattr] | None
+    _path_length: int
+    _grammar: Any  # FIELDS: the declaration the value was read with, what it read, its bytes
+    _fields: Any
+    _consumed: int
+    frame_infos: list[frameinfo.FrameInfo] | tuple[()]
+    plan: _Plan | None  # the registry row and layout this header shape resolved to
+    framing_extras_length: int
+    _extras: dict[str, int] | None
+    _extras_values: tuple[int, ...] | None
+    _partial_extras: bool  # extras cut short: the record keeps them raw as well
 
     # --- header views ---------------------------------------------------------------------------
     # ``header`` is the 24-byte header as one unpacked tuple; these name its fields.
@@ -535,7 +550,17 @@ def _plan(dialect: Dialect, magic: int, opcode: int, extlen: int, word: int, typ
     return plan
 
 
-_new_message = object.__new__
+def _blank_maker() -> Callable[[], Message]:
+    """The blank message: every slot of MESSAGE_DEFAULTS set, in one generated function."""
+    names = {f"d{at}": value for at, value in enumerate(MESSAGE_DEFAULTS.values())}
+    lines = ["def blank():", "    msg = new(Message)",
+             *(f"    msg.{name} = d{at}" for at, name in enumerate(MESSAGE_DEFAULTS)), "    return msg"]
+    made: Callable[[], Message] = compiled(lines, "blank message", {"new": object.__new__, "Message": Message,
+                                                                    **names}, "blank")
+    return made
+
+
+_blank: Final = _blank_maker()
 _OPTIONAL: Final = Presence.OPTIONAL  # module constants: the hot path reads no enum attributes
 _REQUIRED: Final = Presence.REQUIRED
 
@@ -568,7 +593,7 @@ def _item_reader(options: DecodeOptions, opcode: int, extlen: int) -> Any:
 def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
     """:func:`decode` by the declarations alone, every packet the general way (the compiled readers are
     held to it)."""
-    msg = _new_message(Message)  # the hot path skips __init__'s call frame; same three attributes
+    msg = _blank()
     msg.raw = raw
     msg.offset = offset
     msg.options = options

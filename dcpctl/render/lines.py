@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from dcpctl.dcp.observed import Observed
-from dcpctl.protocol.itemreader import compiled
+from dcpctl.protocol.codegen import compiled
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.value import printable
 from dcpctl.render.record import record as record_of
 
 if TYPE_CHECKING:
-    from dcpctl.protocol.message import _Plan
+    from dcpctl.protocol.codegen import compiled
+from dcpctl.protocol.message import _Plan
 
 # The caller's say on an item whose line can be written: taken or not, and its stream's vbucket
 # (ConnectionTracker.plain_item)

@@ -24,10 +24,10 @@ from typing import Any, Final
 
 from dcpctl.dcp.observed import Observed
 from dcpctl.protocol import frameinfo, walk
+from dcpctl.protocol.codegen import compiled
 from dcpctl.protocol.constants import ALT_MAGICS, MAGICS, RESPONSE_MAGICS, Status
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.grammar import HEADER_LENGTH
-from dcpctl.protocol.itemreader import compiled
 from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading
 from dcpctl.protocol.value import as_text
 
