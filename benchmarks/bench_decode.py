@@ -5,7 +5,9 @@
 Measures, on the same generated stream (built with dcpctl's own encoder):
   frame            Framer only
   frame+decode     Framer + decode(): header, frame infos, extras, key and value, every check (the JSON
-                   value parsed)
+                   value parsed); a plain item through its shape's compiled reader
+  frame+interpret  the same through interpret(), the declarations' general path (what the compiled
+                   reader saves)
   frame+record     ... + the JSON record (value decoded as text)
   frame+jsonl      ... + serialised as a JSON line
   items            the compiled item reader over the whole stream: each item's Message, as decode() gives
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer
 from dcpctl.protocol.itemreader import ItemReaders
-from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.message import DecodeOptions, decode, interpret
 from dcpctl.render.jsonl import dumps
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of
@@ -46,8 +48,9 @@ def make_stream(messages: int) -> bytes:
     return b"".join(head + struct.pack(">Q", seqno) + tail for seqno in range(1, messages + 1))
 
 
-def run(data: bytes, per_message: Callable[[object], object] | None) -> int:
-    """Frame (and, with ``per_message``, decode and handle) the whole stream; returns the count."""
+def run(data: bytes, per_message: Callable[[object], object] | None, decoder: Callable[..., object] = decode) -> int:
+    """Frame (and, with ``per_message``, decode with ``decoder`` and handle) the whole stream; returns the
+    count."""
     framer = Framer()
     count = 0
     for start in range(0, len(data), CHUNK):
@@ -56,7 +59,7 @@ def run(data: bytes, per_message: Callable[[object], object] | None) -> int:
             for _ in framer.events():
                 count += 1
         else:
-            for message in framer.decoded(decode):
+            for message in framer.decoded(decoder):
                 per_message(message)
                 count += 1
     return count
@@ -86,6 +89,7 @@ def main() -> None:
     stages: dict[str, Callable[[object], object] | None] = {
         "frame": None,
         "frame+decode": lambda message: None,
+        "frame+interpret": lambda message: None,
         "frame+record": record_of,
         "frame+jsonl": lambda message: sink.write(dumps(record_of(message))),
     }
@@ -97,10 +101,11 @@ def main() -> None:
             sink.seek(0)
             sink.truncate()
             start = time.process_time()
-            count = items(data, name == "items+lines") if name.startswith("items") else run(data, stage)
+            count = items(data, name == "items+lines") if name.startswith("items") else \
+                run(data, stage, interpret if name == "frame+interpret" else decode)
             elapsed = time.process_time() - start
             best = max(best, count / elapsed)
-        print(f"{name:14} {best:12,.0f} messages/s")
+        print(f"{name:15} {best:12,.0f} messages/s")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB "
           "(includes the generated stream held in memory)")
 
