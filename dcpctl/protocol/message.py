@@ -145,8 +145,7 @@ class Message:
     :func:`decode` only; nothing changes it afterwards but its views' first-use caches."""
 
     # Slots: a fixed record, every slot set when it is made, and nothing can be added beside them (context
-    # lives in dcp.observed). Against an instance dict over class-level defaults, records build faster and a
-    # plain item's line about as fast (benchmarks/README.md).
+    # lives in dcp.observed).
     __slots__ = ("body_end", "header", "key_length", "key_offset", "offset", "options", "raw", "value_offset",
                  *MESSAGE_DEFAULTS)
     raw: bytes
