@@ -620,6 +620,8 @@ def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTI
     if fe:
         msg.frame_infos, diags = frameinfo.parse(raw, pos, min(pos + fe, body_end), magic in RESPONSE_MAGICS)
         msg.extend(diags)
+        if fe > total:  # (the key offset is then the body's end, so the key's check cannot see it)
+            msg.add("lengths_exceed_body", f"framing extras length {fe} runs past the {total}-byte body", 2, 1)
         pos += fe
     # The plan key holds only what can change the row: the status word of responses, and the type byte and
     # value presence in the UPR draft (whose rows are selected by them). Requests' vbuckets and datatypes

@@ -85,3 +85,14 @@ def test_a_mutation_cut_after_its_extras_with_collections_on(lenient: bool) -> N
     assert "key" not in record
     assert record["by_seqno"] == 5
     assert [d["name"] for d in record["diagnostics"]] == ["body_length_mismatch" if lenient else "truncated"]
+
+
+@pytest.mark.parametrize("keylen", [0, 1])
+def test_framing_extras_longer_than_the_body_are_said(keylen: int) -> None:
+    """A frame-info length past the total body length is a header that contradicts itself, even when no key
+    is left to run past the body."""
+    header = struct.pack(">BBHBBHIIQ", 0x08, 0x5C, 4 << 8 | keylen, 0, 0, 0, 3, 1, 0)
+    message = decode(header + b"\x22\x00\x01", 0, DecodeOptions())
+    names = [d.name for d in message.diagnostics]
+    assert names[0] == "lengths_exceed_body", names
+    assert "framing extras length 4 runs past the 3-byte body" in message.diagnostics[0].message
