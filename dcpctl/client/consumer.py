@@ -12,7 +12,7 @@ what was fed, as ``ProducerConnection`` does on the server side:
   ``--count`` (shared by every node's consumer through one :class:`Progress`) and the per-vbucket summary;
 - stream messages are given back with their context exactly as a captured message is (an ``Observed``:
   ``ts``, ``connection``, ``direction`` and the tracker's fields); with a :class:`LineMaker`, runs of plain
-  items (the compiled item readers' messages) are given back as the command's own rendering of them
+  items (the compiled plain readers' messages) are given back as the command's own rendering of them
   (bytes);
 - a Rollback answer gives :class:`RollbackAsked`: the streamer reads the failover log and the high seqno
   (I/O), and :meth:`Consumer.rollback` applies ``--on-rollback``: follow (a new stream request from where
@@ -49,8 +49,8 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build, grammar
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
-from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
+from dcpctl.protocol.reader import ItemReaders
 from dcpctl.protocol.registry import CHANGE_OPCODES, HEADER_LAYOUT, STREAM_OPCODES, Dialect, layout
 
 # Plain ints, compared per message (an enum class's attribute is slow to look up).
@@ -111,12 +111,12 @@ Accept = Callable[[Message], tuple[bool, int | None]]
 class ItemRenderer(Protocol):
     def line(self, msg: Message, lead: tuple[bytes, ...], stream_vbucket: int | None,
              accept: Accept | None = None) -> bytes | None:
-        """A plain item's rendering (an item reader's message), or None when it should go the usual way;
+        """A plain item's rendering (a plain reader's message), or None when it should go the usual way;
         ``accept`` is asked last, once nothing else stands in the way (see ``render.lines.ItemLines``)."""
 
 
 class LineMaker(Protocol):
-    """How the command turns plain items into output straight from the item readers' messages (its
+    """How the command turns plain items into output straight from the plain readers' messages (its
     renderer's choice): a connection's renderer, and the values of its lead slots for bytes read at ``ts``."""
 
     def lines(self, connection: str) -> ItemRenderer: ...
@@ -189,7 +189,7 @@ class _SeqnoShapes(dict[int, bool]):
 
     def __missing__(self, shape: int) -> bool:
         plan = item_plan(self.dialect, shape >> 8, shape & 0xFF)
-        found = self[shape] = plan is not None and plan[0].seqno_at == 0
+        found = self[shape] = plan is not None and plan.seqno_at == 0
         return found
 
 
@@ -567,7 +567,7 @@ class Consumer:
         framer.consume(pos)
 
     def _line_runs(self) -> Iterator[Event]:
-        """The lines path: plain items (read by the item reader of their shape, about which the tracker
+        """The lines path: plain items (read by the plain reader of their shape, about which the tracker
         has nothing to say, whose value the record shows as text) are given back as the LineMaker's bytes,
         a run at a time, no context object made; anything else is decoded, handled and given back as usual.
         Positions, acknowledgements and --count are exactly the usual path's, and a test holds every line

@@ -240,7 +240,7 @@ def stream(
 
 
 class _JsonLines:
-    """--format jsonl's plain items, written straight from the item readers' messages: each item shape's
+    """--format jsonl's plain items, written straight from the plain readers' messages: each item shape's
     template is filled (what ``render.record.record`` would give, a test holds them to it)."""
 
     def lines(self, connection: str) -> ItemLines:

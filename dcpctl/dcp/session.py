@@ -260,7 +260,7 @@ class ConnectionTracker:
         return note
 
     def plain_item(self, msg: Message) -> tuple[bool, int | None]:
-        """:meth:`observe` for an item the producer pushed that decoding found clean (an item reader's
+        """:meth:`observe` for an item the producer pushed that decoding found clean (a plain reader's
         message), when the tracker has nothing to say about it either: then (True, its stream's vbucket or
         None), with the state updated exactly as :meth:`observe` would update it. (False, None), with the
         state untouched, whenever :meth:`observe` would add a diagnostic or learn something (the caller then

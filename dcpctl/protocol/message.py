@@ -11,9 +11,10 @@ views' own first-use caches. The pass keeps what it read as the key and value vi
 (:attr:`Message.collection_id`, :attr:`Message.document_key`, :attr:`Message.value_reading`,
 :attr:`Message.document`, :attr:`Message.xattrs`, :attr:`Message.grammar_reading`...): the inflated document,
 the xattr pairs and the body after them, the path's length, the parsed GRAMMAR value and the bytes it took,
-so whoever shows the message computes none of it again. (The plain stream items that are most of a capture
-go through the compiled item readers of ``itemreader``, which check their JSON anyway: an eager pass costs
-a filter on ``opcode`` or ``by_seqno`` nothing there.)
+so whoever shows the message computes none of it again. (:func:`decode` reads a packet through the reader
+compiled for its header shape, ``reader``, which runs this same pass, and reads the plain stream items that
+are most of a capture inline, checking their JSON anyway: an eager pass costs a filter on ``opcode`` or
+``by_seqno`` nothing there.)
 
 Nothing here builds the JSON record: ``dcpctl.render.record`` turns a message and its context into the
 documented object (``tests/test_no_rendering_below.py`` keeps it so). Code that acts on a message reads it
@@ -59,6 +60,7 @@ from dcpctl.protocol.registry import (
     CHANGE_OPCODES,
     DATATYPE_VALUE_KINDS,
     DCP,
+    DIALECTS,
     DOCUMENT_ITEM_OPCODES,
     HEADER_LAYOUT,
     Dialect,
@@ -496,7 +498,7 @@ class _Plan:
     simple: bool  # declared layout, size equal to the header's extras length, no note
     item_checks: bool  # nmeta, by_seqno or flags to check
     # (magic name, opcode name) when this shape is a stream item's: a request with the plain magic, a
-    # datatype byte, a declared layout and a document value (what item_key and the item readers read)
+    # datatype byte, a declared layout and a document value (what item_key and the plain readers read)
     item_names: tuple[str, str] | None = None
     seqno_at: int = -1  # position of by_seqno in the extras tuple, whatever the opcode, or -1
     rev_seqno_at: int = -1  # position of rev_seqno in the extras tuple, or -1
@@ -564,34 +566,74 @@ _OPTIONAL: Final = Presence.OPTIONAL  # module constants: the hot path reads no 
 _REQUIRED: Final = Presence.REQUIRED
 
 
+# Where the header's fields are, from its declaration: the plan key is read from the bytes before any unpack.
+_KEY_LENGTH_AT: Final = HEADER_LAYOUT.offset("key_length")
+_EXTRAS_LENGTH_AT: Final = HEADER_LAYOUT.offset("extras_length")
+_WORD_AT: Final = HEADER_LAYOUT.offset("vbucket")
+_TOTAL_AT: Final = HEADER_LAYOUT.offset("total_body_length")
+_DATATYPE_AT: Final = HEADER_LAYOUT.offset("datatype")
+# The plan key: (dialect, magic, opcode, extras length, status word, type byte, first extras byte, has value).
+PlanKey = tuple[str, int, int, int, int, int, int, int]
+
+
+def shape_key(raw: bytes, options: DecodeOptions) -> PlanKey:
+    """The plan key of the packet ``raw`` (at least a header): what of its header can change its registry row.
+    The status word of responses, the first extras byte of 1-byte extras, and in the UPR draft (whose rows
+    are selected by them) the type byte and whether a value is there. Requests' vbuckets and datatypes would
+    otherwise multiply the shapes. An unknown magic resolves to a plan without a spec."""
+    magic, opcode, extlen, n = raw[0], raw[1], raw[_EXTRAS_LENGTH_AT], len(raw)
+    fe = raw[_KEY_LENGTH_AT] if magic in ALT_MAGICS else 0
+    word = int.from_bytes(raw[_WORD_AT:_WORD_AT + 2], "big") if magic in RESPONSE_MAGICS else 0
+    pos = HEADER_LENGTH + fe
+    byte0 = raw[pos] if extlen == 1 and pos < n else -1
+    dialect = options.dialect
+    if not dialect.layout_authoritative:
+        return (dialect.name, magic, opcode, extlen, word, 0, byte0, 0)
+    keylen = raw[_KEY_LENGTH_AT + 1] if magic in ALT_MAGICS else \
+        int.from_bytes(raw[_KEY_LENGTH_AT:_KEY_LENGTH_AT + 2], "big")
+    total = int.from_bytes(raw[_TOTAL_AT:_TOTAL_AT + 4], "big")
+    body_end = n if options.lenient or n < HEADER_LENGTH + total else HEADER_LENGTH + total
+    has_value = 1 if total - fe - extlen - keylen > 0 or (options.lenient and body_end > pos + extlen + keylen) \
+        else 0
+    return (dialect.name, magic, opcode, extlen, word, raw[_DATATYPE_AT], byte0, has_value)
+
+
+def plan_of(key: PlanKey) -> _Plan:
+    """The plan of a header shape (:func:`shape_key`), made once."""
+    return _PLANS.get(key) or _plan(DIALECTS[key[0]], *key[1:])
+
+
 def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
     """Decode one packet (header and body), every check run; never raises.
 
-    A producer's mutation, deletion or expiration (most of any DCP traffic) is read by the reader compiled
-    for its shape from this module's plan (``itemreader``), which returns the message :func:`interpret`
-    would, or None when it would find something to say; every other packet, and those, are interpreted."""
-    if len(raw) > HEADER_LENGTH and raw[1] in CHANGE_OPCODES and raw[0] == _REQUEST:
-        reader = _item_reader(options, raw[1], raw[4])
+    The packet is read by the function compiled for its header shape from this module's plan (``reader``),
+    which returns the message :func:`interpret` would, or None when the header or the extras have something
+    to say: those packets, and any not exactly one packet long, are interpreted."""
+    if len(raw) >= HEADER_LENGTH:
+        key = shape_key(raw, options)
+        reader = _reader(key)
         if reader is not None:
             msg: Message | None = reader(raw, 0, len(raw), offset, options)
             if msg is not None and msg.body_end == len(raw):  # (bytes after the packet: interpret says so)
                 return msg
+        return interpret(raw, offset, options, key)
     return interpret(raw, offset, options)
 
 
-def _item_reader(options: DecodeOptions, opcode: int, extlen: int) -> Any:
-    """The compiled reader of a plain item's shape, or None (see :func:`decode`). ``itemreader`` builds on
-    this module, so it is imported on first use; this name is then rebound to its lookup."""
-    global _item_reader  # noqa: PLW0603  # rebound once, to the real lookup
-    from dcpctl.protocol.itemreader import compile_item_reader  # noqa: PLC0415  # it imports this module
+def _reader(key: PlanKey) -> Any:
+    """The compiled reader of a header shape, or None (see :func:`decode`). ``reader`` builds on this module,
+    so it is imported on first use; this name is then rebound to its lookup."""
+    global _reader  # noqa: PLW0603  # rebound once, to the real lookup
+    from dcpctl.protocol.reader import reader_of  # noqa: PLC0415  # it imports this module
 
-    _item_reader = compile_item_reader
-    return compile_item_reader(options, opcode, extlen)
+    _reader = reader_of
+    return reader_of(key)
 
 
-def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS) -> Message:
+def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS,
+              key: PlanKey | None = None) -> Message:
     """:func:`decode` by the declarations alone, every packet the general way (the compiled readers are
-    held to it)."""
+    held to it); ``key``: the packet's :func:`shape_key`, when known."""
     msg = _blank()
     msg.raw = raw
     msg.offset = offset
@@ -603,7 +645,7 @@ def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTI
         msg.key_offset = msg.value_offset = msg.body_end = n
         msg._check()
         return msg
-    magic, opcode, keylen, extlen, datatype, word, total, _, _ = msg.header = HEADER.unpack_from(raw)
+    magic, opcode, keylen, extlen, datatype, _, total, _, _ = msg.header = HEADER.unpack_from(raw)
     fe = 0
     if magic in ALT_MAGICS:
         fe = msg.framing_extras_length = keylen >> 8
@@ -623,19 +665,9 @@ def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTI
         if fe > total:  # (the key offset is then the body's end, so the key's check cannot see it)
             msg.add("lengths_exceed_body", f"framing extras length {fe} runs past the {total}-byte body", 2, 1)
         pos += fe
-    # The plan key holds only what can change the row: the status word of responses, and the type byte and
-    # value presence in the UPR draft (whose rows are selected by them). Requests' vbuckets and datatypes
-    # would otherwise multiply the shapes. An unknown magic resolves to a plan without a spec.
-    dialect = options.dialect
-    if dialect.layout_authoritative:
-        has_value = 1 if total - fe - extlen - keylen > 0 or (
-            options.lenient and body_end > pos + extlen + keylen) else 0
-        key = (dialect.name, magic, opcode, extlen, word if magic in RESPONSE_MAGICS else 0, datatype,
-               raw[pos] if extlen == 1 and pos < n else -1, has_value)
-    else:
-        key = (dialect.name, magic, opcode, extlen, word if magic in RESPONSE_MAGICS else 0, 0,
-               raw[pos] if extlen == 1 and pos < n else -1, 0)
-    plan = _PLANS.get(key) or _plan(dialect, *key[1:])
+    if key is None:
+        key = shape_key(raw, options)
+    plan = plan_of(key)
     if not exact and options.lenient and plan.spec is not None:
         plan = _surplus_plan(msg, plan, key, n - HEADER_LENGTH - total)
     msg.plan = plan
@@ -898,38 +930,15 @@ def item_key(msg: Message) -> tuple[str, str, int | None, str | None, int, int] 
     return magic, opcode, msg._collection_id, text, values[plan.seqno_at], values[plan.rev_seqno_at]
 
 
-# What a plain-item reader needs of a plan, unpacked once: the plan, its extras unpacker, where nmeta and a
-# by_seqno that must not be 0 are (-1: nowhere), the flag fields' positions and defined bits, the key and
-# value presence rules (0 optional, 1 required, 2 forbidden), where by_seqno and rev_seqno are, the
-# record's (magic, opcode) names, and the datatypes decode() allows (a deletion's are restricted).
-ItemPlan = tuple[_Plan, Any, int, int, tuple[tuple[int, int], ...], int, int, int, int, tuple[str, str],
-                  frozenset[int]]
-_RULE_CODES: Final = {Presence.OPTIONAL: 0, Presence.REQUIRED: 1, Presence.FORBIDDEN: 2}
-
-
-def item_plan(dialect: Dialect, opcode: int, extlen: int) -> ItemPlan | None:
-    """decode()'s plan for a plain item shape, as the compiled item readers (``itemreader``) are made from it
-    (None: not a plain item's shape). The plan is looked up by (dialect, opcode, extras length) only: for
-    these opcodes nothing else of the header changes it (decode's plan key has the status word of
-    responses, the extras' first byte of 1-byte extras and the UPR draft's type byte; none applies)."""
-    found = _ITEM_PLANS.get((dialect.name, opcode, extlen))
-    if found is not None:
-        return found
+def item_plan(dialect: Dialect, opcode: int, extlen: int) -> _Plan | None:
+    """decode()'s plan for a plain item shape: a producer's mutation, deletion or expiration with a declared
+    layout of that extras length, a by_seqno and a rev_seqno (None: not a plain item's shape). For these
+    opcodes nothing of the header but the extras length changes the plan (see :func:`shape_key`; their
+    extras are never 1 byte long)."""
     if opcode not in CHANGE_OPCODES or dialect.layout_authoritative or extlen == 1:
         return None
-    plan = _plan(dialect, _REQUEST, opcode, extlen, 0, 0, -1, 0)
-    if plan.item_names is None or plan.rev_seqno_at < 0:
-        return None
-    item: ItemPlan = (plan, plan.unpack, plan.nmeta_index, plan.by_seqno_index,
-                       tuple((plan.names.index(name), mask) for name, mask in plan.flag_checks),
-                       _RULE_CODES[plan.key_rule], _RULE_CODES[plan.value_rule], plan.seqno_at, plan.rev_seqno_at,
-                       plan.item_names, DELETION_DATATYPES if opcode == _DELETION and plan.by_seqno_index >= 0
-                       else frozenset(range(256)))
-    _ITEM_PLANS[(dialect.name, opcode, extlen)] = item
-    return item
-
-
-_ITEM_PLANS: dict[tuple[str, int, int], ItemPlan] = {}  # item readers' plans (a few shapes per dialect)
+    plan = plan_of((dialect.name, _REQUEST, opcode, extlen, 0, 0, -1, 0))
+    return plan if plan.item_names is not None and plan.rev_seqno_at >= 0 else None
 
 
 # orjson: strict RFC 8259 like the server's checker (no NaN or Infinity), and faster than json

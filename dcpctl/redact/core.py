@@ -502,7 +502,7 @@ class Redactor:
         return self.mentions(text)
 
     def plain_item(self, msg: Message) -> bytes:
-        """A plain stream item (the message a compiled item reader, ``protocol.itemreader``, gave: a document
+        """A plain stream item (the message a compiled plain reader, ``protocol.reader``, gave: a document
         key, after a one-byte collection id when collections are on; a raw or JSON value that parses, no snappy,
         no xattrs) as :meth:`message` redacts it, through the same :meth:`document_key` and
         :meth:`document_value` without the general path's checks. A test holds it to :meth:`message` on every

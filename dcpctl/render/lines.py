@@ -5,7 +5,7 @@ expiration that decoding finds clean), and ``--format jsonl`` prints each as ``o
 newline. Building each record to dump it is most of that cost, yet per item shape (plan, collection id and
 key present or not, stream vbucket known or not) the line is the same bytes but for a few values. So the
 line is kept per shape as a bytes %-template (:func:`item_line_template`) and filled from the item's
-message, as the compiled item reader (``protocol.itemreader``) gives it, by a filler generated per plan
+message, as the compiled plain reader (``protocol.reader``) gives it, by a filler generated per plan
 from the same field list (:func:`line_filler`): the wire format is read in ``protocol/``, and only the
 line is made here.
 
@@ -42,10 +42,10 @@ from dcpctl.protocol.message import _Plan
 Accept = Callable[[Message], tuple[bool, int | None]]
 # A plan's filler: (message, the slots' JSON values, stream vbucket, accept or None) -> the line, or None.
 LineFiller = Callable[[Message, tuple[bytes, ...], int | None, Accept | None], bytes | None]
-# The capture decoder's view of a plain item handed to a sink (sources.capture.ItemSink): the item reader's
+# The capture decoder's view of a plain item handed to a sink (sources.capture.ItemSink): the plain reader's
 # message, ts, connection label, frames, stream vbucket, the connection's tracker.
 ItemSink = Callable[[Message, float, str, list[int], int | None, Any], None]
-# A plain item's JSON line, from the item reader's message, ts, frames and stream vbucket.
+# A plain item's JSON line, from the plain reader's message, ts, frames and stream vbucket.
 LineMaker = Callable[[Message, float, list[int], int | None], bytes]
 _SERVER = "server>client"  # a capture's direction of the producer's items, as the record names it
 FILLERS_KEPT: Final = 256  # plans a connection keeps fillers for: a stream has a handful; more is a hostile mix
@@ -160,13 +160,13 @@ class ItemLines:
 
     def line(self, msg: Message, lead: tuple[bytes, ...], stream_vbucket: int | None,
              accept: Accept | None = None) -> bytes | None:
-        """``msg``'s JSON line (an item reader's message; ``lead``: the slots' JSON values), None when the
+        """``msg``'s JSON line (a plain reader's message; ``lead``: the slots' JSON values), None when the
         record shows its value as hex; with ``accept``, also None when it does not take the item, and its
         stream vbucket is the line's."""
         plan = msg.plan
         filler = self.filler
         if plan is not self.plan or filler is None:
-            assert plan is not None  # an item reader's message has its plan
+            assert plan is not None  # a plain reader's message has its plan
             found = self.fillers.get(id(plan))
             if found is None or found[0] is not plan:
                 if len(self.fillers) >= FILLERS_KEPT:

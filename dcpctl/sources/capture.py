@@ -27,8 +27,8 @@ from dcpctl.dcp.session import MAX_STORIES, ConnectionTracker, RollbackStory
 from dcpctl.protocol.constants import MAGIC_CLASS
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
-from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.reader import ItemReaders
 from dcpctl.sources.pcap import CaptureNotice, FileStart, TcpSegment, tls_notice
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS, ConnectionId, Reassembler, StreamData, StreamEvent
 from dcpctl.sources.tls import TLS_PROBE_LENGTH, tls_hello
@@ -60,7 +60,7 @@ class _Connection:
 
 
 Item = Observed | Skipped | Diagnostic
-# Where plain items go instead of coming out of feed() (see CaptureDecoder): the item reader's message
+# Where plain items go instead of coming out of feed() (see CaptureDecoder): the plain reader's message
 # (no Observed made), ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
 ItemSink = Callable[[Message, float, str, list[int], int | None, ConnectionTracker], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
@@ -91,8 +91,8 @@ class CaptureDecoder:
                  max_body_length: int = DEFAULT_MAX_BODY_LENGTH, *,
                  items: ItemSinks | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         """``items``: each connection's sink (asked for once per connection, with its label) for plain items
-        (a producer's pushed mutation, deletion or expiration about which the compiled item reader
-        (``protocol.itemreader``) and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to
+        (a producer's pushed mutation, deletion or expiration about which the compiled plain reader
+        (``protocol.reader``) and the tracker's :meth:`~ConnectionTracker.plain_item` have nothing to
         say, so that decoding and observing it would add no diagnostic) go to this sink instead of coming out of
         :meth:`feed`, read in place, with no :class:`Observed` made: the fast path of consumers of millions of
         items. Every other message comes out as usual. ``max_connections``: connections followed at once (the
@@ -280,7 +280,7 @@ class CaptureDecoder:
 
     def _items(self, conn: ConnectionId, state: _Connection, direction: _Direction) -> Iterator[Item]:
         """The producer's direction with an item sink: runs of plain items are walked in place and handed to
-        the sink; at the first packet the item reader or the tracker declines, one event goes the
+        the sink; at the first packet the plain reader or the tracker declines, one event goes the
         general way, then the walk resumes."""
         framer, tracker, sink, label, spans = direction.framer, state.tracker, state.sink, state.label, direction.spans
         read = state.readers.read

@@ -221,7 +221,7 @@ class CaptureRedactor:
         self.max_held_bytes = max_held_bytes
         self.max_held_frames = 2 * (max_body_length // SMALLEST_SEGMENT + 1)
         self.reassembler = Reassembler(ports, max_connections=max_connections)
-        # plain items (most of a DCP capture) come to _plain from the compiled item readers, with no Observed
+        # plain items (most of a DCP capture) come to _plain from the compiled plain readers, with no Observed
         self.decoder = CaptureDecoder(options, ports, max_body_length, max_connections=max_connections,
                                       items=lambda _label: self._plain)
         self.queue: deque[HeldFrame] = deque()
@@ -420,7 +420,7 @@ class CaptureRedactor:
 
     def _plain(self, msg: Message, _ts: float, label: str, _frames: list[int], _vbucket: int | None,
                _tracker: ConnectionTracker) -> None:
-        """A plain item of a server's direction, read by the decoder's compiled item reader."""
+        """A plain item of a server's direction, read by the decoder's compiled plain reader."""
         conn_id = self.labels.get(label)
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is None or conn.drop is not None:

@@ -239,7 +239,7 @@ def test_the_three_paths_agree_on_positions_acks_and_counts() -> None:
 
 def test_an_item_the_lines_path_declines_goes_the_usual_way_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Binary documents (their record shows the value as hex) on the lines path: each goes the usual way
-    as the message the item reader read, never decoded again, and the output is the usual path's."""
+    as the message the plain reader read, never decoded again, and the output is the usual path's."""
     import dcpctl.client.consumer as consumer_module  # noqa: PLC0415
 
     def streamed(lines: _Lines | None) -> tuple[list[dict[str, Any]], list[bytes]]:
@@ -267,11 +267,11 @@ def test_an_item_the_lines_path_declines_goes_the_usual_way_decoded_once(monkeyp
     assert len(binary) == 18
     assert [r for r in fast if r.get("value_encoding") == "hex"] == binary  # the usual way's, record for record
     assert b"".join(lines).count(b"\n") + len(fast) == 30  # the text ones written as lines
-    assert Opcode.DCP_MUTATION not in decoded  # every item read once, by the item reader
+    assert Opcode.DCP_MUTATION not in decoded  # every item read once, by the plain reader
 
 
 class _Lines:
-    """A LineMaker as commands/stream.py's: the record's templates filled from the item reader's messages."""
+    """A LineMaker as commands/stream.py's: the record's templates filled from the plain reader's messages."""
 
     def lines(self, connection: str) -> ItemLines:
         return ItemLines({"ts": None, "connection": connection, "direction": "server>client"}, ("ts",))

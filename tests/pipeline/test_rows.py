@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dcpctl.dcp.observed import Observed
 from dcpctl.pipeline import job, schema
-from dcpctl.protocol import itemreader, message
+from dcpctl.protocol import message, reader
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.message import DecodeOptions, decode, item_key
@@ -214,7 +214,7 @@ def fast_equals_slow(path: Path) -> bool:
 
 def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: Any) -> None:
     """No second reader: the rows come from the messages decode() made, one decode() per row, and the plain
-    item readers (a second reading of the same bytes) are never asked."""
+    plain readers (a second reading of the same bytes) are never asked."""
     import dcpctl.sources.capture  # noqa: PLC0415
 
     path = tmp_path / "session.pcap"
@@ -229,7 +229,7 @@ def test_each_message_is_read_once_by_the_decoder(tmp_path: Path, monkeypatch: A
         raise AssertionError("a plain item read again, outside decode()")
 
     monkeypatch.setattr(dcpctl.sources.capture, "decode", counted)
-    monkeypatch.setattr(itemreader.ItemReaders, "read", refused)
+    monkeypatch.setattr(reader.ItemReaders, "read", refused)
     for capture in (path, SAMPLE):
         decoded.clear()
         rows = rows_of(capture, records=False)

@@ -1,7 +1,7 @@
-"""A plain item's JSON line (``render.lines.ItemLines``, filled from the item reader's message) is the
-record's JSON for every item the item reader reads, None exactly when the record shows the value as hex,
+"""A plain item's JSON line (``render.lines.ItemLines``, filled from the plain reader's message) is the
+record's JSON for every item the plain reader reads, None exactly when the record shows the value as hex,
 and the caller's accept is asked only once the value is known to be text (its no leaves the item to the
-usual path); the item reader is held to the interpreted decoder on the same packets
+usual path); the plain reader is held to the interpreted decoder on the same packets
 (``test_plain_item.agrees``)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Accept:
 
 def agrees(raw: bytes, pos: int, n: int, options: DecodeOptions, accept: Accept) -> bool:
     """The line of the item the reader reads at ``raw[pos:n]``, if any, against the interpreted decoder's
-    record in the context the line says; the item reader against the interpreted decoder."""
+    record in the context the line says; the plain reader against the interpreted decoder."""
     assert reads_as_decode(raw, options, pos, n)
     found = read_item(raw, pos, n, options)
     if found is None:

@@ -1,4 +1,4 @@
-"""The plain-item reader (compiled per item shape from the registry's plan, ``protocol.itemreader``) gives
+"""The plain-plain reader (compiled per item shape from the registry's plan, ``protocol.reader``) gives
 the message the interpreted decoder (``interpret``) gives, check pass and all, and only when that has
 nothing to say about it; decode(), which tries the reader first, gives that message too: on every golden
 vector and on generated items of every item layout, whole, cut short and with bytes after them."""
@@ -17,8 +17,8 @@ from vectorfile import all_vectors
 from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
-from dcpctl.protocol.itemreader import ItemReaders
 from dcpctl.protocol.message import DecodeOptions, Message, decode, interpret, item_key
+from dcpctl.protocol.reader import ItemReaders
 from dcpctl.protocol.registry import DIALECTS, HEADER_LAYOUT
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.record import record as record_of

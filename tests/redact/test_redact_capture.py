@@ -797,14 +797,14 @@ def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
 
 def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path, Path, Run]]) -> None:
     """The fast path (an item read in place by its compiled reader) gives the interpreted path's bytes."""
-    from dcpctl.protocol.itemreader import compile_item_reader  # noqa: PLC0415
+    from dcpctl.protocol.reader import plain_reader  # noqa: PLC0415
     from dcpctl.redact.core import Redactor  # noqa: PLC0415
 
     plain = 0
     for _, source, _, _ in redacted:
         for msg in _messages(source):
             raw = msg.raw
-            reader = compile_item_reader(msg.options, raw[1], raw[4])
+            reader = plain_reader(msg.options.dialect, raw[1], raw[4])
             item = reader(raw, 0, len(raw), 0, msg.options) if reader is not None else None
             if item is None:
                 continue
