@@ -611,7 +611,7 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     to say: those packets, and any not exactly one packet long, are interpreted."""
     if len(raw) >= HEADER_LENGTH:
         key = shape_key(raw, options)
-        reader = _reader(key)
+        reader = _reader(key, options.collections)
         if reader is not None:
             msg: Message | None = reader(raw, 0, len(raw), offset, options)
             if msg is not None and msg.body_end == len(raw):  # (bytes after the packet: interpret says so)
@@ -620,14 +620,14 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
     return interpret(raw, offset, options)
 
 
-def _reader(key: PlanKey) -> Any:
+def _reader(key: PlanKey, collections: bool | None) -> Any:
     """The compiled reader of a header shape, or None (see :func:`decode`). ``reader`` builds on this module,
     so it is imported on first use; this name is then rebound to its lookup."""
     global _reader  # noqa: PLW0603  # rebound once, to the real lookup
     from dcpctl.protocol.reader import reader_of  # noqa: PLC0415  # it imports this module
 
     _reader = reader_of
-    return reader_of(key)
+    return reader_of(key, collections)
 
 
 def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS,

@@ -61,36 +61,39 @@ READERS_KEPT: Final = 64  # plain shapes kept per connection: a stream has a han
 # Readers the process compiles of each kind (a few dozen shapes make a session); a shape first seen after that
 # is interpreted, so a capture of endless odd shapes costs no more than interpreting it.
 SHAPES_COMPILED: Final = 1024
-_READERS: dict[PlanKey, Reader | None] = {}
-_PLAIN_READERS: dict[PlanKey, Reader | None] = {}
+# Readers by shape, with collections off or unknown [0] and on [1]; general and plain.
+_READERS: Final[tuple[dict[PlanKey, Reader | None], ...]] = ({}, {})
+_PLAIN_READERS: Final[tuple[dict[PlanKey, Reader | None], ...]] = ({}, {})
 _UNSEEN: Final = object()  # a shape no reader was asked for yet (None is kept: a shape without a reader)
 _REQUEST: Final = int(Magic.CLIENT_REQUEST)
 
 
-def reader_of(key: PlanKey) -> Reader | None:
-    """The reader compiled for a header shape (:func:`~dcpctl.protocol.message.shape_key`), None when every
-    packet of that shape has something to say (no declared layout of its extras length, an errata row, an
-    unknown opcode)."""
-    reader = _READERS.get(key, _UNSEEN)
+def reader_of(key: PlanKey, collections: bool | None) -> Reader | None:
+    """The reader compiled for a header shape (:func:`~dcpctl.protocol.message.shape_key`) and the
+    collections option, None when every packet of that shape has something to say (no declared layout of
+    its extras length, an errata row, an unknown opcode)."""
+    readers = _READERS[1 if collections else 0]
+    reader = readers.get(key, _UNSEEN)
     if reader is _UNSEEN:
-        reader = _kept(_READERS, key, plain=False)
+        reader = _kept(readers, key, plain=False, collections=bool(collections))
     return reader  # type: ignore[return-value]
 
 
-def plain_reader(dialect: Dialect, opcode: int, extlen: int) -> Reader | None:
+def plain_reader(dialect: Dialect, collections: bool | None, opcode: int, extlen: int) -> Reader | None:
     """The plain reader of a stream item's shape (see the module docstring), None for any other shape."""
     key = (dialect.name, _REQUEST, opcode, extlen, 0, 0, -1, 0)  # (an item's: see message.item_plan)
-    reader = _PLAIN_READERS.get(key, _UNSEEN)
+    readers = _PLAIN_READERS[1 if collections else 0]
+    reader = readers.get(key, _UNSEEN)
     if reader is _UNSEEN:
-        reader = _kept(_PLAIN_READERS, key, plain=True) if item_plan(dialect, opcode, extlen) is not None \
-            else None
+        reader = _kept(readers, key, plain=True, collections=bool(collections)) \
+            if item_plan(dialect, opcode, extlen) is not None else None
     return reader  # type: ignore[return-value]
 
 
-def _kept(readers: dict[PlanKey, Reader | None], key: PlanKey, *, plain: bool) -> Reader | None:
+def _kept(readers: dict[PlanKey, Reader | None], key: PlanKey, *, plain: bool, collections: bool) -> Reader | None:
     if len(readers) >= SHAPES_COMPILED:
         return None
-    reader = readers[key] = compile_reader(key, plain=plain)
+    reader = readers[key] = compile_reader(key, plain=plain, collections=collections)
     return reader
 
 
@@ -121,8 +124,8 @@ class ItemReaders:
 
     def _at(self, buf: bytes, pos: int, n: int, options: DecodeOptions) -> Reader | None:
         """The reader for the shape of the packet at ``buf[pos:n]``, None when that shape is not a plain
-        item's (or too little is there to tell). Readers are looked up again when the options change (a
-        connection's dialect is known)."""
+        item's (or too little is there to tell). Readers are looked up again when the options change
+        (collections negotiated)."""
         if n - pos < HEADER_LENGTH:
             return None
         if options is not self._options:
@@ -133,13 +136,14 @@ class ItemReaders:
             return reader  # type: ignore[return-value]
         if len(self._readers) >= READERS_KEPT:
             self._readers.clear()
-        found = self._readers[shape] = plain_reader(options.dialect, *shape)
+        found = self._readers[shape] = plain_reader(options.dialect, options.collections, *shape)
         return found
 
 
-def compile_reader(key: PlanKey, *, plain: bool = False) -> Reader | None:
-    """The reader of one header shape, plain or not (see the module docstring); None when that shape has no
-    reader. Readers are pure functions of the shape: each is compiled once per process."""
+def compile_reader(key: PlanKey, *, plain: bool = False, collections: bool = False) -> Reader | None:
+    """The reader of one header shape, plain or not (see the module docstring), for packets read with
+    collections on or not; None when that shape has no reader. Readers are pure functions of these: each is
+    compiled once per process."""
     plan = plan_of(key)
     _, magic, opcode, extlen, word, type_byte, byte0, has_value = key
     variant, spec = plan.variant, plan.spec
@@ -150,15 +154,16 @@ def compile_reader(key: PlanKey, *, plain: bool = False) -> Reader | None:
         return None
     alt, layout = magic in ALT_MAGICS, plan.unpack is not None
     extras = "".join(f"x{i}, " for i in range(len(plan.names))) if layout else ""
-    # where the key starts: after the frame infos (their length is the packet's) and the extras
-    ka = f"(fe + {HEADER_LENGTH + extlen})" if alt else str(HEADER_LENGTH + extlen)
-    vo = f"{ka} + keylen"
-    has_body_value = f"{HEADER_LENGTH} + total > {vo}"
+    # where the key starts, after the frame infos (their length is the packet's) and the extras; the lengths
+    # in the header as unpacked (an alternative magic's key length word holds the frame infos' length too)
+    ka, before_key, lengths = (f"(fe + {HEADER_LENGTH + extlen})", f"fe + {extlen}", "kl") if alt else \
+        (str(HEADER_LENGTH + extlen), str(extlen), "keylen")
+    has_value_expression = f"total > {before_key} + keylen"
     lines = [
         "def read(buf, pos, n, base, options):",
         f"    if n - pos < {HEADER_LENGTH if alt else HEADER_LENGTH + extlen}:",
         "        return None",
-        f"    magic, opcode, kl, extlen, datatype, word, total, opaque, cas, {'' if alt else extras}= "
+        f"    magic, opcode, {lengths}, extlen, datatype, word, total, opaque, cas, {'' if alt else extras}= "
         "unpack(buf, pos)",
         f"    end = pos + {HEADER_LENGTH} + total",
     ]
@@ -167,14 +172,15 @@ def compile_reader(key: PlanKey, *, plain: bool = False) -> Reader | None:
         shape.append(f"word != {word}")
     if DIALECTS[key[0]].layout_authoritative:
         shape.append(f"datatype != {type_byte}")
-    lines += [f"    if {' or '.join(shape)}:", "        return None"]
-    lines += ["    fe, keylen = kl >> 8, kl & 0xFF"] if alt else ["    keylen = kl"]
-    checks = [f"{vo} > {HEADER_LENGTH} + total"]  # the key runs past the body
+    if alt:
+        lines += [f"    if {' or '.join(shape)}:", "        return None", "    fe, keylen = kl >> 8, kl & 0xFF"]
+        shape = []
+    shape.append(f"{before_key} + keylen > total")  # the key runs past the body
     if byte0 >= 0:
-        checks.append(f"buf[pos + {ka} - 1] != {byte0}")
+        shape.append(f"buf[pos + {ka} - 1] != {byte0}")
     if DIALECTS[key[0]].layout_authoritative:
-        checks.append(f"({has_body_value}) != {bool(has_value)}")
-    lines += [f"    if {' or '.join(checks)}:", "        return None"]
+        shape.append(f"({has_value_expression}) != {bool(has_value)}")
+    lines += [f"    if {' or '.join(shape)}:", "        return None"]
     if alt and layout:
         lines += [f"    {extras}= unpack_extras(buf, pos + {ka} - {extlen})"]
     checks = [f"x{plan.nmeta_index}"] if plan.nmeta_index >= 0 else []
@@ -183,9 +189,11 @@ def compile_reader(key: PlanKey, *, plain: bool = False) -> Reader | None:
     checks += [f"x{plan.names.index(name)} & {~mask & 0xFFFFFFFFFFFFFFFF}" for name, mask in plan.flag_checks]
     checks += {Presence.OPTIONAL: [], Presence.REQUIRED: ["not keylen"], Presence.FORBIDDEN: ["keylen"]}[
         plan.key_rule]
-    checks += {Presence.OPTIONAL: [], Presence.REQUIRED: [f"not ({has_body_value})"],
-               Presence.FORBIDDEN: [has_body_value]}[plan.value_rule]
-    if plan.check_datatype:
+    checks += {Presence.OPTIONAL: [], Presence.REQUIRED: [f"not ({has_value_expression})"],
+               Presence.FORBIDDEN: [has_value_expression]}[plan.value_rule]
+    if plain:  # raw or JSON only (a deletion's JSON datatype is refused below)
+        checks.append(f"datatype > {DATATYPE_JSON}")
+    elif plan.check_datatype:
         checks.append(f"datatype > {DATATYPE_JSON | DATATYPE_SNAPPY | DATATYPE_XATTR}")
     if opcode == Opcode.DCP_DELETION and plan.by_seqno_index >= 0:
         checks.append(f"datatype not in {tuple(sorted(DELETION_DATATYPES))!r}")
@@ -207,53 +215,50 @@ def compile_reader(key: PlanKey, *, plain: bool = False) -> Reader | None:
         "    msg.raw = raw",
         "    msg.offset = base + pos",
         "    msg.options = options",
-        "    msg.header = (magic, opcode, kl, extlen, datatype, word, total, opaque, cas)",
+        f"    msg.header = (magic, opcode, {lengths}, extlen, datatype, word, total, opaque, cas)",
         "    msg.key_length = keylen",
         f"    msg.body_end = {HEADER_LENGTH} + total",
         "    msg.plan = plan",
         *([f"    msg._extras_values = ({extras})"] if layout else []),
         f"    msg.key_offset = {ka}",
-        f"    msg.value_offset = vo = {vo}",
+        f"    msg.value_offset = vo = {ka} + keylen",
     ]
     if alt:
         lines += ["    msg.framing_extras_length = fe", "    if fe:", "        msg.frame_infos = infos"]
     if not document:
         lines += ["    msg._check()", "    return msg"]
     else:
-        lines += _document_lines(ka, plain=plain, collection_key=variant.key is KeyKind.DOCUMENT)
+        lines += _document_lines(ka, plain=plain, collection_key=collections and variant.key is KeyKind.DOCUMENT)
     namespace = {"unpack": _codec(plan, combined=not alt), "unpack_extras": plan.unpack, "plan": plan,
                  "parse_frames": frameinfo.parse, "loads": orjson.loads, "new": object.__new__,
                  "Message": Message, "DOCUMENT": ValueReading.DOCUMENT,
                  **{f"d{at}": value for at, value in enumerate(MESSAGE_DEFAULTS.values())}}
-    name = f"{'plain ' if plain else ''}reader {key[0]} {magic:#04x}/{opcode:#04x}/{extlen}"
+    name = f"{'plain ' if plain else ''}reader {key[0]} {magic:#04x}/{opcode:#04x}/{extlen}" \
+        f"{' collections' if collections else ''}"
     reader: Reader = compiled(lines, name, namespace)
     return reader
 
 
 def _document_lines(ka: str, *, plain: bool, collection_key: bool) -> list[str]:
     """A stream item's key and document read inline, as the check pass reads their plain form; anything else
-    goes to the check pass (a plain reader returns None instead)."""
+    goes to the check pass (a plain reader returns None instead). ``collection_key``: the key starts with a
+    collection id."""
     fall = ["return None"] if plain else ["msg._check()", "return msg"]
-    lines = []
-    if plain:  # raw or JSON (a deletion's JSON datatype was refused before)
-        lines += [f"    if datatype > {DATATYPE_JSON}:", *(f"        {line}" for line in fall)]
-    else:
-        lines += [f"    if datatype & {DATATYPE_SNAPPY | DATATYPE_XATTR}:", *(f"        {line}" for line in fall)]
-    key = f"raw[{ka}:vo]"
+    lines = [] if plain else [f"    if datatype & {DATATYPE_SNAPPY | DATATYPE_XATTR}:",
+                              *(f"        {line}" for line in fall)]  # (a plain reader refused those)
+    key = []  # under "if keylen:"
     if collection_key:  # a one-byte LEB128 collection id, and a key after it
-        lines += ["    cid = -1",
-                  "    if keylen and options.collections:",
-                  f"        cid = raw[{ka}]",
-                  f"        if cid >= 0x80{' or keylen == 1' if plain else ''}:",
-                  *(f"            {line}" for line in fall)]
-        key = f"raw[{ka} + 1:vo] if cid >= 0 else raw[{ka}:vo]"
+        key += [f"    cid = raw[{ka}]",
+                f"    if cid >= 0x80{' or keylen == 1' if plain else ''}:",
+                *(f"        {line}" for line in fall)]
     if plain:
-        lines += ["    if keylen:",
-                  "        try:",
-                  f"            if not ({key}).decode().isprintable():",
-                  "                return None",
-                  "        except UnicodeDecodeError:",
-                  "            return None"]
+        key += ["    try:",
+                f"        if not raw[{ka}{' + 1' if collection_key else ''}:vo].decode().isprintable():",
+                "            return None",
+                "    except UnicodeDecodeError:",
+                "        return None"]
+    if key:
+        lines += ["    if keylen:", *(f"    {line}" for line in key)]
     lines += ["    value = raw[vo:]",
               f"    if datatype & {DATATYPE_JSON} and value:",
               "        try:",
@@ -261,7 +266,7 @@ def _document_lines(ka: str, *, plain: bool, collection_key: bool) -> list[str]:
               "        except ValueError:",
               *(f"            {line}" for line in fall)]
     if collection_key:
-        lines += ["    if cid >= 0:", "        msg._collection_id = cid", f"        msg._key_start = {ka} + 1"]
+        lines += ["    if keylen:", "        msg._collection_id = cid", f"        msg._key_start = {ka} + 1"]
     return [*lines, "    msg._reading = DOCUMENT", "    msg._document = value", "    return msg"]
 
 

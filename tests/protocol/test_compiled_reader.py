@@ -42,8 +42,9 @@ def compiled(raw: bytes, options: DecodeOptions) -> Message | None:
     not taken from the process's readers: after their limit, decode() interprets new shapes."""
     if len(raw) < 24:
         return None
-    key = shape_key(raw, options)
-    read = COMPILED[key] if key in COMPILED else COMPILED.setdefault(key, reader.compile_reader(key))
+    key = (shape_key(raw, options), bool(options.collections))
+    read = COMPILED[key] if key in COMPILED else COMPILED.setdefault(key, reader.compile_reader(
+        key[0], collections=key[1]))
     return read(raw, 0, len(raw), BASE, options) if read is not None else None
 
 
@@ -120,10 +121,10 @@ def test_every_variant_is_read_by_a_compiled_reader(name: str, spec: Any, varian
 
 def test_a_shape_first_seen_after_the_limit_is_interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture of endless odd shapes compiles no more than the limit; what it holds is still decoded."""
-    monkeypatch.setattr(reader, "_READERS", {})
+    monkeypatch.setattr(reader, "_READERS", ({}, {}))
     monkeypatch.setattr(reader, "SHAPES_COMPILED", 2)
     packets = [encode({"magic": "ClientResponse", "opcode": "GET", "status": status, "opaque": 1, "cas": 0},
                       fix_lengths=True) for status in (0x01, 0x02, 0x04, 0x05)]
     for raw in packets:
         assert seen(decode(raw, BASE)) == seen(interpret(raw, BASE))
-    assert len(reader._READERS) == 2
+    assert len(reader._READERS[0]) == 2

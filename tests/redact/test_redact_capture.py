@@ -804,7 +804,7 @@ def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path
     for _, source, _, _ in redacted:
         for msg in _messages(source):
             raw = msg.raw
-            reader = plain_reader(msg.options.dialect, raw[1], raw[4])
+            reader = plain_reader(msg.options.dialect, msg.options.collections, raw[1], raw[4])
             item = reader(raw, 0, len(raw), 0, msg.options) if reader is not None else None
             if item is None:
                 continue
