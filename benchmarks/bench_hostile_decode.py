@@ -12,6 +12,8 @@ linear time and bounded memory show as a doubling of time and a flat RSS:
   document_536  the same in 536-byte segments
   garbage       bytes that never frame, from the server (base 50 MiB): random and 0x80 runs, by turns
   json_names    mutations whose JSON documents hold 1,000 names never seen before each (base 2,000 documents)
+  shapes        responses of header shapes never seen before each (opcode and status; base 20,000 packets):
+                readers are compiled for the first 1,024 shapes, the rest are interpreted
 dcpctl runs as a user runs it: ``dcpctl decode -F jsonl FILE > /dev/null`` (--jobs 1, then --jobs 2);
 tshark as its users run it: ``tshark -r FILE -T fields -e couchbase.opcode > /dev/null``. With --redact,
 ``dcpctl redact FILE -o OUT`` too, and with ``--no-keep-json-names`` (the salt from the environment).
@@ -119,6 +121,17 @@ def json_names(path: Path, n: int) -> None:
         conversation.close()
 
 
+def shapes(path: Path, n: int) -> None:
+    """``n`` header-only responses from the server, each with an opcode and status no other one has."""
+    with path.open("wb") as out:
+        conversation = TcpConversation(PcapWriter(out))
+        conversation.handshake()
+        packets = b"".join(struct.pack(">BBHBBHIIQ", 0x81, index >> 16, 0, 0, 0, index & 0xFFFF, 0, index, 0)
+                           for index in range(n))
+        conversation.send(from_client=False, payload=packets)
+        conversation.close()
+
+
 CASES: dict[str, tuple[Callable[[Path, int], None], int]] = {
     "syn_flood": (syn_flood, 200_000),
     "closed": (closed, 25_000),
@@ -127,6 +140,7 @@ CASES: dict[str, tuple[Callable[[Path, int], None], int]] = {
     "document_536": (lambda p, n: document(p, n, 536), 1),
     "garbage": (garbage, 50 * MIB),
     "json_names": (json_names, 2_000),
+    "shapes": (shapes, 20_000),
 }
 
 

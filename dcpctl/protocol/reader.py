@@ -61,6 +61,11 @@ READERS_KEPT: Final = 64  # plain shapes kept per connection: a stream has a han
 # Readers the process compiles of each kind (a few dozen shapes make a session); a shape first seen after that
 # is interpreted, so a capture of endless odd shapes costs no more than interpreting it.
 SHAPES_COMPILED: Final = 1024
+# decode() compiles a shape's reader when it sees the shape again (a reader costs about as much to compile
+# as a hundred packets to interpret): a packet of a shape seen once is interpreted. The shapes seen once are
+# forgotten by the thousands.
+SEEN_ONCE_KEPT: Final = 4096
+_SEEN_ONCE: set[tuple[bool, PlanKey]] = set()
 # Readers by shape, with collections off or unknown [0] and on [1]; general and plain.
 _READERS: Final[tuple[dict[PlanKey, Reader | None], ...]] = ({}, {})
 _PLAIN_READERS: Final[tuple[dict[PlanKey, Reader | None], ...]] = ({}, {})
@@ -71,10 +76,18 @@ _REQUEST: Final = int(Magic.CLIENT_REQUEST)
 def reader_of(key: PlanKey, collections: bool | None) -> Reader | None:
     """The reader compiled for a header shape (:func:`~dcpctl.protocol.message.shape_key`) and the
     collections option, None when every packet of that shape has something to say (no declared layout of
-    its extras length, an errata row, an unknown opcode)."""
+    its extras length, an errata row, an unknown opcode), and at the shape's first sight (see
+    ``SEEN_ONCE_KEPT``)."""
     readers = _READERS[1 if collections else 0]
     reader = readers.get(key, _UNSEEN)
     if reader is _UNSEEN:
+        seen = (bool(collections), key)
+        if seen not in _SEEN_ONCE:
+            if len(_SEEN_ONCE) >= SEEN_ONCE_KEPT:
+                _SEEN_ONCE.clear()
+            _SEEN_ONCE.add(seen)
+            return None
+        _SEEN_ONCE.discard(seen)
         reader = _kept(readers, key, plain=False, collections=bool(collections))
     return reader  # type: ignore[return-value]
 

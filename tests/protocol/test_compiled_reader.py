@@ -119,12 +119,18 @@ def test_every_variant_is_read_by_a_compiled_reader(name: str, spec: Any, varian
     assert seen(found) == seen(message)
 
 
-def test_a_shape_first_seen_after_the_limit_is_interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A capture of endless odd shapes compiles no more than the limit; what it holds is still decoded."""
+def test_a_shape_is_compiled_at_its_second_sight_and_only_up_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture of endless odd shapes compiles nothing for a shape seen once, and no more than the limit;
+    what it holds is still decoded."""
     monkeypatch.setattr(reader, "_READERS", ({}, {}))
+    monkeypatch.setattr(reader, "_SEEN_ONCE", set())
     monkeypatch.setattr(reader, "SHAPES_COMPILED", 2)
     packets = [encode({"magic": "ClientResponse", "opcode": "GET", "status": status, "opaque": 1, "cas": 0},
                       fix_lengths=True) for status in (0x01, 0x02, 0x04, 0x05)]
     for raw in packets:
         assert seen(decode(raw, BASE)) == seen(interpret(raw, BASE))
+    assert reader._READERS[0] == {}
+    for raw in packets:
+        assert seen(decode(raw, BASE)) == seen(interpret(raw, BASE))
     assert len(reader._READERS[0]) == 2
+    assert all(read is not None for read in reader._READERS[0].values())
