@@ -608,7 +608,8 @@ def decode(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTIONS
 
     The packet is read by the function compiled for its header shape from this module's plan (``reader``),
     which returns the message :func:`interpret` would, or None when the header or the extras have something
-    to say: those packets, and any not exactly one packet long, are interpreted."""
+    to say: those packets, any not exactly one packet long, and the first packet of a shape (its reader is
+    compiled when the shape comes again) are interpreted."""
     if len(raw) >= HEADER_LENGTH:
         key = shape_key(raw, options)
         reader = _reader(key, options.collections)
