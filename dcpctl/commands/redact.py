@@ -26,6 +26,7 @@ from dcpctl.commands._options import (
     env_of,
     option_groups,
 )
+from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
@@ -38,7 +39,7 @@ from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
 from dcpctl.sources.files import expand
 from dcpctl.sources.parallel import ChildError, usable_cores
-from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice
+from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, open_offline
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
 from dcpctl.sources.redactjobs import MAX_JOBS, redact_jobs, shareable
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -139,6 +140,24 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
     return fresh.encode()
 
 
+def _openable(paths: list[str]) -> None:
+    """Each input file opens as a capture (only its file header is read; a compressed one opens), else the
+    one-line error its redaction would end with."""
+    for path in paths:
+        if path == "-":
+            continue
+        try:
+            if compressed(path):
+                with open(path, "rb"):
+                    pass
+            else:
+                open_offline(path)
+        except CaptureError as exc:
+            raise CommandError(f"{shown(path)}: {exc}", ExitCode.INPUT) from None
+        except OSError as exc:
+            raise CommandError(file_error(shown(path), exc), ExitCode.INPUT) from None
+
+
 @option_groups
 def redact(
     ctx: typer.Context,
@@ -179,6 +198,7 @@ def redact(
     env = env_of(ctx)
     paths = expand(files)
     several = _several(paths, output) if len(paths) > 1 else None  # usage errors before the salt is printed
+    _openable(paths)  # and a mistaken input: a salt printed for a run that writes nothing is noise
     salt = salt_of(salt_file, env)
     ports = frozenset(port or [11210])
     redactor = redaction.redactor(salt, ports | TLS_PORTS)

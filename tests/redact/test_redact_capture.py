@@ -374,6 +374,18 @@ def test_a_random_salt_is_printed_once(tmp_path: Path) -> None:
     assert again.read_bytes() == (tmp_path / "out.pcap").read_bytes()
 
 
+def test_no_salt_is_printed_for_an_input_that_cannot_be_read(tmp_path: Path) -> None:
+    text = tmp_path / "text.pcap"
+    text.write_text("not a capture\n")
+    for given in ([str(tmp_path / "nothing.pcap")], [str(text)], [str(SAMPLE), str(tmp_path / "nothing.pcap.gz")]):
+        out = tmp_path / "out"
+        run = Run(["redact", *given, "-o", str(out)])
+        assert run.code == ExitCode.INPUT, given
+        assert run.err.getvalue().count("\n") == 1, run.err.getvalue()
+        assert run.err.getvalue().startswith("dcpctl: error:")
+        assert not out.exists()
+
+
 def test_the_summary_counts_what_changed(tmp_path: Path) -> None:
     source = tmp_path / "sasl.pcap"
     source.write_bytes(write_capture(session_packets() + _sasl_packets()))

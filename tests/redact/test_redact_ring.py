@@ -20,6 +20,7 @@ import pytest
 from servekit import peer
 from test_redact_capture import SAMPLE, captures
 
+import dcpctl.commands.redact as redact_command
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
@@ -119,8 +120,10 @@ def test_several_files_need_a_directory_of_their_own(tmp_path: Path, monkeypatch
     assert not (tmp_path / "out").exists()
 
 
-def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path) -> None:
-    """All the copies are written, or none: a damaged ring is not half shared."""
+def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All the copies are written, or none: a damaged ring is not half shared. A file that is no capture is
+    refused before anything is made; one that goes bad once the command has looked at it ends the run
+    with the same line, and no copy."""
     files = ring(SAMPLE, 7, tmp_path / "ring")
     files[2].write_bytes(b"not a capture at all" * 10)
     out = tmp_path / "out"
@@ -129,6 +132,9 @@ def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path) -> None:
     code, err = run("redact", *map(str, files), "-o", str(out), "--salt-file", str(salt))
     assert code == ExitCode.INPUT
     assert err.startswith(f"dcpctl: error: {files[2]}: ")
+    assert not out.exists()
+    monkeypatch.setattr(redact_command, "_openable", lambda _paths: None)
+    assert run("redact", *map(str, files), "-o", str(out), "--salt-file", str(salt)) == (code, err)
     assert list(out.iterdir()) == []
 
 
