@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import itertools
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +39,13 @@ def _numbered(name: str) -> tuple[tuple[str | int, ...], str]:
 
 
 def expand(paths: list[str]) -> list[str]:
-    """The files named, globs expanded, in the order of their first frames' times (``in_time_order``; equal
-    times by name, numbers in names compared as numbers)."""
+    """The files named, globs expanded (a name that exists is that file's, never a pattern), in the order of
+    their first frames' times (``in_time_order``; equal times by name, numbers in names compared as numbers)."""
     out: list[str] = []
     for path in paths:
-        matches = sorted(glob.glob(path), key=_numbered) if any(c in path for c in "*?[") else [path]
+        # a file that exists is itself, whatever its name holds: cap[1].pcap is not a pattern for cap1.pcap
+        pattern = any(c in path for c in "*?[") and not os.path.lexists(path)
+        matches = sorted(glob.glob(path), key=_numbered) if pattern else [path]
         if not matches:
             raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
         out.extend(matches)

@@ -88,6 +88,22 @@ def test_a_glob_reads_tcpdumps_names_in_number_order(tmp_path: Path) -> None:
     assert (code, err, ring_out) == (ExitCode.OK, "", out)
 
 
+@pytest.mark.parametrize("name", ["cap[1].pcap", "cap*.pcap", "what?.pcap"])
+def test_a_file_whose_name_holds_glob_characters_is_read_as_itself(tmp_path: Path, name: str) -> None:
+    """A name that exists is that file's: as a pattern, cap[1].pcap would name cap1.pcap (or nothing)."""
+    shutil.copy(SAMPLE, tmp_path / name)
+    (tmp_path / "cap1.pcap").write_bytes(b"")  # what the pattern would match instead: no capture
+    _, out, _ = run("decode", "-F", "jsonl", str(SAMPLE))
+    for command in (["decode", "-F", "jsonl"], ["rollback", "explain", "-F", "json"]):
+        code, got, err = run(*command, str(tmp_path / name))
+        assert (code, err) == (ExitCode.OK, ""), command
+        if command[0] == "decode":
+            assert got == out
+        else:
+            assert json.loads(got)[0]["file"] == str(tmp_path / name)
+    assert run("decode", str(tmp_path / "cap?.pcap"))[0] == ExitCode.INPUT  # still a pattern: cap1.pcap, empty
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_files_that_overlap_in_time_are_captures_of_their_own(jobs: str) -> None:
     """Two captures of the same traffic (say one on each side) are not one capture: the second begins before
