@@ -198,6 +198,9 @@ def redact(
     env = env_of(ctx)
     paths = expand(files)
     several = _several(paths, output) if len(paths) > 1 else None  # usage errors before the salt is printed
+    if several is None and _is_input(output, paths[0]):
+        raise CommandError(f"-o {shown(str(output))}: is the input: its copy would replace the capture it is made "
+                           "from; name another file", ExitCode.USAGE)
     _openable(paths)  # and a mistaken input: a salt printed for a run that writes nothing is noise
     salt = salt_of(salt_file, env)
     ports = frozenset(port or [11210])
@@ -336,11 +339,20 @@ def _several(paths: list[str], output: Path) -> dict[str, Path]:
         if target in targets.values():
             raise CommandError(f"{shown(path)}: two files of this name: their copies would have one name in "
                                f"{shown(str(output))}", ExitCode.USAGE)
-        if target.exists() and target.resolve() == Path(path).resolve():
+        if _is_input(target, path):
             raise CommandError(f"-o {shown(str(output))}: holds the input {shown(path)}; give another directory",
                                ExitCode.USAGE)
         targets[path] = target
     return targets
+
+
+def _is_input(target: Path, path: str) -> bool:
+    """Whether writing ``target`` would replace the input file ``path`` (the same file by any name: a link,
+    another spelling of its path)."""
+    try:
+        return path != "-" and os.path.samefile(target, path)
+    except OSError:  # either missing: not the same file
+        return False
 
 
 def _atomically_each(targets: dict[str, Path],

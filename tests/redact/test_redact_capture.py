@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import stat
 import struct
 import subprocess
@@ -384,6 +385,27 @@ def test_no_salt_is_printed_for_an_input_that_cannot_be_read(tmp_path: Path) -> 
         assert run.err.getvalue().count("\n") == 1, run.err.getvalue()
         assert run.err.getvalue().startswith("dcpctl: error:")
         assert not out.exists()
+
+
+def test_the_copy_never_replaces_its_input(tmp_path: Path) -> None:
+    source = tmp_path / "capture.pcap"
+    shutil.copy(SAMPLE, source)
+    (tmp_path / "link.pcap").symlink_to(source)
+    os.link(source, tmp_path / "hard.pcap")
+    (tmp_path / "salt").write_text(SALT)
+    for output in (source, tmp_path / "link.pcap", tmp_path / "hard.pcap", tmp_path / "." / "capture.pcap"):
+        run = Run(["redact", str(source), "-o", str(output), "--salt-file", str(tmp_path / "salt")])
+        assert run.code == ExitCode.USAGE, output
+        assert run.err.getvalue().count("\n") == 1
+        assert "is the input" in run.err.getvalue()
+    assert source.read_bytes() == SAMPLE.read_bytes()
+    (tmp_path / "copies").mkdir()
+    os.link(source, tmp_path / "copies" / "capture.pcap")  # several files: a copy's name in -o is an input
+    shutil.copy(SAMPLE, tmp_path / "other.pcap")
+    run = Run(["redact", str(source), str(tmp_path / "other.pcap"), "-o", str(tmp_path / "copies"), "--salt-file",
+               str(tmp_path / "salt")])
+    assert run.code == ExitCode.USAGE
+    assert source.read_bytes() == SAMPLE.read_bytes()
 
 
 def test_the_summary_counts_what_changed(tmp_path: Path) -> None:
