@@ -23,7 +23,7 @@ from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.analysis import print_report
 from dcpctl.render.env import Environment
 from dcpctl.safetext import shown
-from dcpctl.sources.compressed import compressed
+from dcpctl.sources.compressed import compressed, streamed
 from dcpctl.sources.files import expand
 from dcpctl.sources.pcap import CaptureError
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
@@ -79,6 +79,9 @@ def analyze(
         if path == "-":
             raise CommandError("analyze reads capture files, which Spark cuts into pieces: not standard input "
                                "(save it to a file, or use dcpctl decode -)", ExitCode.USAGE)
+        if streamed(path):
+            raise CommandError(f"{path}: a pipe: analyze reads capture files, which Spark cuts into pieces (save "
+                               "it to a file, or use dcpctl decode)", ExitCode.USAGE)
         if compressed(path):
             raise CommandError(f"{path}: a compressed capture: analyze reads files Spark cuts into pieces, which "
                                "compressed data cannot be (decompress it first, or use dcpctl decode)",

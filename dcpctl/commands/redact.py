@@ -36,7 +36,7 @@ from dcpctl.render.env import Environment, OutputError
 from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
-from dcpctl.sources.compressed import SUFFIXES, compressed, compressing
+from dcpctl.sources.compressed import SUFFIXES, compressed, compressing, streamed
 from dcpctl.sources.files import expand
 from dcpctl.sources.parallel import ChildError, usable_cores
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, open_offline
@@ -144,7 +144,7 @@ def _openable(paths: list[str]) -> None:
     """Each input file opens as a capture (only its file header is read; a compressed one opens), else the
     one-line error its redaction would end with."""
     for path in paths:
-        if path == "-":
+        if streamed(path):  # a look would take its first bytes from the reader
             continue
         try:
             if compressed(path):

@@ -10,6 +10,8 @@ child likewise takes the work to the other core.
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 import subprocess
 import sys
 import weakref
@@ -66,9 +68,26 @@ _GRACE: Final = 5.0  # seconds a child whose output has ended may take to exit
 _EARLY_GRACE: Final = 0.2  # the same, when libpcap stopped before the end (a damage makes the child exit at once)
 
 
+def streamed(path: str) -> bool:
+    """Whether ``path`` can be read only once, front to back: ``-`` (standard input), or a pipe, socket or
+    terminal named by a path (``<(ssh node cat cap.pcap)``, a FIFO tcpdump writes to). A look at its first
+    bytes would take them from its reader, so it is read as standard input is: never looked at before (not
+    decompressed, its snap length not read ahead), by one process, the files given with it in their order."""
+    if path == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # the reader says why
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode))
+
+
 def compression(path: str) -> str | None:
-    """The compression format of the file at ``path`` from its first bytes (None: not compressed, or the
-    file cannot be read here: the capture reader says why). Raises ValueError for a format not read here."""
+    """The compression format of the file at ``path`` from its first bytes (None: not compressed, a
+    :func:`streamed` file, or one that cannot be read here: the capture reader says why). Raises ValueError
+    for a format not read here."""
+    if streamed(path):
+        return None
     try:
         with Path(path).open("rb") as stream:
             head = stream.read(6)

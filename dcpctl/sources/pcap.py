@@ -29,7 +29,7 @@ import pcapy
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
-from dcpctl.sources.compressed import FORMATS, Decompressed, compression
+from dcpctl.sources.compressed import FORMATS, Decompressed, compression, streamed
 from dcpctl.sources.pcapng import PcapngReader
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
@@ -390,10 +390,10 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
     more (a header below 14 bytes left nothing to decode, where tshark reads the whole records)."""
     from dcpctl.sources import pcapchunks  # noqa: PLC0415 - it builds on this module
 
-    if path != "-" and pcapchunks.short_snaplen(path):
+    if not streamed(path) and pcapchunks.short_snaplen(path):
         yield from pcapchunks.read_records(path, ports, tls_ports, tap)
         return
-    again = path != "-" and unmixed is None
+    again = not streamed(path) and unmixed is None
     yield from _segments(open_offline(path), ports, tls_ports, tap=tap,
                          reopen=functools.partial(reopened, path) if again else None, unmixed=unmixed or FROM_STDIN,
                          typed_tap=typed_tap)
@@ -504,9 +504,9 @@ def in_time_order(paths: list[str]) -> list[str]:
     files of a ring come in the order they were written, whatever their names say (a shell sorts tcpdump
     -C's cap10 before cap2, and a ring that wrapped, -W, starts with its newest file). Equal times keep the
     given order. A file whose first frame cannot be read (missing, not a capture, empty) comes last: what
-    can be read is read, then its error, if any, is said. Standard input cannot be looked at twice: given
-    with it, the files keep the given order."""
-    if len(paths) < 2 or "-" in paths:
+    can be read is read, then its error, if any, is said. Standard input and pipes cannot be looked at
+    twice (:func:`streamed`): given with one, the files keep the given order."""
+    if len(paths) < 2 or any(map(streamed, paths)):
         return paths
     return sorted(paths, key=_first_time)
 
@@ -565,7 +565,7 @@ def interface_types(path: str) -> list[int]:
     """The link types of a pcapng file's interfaces described before its first frame (all of them, in a
     capture on several interfaces or mergecap's merge); [] for standard input, a classic pcap file, or one
     that cannot be read (its reader says why)."""
-    if path == "-":
+    if streamed(path):
         return []
     try:
         with contextlib.closing(reopened(path, 0)) as reader:

@@ -48,7 +48,7 @@ from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import CaptureDecoder
-from dcpctl.sources.compressed import compression
+from dcpctl.sources.compressed import compression, streamed
 from dcpctl.sources.pcap import (
     DLT_EN10MB,
     IPV6_EXTENSIONS,
@@ -798,7 +798,7 @@ def capture_items(path: str, reader: Any, ports: frozenset[int], tls_ports: froz
     stops, each frame's link type given to the tap."""
     if several:
         return read_segments(path, ports, tls_ports, typed_tap=tap)
-    if path == "-" or compression(path) is not None:
+    if streamed(path) or compression(path) is not None:
         return reader_segments(reader, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
     return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
 

@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, Final
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.redact.core import Redactor
-from dcpctl.sources.compressed import compressed
+from dcpctl.sources.compressed import compressed, streamed
 from dcpctl.sources.parallel import ChildError, cause, exit_status
 from dcpctl.sources.pcap import (
     TLS_PORTS,
@@ -88,7 +88,7 @@ def shareable(redactor: Redactor, paths: list[str]) -> bool:
     if redactor.addresses is not None or redactor.policy.hash_names:
         return False
     try:
-        return all(path != "-" and not compressed(path) and not linktypes_of_several(path) for path in paths)
+        return all(not streamed(path) and not compressed(path) and not linktypes_of_several(path) for path in paths)
     except (CaptureError, OSError, ValueError):  # one process reads it, and says why it cannot in one line
         return False
 
