@@ -16,6 +16,7 @@ import functools
 import importlib
 import itertools
 import math
+import os
 import select
 import socket
 import struct
@@ -588,12 +589,35 @@ def open_offline(path: str) -> Any:
             raise CaptureError(f"cannot decompress it: {exc.strerror or exc}") from None
         return _DecompressedReader(data)
     try:
-        return pcapy.open_offline(path)
+        with _libpcap_name(path) as name:
+            return pcapy.open_offline(name)
     except pcapy.PcapError as exc:
         message = str(exc)
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
+
+
+@contextlib.contextmanager
+def _libpcap_name(path: str) -> Iterator[str]:
+    """A name libpcap can open for ``path``: pcapy takes text it encodes as UTF-8, so a file name that is not
+    UTF-8 (its bytes kept by Python as surrogates) is opened here and named by its descriptor, which libpcap
+    opens again; ours is closed once it has."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield path
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise FileNotFoundError("no such file") from None
+    try:
+        yield f"/dev/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 class _DecompressedReader:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -102,6 +103,21 @@ def test_a_file_whose_name_holds_glob_characters_is_read_as_itself(tmp_path: Pat
         else:
             assert json.loads(got)[0]["file"] == str(tmp_path / name)
     assert run("decode", str(tmp_path / "cap?.pcap"))[0] == ExitCode.INPUT  # still a pattern: cap1.pcap, empty
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_file_whose_name_is_not_utf8_is_read(tmp_path: Path, jobs: str) -> None:
+    """A name's bytes that are no UTF-8 (an old Latin-1 file system, a name from a tool): libpcap still opens
+    the file. Python keeps such bytes as surrogates, which pcapy cannot encode."""
+    name = tmp_path / os.fsdecode(b"capture-\xe9t\xe9.pcap")
+    shutil.copy(SAMPLE, name)
+    _, out, _ = run("decode", "-F", "jsonl", str(SAMPLE))
+    assert run("decode", "-j", jobs, "-F", "jsonl", str(name)) == (ExitCode.OK, out, "")
+    assert run("decode", "-j", jobs, "-F", "jsonl", str(name), str(SAMPLE)) == (ExitCode.OK, out * 2, "")
+    code, got, err = run("decode", "-j", jobs, str(tmp_path / os.fsdecode(b"gone-\xe9.pcap")))
+    assert (code, got) == (ExitCode.INPUT, "")
+    assert err.endswith("no such file\n"), err
+    assert err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
