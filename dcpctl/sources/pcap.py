@@ -130,6 +130,8 @@ def network_layer(linktype: int, data: bytes) -> tuple[int, int] | None:
         if len(data) < 4:
             return None
         family = struct.unpack_from("!I" if linktype == DLT_LOOP else "<I", data, 0)[0]
+        if family > 0xFFFF:  # DLT_NULL is in the capturing host's byte order: this one was big-endian
+            family = struct.unpack_from("!I", data, 0)[0]
         if family == 2:
             return 0x0800, 4
         if family in (10, 24, 28, 30):

@@ -95,3 +95,19 @@ def test_every_frame_of_captures_of_every_link_type() -> None:
             assert parse_frame(linktype, data, wire, 1, 0.0) == parse_any_frame(linktype, data, wire, 1, 0.0)
             fast += linktype == DLT_EN10MB and data[12:15] == b"\x08\x00\x45"
     assert fast > 100
+
+
+def test_a_null_link_header_in_either_byte_order() -> None:
+    """DLT_NULL's address family is in the capturing host's byte order (a big-endian BSD or macOS host writes
+    2 as 00 00 00 02): both orders give the same segments, and IPv6's families (24, 28, 30 by system) too."""
+    for client, server in ((("127.0.0.1", 40000), ("127.0.0.1", 11210)), (("::1", 40000), ("::1", 11210))):
+        frames = pcap_frames(write_capture(session_packets(), segment_size=90, linktype=LINKTYPE_NULL,
+                                           client=client, server=server))
+        for _, data, wire in frames:
+            family = struct.unpack_from("<I", data)[0]
+            for written in {family, 24, 28, 30} if family != 2 else {2}:
+                for order in "<>":
+                    other = struct.pack(order + "I", written) + data[4:]
+                    segment = parse_any_frame(LINKTYPE_NULL, other, wire, 1, 0.0)
+                    assert isinstance(segment, TcpSegment)
+                    assert segment == parse_any_frame(LINKTYPE_NULL, data, wire, 1, 0.0)
