@@ -60,6 +60,10 @@ class CaptureError(ValueError):
     """The capture cannot be opened at all (not a capture file, no such interface, no privileges)."""
 
 
+# A file of no bytes (a tcpdump that never wrote, a copy that failed): libpcap's words for it are a puzzle.
+EMPTY_FILE: Final = "an empty file, not a capture"
+
+
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and a segment cost 0.87 us to
 # make instead of 0.17 (a gigabyte's capture holds some 750,000, made once by decode and twice by analyze).
 # Nothing changes a segment once made.
@@ -597,6 +601,8 @@ def open_offline(path: str) -> Any:
         message = str(exc)
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
+        if not streamed(path) and os.path.getsize(path) == 0:
+            raise CaptureError(EMPTY_FILE) from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
 
 

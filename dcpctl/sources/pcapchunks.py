@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from dcpctl.sources.pcap import (
+    EMPTY_FILE,
     SUPPORTED_LINKTYPES,
     TLS_PORTS,
     CaptureError,
@@ -71,6 +72,8 @@ def check(path: str) -> None:
         head = stream.read(24)
     if head[:4] == PCAPNG_MAGIC:
         return
+    if not head:
+        raise CaptureError(EMPTY_FILE)
     if len(head) < 24 or head[:4] not in _MAGICS:
         raise CaptureError("not a pcap or pcapng capture (bad file header)")
     linktype = struct.unpack(_MAGICS[head[:4]][0] + "I", head[20:24])[0] & 0x0FFFFFFF

@@ -13,6 +13,8 @@ import pytest
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
+from dcpctl.sources.pcap import CaptureError
+from dcpctl.sources.pcapchunks import check
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "dcp-session.bin"
@@ -203,3 +205,24 @@ def test_a_command_imports_only_what_it_runs(args: list[str]) -> None:
     assert f"dcpctl.commands.{args[0]}" in loaded
     assert [m for m in loaded if m.startswith(OTHERS_ONLY)] == []
 
+
+
+@pytest.mark.parametrize("command", [["decode", "-j", "1"], ["decode", "-j", "2"], ["rollback", "explain"],
+                                     ["redact", "-o", "copy.pcap", "--salt-file", "salt"]])
+def test_an_empty_capture_file_is_said_to_be_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   command: list[str]) -> None:
+    """A file of no bytes is named so, in plain words, by every command that reads captures."""
+    monkeypatch.chdir(tmp_path)
+    Path("salt").write_text("00112233445566778899aabbccddeeff\n")
+    Path("empty.pcap").write_bytes(b"")
+    run = Run([*command, "empty.pcap"])
+    assert run.code == ExitCode.INPUT
+    assert run.err.getvalue() == "dcpctl: error: empty.pcap: an empty file, not a capture\n"
+    assert not Path("copy.pcap").exists()
+
+
+def test_analyze_says_a_capture_file_is_empty(tmp_path: Path) -> None:
+    """analyze looks at each file's header before Spark starts: the same words."""
+    (tmp_path / "empty.pcap").write_bytes(b"")
+    with pytest.raises(CaptureError, match=r"^an empty file, not a capture$"):
+        check(str(tmp_path / "empty.pcap"))
