@@ -36,7 +36,7 @@ from dcpctl.render.env import Environment, OutputError
 from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
-from dcpctl.sources.compressed import SUFFIXES, compressed, compressing, streamed
+from dcpctl.sources.compressed import SUFFIXES, compressed, compressing, missing_program, streamed
 from dcpctl.sources.files import expand
 from dcpctl.sources.parallel import ChildError, usable_cores
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, open_offline
@@ -201,6 +201,10 @@ def redact(
     if several is None and _is_input(output, paths[0]):
         raise CommandError(f"-o {shown(str(output))}: is the input: its copy would replace the capture it is made "
                            "from; name another file", ExitCode.USAGE)
+    packer = SUFFIXES.get(output.suffix.lower()) if several is None else None
+    missing = missing_program(packer) if packer is not None else None
+    if missing is not None:
+        raise CommandError(f"-o {shown(str(output))}: {missing}", ExitCode.USAGE)
     _openable(paths)  # and a mistaken input: a salt printed for a run that writes nothing is noise
     salt = salt_of(salt_file, env)
     ports = frozenset(port or [11210])
@@ -297,8 +301,8 @@ def _report(env: Environment, summary: Summary, notices: list[CaptureNotice]) ->
 @contextlib.contextmanager
 def _temporary(output: Path, temporaries: list[str]) -> Iterator[BinaryIO]:
     """A temporary file beside ``output`` (its name added to ``temporaries``, for the caller to rename or
-    remove); a name ending in .gz, .bz2 or .xz is written compressed so, by a child process on the other
-    core."""
+    remove); a name ending in .gz, .bz2, .xz, .zst or .lz4 is written compressed so, by a child process on
+    the other core."""
     handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
     temporaries.append(temporary)
     name = SUFFIXES.get(output.suffix.lower())

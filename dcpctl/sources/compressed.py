@@ -1,5 +1,6 @@
-"""Compressed capture files (gzip, bzip2, xz), read as libpcap reads any file: through a pipe that a child
-process fills with the decompressed bytes; and written (redact's output) through a child that compresses.
+"""Compressed capture files (gzip, bzip2, xz; zstd and lz4 through their programs), read as libpcap reads any
+file: through a pipe that a child process fills with the decompressed bytes; and written (redact's output)
+through a child that compresses.
 
 A thread cannot fill the pipe: pcapy holds the interpreter's lock while libpcap waits on it. The child reads
 the file from the descriptor this process opened (so a missing or unreadable file is this process's error,
@@ -10,31 +11,47 @@ child likewise takes the work to the other core.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, BinaryIO, Final, cast
+from typing import IO, Any, BinaryIO, Final, cast
 
 # Each format's magic number, and the standard library module that reads it.
 FORMATS: Final = {"gzip": (b"\x1f\x8b", "gzip"), "bzip2": (b"BZh", "bz2"), "xz": (b"\xfd7zXZ\x00", "lzma")}
-# Formats Wireshark reads that the standard library does not: named in the error, never guessed at.
-UNREAD: Final = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4"}
+# Formats Wireshark reads that the standard library does not, by magic number: read by their own programs
+# (``zstd -dcq``, ``lz4 -dcq``: they check the data's checksums and say where it stops short), when installed.
+PROGRAMS: Final = {"zstd": b"\x28\xb5\x2f\xfd", "lz4": b"\x04\x22\x4d\x18"}
 _CHUNK: Final = 1 << 20
-# The child: the named module's reader over standard input, copied to standard output. A reader that went
-# away (a decode stopped by --count) is no error: the child leaves at once, its buffer unflushed. A damaged
-# stream is said in one line, exit status 1. read1: what decompressed before a damage is written first.
+# The child: the named module's reader over standard input, or the named program's output, copied to standard
+# output. A reader that went away (a decode stopped by --count) is no error: the child leaves at once, its
+# buffer unflushed (a program then stops at its next write). A damaged stream is said in one line, exit status
+# 1: a program's own words, from its exit. read1: what decompressed before a damage is written first.
 _CHILD: Final = f"""
-import importlib, os, sys
+import importlib, os, subprocess, sys
+kind, name = sys.argv[1:3]
 try:
-    with importlib.import_module(sys.argv[1]).open(sys.stdin.buffer, "rb") as data:
+    if kind == "module":
+        program, data = None, importlib.import_module(name).open(sys.stdin.buffer, "rb")
+    else:
+        program = subprocess.Popen([name, "-d", "-c", "-q"], stdin=sys.stdin.buffer, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        data = program.stdout
+    with data:
         read, write = data.read1, sys.stdout.buffer.write
         while chunk := read({_CHUNK}):
             write(chunk)
     sys.stdout.flush()
+    if program is not None and program.wait():
+        words = " ".join(program.stderr.read().decode(errors="replace").split()).removeprefix("/*stdin*\\\\ : ")
+        raise ValueError(words or f"exit status {{program.returncode}}")
 except (BrokenPipeError, KeyboardInterrupt):
     os._exit(0)
 except Exception as exc:
@@ -62,7 +79,7 @@ except OSError as exc:
     sys.exit(1)
 """
 # Output names whose suffix asks for a compressed file.
-SUFFIXES: Final = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
+SUFFIXES: Final = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".lz4": "lz4"}
 _REASON_LIMIT: Final = 200  # characters of the child's reason kept for the message
 _GRACE: Final = 5.0  # seconds a child whose output has ended may take to exit
 _EARLY_GRACE: Final = 0.2  # the same, when libpcap stopped before the end (a damage makes the child exit at once)
@@ -93,10 +110,20 @@ def compression(path: str) -> str | None:
             head = stream.read(6)
     except OSError:
         return None
-    for magic, name in UNREAD.items():
+    for name, magic in PROGRAMS.items():
         if head.startswith(magic):
-            raise ValueError(f"compressed with {name}: decompress it first ({name} -dc FILE | dcpctl ... -)")
+            why = missing_program(name)
+            if why is not None:
+                raise ValueError(f"{why}, or decompress it first ({name} -dc FILE | dcpctl ... -)")
+            return name
     return next((name for name, (magic, _) in FORMATS.items() if head.startswith(magic)), None)
+
+
+def missing_program(name: str) -> str | None:
+    """Why a file of format ``name`` cannot be read or written here (its program is not installed), or None."""
+    if name in PROGRAMS and shutil.which(name) is None:
+        return f"compressed with {name}: that needs the {name} program (Debian: apt-get install {name})"
+    return None
 
 
 def compressed(path: str) -> bool:
@@ -112,11 +139,11 @@ class Decompressed:
     :meth:`close`. :meth:`failure` says why the child stopped short, once it has stopped."""
 
     def __init__(self, path: str, name: str) -> None:
-        module = FORMATS[name][1]
+        reader = ["module", FORMATS[name][1]] if name in FORMATS else ["program", shutil.which(name) or name]
         self.name = name
         with Path(path).open("rb") as source:
             # S603: this interpreter, dcpctl's own code; the file goes in as a descriptor, not as an argument
-            self._child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CHILD, module], stdin=source,  # noqa: S603
+            self._child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CHILD, *reader], stdin=source,  # noqa: S603
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self._child.stdout is not None
         self._out: IO[bytes] = self._child.stdout
@@ -146,6 +173,39 @@ class Decompressed:
         self._closed()
 
 
+class _Pipe(io.RawIOBase):
+    """A :class:`Decompressed` file's bytes as a stream read in this process; at their end, a damage raises
+    OSError with its reason (what the reader of a stdlib module's file would raise)."""
+
+    def __init__(self, data: Decompressed) -> None:
+        self._data = data
+        self._out = open(data.path, "rb", buffering=0)  # noqa: SIM115 - closed with the stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._out.readinto(buffer)
+        if not count:
+            why = self._data.failure()
+            if why is not None:
+                raise OSError(why)
+        return count or 0
+
+    def close(self) -> None:
+        if not self.closed:
+            self._out.close()
+            self._data.close()
+        super().close()
+
+
+def opened(path: str, name: str) -> BinaryIO:
+    """The decompressed bytes of the file at ``path`` (format ``name``) as a stream read in this process."""
+    if name in FORMATS:
+        return cast(BinaryIO, importlib.import_module(FORMATS[name][1]).open(path, "rb"))
+    return cast(BinaryIO, io.BufferedReader(_Pipe(Decompressed(path, name)), _CHUNK))
+
+
 class CompressionError(OSError):
     """The compressing child could not write the file (its reason, as an OSError's strerror)."""
 
@@ -154,9 +214,11 @@ class CompressionError(OSError):
 def compressing(target: BinaryIO, name: str) -> Iterator[BinaryIO]:
     """A stream whose bytes reach ``target`` compressed in format ``name``, by a child process; complete
     when the block ends without an error (raises CompressionError when the child could not write)."""
-    # S603: this interpreter, dcpctl's own code; the output goes in as a descriptor
-    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _COMPRESS, FORMATS[name][1]],  # noqa: S603
-                             stdin=subprocess.PIPE, stdout=target, stderr=subprocess.PIPE)
+    writer = ([sys.executable, "-I", "-S", "-c", _COMPRESS, FORMATS[name][1]] if name in FORMATS
+              else [shutil.which(name) or name, "-c", "-q"])  # zstd and lz4: their checksums on, as by default
+    # S603: this interpreter and dcpctl's own code, or a compressor found on PATH; the output goes in as a
+    # descriptor
+    child = subprocess.Popen(writer, stdin=subprocess.PIPE, stdout=target, stderr=subprocess.PIPE)  # noqa: S603
     assert child.stdin is not None
     cut = False  # the child stopped reading before the end (a full disk): its reason is the error
     try:
@@ -172,7 +234,8 @@ def compressing(target: BinaryIO, name: str) -> Iterator[BinaryIO]:
     reason = child.stderr.read(_REASON_LIMIT * 4).decode(errors="replace").strip()[:_REASON_LIMIT]
     _stop(child)
     if code or cut:
-        raise CompressionError(0, reason or f"the {name} compressor stopped (exit status {code})")
+        stopped = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        raise CompressionError(0, reason or f"the {name} compressor stopped ({stopped})")
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import itertools
 import math
 import os
@@ -30,7 +29,7 @@ import pcapy
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
-from dcpctl.sources.compressed import FORMATS, Decompressed, compression, streamed
+from dcpctl.sources.compressed import Decompressed, compression, opened, streamed
 from dcpctl.sources.pcapng import PcapngReader
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
@@ -561,8 +560,7 @@ def reopened(path: str, frames: int) -> PcapngReader:
     try:
         name = compression(path)
         # closed by the reader, at its end or when it is given up half way (--count)
-        stream: BinaryIO = (Path(path).open("rb") if name is None  # noqa: SIM115
-                            else importlib.import_module(FORMATS[name][1]).open(path, "rb"))
+        stream: BinaryIO = Path(path).open("rb") if name is None else opened(path, name)  # noqa: SIM115
     except (OSError, ValueError) as exc:  # the file gone since libpcap opened it
         raise pcapy.PcapError(f"cannot read it again: {exc}") from None
     return PcapngReader(stream, skip=frames)

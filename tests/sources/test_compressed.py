@@ -1,10 +1,12 @@
-"""Compressed captures (gzip, bzip2, xz) read as the capture they hold: by decode in one process or two, by
-redact and by rollback. A damaged stream ends reading as a damaged capture file does, saying why; what is not
-read (zstd, lz4, a compressed file analyze would have to cut) is one line and exit 3."""
+"""Compressed captures (gzip, bzip2, xz; zstd and lz4 through their programs) read as the capture they hold: by
+decode in one process or two, by redact and by rollback. A damaged stream ends reading as a damaged capture file
+does, saying why; what is not read (zstd or lz4 without its program, a compressed file analyze would have to
+cut) is one line and exit 3."""
 
 from __future__ import annotations
 
 import bz2
+import functools
 import gc
 import gzip
 import io
@@ -26,7 +28,22 @@ from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
 
-FORMATS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}
+
+def compressed_by(program: str) -> Callable[[bytes], bytes]:
+    """Compression by a Debian program (zstd, lz4), as a user's shell compresses a capture."""
+    options = ["-B4"] if program == "lz4" else []  # lz4's default block is 4 MiB: tests' captures would be one
+    return lambda data: subprocess.run([peer(program), "-c", "-q", *options], input=data, capture_output=True,
+                                       check=True, timeout=60).stdout
+
+
+@functools.cache
+def big_capture() -> bytes:
+    """A capture of about 1 MB, several blocks of zstd's and lz4's."""
+    return write_capture(session_packets() * 300)
+
+
+FORMATS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress,
+                                                "zstd": compressed_by("zstd"), "lz4": compressed_by("lz4")}
 CAPTURE = write_capture(session_packets() * 20)
 
 
@@ -92,10 +109,17 @@ def test_rollback_reads_a_compressed_capture(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_damaged_stream_ends_reading_as_a_damaged_capture(tmp_path: Path, jobs: str) -> None:
+@pytest.mark.parametrize(("name", "reason"), [
+    ("gzip", "(Compressed file ended before the end-of-stream marker was reached)"),
+    ("zstd", "("), ("lz4", "("),  # the program's own words, which its version chooses
+])
+def test_a_damaged_stream_ends_reading_as_a_damaged_capture(tmp_path: Path, jobs: str, name: str,
+                                                            reason: str) -> None:
     """What decompressed before the damage is decoded, as from a capture file cut there; the notice says
     why reading stopped; the exit is a damaged capture's."""
-    plain, packed = _pair(tmp_path, "gzip")
+    # zstd and lz4 write out whole blocks only (128 KiB; lz4's of 64 KiB with -B4): half of a capture of
+    # several is cut inside a later one
+    plain, packed = _pair(tmp_path, name, CAPTURE if name == "gzip" else big_capture())
     data = packed.read_bytes()
     packed.write_bytes(data[:len(data) // 2])
     full = run("decode", str(plain), "-F", "jsonl")[1].splitlines()
@@ -104,15 +128,45 @@ def test_a_damaged_stream_ends_reading_as_a_damaged_capture(tmp_path: Path, jobs
     assert code == ExitCode.OK
     assert 0 < len(part) < len(full)
     assert part == full[:len(part)]
-    assert "the gzip data is damaged (Compressed file ended before the end-of-stream marker was reached)" in err
+    assert f"the {name} data is damaged {reason}" in err, err
     assert run("decode", str(packed), "--strict", "-j", jobs)[0] == ExitCode.DIAGNOSTICS
+
+
+@pytest.mark.parametrize("name", ["zstd", "lz4"])
+def test_a_changed_byte_is_found_by_the_programs_checksum(tmp_path: Path, name: str) -> None:
+    """zstd and lz4 write a checksum of the content: a byte changed in the compressed data is said, not
+    decoded as if it were the capture."""
+    _, packed = _pair(tmp_path, name)
+    data = bytearray(packed.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    packed.write_bytes(bytes(data))
+    code, _, err = run("decode", str(packed), "-F", "jsonl")
+    assert code in (ExitCode.OK, ExitCode.INPUT)
+    assert f"the {name} data is damaged (" in err, err
+
+
+@pytest.mark.parametrize("name", ["zstd", "lz4"])
+def test_zstd_and_lz4_need_their_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Without the program on PATH, the error says what to install, or how to decompress first."""
+    _, packed = _pair(tmp_path, name)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out, err = run("decode", str(packed))
+    assert (code, out) == (ExitCode.INPUT, "")
+    assert err == (f"dcpctl: error: {packed}: compressed with {name}: that needs the {name} program "
+                   f"(Debian: apt-get install {name}), or decompress it first ({name} -dc FILE | dcpctl ... -)\n")
+    copy = tmp_path / f"copy.pcap.{ {'zstd': 'zst'}.get(name, name)}"
+    code, _, err = run("redact", str(tmp_path / "s.pcap"), "-o", str(copy))
+    assert code == ExitCode.USAGE
+    assert err == (f"dcpctl: error: -o {copy}: compressed with {name}: that needs the {name} program "
+                   f"(Debian: apt-get install {name})\n")
+    assert not copy.exists()
 
 
 @pytest.mark.parametrize(("data", "message"), [
     (gzip.compress(b"# not a capture\n" * 100), "not a pcap or pcapng capture inside the gzip data"),
     (b"\x1f\x8b\x08\x00garbage", "the gzip data is damaged"),
-    (b"\x28\xb5\x2f\xfd" + bytes(100), "compressed with zstd: decompress it first"),
-    (b"\x04\x22\x4d\x18" + bytes(100), "compressed with lz4: decompress it first"),
+    (b"\x28\xb5\x2f\xfd" + bytes(100), "the zstd data is damaged ("),
+    (b"\x04\x22\x4d\x18" + bytes(100), "the lz4 data is damaged ("),
 ], ids=["text", "garbage", "zstd", "lz4"])
 def test_what_is_not_read_is_one_line_and_exit_3(tmp_path: Path, data: bytes, message: str) -> None:
     path = tmp_path / "c.pcap.gz"
@@ -204,8 +258,14 @@ def test_a_damaged_record_inside_compressed_data_is_told_as_in_the_file(tmp_path
     assert run("decode", str(packed), "-F", "jsonl", "-j", "1") == expected
 
 
+def decompressed_by(program: str) -> Callable[[bytes], bytes]:
+    return lambda data: subprocess.run([peer(program), "-d", "-c", "-q"], input=data, capture_output=True,
+                                       check=True, timeout=60).stdout
+
+
 @pytest.mark.parametrize(("suffix", "decompress"), [(".gz", gzip.decompress), (".bz2", bz2.decompress),
-                                                    (".xz", lzma.decompress)])
+                                                    (".xz", lzma.decompress), (".zst", decompressed_by("zstd")),
+                                                    (".lz4", decompressed_by("lz4"))])
 def test_redact_writes_a_compressed_file_when_its_name_asks(tmp_path: Path, suffix: str,
                                                               decompress: Callable[[bytes], bytes]) -> None:
     """The same capture as uncompressed, which decode reads back; a gzip header names no file and no time."""
@@ -225,16 +285,33 @@ def test_redact_writes_a_compressed_file_when_its_name_asks(tmp_path: Path, suff
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
-def test_a_compressor_that_cannot_write_is_an_error_not_a_short_file() -> None:
+@pytest.mark.parametrize("name", ["gzip", "zstd", "lz4"])
+def test_a_compressor_on_a_full_disk_says_so(name: str) -> None:
+    from dcpctl.sources.compressed import CompressionError, compressing  # noqa: PLC0415
+
+    if name != "gzip":
+        peer(name)
+
+    def fill() -> None:
+        with Path("/dev/full").open("wb") as target, compressing(target, name) as data:
+            for _ in range(64):
+                data.write(os.urandom(1 << 16))
+
+    with pytest.raises(CompressionError, match=r"(?i)no space left on device|write error"):
+        fill()
+
+
+@pytest.mark.parametrize("name", ["gzip", "zstd"])
+def test_a_compressor_that_cannot_write_is_an_error_not_a_short_file(name: str) -> None:
     from dcpctl.sources.compressed import CompressionError, compressing  # noqa: PLC0415
 
     read, write = os.pipe()
     os.close(read)  # nobody reads what the compressor writes: it fails, as on a full disk
 
     def fill() -> None:
-        with os.fdopen(write, "wb") as target, compressing(target, "gzip") as data:
+        with os.fdopen(write, "wb") as target, compressing(target, name) as data:
             for _ in range(64):
                 data.write(os.urandom(1 << 16))
 
-    with pytest.raises(CompressionError, match="Broken pipe"):
+    with pytest.raises(CompressionError, match=r"(?i)broken pipe|SIGPIPE"):
         fill()
