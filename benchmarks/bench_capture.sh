@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dcpctl decode against tshark on the same capture, back to back, each run twice.
-#   bash benchmarks/bench_capture.sh [N] [SHAPE] [gzip|ring|mixed]     (defaults: 1000000 messages, realistic)
+#   bash benchmarks/bench_capture.sh [N] [SHAPE] [gzip|zstd|lz4|ring|mixed]   (defaults: 1000000, realistic)
 # SHAPE is make_capture.py's: realistic (ACKs, five connections, mixed messages), sessions or bare.
-# gzip: both read the capture gzip-compressed (gzip -6), as a ticket attachment comes.
+# gzip: both read the capture gzip-compressed (gzip -6), as a ticket attachment comes; zstd and lz4: compressed
+# by those programs at their default levels.
 # ring: the capture cut into files of 100,000 frames (editcap -c, as tcpdump -C cuts), read by dcpctl as one
 # capture (decode 'ring*') beside the whole file, and by tshark one file after the other, as its users do.
 # mixed: a second node's capture of N messages on raw IP (other addresses, another seed) merged by mergecap
@@ -15,10 +16,13 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 python3 "$(dirname "$0")/make_capture.py" "$dir/m.pcap" --messages "$n" --shape "$shape"
 echo "capture: about $n messages, shape $shape, $(stat -c %s "$dir/m.pcap") bytes"
-if [ "${3:-}" = gzip ]; then
-  gzip -6 "$dir/m.pcap"
-  mv "$dir/m.pcap.gz" "$dir/m.pcap"  # the same name: found compressed by its first bytes, by both readers
-  echo "compressed with gzip -6: $(stat -c %s "$dir/m.pcap") bytes"
+case "${3:-}" in
+  gzip) gzip -6 -c "$dir/m.pcap" > "$dir/packed" ;;
+  zstd|lz4) "$3" -q -c "$dir/m.pcap" > "$dir/packed" ;;
+esac
+if [ -e "$dir/packed" ]; then
+  mv "$dir/packed" "$dir/m.pcap"  # the same name: found compressed by its first bytes, by both readers
+  echo "compressed with $3: $(stat -c %s "$dir/m.pcap") bytes"
 fi
 run() {
   local name=$1; shift
