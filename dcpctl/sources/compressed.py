@@ -169,6 +169,10 @@ class Decompressed:
         reason = self._child.stderr.read(_REASON_LIMIT * 4).decode(errors="replace").strip()[:_REASON_LIMIT]
         return f"the {self.name} data is damaged ({reason})"
 
+    def readinto(self, buffer: Any) -> int:
+        """The next decompressed bytes, read by this process (0: their end)."""
+        return cast(io.BufferedReader, self._out).readinto(buffer)  # Popen's stdout pipe, buffered
+
     def close(self) -> None:
         self._closed()
 
@@ -179,22 +183,20 @@ class _Pipe(io.RawIOBase):
 
     def __init__(self, data: Decompressed) -> None:
         self._data = data
-        self._out = open(data.path, "rb", buffering=0)  # noqa: SIM115 - closed with the stream
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        count = self._out.readinto(buffer)
+        count = self._data.readinto(buffer)
         if not count:
             why = self._data.failure()
             if why is not None:
                 raise OSError(why)
-        return count or 0
+        return count
 
     def close(self) -> None:
         if not self.closed:
-            self._out.close()
             self._data.close()
         super().close()
 
