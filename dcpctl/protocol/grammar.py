@@ -1,6 +1,6 @@
 """Construct declarations of every extras and value layout: one declaration per wire layout.
 
-Field order is wire order and names are the reference's (``../shared/docs/dcp-reference.md``) or Wireshark's
+Field order is wire order and names are kv_engine's (its protocol documents and ``mcbp`` sources) or Wireshark's
 ``couchbase.extras.*`` vocabulary. Everything else (decode, encode, hexdump spans, the JSON field list and the
 Spark schema) is derived from these objects; nothing restates a layout.
 """

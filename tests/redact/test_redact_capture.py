@@ -47,7 +47,7 @@ from dcpctl.sources.redaction import CaptureRedactor
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "dcp-session.pcap"
-REAL = ROOT / "tests" / "vectors" / "real"  # ../shared/captures/real/gomemcached, copied into the suite
+REAL = ROOT / "tests" / "vectors" / "real"  # a real server's packets (SOURCES.md there)
 # Fields a redaction may change: the document's key and value (and their encodings), xattr values, a SASL
 # value, the compressed form of a value; nothing else of a record.
 REDACTED_FIELDS = {"key", "key_encoding", "value", "value_encoding", "value_compressed", "xattrs"}
