@@ -20,7 +20,8 @@ from dcpctl.protocol.constants import MAX_VBUCKETS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.registry import DIALECTS, Dialect
 from dcpctl.render.env import Environment
-from dcpctl.render.output import MAX_FIELD_BYTES
+from dcpctl.render.output import MAX_FIELD_BYTES, Format
+from dcpctl.render.template import Template
 from dcpctl.sources.compressed import SUFFIXES
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
 
@@ -167,6 +168,19 @@ Base64Option = Annotated[bool, typer.Option(
 LocalTimeOption = Annotated[bool, typer.Option(
     "--local-time", help="pretty output shows times in the local time zone, with its offset, instead of UTC "
     "(JSON keeps ts as seconds since the epoch).")]
+TemplateOption = Annotated[str | None, typer.Option(
+    "-f", help="One line per message from a template over the JSON field names: '{vbucket} {by_seqno} {key}' "
+    "(only messages that have every field named).", metavar="TEMPLATE")]
+
+
+def line_template_of(text: str | None, fmt: Format | None) -> Template | None:
+    """-f's template, checked before anything is read or connected; -f writes its own lines, so it and
+    --format exclude each other."""
+    if text is None:
+        return None
+    if fmt is not None:
+        raise CommandError("-f and --format exclude each other: -f writes its own lines", ExitCode.USAGE)
+    return Template(text)
 
 
 # What asks a command to stop: Ctrl-C; SIGTERM (timeout, systemd, docker stop); SIGHUP (the terminal closed)

@@ -20,9 +20,11 @@ from dcpctl.commands._options import (
     MaxConnectionsOption,
     Rotation,
     ShowSecretsOption,
+    TemplateOption,
     dialect_of,
     env_of,
     first_ctrl_c_stops,
+    line_template_of,
     live_capture_path,
     option_groups,
 )
@@ -34,6 +36,7 @@ from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, emit
+from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import Item, decode_segments
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
 from dcpctl.sources.redaction import CaptureRedactor
@@ -68,6 +71,7 @@ def capture(
     = None,
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
+    template: TemplateOption = None,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
                                               metavar="N")] = None,
     dialect: DialectOption = DialectName.DCP,
@@ -87,6 +91,7 @@ def capture(
     ports = frozenset(port or [11210])
     if redact and write is None:
         raise CommandError("--redact redacts what -w saves: give -w FILE", ExitCode.USAGE)
+    line_template = line_template_of(template, fmt)
     file_size = rotation.size(write)
     live_capture_path(write, "-w")
     redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
@@ -115,7 +120,7 @@ def capture(
                                   f"{', '.join(map(str, sorted(ports)))}; Ctrl-C stops", markup=False)
         output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
         # every message printed as its JSON line: plain items as lines from templates, as decode does
-        lines = output is Format.JSONL and count is None and not base64
+        lines = output is Format.JSONL and count is None and not base64 and line_template is None
 
         def save(ts: float, data: bytes, wire: int) -> None:
             assert writer is not None
@@ -153,7 +158,7 @@ def capture(
             for item in decode_segments(segments, options, ports, max_body_length, max_connections,
                                         PlainLines() if lines else None):
                 yield item
-                if isinstance(item, Observed):
+                if isinstance(item, Observed) and (line_template is None or line_template.fits(record_of(item))):
                     printed += 1
                     if count is not None and printed >= count:
                         break
@@ -162,7 +167,7 @@ def capture(
         # Ctrl-C is how a live capture normally ends: the first one stops reading, and what was read is
         # decoded and written whole; a second one (output blocked, say) stops at once
         with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
-            emit(items(), output, env, base64=base64, live=True, local_time=local_time)
+            emit(items(), output, env, base64=base64, live=True, local_time=local_time, template=line_template)
         if engine is not None and writer is not None:
             # however the capture ended (its traffic, Ctrl-C, --count): the frames still held go out
             if writer.error is None:

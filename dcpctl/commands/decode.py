@@ -20,8 +20,10 @@ from dcpctl.commands._options import (
     MaxConnectionsOption,
     ShowSecretsOption,
     StrictOption,
+    TemplateOption,
     dialect_of,
     env_of,
+    line_template_of,
     parse_ranges,
 )
 from dcpctl.dcp.filterexpr import FilterError, compile_filter
@@ -40,6 +42,7 @@ from dcpctl.render.output import Format, Stats, emit
 from dcpctl.render.progress import file_progress
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
+from dcpctl.render.template import Template
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.compressed import compressed
 from dcpctl.sources.files import expand
@@ -56,6 +59,7 @@ def decode(
                                                metavar="FILE")],
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="Output format (default: pretty on a "
                                                "terminal, jsonl when piped).")] = None,
+    template: TemplateOption = None,
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
                                                    max=65535)] = None,
@@ -103,9 +107,12 @@ def decode(
     key_match = _key_matcher(key)
     stream_ids = set(stream_id) if stream_id else None
     tally = Summary() if summary else None
+    line_template = line_template_of(template, fmt)
 
     def wanted(msg: Observed) -> bool:
         record = record_of(msg)
+        if line_template is not None and not line_template.fits(record):
+            return False
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False
         if opcodes is not None and not opcodes(record["opcode"]):
@@ -117,7 +124,7 @@ def decode(
         return predicate is None or predicate(record)
 
     filtering = vbuckets is not None or opcodes is not None or key_match is not None \
-        or stream_ids is not None or predicate is not None
+        or stream_ids is not None or predicate is not None or line_template is not None
     paths = expand(files)
     # on a terminal's standard error, unless the output shares the terminal
     progress = None if env.stdout_isatty else file_progress(env, paths, "decoding",
@@ -175,18 +182,18 @@ def decode(
 
     with progress if progress is not None else contextlib.nullcontext():
         stats = _render(items(), output, env, summary=summary, fmt=fmt, base64=base64, tally=tally,
-                        local_time=local_time)
+                        local_time=local_time, template=line_template)
     if strict and not stats.clean:
         raise typer.Exit(ExitCode.DIAGNOSTICS)
 
 
 def _render(items: Iterator[Item | bytes], output: Format, env: Environment, *, summary: bool, fmt: Format | None,
-            base64: bool, tally: Summary | None, local_time: bool) -> Stats:
-    if summary and fmt is None:
+            base64: bool, tally: Summary | None, local_time: bool, template: Template | None) -> Stats:
+    if summary and fmt is None and template is None:
         stats = emit(_only_notices(items), output, env)
         print_summary(tally or Summary(), env.console())
     else:
-        stats = emit(items, output, env, base64=base64, local_time=local_time)
+        stats = emit(items, output, env, base64=base64, local_time=local_time, template=template)
         if tally is not None:
             print_summary(tally, env.error_console())
     return stats

@@ -5,15 +5,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
-import re
 import signal
-import string
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
@@ -26,8 +24,10 @@ from dcpctl.commands._options import (
     Base64Option,
     LocalTimeOption,
     Rotation,
+    TemplateOption,
     env_of,
     first_signal_stops,
+    line_template_of,
     live_capture_path,
     option_groups,
     parse_ranges,
@@ -36,14 +36,11 @@ from dcpctl.commands.redact import Redaction, SaltFileOption, replaced_lines
 from dcpctl.dcp.observed import Observed
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
-from dcpctl.protocol.fields import field_roots
 from dcpctl.protocol.message import DecodeOptions, redacted
-from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.output import Format, emit
-from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import TcpConversation
@@ -99,9 +96,7 @@ def stream(
     = OnRollback.FOLLOW,
     fmt: Annotated[Format | None, typer.Option("--format", "-F", help="pretty on a terminal, jsonl when piped.")]
     = None,
-    template: Annotated[str | None, typer.Option("-f", help="One line per message from a template over the JSON "
-                                                 "field names: '{vbucket} {by_seqno} {key}'.",
-                                                 metavar="TEMPLATE")] = None,
+    template: TemplateOption = None,
     write: Annotated[Path | None, typer.Option("--write", "-w", help="Save the whole exchange as a pcap that "
                                                "dcpctl decode and Wireshark read.", metavar="FILE")] = None,
     rotation: Rotation = Rotation(),
@@ -124,8 +119,7 @@ def stream(
                                _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
-    if template is not None:
-        _Template().check(template)
+    line_template = line_template_of(template, fmt)
     if state is not None:
         try:
             check_writable(state)  # before connecting: a read-only or missing directory fails at once
@@ -195,8 +189,8 @@ def stream(
                 if summary and fmt is None and template is None:
                     for _ in messages:
                         pass
-                elif template is not None:
-                    _print_template(messages, template, env.stdout)
+                elif line_template is not None:
+                    emit(messages, output, env, base64=base64, template=line_template)
                 elif options.line_maker is not None and binary is not None:
                     # plain items come as their lines, written as they are; the rest is rendered as usual
                     emit(_lines_written(messages, binary.write), output, env, base64=base64, local_time=local_time)
@@ -348,72 +342,6 @@ def _hex_list(text: str, option: str) -> list[int]:
         return [int(part.strip().removeprefix("0x"), 16) for part in text.split(",") if part.strip()]
     except ValueError:
         raise CommandError(f"{option}: hex ids, comma separated, not {text!r}", ExitCode.USAGE) from None
-
-
-# A template's field: a record field's name, then indexes into it ({key[0]}, {failover_log[0][seqno]}). Never
-# an attribute: str.format's {x.__class__...} walks from any value to the process's globals and environment
-# (the password); indexes go into the record's JSON values only, none of them named with a leading _.
-_FIELD: Final = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
-_INDEX: Final = re.compile(r"\[([^\]]+)\]")
-_FIELD_ROOTS: Final = field_roots()
-
-
-def _field(name: str) -> tuple[str, list[int | str]]:
-    found = _FIELD.fullmatch(name)
-    indexes: list[int | str] = [int(i) if i.isdigit() else i for i in _INDEX.findall(found.group(2))] if found else []
-    if found is None or found.group(1)[0].isdigit() or any(str(i).startswith("_") for i in indexes):
-        raise ValueError(f"{{{name}}}: name a field, and index it if need be, as in {{by_seqno}} or {{key[0]}}")
-    return found.group(1), indexes
-
-
-def _known_field(name: str) -> None:
-    """A placeholder must name a field dcpctl emits: a misspelling would print nothing on every line."""
-    first, _ = _field(name)
-    if first not in _FIELD_ROOTS:
-        raise ValueError(f"{{{name}}}: unknown field {first!r}{did_you_mean(first, _FIELD_ROOTS)}")
-
-
-class _Template(string.Formatter):
-    """-f: str.format over the record's field names, indexed but never through attributes (see _FIELD). A
-    message is printed only when it has every field the template names: '{key} {by_seqno}' prints items,
-    not a line of blanks for each snapshot marker, stream end and noop (as awk prints what matches)."""
-
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
-        first, indexes = _field(field_name)
-        value = kwargs[first]
-        for index in indexes:
-            value = value[index]
-        return value, first
-
-    def check(self, template: str) -> frozenset[str]:
-        """The fields ``template`` names (in its format specs too). A template whose braces do not parse,
-        that names fields by position or reaches for attributes is refused at once."""
-        names: set[str] = set()
-        try:
-            for _, name, spec, _ in self.parse(template):
-                if name is not None:
-                    _known_field(name)
-                    names.add(_field(name)[0])
-                if spec:
-                    names |= self.check(spec)
-        except ValueError as exc:
-            raise CommandError(f"-f: bad template: {exc}", ExitCode.USAGE) from None
-        return frozenset(names)
-
-
-def _print_template(messages: Iterator[Observed | bytes], template: str, out: Any) -> None:
-    formatter = _Template()
-    needed = formatter.check(template)
-    for msg in messages:
-        assert isinstance(msg, Observed), "lines come only for --format jsonl"
-        record = record_of(msg)
-        if not needed <= record.keys():
-            continue
-        try:
-            line = formatter.vformat(template, (), record)
-        except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
-            raise CommandError(f"-f: bad template for {msg.packet.opcode_name}: {exc}", ExitCode.USAGE) from None
-        out.write(line + "\n")  # flushed whenever the stream waits for the network, as the other formats
 
 
 def _lines_written(events: Iterator[Observed | bytes], write: Callable[[bytes], object]) -> Iterator[Observed]:

@@ -14,6 +14,7 @@ from dcpctl.protocol.message import Message
 from dcpctl.render import hexdump, jsonl, pretty
 from dcpctl.render.env import Environment
 from dcpctl.render.record import record as record_of
+from dcpctl.render.template import Template
 from dcpctl.safetext import shown
 
 # pretty and hexdump show a longer field (key, value, xattr, a value's declared fields) as its head, its
@@ -54,13 +55,14 @@ def notice_text(item: Skipped | Diagnostic) -> str:
 
 def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
          base64: bool = False, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES,
-         local_time: bool = False) -> Stats:
+         local_time: bool = False, template: Template | None = None) -> Stats:
     """Render every message in ``fmt``; skipped bytes go to standard error as ``skipped_bytes``.
 
     ``live``: the items come from the network, so each JSON line is flushed as soon as it is written.
     Items may be bytes only in JSONL: JSON lines already written out (a source's fast path for plain items),
     passed through as they are. ``max_field_bytes``: pretty's and hexdump's bound (:data:`MAX_FIELD_BYTES`).
     ``local_time``: pretty shows times in the local zone instead of UTC (JSON keeps ts as epoch seconds).
+    ``template``: each message that fits it is written as its line instead, whatever ``fmt``.
     """
     stats = Stats()
     errors = env.error_console()
@@ -104,7 +106,15 @@ def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt
                 count_errors(item)
             yield jsonl.to_base64(record) if base64 else record
 
-    if fmt is Format.JSONL:
+    if template is not None:
+        for item in messages():
+            record = record_of(item)
+            if template.fits(record):
+                env.stdout.write(template.line(jsonl.to_base64(record) if base64 else record) + "\n")
+                if live:
+                    env.stdout.flush()
+            count_errors(item)
+    elif fmt is Format.JSONL:
         jsonl.write_jsonl(records(), env.stdout, flush=live)
     elif fmt is Format.JSON:
         jsonl.write_json(cast(Iterator[dict[str, Any]], records()), env.stdout)

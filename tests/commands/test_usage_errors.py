@@ -101,6 +101,11 @@ def test_a_template_naming_no_field_fails_before_connecting() -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr == "dcpctl: error: -f: bad template: {by_seqnoo}: unknown field 'by_seqnoo' " \
                           "(did you mean by_seqno?)\n"
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{port}", "--timeout", "2",
+                           "-F", "jsonl", "-f", "{opcode}"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stderr) == (2, "dcpctl: error: -f and --format exclude each other: -f writes "
+                                                 "its own lines\n")
 
 
 @pytest.mark.parametrize("command", ["decode", "capture", "stream", "failover", "serve", "analyze",

@@ -1,0 +1,98 @@
+"""-f templates: a record's fields as JSON has them (strings unquoted), format specs on the values themselves,
+one line per message whatever its text, and no way out of the record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.template import Template, TemplateError
+
+MUTATION: dict[str, Any] = {
+    "ts": 1700000000.00019, "opcode": "DCP_MUTATION", "vbucket": 12, "cas": 0x180A42631510E000, "by_seqno": 201,
+    "key": "airline_10", "value": '{"name":"40-Mile Air"}', "diagnostics": [],
+}
+STREAM_REQ: dict[str, Any] = {
+    "opcode": "DCP_STREAM_REQ", "vbucket": 12, "status": "Success",
+    "failover_log": [{"vbucket_uuid": 77113958330241, "seqno": 200}, {"vbucket_uuid": 2099, "seqno": 0}],
+}
+
+
+def test_fields_are_written_as_the_json_record_has_them() -> None:
+    template = Template("{opcode} {vbucket} {by_seqno} {key} {value} {diagnostics}")
+    assert template.line(MUTATION) == 'DCP_MUTATION 12 201 airline_10 {"name":"40-Mile Air"} []'
+    listed = Template("{failover_log} {failover_log[0][vbucket_uuid]} {failover_log[1]}").line(STREAM_REQ)
+    whole, first_uuid, second = listed.split(" ")
+    assert json.loads(whole) == STREAM_REQ["failover_log"]
+    assert int(first_uuid) == 77113958330241
+    assert json.loads(second) == {"vbucket_uuid": 2099, "seqno": 0}
+
+
+def test_true_false_and_null_are_json_words() -> None:
+    template = Template("{opcode} {diagnostics}")
+    record = {"opcode": "X", "diagnostics": [{"name": "n", "fatal": False, "extra": None}]}
+    assert template.line(record) == 'X [{"name":"n","fatal":false,"extra":null}]'
+
+
+def test_a_format_spec_formats_the_value_itself() -> None:
+    assert Template("{cas:x} {by_seqno:>6} {key:.7}|{ts:.3f}").line(MUTATION) == \
+        "180a42631510e000    201 airline|1700000000.000"
+    assert Template("{vbucket:>{by_seqno}}").needed == {"vbucket", "by_seqno"}  # a spec's fields count too
+
+
+def test_a_value_that_does_not_fit_the_spec_names_the_message() -> None:
+    with pytest.raises(TemplateError, match=r"^-f: bad template for DCP_MUTATION: .*'d'") as raised:
+        Template("{key:d}").line(MUTATION)
+    assert raised.value.code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(("text", "escaped"), [
+    ("two\nlines", "two\\nlines"),
+    ("\x1b]0;title\x07\x1b[2J", "\\x1b]0;title\\x07\\x1b[2J"),
+    ("tab\there\r", "tab\\there\\r"),
+    ("back\\slash \u202eevil", "back\\\\slash \\u202eevil"),
+])
+def test_text_that_could_forge_a_line_or_move_the_cursor_is_escaped(text: str, escaped: str) -> None:
+    assert Template("{key}!").line({**MUTATION, "key": text}) == escaped + "!"
+
+
+def test_printable_text_is_written_as_it_is() -> None:
+    value = '{"path":"C:\\\\dir","quote":"say \\"hi\\""}'
+    assert Template("{value}").line({**MUTATION, "value": value}) == value  # still JSON, backslashes and all
+
+
+@given(st.text())
+def test_any_text_makes_one_line_without_escape_sequences(text: str) -> None:
+    line = Template("{key} {value}").line({**MUTATION, "key": text, "value": text})
+    assert line.isprintable()
+
+
+def test_only_records_with_every_named_field_fit() -> None:
+    template = Template("{key} {by_seqno}")
+    assert template.fits(MUTATION)
+    assert not template.fits(STREAM_REQ)
+    assert Template("{failover_log[0]}").fits(STREAM_REQ)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("{0}", "name a field"),
+    ("{}", "name a field"),
+    ("{key.upper}", "name a field"),
+    ("{key.__class__}", "name a field"),
+    ("{failover_log[_x]}", "name a field"),
+    ("{key:{x.__class__}}", "name a field"),
+    ("{by_seqn}", "unknown field 'by_seqn' (did you mean by_seqno?)"),
+    ("{value[pad]", "expected '}'"),
+    ("{key!z}", "{key!z}: the conversions are !r, !s and !a"),
+])
+def test_a_template_that_names_no_field_or_reaches_past_the_record_is_refused(text: str, why: str) -> None:
+    with pytest.raises(TemplateError) as raised:  # at once, before anything is read or connected
+        Template(text)
+    assert str(raised.value).startswith("-f: bad template")
+    assert why in str(raised.value)
+    assert raised.value.code == ExitCode.USAGE
