@@ -11,6 +11,8 @@ Bytes no message covered stay zero in the store: those before the first message 
 start the capture missed and after a gap (the framer resynchronises on the first plausible header, as
 ``decode`` does), garbage, the tail of a capture cut inside a message. The first message after such a skip
 is kept only if it decodes cleanly (else it is likely a document's bytes that look like a header: zeroed too).
+A message more than the history past the store's end (after a gap) starts a new store; the one before
+stays, for the frames still waiting on it, and the gap is never filled with zeros.
 A frame's payload is then copied from the store (a retransmission gets the redacted copy
 of what it repeats; a retransmission older than the store's history gets zeros) and its checksums are
 recomputed.
@@ -163,6 +165,9 @@ class _Stream:
     spans: deque[_Span] = field(default_factory=deque)
     store: bytearray = field(default_factory=bytearray)  # final bytes from stream offset ``base``
     base: int = 0
+    # the stores a gap left behind (base, bytes): kept while a waiting span needs them, never filled with
+    # the gap's zeros (a sequence number moved by 2**31 would be 2 GiB of them)
+    older: list[tuple[int, bytearray]] = field(default_factory=list)
     edits: list[_Edit] = field(default_factory=list)  # in stream order, those the history still needs
     starts: list[int] = field(default_factory=list)  # their starts, to bisect
     shift: int = 0  # output minus input offset before the first edit kept
@@ -307,9 +312,6 @@ class CaptureRedactor:
             stream = conn.stream(from_client)
             stream.spans.append(_Span(frame, seg.payload_at, offset, len(seg.payload)))
             frame.held += 1
-            end = offset + len(seg.payload)
-            if end > stream.base + len(stream.store):
-                stream.store.extend(bytes(end - stream.base - len(stream.store)))
         for event in events:
             self._event(event)
         if conn is not None and conn_id in self.conns:
@@ -438,6 +440,9 @@ class CaptureRedactor:
         at = offset - stream.base
         if at < 0:  # older than the history kept (cannot happen while spans wait for it): the rest only
             data, at = data[-at:], 0
+        if at > len(stream.store) + HISTORY_BYTES:  # after a gap: no byte before it comes from a message now
+            stream.older.append((stream.base, stream.store))
+            stream.store, stream.base, at = bytearray(), offset, 0
         end = at + len(data)
         if end > len(stream.store):
             stream.store.extend(bytes(end - len(stream.store)))
@@ -462,6 +467,8 @@ class CaptureRedactor:
         # keep the history retransmissions may repeat, and whatever a waiting span still needs
         keep_from = min(spans[0].start if spans else stream.base + len(stream.store),
                         stream.base + len(stream.store) - HISTORY_BYTES)
+        while stream.older and stream.older[0][0] + len(stream.older[0][1]) <= keep_from:
+            del stream.older[0]
         if keep_from - stream.base > 2 * HISTORY_BYTES:
             del stream.store[:keep_from - stream.base]
             stream.base = keep_from
@@ -520,9 +527,7 @@ class CaptureRedactor:
                 position, at = stop, at + 1
                 continue
             stop = min(end, edit.start) if edit is not None else end
-            first = position - stream.base
-            piece = bytes(max(0, -first)) + stream.store[max(0, first):stop - stream.base]
-            out += piece[:stop - position].ljust(stop - position, b"\x00")
+            out += _stored(stream, position, stop)
             position = stop
         return bytes(out)
 
@@ -611,6 +616,21 @@ def _final_shift(stream: _Stream) -> int:
     """Output minus input offset past every message of a stream."""
     last = stream.edits[-1] if stream.edits else None
     return last.shift + len(last.data) - last.length if last is not None else stream.shift
+
+
+def _stored(stream: _Stream, start: int, stop: int) -> bytes | bytearray:
+    """A stream's final bytes from ``start`` to ``stop``, zeros where the store has none: before its history,
+    after its end, in a gap."""
+    first = start - stream.base
+    if first >= 0 and not stream.older:
+        piece = stream.store[first:stop - stream.base]
+        return piece if len(piece) == stop - start else piece.ljust(stop - start, b"\x00")
+    out = bytearray(stop - start)
+    for base, store in (*stream.older, (stream.base, stream.store)):
+        low, high = max(start, base), min(stop, base + len(store))
+        if low < high:
+            out[low - start:high - start] = store[low - base:high - base]
+    return out
 
 
 def _out_offset(stream: _Stream, offset: int) -> int:

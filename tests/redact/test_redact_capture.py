@@ -37,6 +37,7 @@ from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.pcap import TcpSegment, read_segments
 from dcpctl.sources.pcapwriter import (
     ACK,
+    LINKTYPE_ETHERNET,
     LINKTYPE_LINUX_SLL,
     LINKTYPE_NULL,
     LINKTYPE_RAW,
@@ -827,6 +828,53 @@ def test_a_big_document_is_redacted_in_bounded_memory(tmp_path: Path) -> None:
     assert code == ExitCode.OK, err
     assert peak_mb < 200, peak_mb  # the interpreter and its imports, a few copies of a 1 MB message
     assert b"confidential" not in target.read_bytes()
+
+
+def _gapped(directory: Path, cut_by_the_gap: bool) -> Path:
+    """A server stream the capture missed 1 GiB of (a sequence number moved as far, by the capture's losses or
+    by damage): documents before and after the gap, and maybe one the gap cuts."""
+    def mutation(key: bytes, seqno: int) -> bytes:
+        return build.request(Opcode.DCP_MUTATION, key=key, value=b'{"card":"4111111111111111"}',
+                             datatype=DATATYPE_JSON, by_seqno=seqno, rev_seqno=1, flags=0, expiration=0,
+                             lock_time=0, nmeta=0, nru=0)
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out, LINKTYPE_ETHERNET, 262144))
+    conversation.handshake()
+    for from_client, data in session_packets()[:6]:
+        conversation.send(from_client, data)
+    conversation.send(False, mutation(b"secret_before_the_gap", 1) + mutation(b"secret_cut_by_the_gap", 2)[
+        :40 if cut_by_the_gap else 0])
+    conversation.skip(False, 1 << 30)
+    conversation.send(False, mutation(b"secret_after_the_gap_1", 3) + mutation(b"secret_after_the_gap_2", 4), 30)
+    conversation.close()
+    path = directory / f"gapped-{cut_by_the_gap}.pcap"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("cut_by_the_gap", [False, True])
+@pytest.mark.parametrize("options", [["--jobs", "1"], ["--jobs", "2"], ["--values", "drop"]])
+def test_a_gap_of_a_gigabyte_is_redacted_in_bounded_memory(tmp_path: Path, cut_by_the_gap: bool,
+                                                           options: list[str]) -> None:
+    """The store of final bytes never holds a gap's zeros: it took the gap's size in memory (2 GiB for a
+    sequence number moved by 2**31 in a 3 kB capture)."""
+    source, target = _gapped(tmp_path, cut_by_the_gap), tmp_path / "out.pcap"
+    (tmp_path / "salt").write_text(SALT)
+    code, err, peak_mb = run_with_peak([sys.executable, "-m", "dcpctl", "redact", str(source), "-o", str(target),
+                                        "--salt-file", str(tmp_path / "salt"), *options],
+                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert code == ExitCode.OK, err
+    assert peak_mb < 200, peak_mb
+    data = target.read_bytes()
+    assert b"secret" not in data
+    assert b"4111" not in data
+    before, after = _decoded(source), _decoded(target)
+    # the message the gap cut is decoded as far as it goes, its body zeroed in the copy
+    seqnos = [1, 2, 3, 4] if cut_by_the_gap else [1, 3, 4]
+    assert [r.get("by_seqno") for r in before if r["opcode"] == "DCP_MUTATION"] == seqnos
+    assert [r.get("by_seqno") for r in after if r["opcode"] == "DCP_MUTATION"] == [n if n != 2 else 0 for n in seqnos]
+    assert [r["opcode"] for r in after] == [r["opcode"] for r in before]
 
 
 def test_plain_items_are_redacted_as_messages_are(redacted: list[tuple[str, Path, Path, Run]]) -> None:
