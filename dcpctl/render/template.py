@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -44,60 +44,88 @@ def _field(name: str) -> tuple[str, list[int | str]]:
     return found.group(1), indexes
 
 
-def _known_field(name: str) -> str:
+def _known_field(name: str) -> tuple[str, tuple[int | str, ...]]:
     """A placeholder must name a field dcpctl emits: a misspelling would print nothing on every line."""
-    first, _ = _field(name)
+    first, indexes = _field(name)
     if first not in _FIELD_ROOTS:
         raise ValueError(f"{{{name}}}: unknown field {first!r}{did_you_mean(first, _FIELD_ROOTS)}")
-    return first
+    return first, tuple(indexes)
 
 
 def _one_line(text: str) -> str:
     return text if text.isprintable() else shown(text)
 
 
-class _Formatter(string.Formatter):
-    """str.format over a record, indexed but never through attributes (see _FIELD)."""
+# A template compiled once: each part a literal, then maybe a field (its name and indexes), its conversion
+# and its format spec (text, or parts of its own: '{vbucket:>{width}}')
+_Part = tuple[str, tuple[str, tuple[int | str, ...]] | None, str | None, "str | list[_Part]"]
+_CONVERSIONS: Final[dict[str | None, Callable[[object], str] | None]] = {None: None, "r": repr, "s": str,
+                                                                        "a": ascii}
+# str.format's own limit: a format spec may hold fields, whose specs may not
+_SPEC_DEPTH: Final = 2
 
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
-        first, indexes = _field(field_name)
-        value = kwargs[first]
+
+def _compiled(template: str, depth: int = _SPEC_DEPTH) -> list[_Part]:
+    if depth < 0:
+        raise ValueError("format specs nest at most two deep")
+    parts: list[_Part] = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            parts.append((literal, None, None, ""))
+            continue
+        field = _known_field(name)
+        if conversion not in _CONVERSIONS:
+            raise ValueError(f"{{{name}!{conversion}}}: the conversions are !r, !s and !a")
+        text_spec = spec or ""
+        parts.append((literal, field, conversion, _compiled(text_spec, depth - 1) if "{" in text_spec else text_spec))
+    return parts
+
+
+def _names(parts: list[_Part]) -> frozenset[str]:
+    found: set[str] = set()
+    for _, field, _, spec in parts:
+        if field is not None:
+            found.add(field[0])
+        if not isinstance(spec, str):
+            found |= _names(spec)
+    return frozenset(found)
+
+
+def _render(parts: list[_Part], record: Mapping[str, Any]) -> str:
+    out = []
+    for literal, field, conversion, spec in parts:
+        out.append(literal)
+        if field is None:
+            continue
+        name, indexes = field
+        value = record[name]
         for index in indexes:
             value = value[index]
-        return value, first
-
-    def format_field(self, value: Any, format_spec: str) -> str:
-        if format_spec or isinstance(value, str):
-            return _one_line(format(value, format_spec))
-        return _one_line(orjson.dumps(value).decode())  # numbers, lists, objects, true and null as JSON has them
-
-    def names(self, template: str) -> frozenset[str]:
-        """The fields ``template`` names (in its format specs too)."""
-        found: set[str] = set()
-        for _, name, spec, conversion in self.parse(template):
-            if name is not None:
-                found.add(_known_field(name))
-            if conversion not in (None, "r", "s", "a"):
-                raise ValueError(f"{{{name}!{conversion}}}: the conversions are !r, !s and !a")
-            if spec:
-                found |= self.names(spec)
-        return frozenset(found)
+        convert = _CONVERSIONS[conversion]
+        if convert is not None:
+            value = convert(value)
+        text_spec = spec if isinstance(spec, str) else _render(spec, record)
+        if text_spec or isinstance(value, str):
+            out.append(_one_line(format(value, text_spec)))
+        else:  # numbers, lists, objects, true and null as JSON has them
+            out.append(_one_line(orjson.dumps(value).decode()))
+    return "".join(out)
 
 
 class Template:
-    """A checked template. A message is written only when its record has every field the template names:
-    '{key} {by_seqno}' writes items, not a line of blanks for each snapshot marker, stream end and noop (as awk
-    prints what matches); commands count and summarise only the messages that fit."""
+    """A checked template, compiled once. A message is written only when its record has every field the
+    template names: '{key} {by_seqno}' writes items, not a line of blanks for each snapshot marker, stream end
+    and noop (as awk prints what matches); commands count and summarise only the messages that fit."""
 
     def __init__(self, text: str) -> None:
         """Refuses at once a template whose braces do not parse, that names an unknown field, names fields by
         position or reaches for attributes."""
         self.text = text
-        self._formatter = _Formatter()
         try:
-            self.needed = self._formatter.names(text)
+            self._parts = _compiled(text)
         except ValueError as exc:
             raise TemplateError(str(exc)) from None
+        self.needed = _names(self._parts)
 
     def fits(self, record: Mapping[str, Any]) -> bool:
         return self.needed <= record.keys()
@@ -105,6 +133,6 @@ class Template:
     def line(self, record: Mapping[str, Any]) -> str:
         """The record's line (no line break), for a record that :meth:`fits`."""
         try:
-            return self._formatter.vformat(self.text, (), record)
-        except (ValueError, IndexError, AttributeError, KeyError, TypeError) as exc:
+            return _render(self._parts, record)
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
             raise TemplateError(str(exc), record.get("opcode")) from None

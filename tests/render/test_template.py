@@ -96,3 +96,19 @@ def test_a_template_that_names_no_field_or_reaches_past_the_record_is_refused(te
     assert str(raised.value).startswith("-f: bad template")
     assert why in str(raised.value)
     assert raised.value.code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("text", [
+    "{opcode} {key}", "{key!r}|{key!a}|{key!s}", "{by_seqno:>8}{cas:#x}", "{vbucket:>{by_seqno}}|",
+    "{{literal}} {key:^20} {ts:.2f}", "{value[0]}{value[2]}{key[3]}", "{by_seqno:{vbucket}}",
+])
+def test_fields_of_text_and_specs_format_as_str_format_does(text: str) -> None:
+    """The template is compiled once, not handed to str.format per message: the same text where JSON's
+    writing and str's agree (strings, and values with a spec)."""
+    assert Template(text).line(MUTATION) == text.format(**MUTATION)
+
+
+def test_specs_nest_no_deeper_than_two() -> None:
+    assert Template("{vbucket:>{by_seqno:{vbucket}}}").needed == {"vbucket", "by_seqno"}
+    with pytest.raises(TemplateError, match="nest at most two deep"):
+        Template("{vbucket:{by_seqno:{key:{cas}}}}")
