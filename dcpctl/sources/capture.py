@@ -72,8 +72,8 @@ def notice_diagnostic(notice: CaptureNotice) -> Diagnostic:
     port hint is about the whole capture: no frame number."""
     if notice.name == "protocol_on_other_port":
         return diagnostic(notice.name, notice.message)
-    return diagnostic(notice.name if notice.name == "tls_port" else "capture_gap",
-                      f"frame {notice.frame}: {notice.message}")
+    where = f"frame {notice.frame}: " if notice.frame else ""  # 0: the file's own header, before any frame
+    return diagnostic(notice.name if notice.name == "tls_port" else "capture_gap", where + notice.message)
 
 
 def finish_message(msg: Message, ts: float, label: str, from_client: bool, frames: list[int],

@@ -16,6 +16,7 @@ import functools
 import itertools
 import math
 import os
+import re
 import select
 import socket
 import struct
@@ -53,6 +54,16 @@ FROM_STDIN: Final = "such a pcapng file is read by name, not from standard input
 # Live capture: long enough for a whole segment; promiscuous off; 100 ms read timeout so Ctrl-C is seen.
 LIVE_SNAPLEN: Final = 262144
 LIVE_TIMEOUT_MS: Final = 100
+
+
+# libpcap's pcapng reader, as pcapy-ng bundles it, ends one of its messages with a size format it did not
+# expand ("a length of 137 that is not a multiple of 4zu"): shown without it
+_UNEXPANDED_SIZE: Final = re.compile(r"(?<=\d)zu\b")
+
+
+def libpcap_reason(exc: Exception) -> str:
+    """libpcap's words for what it could not read, as a person should see them."""
+    return _UNEXPANDED_SIZE.sub("", str(exc))
 
 
 class CaptureError(ValueError):
@@ -339,7 +350,7 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
                     except pcapy.PcapError as failed:  # the file gone since libpcap opened it
                         exc = failed
             yield CaptureNotice(frame + 1, 0.0, "truncated_file", f"the capture file is damaged after frame "
-                                f"{frame}: {exc}")
+                                f"{frame}: {libpcap_reason(exc)}")
             break
         if header is None:
             if live:  # nothing to read: wait for the interface, at most LIVE_TIMEOUT_MS
@@ -596,7 +607,7 @@ def open_offline(path: str) -> Any:
         with _libpcap_name(path) as name:
             return pcapy.open_offline(name)
     except pcapy.PcapError as exc:
-        message = str(exc)
+        message = libpcap_reason(exc)
         if "No such file" in message:
             raise FileNotFoundError("no such file") from None
         if not streamed(path) and os.path.getsize(path) == 0:

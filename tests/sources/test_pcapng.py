@@ -433,3 +433,29 @@ def test_mutated_files_end_in_a_notice_never_an_exception_or_a_hang(
         pytest.fail("more frames than the file has blocks")
     except pcapy.PcapError:
         return
+
+
+def test_libpcap_reasons_are_shown_without_its_unexpanded_size_format(tmp_path: Path) -> None:
+    """libpcap ends this message with "4zu" (a size format it did not expand): shown as it means it."""
+    frames = frames_in(session(tmp_path, LINKTYPE_ETHERNET, 50001))
+    good = section() + interface(LINKTYPE_ETHERNET) + b"".join(enhanced(0, round(ts * 1e6), data)
+                                                               for ts, data in frames[:8])
+    whole, odd = tmp_path / "whole.pcapng", tmp_path / "odd-block.pcapng"
+    whole.write_bytes(good)
+    odd.write_bytes(good + struct.pack("<II", 6, 137) + bytes(129))
+    code, records, err = decode(odd)
+    assert code == ExitCode.OK
+    assert records
+    assert facts(records) == facts(decode(whole)[1])
+    assert err == ("dcpctl: capture_gap: frame 9: the capture file is damaged after frame 8: block in pcapng dump "
+                   "file has a length of 137 that is not a multiple of 4\n")
+
+
+def test_a_link_type_not_read_is_said_of_the_file_not_of_a_frame_0(tmp_path: Path) -> None:
+    data = bytearray(session(tmp_path, LINKTYPE_ETHERNET, 50001).read_bytes())
+    struct.pack_into("<I", data, 20, 0x3FFFFFE)  # the pcap header's link type
+    path = tmp_path / "unknown.pcap"
+    path.write_bytes(data)
+    code, records, err = decode(path)
+    assert (code, records) == (ExitCode.OK, [])
+    assert err == "dcpctl: capture_gap: link type 67108862 is not supported\n"
