@@ -62,12 +62,12 @@ _Part = tuple[str, tuple[str, tuple[int | str, ...]] | None, str | None, "str | 
 _CONVERSIONS: Final[dict[str | None, Callable[[object], str] | None]] = {None: None, "r": repr, "s": str,
                                                                         "a": ascii}
 # str.format's own limit: a format spec may hold fields, whose specs may not
-_SPEC_DEPTH: Final = 2
+_SPEC_DEPTH: Final = 1
 
 
 def _compiled(template: str, depth: int = _SPEC_DEPTH) -> list[_Part]:
     if depth < 0:
-        raise ValueError("format specs nest at most two deep")
+        raise ValueError("a field in a format spec cannot have fields in its own spec")
     parts: list[_Part] = []
     for literal, name, spec, conversion in string.Formatter().parse(template):
         if name is None:

@@ -108,7 +108,10 @@ def test_fields_of_text_and_specs_format_as_str_format_does(text: str) -> None:
     assert Template(text).line(MUTATION) == text.format(**MUTATION)
 
 
-def test_specs_nest_no_deeper_than_two() -> None:
-    assert Template("{vbucket:>{by_seqno:{vbucket}}}").needed == {"vbucket", "by_seqno"}
-    with pytest.raises(TemplateError, match="nest at most two deep"):
-        Template("{vbucket:{by_seqno:{key:{cas}}}}")
+def test_specs_nest_as_deep_as_str_format_lets_them() -> None:
+    assert Template("{vbucket:>{by_seqno}}").needed == {"vbucket", "by_seqno"}
+    nested = "{vbucket:>{by_seqno:{vbucket}}}"
+    with pytest.raises(ValueError, match="recursion"):
+        nested.format(**MUTATION)
+    with pytest.raises(TemplateError, match="a field in a format spec cannot have fields in its own spec"):
+        Template(nested)
