@@ -120,7 +120,6 @@ class Template:
     def __init__(self, text: str) -> None:
         """Refuses at once a template whose braces do not parse, that names an unknown field, names fields by
         position or reaches for attributes."""
-        self.text = text
         try:
             self._parts = _compiled(text)
         except ValueError as exc:
