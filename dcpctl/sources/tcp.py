@@ -220,7 +220,8 @@ class Reassembler:
         out: list[Event] = []
         assert d.next is not None
         payload = seg.payload
-        ahead = _diff(seg.seq, d.next)
+        # data on a SYN (TCP Fast Open) starts after the sequence number the SYN itself takes
+        ahead = _diff((seg.seq + 1) % _MOD if seg.flags & SYN else seg.seq, d.next)
         if ahead < 0:  # retransmission or overlap: keep only what is new
             old = payload[:-ahead]
             if not d.conflict_reported and old and d.recent:

@@ -91,3 +91,10 @@ def test_snaplen_cut_payload_is_a_gap() -> None:
     got, events = run([seg(ISN, b"", flags=0x12), seg(ISN + 1, b"abcd", wire=10), seg(ISN + 11, b"z")])
     assert got == b"abcdz"
     assert [(e.name, e.length) for e in events if e.name == "snaplen_truncated"] == [("snaplen_truncated", 6)]
+
+
+def test_data_on_a_syn_follows_the_sequence_number_the_syn_takes() -> None:
+    """TCP Fast Open: a SYN's payload starts at its sequence number plus one, and nothing is lost or moved."""
+    data, events = run([seg(ISN, b"hello", flags=0x12), seg(ISN + 1 + 5, b"world")])
+    assert data == b"helloworld"
+    assert not [event for event in events if event.name in ("gap", "overlap_conflict")]
