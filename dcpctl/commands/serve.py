@@ -10,7 +10,7 @@ import ssl
 import string
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Final
 
 import orjson
 import typer
@@ -26,6 +26,8 @@ from dcpctl.producer.server import Emulator, ServeOptions
 from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest
 from dcpctl.safetext import shown
 
+# The highest TCP port: node i listens on the first port + i, so the last node's port must not pass it.
+MAX_PORT: Final = 65535
 DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
             "Not a database: documents live in memory until it stops.")
 
@@ -34,7 +36,7 @@ def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).", metavar="ADDRESS")]
     = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port of the first node (0: any "
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=MAX_PORT, help="Port of the first node (0: any "
                                       "free port; the chosen ports are printed).", metavar="PORT")] = 11210,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="Nodes in the emulated cluster, on "
                                        "consecutive ports; vbucket v is active on node v mod N.", metavar="N")] = 1,
@@ -60,7 +62,7 @@ def serve(
                                                   "TLS.", metavar="PEM")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.",
                                                  metavar="PEM")] = None,
-    tls_port: Annotated[int, typer.Option("--tls-port", min=0, max=65535, help="TLS port of the first "
+    tls_port: Annotated[int, typer.Option("--tls-port", min=0, max=MAX_PORT, help="TLS port of the first "
                                           "node (0: any free port).", metavar="PORT")] = 11207,
     collections: Annotated[Path | None, typer.Option("--collections", help="Collections manifest (JSON as "
                                                      "the REST API returns it).", metavar="FILE")] = None,
@@ -109,6 +111,11 @@ def serve(
         password = os.environ[password_env]
     if (tls_cert is None) != (tls_key is None):
         raise CommandError("--tls-cert and --tls-key go together", ExitCode.USAGE)
+    # refused here, as a usage error: binding would fail on the first node past 65535 with an OverflowError
+    for option, first, used in (("--port", port, True), ("--tls-port", tls_port, tls_cert is not None)):
+        if used and first and first + nodes - 1 > MAX_PORT:
+            raise CommandError(f"{option} {first} with --nodes {nodes}: the last node would listen on "
+                               f"{first + nodes - 1}, past {MAX_PORT}", ExitCode.USAGE)
     tls = None
     if tls_cert is not None and tls_key is not None:
         for option, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):

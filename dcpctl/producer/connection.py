@@ -84,6 +84,10 @@ OPEN_KNOWN_FLAGS: Final = (DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_XATTRS | D
                            | DcpOpenFlag.INCLUDE_DELETE_TIMES | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE
                            | DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS | DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL)
 STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
+# Every other bit of the 32-bit flags fields, each Einval (reference 3.4.2, 7.1). Not ``~KNOWN``: an enum
+# flag's ``~`` complements only within the enum's declared bits, which leaves 0x400 and up unchecked.
+OPEN_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(OPEN_KNOWN_FLAGS)
+STREAM_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(STREAM_KNOWN_FLAGS)
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -601,7 +605,7 @@ class ProducerConnection:
         if self.dcp_flags is not None or not name or len(name) > 200:
             self._reply(msg, Status.EINVAL)
             return
-        if flags & ~OPEN_KNOWN_FLAGS or (
+        if flags & OPEN_UNKNOWN_FLAGS or (
                 flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE) or (
                 flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS) or (
                 flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER):
@@ -643,7 +647,8 @@ class ProducerConnection:
         extras = msg.extras
         flags = extras.get("flags", 0) if extras else 0
         if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
-                flags & ~STREAM_KNOWN_FLAGS) or flags & (StreamRequestFlag.NO_VALUE | StreamRequestFlag.CACHE_TRANSFER):
+                flags & STREAM_UNKNOWN_FLAGS) or flags & (StreamRequestFlag.NO_VALUE
+                                                          | StreamRequestFlag.CACHE_TRANSFER):
             self._reply(msg, Status.EINVAL)
             return
         filter_answer, filter_ids, stream_id, purge = self._filter(msg)

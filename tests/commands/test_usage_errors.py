@@ -45,6 +45,11 @@ def usage_error(*args: str) -> str:
     (["stream", "127.0.0.1:1", "--write", "x.pcap.gz"], "--write x.pcap.gz: written uncompressed as the "
      "traffic comes: name it x.pcap and compress it once written"),
     (["capture", "-i", "no-such-interface", "-w", "x.pcap.xz"], "-w x.pcap.xz: written uncompressed"),
+    # the nodes' consecutive ports would pass 65535: refused before binding (and before the PEM files are read)
+    (["serve", "--port", "65535", "--nodes", "2"], "--port 65535 with --nodes 2: the last node would listen on "
+     "65536, past 65535"),
+    (["serve", "--port", "0", "--tls-port", "65534", "--nodes", "3", "--tls-cert", "no-cert.pem", "--tls-key",
+      "no-key.pem"], "--tls-port 65534 with --nodes 3: the last node would listen on 65536"),
 ])
 def test_usage_error_is_one_line(args: list[str], says: str) -> None:
     assert says in usage_error(*args)

@@ -77,7 +77,8 @@ def test_bucket_selection_and_the_order_it_imposes(server: Server) -> None:
 
 @pytest.mark.parametrize(("flags", "status"), [(0x01, "Success"), (0x00, "NotSupported"), (0x02, "Einval"),
                                                (0x01 | 0x08 | 0x40, "Einval"), (0x01 | 0x100, "Einval"),
-                                               (0x01 | 0x04 | 0x100, "Success"), (0x10 | 0x01, "Einval")])
+                                               (0x01 | 0x04 | 0x100, "Success"), (0x10 | 0x01, "Einval"),
+                                               (0x01 | 0x400, "Einval"), (0x01 | 0x8000_0000, "Einval")])
 def test_dcp_open_flags(server: Server, flags: int, status: str) -> None:
     client = connect(server)
     client.hello("Xerror")
@@ -186,6 +187,13 @@ def streaming_client(server: Server, *features: str, **controls: str) -> Client:
     client = connect(server)
     client.dcp(*features, controls={"enable_noop": "true", **controls})
     return client
+
+
+@pytest.mark.parametrize("flags", [0x200, 0x8000_0000, 0x04 | 0x400])
+def test_stream_request_with_an_undeclared_flag_bit_is_einval(server: Server, flags: int) -> None:
+    client = streaming_client(server)
+    assert client.stream_request(3, flags=flags)["status"] == "Einval"  # reference 3.4.2: any unknown bit
+    assert client.stream_request(3)["status"] == "Success"  # the refused request opened no stream
 
 
 def test_stream_request_checks_in_the_servers_order(server: Server) -> None:

@@ -278,6 +278,15 @@ def test_single_path_subdocument_commands(server: Server) -> None:
     assert kv(client, "SUBDOC_GET", "single", path_length=99, subdoc_flags=0, value="name")["status"] == "Einval"
 
 
+@pytest.mark.parametrize(("opcode", "flags"), [("SUBDOC_GET", 0x01), ("SUBDOC_GET", 0x80),
+                                               ("SUBDOC_DICT_UPSERT", 0x20)])
+def test_undeclared_subdocument_path_flags_are_einval(server: Server, opcode: str, flags: int) -> None:
+    client = kv_client(server)
+    assert kv(client, "SET", "flagged", value='{"a":1}', flags=0, expiration=0)["status"] == "Success"
+    assert subdoc(client, opcode, "flagged", "a", "" if opcode == "SUBDOC_GET" else "2",
+                  flags=flags)["status"] == "Einval"
+
+
 def durable_set(client: Client, key: str, value: str, **info: int) -> dict[str, Any]:
     """A SET with a durability requirement (level 1, Majority, unless told), on the alternative encoding."""
     return kv(client, "SET", key, magic="AltClientRequest", value=value, flags=0, expiration=0,
