@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Annotated, Any, Final
 
@@ -28,10 +29,11 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import DcpOpenFlag, Opcode
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.env import Environment
+from dcpctl.render.output import notice_text
 from dcpctl.render.wrap import Hanging
-from dcpctl.sources.capture import rollback_stories
+from dcpctl.sources.capture import notice_diagnostic, rollback_stories
 from dcpctl.sources.files import expand, open_input
-from dcpctl.sources.pcap import CaptureError, read_files
+from dcpctl.sources.pcap import CaptureError, CaptureNotice, FileStart, TcpSegment, read_files
 
 rollback_app = typer.Typer(help="Explain and negotiate DCP rollbacks.", no_args_is_help=True)
 
@@ -176,12 +178,27 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
     def opening(path: str) -> None:
         current[0] = path
 
+    hints: list[CaptureNotice] = []
+
+    def watched(items: Iterable[TcpSegment | CaptureNotice | FileStart]
+                ) -> Iterator[TcpSegment | CaptureNotice | FileStart]:
+        # the reader's hint that the protocol is on a port not decoded, said as decode says it: without it, a
+        # capture on another port reads as one with no rollback in it
+        for item in items:
+            if isinstance(item, CaptureNotice) and item.name == "protocol_on_other_port":
+                hints.append(item)
+            yield item
+
     try:
-        found = rollback_stories(read_files(paths, frozenset(ports), tap=opening), DecodeOptions(), frozenset(ports))
+        found = rollback_stories(watched(read_files(paths, frozenset(ports), tap=opening)), DecodeOptions(),
+                                 frozenset(ports))
     except (CaptureError, FileNotFoundError) as exc:
         raise CommandError(f"{current[0]}: {exc}", ExitCode.INPUT) from None
     stories = [(story.source or current[0], label, story) for label, story in found
                if vbucket in (None, story.vbucket)]
+    errors = env.error_console()
+    for hint in hints:
+        errors.print(f"dcpctl: {notice_text(notice_diagnostic(hint))}", style="yellow", markup=False)
     if output is ExplainFormat.JSON:
         env.stdout.write(json.dumps([{"file": path, "connection": label, **story.to_json()}
                                      for path, label, story in stories], indent=2) + "\n")
@@ -198,7 +215,9 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
                       f"snapshot {asked.snap_start}-{asked.snap_end}"),
                  Text(f"server: Rollback to {story.rollback_seqno}", style="bold red")]
         if story.decision is not None:
-            agrees = "agrees" if story.engine_agrees else f"would say {story.decision.rollback_seqno}"
+            seqno = story.decision.rollback_seqno
+            agrees = "agrees" if story.engine_agrees else (
+                "sees no rollback" if seqno is None else f"would say Rollback to {seqno}")
             lines.append(_explained(f"engine: {agrees}", story.decision.rule, story.decision.reason))
         if story.retry is not None:
             retry = story.retry

@@ -8,7 +8,8 @@ the snapshot adjustments decide between "the histories agree" and "roll back to 
 and the snapshot start". ``check_stream_request`` puts that rule in the producer's full order of checks
 (reference 9.3). ``next_request`` is the client side (reference 9.4): drop failover entries above the
 rollback seqno, resume from it with a snapshot at it and the newest remaining uuid. ``negotiate`` runs
-both until the stream would open, bounded by ``max_rounds``.
+both until the stream would open, bounded by ``max_rounds``. ``high_seqno_shown`` reads the rule backwards
+for a capture, which never carries the high seqno: where a Rollback answer can only be that high seqno.
 
 Invariants: every decision carries a stable rule id and a sentence with the numbers; rolling back never
 raises the start seqno; nothing here does I/O.
@@ -17,6 +18,7 @@ raises the start seqno; nothing here does I/O.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -137,29 +139,63 @@ def needs_rollback(req: StreamRequest, vb: VbucketState) -> Decision:
                         "client never saw may have been purged, so it must start again from 0"
                         + (f" (the client's purge_seqno {remote_purge} is not the current one)"
                            if req.purge_seqno is not None else ""))
-    oldest_first = list(reversed(vb.failover_log))
-    upper = vb.high_seqno
-    for index, entry in enumerate(oldest_first):
-        if entry.vbucket_uuid == uuid:
-            if index + 1 < len(oldest_first):
-                upper = oldest_first[index + 1].seqno
-            break
-    else:
+    newest = history_is_newest(uuid, vb.failover_log)
+    if newest is None:
         return Decision(0, "uuid_not_found",
                         f"vbucket uuid {uuid} (0x{uuid:x}) is not in the server's failover log: no common "
                         "history, roll back to 0")
-    if start == snap_start:
-        snap_end = start  # the client has no item of its last snapshot
+    upper = vb.high_seqno if newest else _history_end(uuid, vb.failover_log)
+    snap_start, snap_end = compared_snapshot(req)
     if snap_end <= upper:
         return Decision(None, "snapshot_within_history",
                         f"uuid {uuid} is valid up to seqno {upper} and the client's snapshot ends at {snap_end}: "
                         "the histories agree, no rollback")
-    if start == snap_end:
-        snap_start = start  # the client has the whole last snapshot
     seqno = upper if upper < snap_start else snap_start
     return Decision(seqno, "consumer_ahead",
-                    f"uuid {uuid}'s history ends at seqno {upper} on the server, but the client's snapshot "
-                    f"({snap_start}-{snap_end}) goes past it: roll back to {seqno}")
+                    f"uuid {uuid}'s history ends at seqno {upper} on the server"
+                    + (" (its high seqno: the uuid is the newest entry)" if newest else "")
+                    + f", but the client's snapshot ({snap_start}-{snap_end}) goes past it: roll back to {seqno}")
+
+
+def history_is_newest(uuid: int, failover_log: Sequence[FailoverEntry]) -> bool | None:
+    """Whether ``uuid``'s history is the newest one, which ends at the high seqno; None when the uuid is not in
+    the log. The log is scanned oldest to newest, so a uuid listed twice is its oldest entry (reference 9.1)."""
+    for index, entry in enumerate(reversed(failover_log)):
+        if entry.vbucket_uuid == uuid:
+            return index == len(failover_log) - 1
+    return None
+
+
+def _history_end(uuid: int, failover_log: Sequence[FailoverEntry]) -> int:
+    """The seqno where an older history ends: the next newer entry's."""
+    oldest_first = list(reversed(failover_log))
+    index = next(i for i, entry in enumerate(oldest_first) if entry.vbucket_uuid == uuid)
+    return oldest_first[index + 1].seqno
+
+
+def compared_snapshot(req: StreamRequest) -> tuple[int, int]:
+    """The snapshot the rule compares with the history's end (reference 9.1 step 4): a client that has no item
+    of its last snapshot (start at its start) is taken to end at start; one that has all of it (start at its
+    end), to start at start."""
+    start, snap_start, snap_end = req.start_seqno, req.snap_start, req.snap_end
+    if start == snap_start:
+        snap_end = start
+    if start == snap_end:
+        snap_start = start
+    return snap_start, snap_end
+
+
+def high_seqno_shown(req: StreamRequest, failover_log: Sequence[FailoverEntry], rollback_seqno: int) -> int | None:
+    """The server's high seqno as its Rollback answer shows it, or None where the answer does not show it.
+
+    Only consumer_ahead reads the high seqno, and only on the newest history: there it answers min(high,
+    snapshot start), so an answer above 0 and below the compared snapshot start is the high seqno itself. An
+    answer of 0 may be the purge rule's or an unknown uuid's, and the snapshot start hides any high above it."""
+    snap_start, _ = compared_snapshot(req)
+    if not history_is_newest(req.vbucket_uuid, failover_log) or not 0 < rollback_seqno < snap_start:
+        return None
+    # a high seqno is never below its newest entry's seqno: such an answer has another cause
+    return rollback_seqno if rollback_seqno >= failover_log[0].seqno else None
 
 
 def check_stream_request(req: StreamRequest, vb: VbucketState | None, *, stream_exists: bool = False,

@@ -25,7 +25,10 @@ from dcpctl.dcp.rollback import (
     FailoverEntry,
     StreamRequest,
     VbucketState,
+    compared_snapshot,
     failover_entries,
+    high_seqno_shown,
+    history_is_newest,
     needs_rollback,
     next_request,
 )
@@ -98,13 +101,18 @@ class RollbackStory:
     expected_retry: StreamRequest | None = None  # what a correct client sends (reference 9.4)
     client_log_known: bool = False  # whether the capture showed the client a failover log before
     source: str | None = None  # the capture file it was seen in, as its reader names it (``rollback explain``)
+    high_seqno: int | None = None  # the server's, where the rollback seqno shows it (a capture never carries it)
 
     def settle(self, retry: StreamRequest, server_log: list[FailoverEntry],
                client_log: list[FailoverEntry] | None) -> None:
         self.retry, self.retry_status = retry, "Success"
         if server_log:
             self.failover_log = server_log
-            high = max(self.request.start_seqno, self.request.snap_end, server_log[0].seqno)
+            self.high_seqno = high_seqno_shown(self.request, server_log, self.rollback_seqno or 0)
+            # unless the answer shows it, the high seqno is taken to cover all the client asked for, so that the
+            # log and the purge rule decide
+            high = self.high_seqno if self.high_seqno is not None else max(
+                self.request.start_seqno, self.request.snap_end, server_log[0].seqno)
             self.decision = needs_rollback(self.request, VbucketState(tuple(server_log), high))
         if self.rollback_seqno is not None:
             # the uuid a correct client sends comes from its own failover log; when the capture never showed it
@@ -136,9 +144,12 @@ class RollbackStory:
         if self.decision is not None:
             if self.engine_agrees:
                 parts.append(f"The rollback engine agrees [{self.decision.rule}]: {self.decision.reason}.")
+                if self.high_seqno is not None:
+                    parts.append(f"The server's high seqno was {self.high_seqno}: the capture does not carry it, "
+                                 "but a rollback below the snapshot start on the newest history is the high seqno.")
             elif self.decision.rollback_seqno is None:
                 parts.append(f"With the failover log the server sent, the engine sees no rollback "
-                             f"[{self.decision.rule}]: the server's purge seqno (not in the capture) explains it.")
+                             f"[{self.decision.rule}]: " + self._unseen_cause())
             else:
                 parts.append(f"The engine would roll back to {self.decision.rollback_seqno} "
                              f"[{self.decision.rule}], not {self.rollback_seqno}: the server's purge seqno or "
@@ -152,6 +163,17 @@ class RollbackStory:
         elif self.retry_correct:
             parts.append("The client retried as a correct client does.")
         return " ".join(parts)
+
+    def _unseen_cause(self) -> str:
+        """What the capture does not show that made the server roll back where the engine sees no need."""
+        if not self.rollback_seqno:
+            return "the server's purge seqno (not in the capture) explains it."
+        if self.failover_log and history_is_newest(self.request.vbucket_uuid, self.failover_log):
+            # the purge rule rolls back to 0; above 0 on the newest history only the high seqno can have decided
+            return (f"a rollback to {self.rollback_seqno} is not the purge seqno's (that goes to 0), so the "
+                    "server's high seqno (not in the capture) was below the client's snapshot end "
+                    f"{compared_snapshot(self.request)[1]}.")
+        return "the server's failover log or high seqno when it answered (not in the capture) decided."
 
     def to_json(self) -> dict[str, Any]:
         return {"vbucket": self.vbucket, "request": self.request.to_json(), "request_offset": self.request_offset,

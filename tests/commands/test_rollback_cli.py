@@ -11,7 +11,9 @@ import pytest
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
+from dcpctl.protocol.encode import encode
 from dcpctl.render.env import Environment
+from tests.capturekit import write_capture
 
 
 def run(args: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
@@ -194,3 +196,81 @@ def test_a_wrapped_explanation_stays_under_its_first_column() -> None:
     assert max(map(len, lines)) <= 50
     assert all(line.startswith(("round ", "  ", "stream would open")) for line in lines), lines
     assert len([line for line in lines if line.startswith("  [")]) == 2  # one explanation a round
+
+
+UUID = 250584532339884
+
+
+def _rollback_capture(tmp_path: Path, asked: tuple[int, int, int], rollback_seqno: int,
+                      server_port: int = 11210) -> Path:
+    """A client asks (start, snap_start, snap_end) with UUID, the newest and only entry of the server's log; the
+    server answers Rollback, the client retries from the rollback seqno and the stream opens."""
+    start, snap_start, snap_end = asked
+    request = {"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 1, "flags": 0, "reserved": 0,
+               "end_seqno": (1 << 64) - 1, "vbucket_uuid": UUID}
+    records = [
+        (True, {**request, "opaque": 1, "start_seqno": start, "snap_start_seqno": snap_start,
+                "snap_end_seqno": snap_end}),
+        (False, {"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Rollback", "opaque": 1,
+                 "rollback_seqno": rollback_seqno}),
+        (True, {**request, "opaque": 2, "start_seqno": rollback_seqno, "snap_start_seqno": rollback_seqno,
+                "snap_end_seqno": rollback_seqno}),
+        (False, {"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 2,
+                 "failover_log": [{"vbucket_uuid": UUID, "seqno": 0}]}),
+    ]
+    path = tmp_path / "rollback.pcap"
+    path.write_bytes(write_capture([(client, encode(record)) for client, record in records],
+                                   server=("127.0.0.1", server_port)))
+    return path
+
+
+def test_a_rollback_below_the_snapshot_on_the_newest_history_names_the_high_seqno(tmp_path: Path) -> None:
+    """The client resumed at 100 from a vbucket whose high seqno is 10: the engine printed ``would say None`` and
+    blamed the purge seqno, which rolls back to 0. A rollback to 10 on the newest history is the high seqno."""
+    capture = str(_rollback_capture(tmp_path, (100, 100, 100), 10))
+    code, out, _ = run(["rollback", "explain", capture, "-F", "pretty"])
+    assert code == ExitCode.OK
+    assert "None" not in out
+    assert "engine: agrees [consumer_ahead]" in out
+    assert "ends at seqno 10 on the server (its high seqno" in out
+    code, out, _ = run(["rollback", "explain", capture, "-F", "json"])
+    [story] = json.loads(out)
+    assert (story["rule"], story["engine_agrees"]) == ("consumer_ahead", True)
+    assert "The server's high seqno was 10" in story["verdict"]
+    assert "purge" not in story["verdict"]
+
+
+def test_a_rollback_to_the_snapshot_start_blames_the_high_seqno_not_the_purge_seqno(tmp_path: Path) -> None:
+    """Rolled back to its snapshot start 90, the high seqno is somewhere below the snapshot end, so the engine
+    (which cannot know it) sees no rollback: it says so in words, and names the high seqno as the cause."""
+    capture = str(_rollback_capture(tmp_path, (95, 90, 100), 90))
+    code, out, _ = run(["rollback", "explain", capture, "-F", "pretty"])
+    assert code == ExitCode.OK
+    assert "None" not in out
+    assert "engine: sees no rollback [snapshot_within_history]" in out
+    code, out, _ = run(["rollback", "explain", capture, "-F", "json"])
+    [story] = json.loads(out)
+    assert story["engine_agrees"] is False
+    assert "high seqno (not in the capture) was below the client's snapshot end 100" in story["verdict"]
+    assert "purge seqno (not" not in story["verdict"]
+
+
+def test_a_capture_on_another_port_gets_decodes_port_hint(tmp_path: Path) -> None:
+    """It said "no rollback negotiation in the capture", exit 0, where decode suggests --port."""
+    capture = str(_rollback_capture(tmp_path, (100, 100, 100), 10, server_port=12000))
+    hint = ("dcpctl: protocol_on_other_port: no traffic on port 11210; port 12000 (4 packets) carries what looks "
+            "like the memcached binary protocol: try --port 12000\n")
+    for fmt in ("pretty", "json"):
+        code, out, err = run(["rollback", "explain", capture, "-F", fmt])
+        assert code == ExitCode.OK
+        assert err == hint
+        assert out == ("no rollback negotiation in the capture\n" if fmt == "pretty" else "[]\n")
+    decoded = io.StringIO()
+    decode_errors = io.StringIO()
+    env = Environment(stdout=decoded, stderr=decode_errors, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    assert main(["decode", capture, "-F", "jsonl"], env) == ExitCode.OK
+    assert decode_errors.getvalue() == hint  # the same line decode gives
+    code, out, err = run(["rollback", "explain", capture, "--port", "12000", "-F", "json"])
+    assert (code, err) == (ExitCode.OK, "")
+    assert [story["rollback_seqno"] for story in json.loads(out)] == [10]

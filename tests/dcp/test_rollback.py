@@ -13,6 +13,7 @@ from dcpctl.dcp.rollback import (
     StreamRequest,
     VbucketState,
     check_stream_request,
+    high_seqno_shown,
     needs_rollback,
     negotiate,
     parse_failover_log,
@@ -118,3 +119,27 @@ def test_a_rollback_storys_expected_uuid_is_known_only_from_the_clients_log() ->
         story.settle(StreamRequest(30, 2222), server_log, client_log)
         assert story.to_json()["expected_retry"]["vbucket_uuid"] == uuid
         assert story.to_json()["expected_retry"]["start_seqno"] == 30
+
+
+@pytest.mark.parametrize(("log", "asked", "rollback_seqno", "shown"), [
+    ([FailoverEntry(7, 0)], (100, 100, 100), 10, 10),  # the newest history ends at the high seqno
+    ([FailoverEntry(7, 0)], (95, 90, 100), 90, None),  # the snapshot start: the high seqno is anywhere up to 99
+    ([FailoverEntry(7, 0)], (100, 100, 100), 0, None),  # 0: the purge rule's answer too
+    ([FailoverEntry(8, 20), FailoverEntry(7, 0)], (100, 100, 100), 20, None),  # an older history ends at 20
+    ([FailoverEntry(7, 20)], (100, 100, 100), 10, None),  # below its own entry: not the high seqno
+])
+def test_the_high_seqno_a_rollback_shows(log: list[FailoverEntry], asked: tuple[int, int, int],
+                                          rollback_seqno: int, shown: int | None) -> None:
+    start, snap_start, snap_end = asked
+    assert high_seqno_shown(StreamRequest(start, 7, snap_start, snap_end), log, rollback_seqno) == shown
+
+
+@given(high=st.integers(0, 50), start=st.integers(0, 60), below=st.integers(0, 10), above=st.integers(0, 10),
+       entry=st.integers(0, 50))
+def test_a_shown_high_seqno_is_the_servers(high: int, start: int, below: int, above: int, entry: int) -> None:
+    """Whatever the server rolled back to, the high seqno read from it (when one is) is the one it had."""
+    log = [FailoverEntry(7, min(entry, high))]
+    req = StreamRequest(start, 7, max(0, start - below), start + above)
+    decision = needs_rollback(req, VbucketState(tuple(log), high))
+    if decision.rollback_seqno is not None:
+        assert high_seqno_shown(req, log, decision.rollback_seqno) in (None, high)
