@@ -145,6 +145,16 @@ class Progress:
     def __post_init__(self) -> None:
         self.save_at = self.save_items
 
+    def end_at_most(self, vbucket: int, high: int) -> int | None:
+        """--until now: the vbucket's high seqno on the node that serves it now (after a failover, a rollback, a
+        move) bounds its end too. A failover that cut its history below the high seqno read at start took that
+        end away for good: the stream would wait for it for ever. Returns the end it had if this lowered it."""
+        end = self.ends.get(vbucket)
+        if end is None or high >= end:
+            return None
+        self.ends[vbucket] = high
+        return end
+
     def counted(self, written: dict[int, list[int]], ts: float) -> None:
         """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
         seqno], read at ``ts``: their vbuckets' positions and counts move on, and ``written`` is emptied."""
@@ -456,9 +466,8 @@ class Consumer:
         progress = self.progress
         position = progress.state.vbuckets[vbucket]
         request = stream.request
-        if high is not None and vbucket in progress.ends and until_now:
-            # --until now: the history the start's high seqno belonged to is gone; the vbucket's own now ends it
-            progress.ends[vbucket] = min(progress.ends[vbucket], high)
+        if high is not None and until_now:
+            progress.end_at_most(vbucket, high)  # the history the start's high seqno belonged to is gone
         why = ""
         if log:
             decision = needs_rollback(request, VbucketState(tuple(log), high if high is not None else

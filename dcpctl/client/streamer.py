@@ -10,8 +10,9 @@ topology, and one loop: it reads every connection, feeds each consumer what its 
 the consumer queued, and hands the caller the consumer's stream data (messages with their context as a
 captured message has it, or runs of lines the caller's LineMaker rendered). The consumer's requests for I/O are met
 here: a rollback is explained with the failover log and high seqno the server has now, and a vbucket
-answered NotMyVbucket, or whose stream ended early, is asked again from the node the cluster map now
-names. The position (``--state``) is saved atomically every second, every ``save_items`` items and at the
+answered NotMyVbucket, whose stream ended early, or that a node's high seqnos do not list, is asked again
+from the node the cluster map now names (with ``--until now``, its end lowered to that node's high seqno).
+The position (``--state``) is saved atomically every second, every ``save_items`` items and at the
 end, after the caller's output is flushed, so a stop and a resume deliver every item exactly once; a
 kill -9 repeats at most the items written since the last save. When the output fails, nothing more is
 saved: the last save counts only what was flushed before it.
@@ -20,6 +21,7 @@ saved: the last save counts only what was flushed before it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import time
@@ -96,7 +98,7 @@ class StreamOptions:
     xattrs: bool = False
     controls: dict[str, str] = field(default_factory=dict)
     buffer_size: int = DEFAULT_BUFFER
-    noop_interval: int = DEFAULT_NOOP_INTERVAL
+    noop_interval: float = DEFAULT_NOOP_INTERVAL  # seconds; --control set_noop_interval, if given, replaces it
     count: int | None = None
     on_rollback: str = "follow"  # follow | fail | report
     state_path: Path | None = None
@@ -149,6 +151,11 @@ class Streamer:
                 options.buffer_size = int(options.controls["connection_buffer_size"])
             except ValueError:
                 raise ClientError("--control connection_buffer_size: a number of bytes", ExitCode.USAGE) from None
+        if "set_noop_interval" in options.controls:  # the dead-connection check waits for the noops asked for
+            interval = noop_interval_of(options.controls["set_noop_interval"])
+            if interval is None:
+                raise ClientError("--control set_noop_interval: a number of seconds above 0", ExitCode.USAGE)
+            options.noop_interval = interval
 
     @property
     def state(self) -> State:
@@ -191,54 +198,87 @@ class Streamer:
             self._open_node(address, vbuckets)
         yield from self._loop()
 
-    def _open_node(self, address: tuple[str, int], vbuckets: list[int]) -> _Node:
+    def _open_node(self, address: tuple[str, int], vbuckets: list[int]) -> None:
+        """Ask the node at ``address`` for these vbuckets' streams (connecting first if need be); a vbucket it
+        does not list has no high seqno there for --from/--until now: it is not the node's, so the map is read
+        again for it (bounded as every vbucket asked again is, MAX_REROUTES), never streamed to a made-up end."""
         node = self.nodes.get(address)
         if node is None:
             conn = self._connect(*address)
-            self._prepare(conn, vbuckets)
-            self._dcp_open(conn)
-            consumer = Consumer(self.progress, options=conn.options, label=conn.label, connection=conn.connection,
-                                framer=conn.framer, buffer_size=self.options.buffer_size,
-                                on_rollback=self.options.on_rollback, value=self._value, quiet=self._quiet,
-                                lines=self._lines)
-            node = _Node(conn, consumer, last_heard=time.monotonic())
-            self.nodes[address] = node
+            try:
+                unlisted = self._prepare(conn, vbuckets)
+                if len(unlisted) < len(vbuckets):
+                    self._dcp_open(conn)
+            except BaseException:
+                conn.close()
+                raise
+            if len(unlisted) < len(vbuckets):
+                consumer = Consumer(self.progress, options=conn.options, label=conn.label,
+                                    connection=conn.connection, framer=conn.framer,
+                                    buffer_size=self.options.buffer_size, on_rollback=self.options.on_rollback,
+                                    value=self._value, quiet=self._quiet, lines=self._lines)
+                node = self.nodes[address] = _Node(conn, consumer, last_heard=time.monotonic())
+            else:  # nothing to stream from it: no DCP connection that would only wait for noops
+                conn.close()
+            label = conn.label
         else:
-            self._prepare(node.conn, vbuckets)
-        node.consumer.read_ahead(node.conn.pending, node.conn.read_ts)
-        for vb in vbuckets:
-            node.consumer.request(vb, time.time())
-        self.requested = True
-        self._send(node)
-        return node
+            unlisted = self._prepare(node.conn, vbuckets)
+            label = node.conn.label
+        if node is not None:
+            node.consumer.read_ahead(node.conn.pending, node.conn.read_ts)
+            for vb in vbuckets:
+                if vb not in unlisted:
+                    node.consumer.request(vb, time.time())
+            self.requested = True
+            self._send(node)
+        for vb in unlisted:
+            self.notice(f"vbucket {vb}: {label} does not list it in GET_ALL_VB_SEQNOS (no high seqno for --from or "
+                        "--until now: not its vbucket); reading the cluster map again")
+            self._reroute(vb)
 
-    def _prepare(self, conn: Connection, vbuckets: list[int]) -> None:
-        """Positions and end seqnos for these vbuckets (what --from and --until need from the server); a
-        vbucket asked again (it moved, its stream ended early) keeps the position it got to."""
-        vbuckets = [vb for vb in vbuckets if vb not in self._prepared]
-        if not vbuckets:
-            return
-        self._prepared.update(vbuckets)
+    def _prepare(self, conn: Connection, vbuckets: list[int]) -> list[int]:
+        """Positions and end seqnos for these vbuckets (what --from and --until need from the server); returns
+        those the node does not list when their high seqnos are needed (not its own: nothing is set for them).
+        A vbucket asked again (it moved, its stream ended early) keeps the position it got to and, with
+        --until now, the end read at start, lowered to its high seqno here: a failover may have cut its history
+        below that end, which would then never come."""
         options, progress = self.options, self.progress
-        need_seqnos = options.start == "now" or options.until == "now"
+        fresh = [vb for vb in vbuckets if vb not in self._prepared]
+        until_now = options.until == "now"
         high: dict[int, int] = {}
-        if need_seqnos:
+        if until_now or (fresh and options.start == "now"):
             high = self._high_seqnos(conn)
+            unlisted = [vb for vb in vbuckets if vb not in high]
+        else:
+            unlisted = []
         for vb in vbuckets:
-            position = progress.state.vbuckets.get(vb)
-            if options.start == "resume" and position is not None:
-                pass
-            elif options.start in ("beginning", "resume"):
-                position = VbucketPosition()
-            else:
-                log = self._failover_log(conn, vb)
-                seqno = high.get(vb, 0) if options.start == "now" else int(options.start)
-                position = VbucketPosition(log[0].vbucket_uuid if log else 0, seqno, seqno, seqno, log)
-            progress.state.vbuckets[vb] = position
-            if options.until == "now":
-                progress.ends[vb] = high.get(vb, 0)
-            elif options.until != "forever":
-                progress.ends[vb] = int(options.until)
+            if vb in unlisted:
+                continue
+            if vb not in self._prepared:
+                self._prepared.add(vb)
+                self._position(conn, vb, high)
+            elif until_now and (cut := progress.end_at_most(vb, high[vb])) is not None:
+                self.notice(f"vbucket {vb}: its high seqno on {conn.label} is {high[vb]}, below the {cut} read at "
+                            f"start (a failover cut its history): --until now ends it at {high[vb]}")
+        return unlisted
+
+    def _position(self, conn: Connection, vb: int, high: dict[int, int]) -> None:
+        """A vbucket's first position and end: ``high`` holds its high seqno when --from or --until is now."""
+        options, progress = self.options, self.progress
+        position = progress.state.vbuckets.get(vb)
+        if options.start == "resume" and position is not None:
+            pass
+        elif options.start in ("beginning", "resume"):
+            position = VbucketPosition()
+        else:
+            log = self._failover_log(conn, vb)
+            seqno = high[vb] if options.start == "now" else int(options.start)
+            position = VbucketPosition(log[0].vbucket_uuid if log else 0, seqno, seqno, seqno, log)
+        progress.state.vbuckets[vb] = position
+        if options.until == "now":
+            progress.ends[vb] = high[vb]
+        elif options.until != "forever":
+            progress.ends[vb] = int(options.until)
 
     def _high_seqnos(self, conn: Connection) -> dict[int, int]:
         reply = conn.check(Opcode.GET_ALL_VB_SEQNOS)
@@ -366,14 +406,17 @@ class Streamer:
         reroutes = self.progress.reroutes
         tries = reroutes[vb] = reroutes.get(vb, 0) + 1
         if tries > MAX_REROUTES:
-            raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without an item (NotMyVbucket or "
-                              "ended streams): the cluster map keeps pointing at a node that does not serve it",
+            raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without an item (NotMyVbucket, "
+                              "ended streams or not listed): the cluster map keeps pointing at a node that does not "
+                              "serve it",
                               ExitCode.PROTOCOL)
         if tries > 1:
             self.before_wait()
             time.sleep(REROUTE_WAIT * 2 ** (tries - 2))
-        any_node = next(iter(self.nodes.values()))
-        seed = self._connect(any_node.conn.host, any_node.conn.port)
+        # any node serves the map; before the first DCP connection (its vbuckets all unlisted), the seed does
+        any_node = next(iter(self.nodes.values()), None)
+        seed = self._connect(*((any_node.conn.host, any_node.conn.port) if any_node else (self.seed_host,
+                                                                                          self.seed_port)))
         try:
             self._map(seed)
         finally:
@@ -432,6 +475,16 @@ class Streamer:
         lasts = [row["last_offset"] for row in rows if row["last_offset"] is not None]
         return rows, {"vbucket": "total", "items": total, "rate": round(total / elapsed, 1),
                       "first_offset": min(firsts, default=None), "last_offset": max(lasts, default=None)}
+
+
+def noop_interval_of(value: str) -> float | None:
+    """``set_noop_interval``'s value as seconds (kv_engine reads a float), or None unless finite and above 0:
+    the dead-connection check must have an interval to wait 2.5 times."""
+    try:
+        seconds = float(value) if value.isascii() and "_" not in value else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _stream_value(options: StreamOptions) -> bytes:

@@ -12,7 +12,7 @@ from typing import Annotated, Final
 import typer
 
 from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, Connection, TlsOptions, split_host
-from dcpctl.client.streamer import vbucket_map
+from dcpctl.client.streamer import noop_interval_of, vbucket_map
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -56,6 +56,14 @@ def window_of(value: str, option: str) -> int:
     if value.isascii() and value.isdigit() and int(value) <= MAX_BUFFER_SIZE:
         return int(value)
     raise CommandError(f"{option}: a number of bytes from 0 to {MAX_BUFFER_SIZE}, not {value!r}", ExitCode.USAGE)
+
+
+def noop_interval_of_option(value: str, option: str) -> float:
+    """A noop interval in seconds (``--control set_noop_interval``): a usage error unless a number above 0."""
+    seconds = noop_interval_of(value)
+    if seconds is None:
+        raise CommandError(f"{option}: a number of seconds above 0, not {value!r}", ExitCode.USAGE)
+    return seconds
 
 
 HostArgument = Annotated[str, typer.Argument(help="A data node: HOST, HOST:PORT or [IPv6]:PORT (default port "

@@ -19,7 +19,15 @@ import typer
 from dcpctl.client.connection import AddressError, Connection
 from dcpctl.client.state import StateError, check_writable
 from dcpctl.client.streamer import DEFAULT_BUFFER, DEFAULT_NOOP_INTERVAL, SAVE_EVERY_ITEMS, Streamer, StreamOptions
-from dcpctl.commands._live import MAX_BUFFER_SIZE, HostArgument, Login, client_errors, seqno_or, window_of
+from dcpctl.commands._live import (
+    MAX_BUFFER_SIZE,
+    HostArgument,
+    Login,
+    client_errors,
+    noop_interval_of_option,
+    seqno_or,
+    window_of,
+)
 from dcpctl.commands._options import (
     Base64Option,
     LocalTimeOption,
@@ -138,12 +146,15 @@ def stream(
         controls[name] = value
     if "connection_buffer_size" in controls:  # the window acknowledgements are counted against
         buffer_size = window_of(controls["connection_buffer_size"], "--control connection_buffer_size")
+    noop_seconds: float = noop_interval
+    if "set_noop_interval" in controls:  # the interval the dead-connection check waits for
+        noop_seconds = noop_interval_of_option(controls["set_noop_interval"], "--control set_noop_interval")
     options = StreamOptions(
         login.bucket, login.user, login.password(env), login.sasl_mech, login.tls_options(), login.timeout,
         parse_ranges(vbuckets) if vbuckets else None, start,
         until, _hex_list(collections, "--collections") if collections else None,
         _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
-        noop_interval, count, on_rollback.value, state, save_items,
+        noop_seconds, count, on_rollback.value, state, save_items,
         quiet=summary and fmt is None and template is None and write is None,
         max_scram_iterations=login.max_scram_iterations)
     output = env.output_format(fmt, Format.PRETTY, Format.JSONL)

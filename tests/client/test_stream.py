@@ -495,7 +495,12 @@ def test_an_unanswered_stream_request_is_a_timeout_not_a_hang(tmp_path: Path) ->
     assert err.count("\n") == 1
 
 
-def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("until", "told"), [
+    ("forever", "NotMyVbucket; reading the cluster map again"),  # the stream request finds it out
+    ("now", "does not list it in GET_ALL_VB_SEQNOS"),  # the high seqnos --until now reads find it out first
+])
+def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch, until: str,
+                                                                 told: str) -> None:
 
     real = streamer.vbucket_map
 
@@ -506,11 +511,11 @@ def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pyt
     monkeypatch.setattr(streamer, "vbucket_map", stale)
     monkeypatch.setattr(streamer, "REROUTE_WAIT", 0.001)
     with serving("--vbuckets", "2", "--items", "20", "--nodes", "2") as server:
-        code, _, err = stream(server, "--until", "now")
+        code, _, err = stream(server, "--until", until)
     assert code == ExitCode.PROTOCOL, err
     assert f"asked again {streamer.MAX_REROUTES} times" in err
     # each answer is reported; the one after the last try is reported, then given up on
-    assert err.count("NotMyVbucket; reading the cluster map again") == streamer.MAX_REROUTES + 1
+    assert err.count(told) == streamer.MAX_REROUTES + 1
 
 
 def test_a_busy_node_does_not_starve_another(tmp_path: Path) -> None:
@@ -636,3 +641,55 @@ def test_compare_names_a_branch_that_begins_below_the_earlier_high_seqno() -> No
     later = dump_logs([{"vbucket": 0, "failover_log": [{"vbucket_uuid": 22, "seqno": 500},
                                                       {"vbucket_uuid": 11, "seqno": 0}], "high_seqno": 530}])
     assert [c.kind for c in compare(before, later)] == ["new_entries"]  # nothing the earlier dump saw is lost
+
+
+def test_until_now_follows_a_vbucket_that_moved_during_start_up(tmp_path: Path) -> None:
+    """vbucket 1 leaves node 1 after the first item node 0 sends, before node 1 lists its high seqnos: node 1 has
+    no high seqno for it, so it is asked from node 0, to node 0's high seqno (never to a made-up 0, skipped)."""
+    plan = tmp_path / "move.toml"
+    plan.write_text('[[event]]\naction = "move"\nvbucket = 1\nnode = 0\nafter_items = 1\n')
+    with serving("--nodes", "2", "--vbuckets", "4", "--items", "80", "--scenario", str(plan)) as server:
+        code, records, err = stream(server, "--until", "now")
+    assert code == ExitCode.OK, err
+    assert "vbucket 1: " in err  # said, whichever way it was found out (not listed, or NotMyVbucket)
+    assert sorted(items(records)) == [(vb, s) for vb in range(4) for s in range(1, 21)]
+
+
+def test_until_now_ends_where_a_failover_cut_the_history_without_a_rollback(tmp_path: Path) -> None:
+    """vbucket 1 has sent nothing yet when a failover cuts its history to 5 (below the 20 read at start): its
+    stream ends (StateChanged) and is asked again from 0, which needs no rollback; it ends at 5, its new high
+    seqno, instead of waiting for ever for 6-20."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    plan = tmp_path / "failover.toml"
+    plan.write_text('[[event]]\naction = "failover"\nvbucket = 1\nseqno = 5\nafter_items = 20\n')
+    with serving("--vbuckets", "2", "--items", "40", "--scenario", str(plan)) as server:
+        try:  # in a process of its own: without the fix it never ends
+            done = subprocess.run([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}", "-F",
+                                   "jsonl", "--timeout", "5", "--until", "now"], capture_output=True, text=True,
+                                  env={**os.environ, "DCPCTL_PASSWORD": "password"}, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail("--until now waited for ever for seqnos the failover cut away")
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert "stream ended (StateChanged); asking again from 0" in done.stderr  # the path without a rollback
+    assert "roll back" not in done.stderr
+    assert "is 5, below the 20 read at start" in done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert sorted(items(records)) == [(0, s) for s in range(1, 21)] + [(1, s) for s in range(1, 6)]
+
+
+def test_the_dead_connection_check_follows_a_noop_interval_given_as_a_control(tmp_path: Path) -> None:
+    """--control set_noop_interval=10 is what the server is told: 4 s of silence is no dead connection, though
+    --noop-interval 1 alone would call it dead after 2.5 s."""
+    plan = tmp_path / "late.toml"
+    plan.write_text('[[event]]\naction = "mutate"\nvbucket = 0\ncount = 1\nafter_seconds = 5\n')
+    with serving("--vbuckets", "1", "--items", "10", "--scenario", str(plan)) as server:
+        code, records, err = stream(server, "--from", "now", "--count", "1", "--noop-interval", "1",
+                                    "--control", "set_noop_interval=10")
+        assert code == ExitCode.OK, err
+        assert items(records) == [(0, 11)]
+        code, _, err = stream(server, "--control", "set_noop_interval=0")
+    assert code == ExitCode.USAGE
+    assert "--control set_noop_interval: a number of seconds above 0" in err
