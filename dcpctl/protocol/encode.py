@@ -6,8 +6,9 @@ malformed bytes; ``fix_lengths`` recomputes them from the content instead (for h
 
 from __future__ import annotations
 
+import base64
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from construct import ConstructError
@@ -83,18 +84,31 @@ def _hex(value: Any, name: str) -> bytes:
         raise EncodeError(f"{name} is not hex") from None
 
 
+def _base64(value: str) -> bytes:
+    return base64.b64decode(value, validate=True)
+
+
+# What a record's ``*_encoding`` may say: hex (the JSON output's) or base64 (``--base64``'s). Absent means
+# text; any other word is refused, as reading it as text would write the encoded form as the bytes.
+BINARY_ENCODINGS: Final[Mapping[str, Callable[[str], bytes]]] = {"hex": bytes.fromhex, "base64": _base64}
+
+
 def _bytes(rec: Mapping[str, Any], name: str) -> bytes:
     value = rec.get(name)
     if value is None:
         return b""
     if not isinstance(value, str):
         raise EncodeError(f"{name} must be a string")
-    if rec.get(f"{name}_encoding") == "hex":
-        try:
-            return bytes.fromhex(value)
-        except ValueError:
-            raise EncodeError(f"{name} is marked hex but is not hex") from None
-    return _text(value, name)
+    encoding = rec.get(f"{name}_encoding")
+    if encoding is None:
+        return _text(value, name)
+    decoder = BINARY_ENCODINGS.get(encoding) if isinstance(encoding, str) else None
+    if decoder is None:
+        raise EncodeError(f"{name}_encoding {brief(encoding)} is not one of {', '.join(BINARY_ENCODINGS)}")
+    try:
+        return decoder(value)
+    except ValueError:  # binascii.Error is one
+        raise EncodeError(f"{name} is marked {encoding} but is not {encoding}") from None
 
 
 def _code(vocab: Vocabulary, value: Any, what: str, bits: int) -> int:
@@ -304,7 +318,8 @@ def _key(rec: Mapping[str, Any], variant: Variant | None) -> bytes:
 def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
            extras: bytes) -> bytes:
     kind = variant.value if variant else ValueKind.RAW
-    if kind is ValueKind.GRAMMAR and variant is not None and rec.get("value_encoding") != "hex":
+    # a value given in an encoding is its raw bytes (a grammar that did not parse); fields build the rest
+    if kind is ValueKind.GRAMMAR and variant is not None and rec.get("value_encoding") is None:
         extras_fields = variant.layout.unpack(extras) if variant.layout and extras else {}
         length = _grammar_length_hint(rec, variant)
         grammar = value_grammar(variant, extras_fields, length)

@@ -56,6 +56,25 @@ def test_jsonl_then_encode_gives_the_bytes_back() -> None:
     assert bytes.fromhex("".join(encoded.out.getvalue().split())) == SAMPLE.read_bytes()
 
 
+def test_base64_jsonl_then_encode_gives_the_bytes_back() -> None:
+    """--base64 records are read as base64: the text was written as the bytes (a key's collection prefix)."""
+    decoded = Run(["hexdump", "--base64", "-F", "jsonl", str(SAMPLE)])
+    assert decoded.code == ExitCode.OK
+    assert any(r.get("key_encoding") == "base64" for r in decoded.records)
+    encoded = Run(["encode"], stdin=decoded.out.getvalue().encode())
+    assert (encoded.code, encoded.err.getvalue()) == (ExitCode.OK, "")
+    assert bytes.fromhex("".join(encoded.out.getvalue().split())) == SAMPLE.read_bytes()
+
+
+def test_an_unknown_encoding_is_refused_not_written_as_text() -> None:
+    record = {"magic": "ClientRequest", "opcode": "DCP_NOOP", "key": "//4=", "key_encoding": "base85"}
+    encoded = Run(["encode"], stdin=json.dumps(record).encode())
+    assert encoded.code == ExitCode.INPUT
+    assert encoded.out.getvalue() == ""
+    assert encoded.err.getvalue() == \
+        "dcpctl: error: record 1: key_encoding 'base85' is not one of hex, base64\n"
+
+
 def test_json_array_output_is_one_document() -> None:
     run = Run(["hexdump", "-F", "json", str(SAMPLE)])
     data = json.loads(run.out.getvalue())

@@ -20,6 +20,7 @@ from dcpctl.protocol.encode import EncodeError, encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.env import Environment
+from dcpctl.render.jsonl import to_base64
 from dcpctl.render.output import Format, emit
 from dcpctl.render.record import record as record_of
 from dcpctl.sources.packets import read_items
@@ -79,6 +80,7 @@ def test_every_reader_and_renderer_takes_any_packet(raw: bytes) -> None:
         record = record_of(msg)
         if 24 <= len(raw) <= 24 + total and "value_redacted" not in record:  # what a framer hands over
             assert encode(record) == raw, raw.hex()
+            assert encode(to_base64(record)) == raw, raw.hex()  # as --base64 prints it
         for fmt in (Format.PRETTY, Format.HEXDUMP):
             shown = _rendered(decode(raw, 0, options), fmt)
             assert "\x1b" not in shown

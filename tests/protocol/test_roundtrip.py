@@ -14,6 +14,7 @@ from dcpctl.protocol import grammar
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.registry import DIALECTS, UPR_DRAFT_ROWS
+from dcpctl.render.jsonl import to_base64
 from dcpctl.render.record import record as record_of
 
 VARIANTS = every_variant()
@@ -31,6 +32,7 @@ def test_variant_round_trips(name: str, spec: Any, variant: Any, data: st.DataOb
     assert message.variant is variant, (message.variant, record_of(message)["diagnostics"])
     again = record_of(message)
     assert encode(again, dialect) == wire
+    assert encode(to_base64(again), dialect) == wire
     for field in ("key", "by_seqno", "failover_log", "xattrs"):
         if field in record:
             missing = "" if field == "key" else None
