@@ -35,7 +35,7 @@ from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.lines import PlainLines
-from dcpctl.render.output import Format, emit
+from dcpctl.render.output import Format, as_written, emit
 from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import Item, decode_segments
 from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
@@ -158,7 +158,8 @@ def capture(
             for item in decode_segments(segments, options, ports, max_body_length, max_connections,
                                         PlainLines() if lines else None):
                 yield item
-                if isinstance(item, Observed) and (line_template is None or line_template.fits(record_of(item))):
+                if isinstance(item, Observed) and (line_template is None or line_template.fits(
+                        as_written(record_of(item), base64))):
                     printed += 1
                     if count is not None and printed >= count:
                         break

@@ -38,7 +38,7 @@ from dcpctl.protocol.nearest import did_you_mean
 from dcpctl.protocol.registry import OPCODE_MAX, opcode_names
 from dcpctl.render.env import Environment
 from dcpctl.render.lines import PlainLines
-from dcpctl.render.output import Format, Stats, emit
+from dcpctl.render.output import Format, Stats, as_written, emit
 from dcpctl.render.progress import file_progress
 from dcpctl.render.record import record as record_of
 from dcpctl.render.summary import print_summary
@@ -111,7 +111,7 @@ def decode(
 
     def wanted(msg: Observed) -> bool:
         record = record_of(msg)
-        if line_template is not None and not line_template.fits(record):
+        if line_template is not None and not line_template.fits(as_written(record, base64)):
             return False
         if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
             return False

@@ -2,8 +2,9 @@
 
 Parsed with the standard library's ``ast`` (Python expression syntax) and evaluated by walking a
 whitelist of node types: comparisons, ``and``/``or``/``not``, field names, literals, lists/tuples for
-``in``, and ``field.sub`` for nested objects. Nothing is ever passed to ``eval``; any other syntax is
-rejected with a one-line error. A missing field makes its comparison false.
+``in``, and ``field.sub`` for nested objects, also inside a string field holding a JSON object (a document's
+``value``, as ``value.name``). Nothing is ever passed to ``eval``; any other syntax is rejected with a
+one-line error. A missing field makes its comparison false.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import re
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
+
+import orjson
 
 from dcpctl.protocol.nearest import did_you_mean
 
@@ -65,7 +68,7 @@ def compile_filter(text: str, fields: Collection[str] | None = None) -> Predicat
     patterns = _check(tree.body, fields)
 
     def predicate(record: Mapping[str, Any]) -> bool:
-        return bool(_eval(tree.body, record, patterns))
+        return bool(_eval(tree.body, record, patterns, {}))
 
     return predicate
 
@@ -124,29 +127,54 @@ def _checked_call(node: ast.Call) -> dict[ast.Call, re.Pattern[str]]:
         raise FilterError(f"matches(): regex too big or too deep ({exc!s})") from None
 
 
-def _field(node: ast.AST, record: Mapping[str, Any]) -> Any:
+# A record's parsed JSON documents, by the id of the string holding each: one record's evaluation parses a
+# value once however many comparisons reach into it (the record holds the strings, so the ids stay theirs)
+_Documents = dict[int, Any]
+
+
+def _document(text: str, documents: _Documents) -> Any:
+    """The JSON object a string holds (a document's value, JSON by its datatype or not), else _MISSING:
+    text that is not a JSON object has no fields, as a number has none."""
+    found = documents.get(id(text))
+    if found is None:
+        found = _MISSING
+        if text.lstrip()[:1] == "{":  # a key, hex or plain text is not parsed at all
+            try:
+                parsed = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                found = parsed
+        documents[id(text)] = found
+    return found
+
+
+def _field(node: ast.AST, record: Mapping[str, Any], documents: _Documents) -> Any:
     if isinstance(node, ast.Name):
         if node.id in _LITERALS:
             return _LITERALS[node.id]
         return record.get(node.id, _MISSING)
     assert isinstance(node, ast.Attribute)
-    base = _field(node.value, record)
+    base = _field(node.value, record, documents)
+    if isinstance(base, str):
+        base = _document(base, documents)
     return base.get(node.attr, _MISSING) if isinstance(base, Mapping) else _MISSING
 
 
-def _eval(node: ast.AST, record: Mapping[str, Any], patterns: dict[ast.Call, re.Pattern[str]]) -> Any:
+def _eval(node: ast.AST, record: Mapping[str, Any], patterns: dict[ast.Call, re.Pattern[str]],
+          documents: _Documents) -> Any:
     if isinstance(node, ast.BoolOp):
-        values = (_eval(v, record, patterns) for v in node.values)
+        values = (_eval(v, record, patterns, documents) for v in node.values)
         return all(values) if isinstance(node.op, ast.And) else any(values)
     if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, record, patterns)
+        value = _eval(node.operand, record, patterns, documents)
         if isinstance(node.op, ast.Not):
             return not value
         return -value if isinstance(value, int | float) else _MISSING
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, record, patterns)
+        left = _eval(node.left, record, patterns, documents)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = _eval(right_node, record, patterns)
+            right = _eval(right_node, record, patterns, documents)
             if left is _MISSING or right is _MISSING:
                 return False
             try:
@@ -159,13 +187,13 @@ def _eval(node: ast.AST, record: Mapping[str, Any], patterns: dict[ast.Call, re.
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.List | ast.Tuple):
-        return [_eval(e, record, patterns) for e in node.elts]
+        return [_eval(e, record, patterns, documents) for e in node.elts]
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)
-        value = _eval(node.args[0], record, patterns)
+        value = _eval(node.args[0], record, patterns, documents)
         if node.func.id == "exists":
             return value is not _MISSING
         return isinstance(value, str) and patterns[node].search(value) is not None
     if isinstance(node, ast.Name | ast.Attribute):
-        return _field(node, record)
+        return _field(node, record, documents)
     raise FilterError(f"{type(node).__name__} is not allowed in a filter")

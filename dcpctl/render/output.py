@@ -53,6 +53,12 @@ def notice_text(item: Skipped | Diagnostic) -> str:
     return f"skipped_bytes: {item.length} bytes at offset {item.offset}: {what}"
 
 
+def as_written(record: dict[str, Any], base64: bool) -> dict[str, Any]:
+    """The record as JSON output and templates write it; a template fits this one (a key's base64 is not as
+    long as its hex, so '{key[9]}' may reach in one and not the other)."""
+    return jsonl.to_base64(record) if base64 else record
+
+
 def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt: Format, env: Environment, *,
          base64: bool = False, live: bool = False, max_field_bytes: int = MAX_FIELD_BYTES,
          local_time: bool = False, template: Template | None = None) -> Stats:
@@ -108,9 +114,9 @@ def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt
 
     if template is not None:
         for item in messages():
-            record = record_of(item)
+            record = as_written(record_of(item), base64)
             if template.fits(record):
-                env.stdout.write(template.line(jsonl.to_base64(record) if base64 else record) + "\n")
+                env.stdout.write(template.line(record) + "\n")
                 if live:
                     env.stdout.flush()
             count_errors(item)

@@ -81,14 +81,26 @@ def _compiled(template: str, depth: int = _SPEC_DEPTH) -> list[_Part]:
     return parts
 
 
-def _names(parts: list[_Part]) -> frozenset[str]:
-    found: set[str] = set()
+def _fields(parts: list[_Part]) -> frozenset[tuple[str, tuple[int | str, ...]]]:
+    """Every field the parts name, with its indexes, those of format specs included."""
+    found: set[tuple[str, tuple[int | str, ...]]] = set()
     for _, field, _, spec in parts:
         if field is not None:
-            found.add(field[0])
+            found.add(field)
         if not isinstance(spec, str):
-            found |= _names(spec)
+            found |= _fields(spec)
     return frozenset(found)
+
+
+def _reaches(value: Any, indexes: tuple[int | str, ...]) -> bool:
+    """Whether the indexes lead somewhere in the value: '{value[0]}' of an empty value, '{vbucket[0]}' of a
+    number or '{failover_log[5]}' of a shorter log is a field the message does not have."""
+    for index in indexes:
+        try:
+            value = value[index]
+        except (IndexError, KeyError, TypeError):
+            return False
+    return True
 
 
 def _render(parts: list[_Part], record: Mapping[str, Any]) -> str:
@@ -114,8 +126,9 @@ def _render(parts: list[_Part], record: Mapping[str, Any]) -> str:
 
 class Template:
     """A checked template, compiled once. A message is written only when its record has every field the
-    template names: '{key} {by_seqno}' writes items, not a line of blanks for each snapshot marker, stream end
-    and noop (as awk prints what matches); commands count and summarise only the messages that fit."""
+    template names, and every index it takes into them: '{key} {by_seqno}' writes items, not a line of blanks
+    for each snapshot marker, stream end and noop (as awk prints what matches), and '{value[0]}' skips the
+    empty values; commands count and summarise only the messages that fit."""
 
     def __init__(self, text: str) -> None:
         """Refuses at once a template whose braces do not parse, that names an unknown field, names fields by
@@ -124,10 +137,14 @@ class Template:
             self._parts = _compiled(text)
         except ValueError as exc:
             raise TemplateError(str(exc)) from None
-        self.needed = _names(self._parts)
+        fields = _fields(self._parts)
+        self.needed = frozenset(name for name, _ in fields)
+        self._indexed = tuple((name, indexes) for name, indexes in fields if indexes)
 
     def fits(self, record: Mapping[str, Any]) -> bool:
-        return self.needed <= record.keys()
+        """Whether the record has every field named, and every index into them leads somewhere."""
+        return self.needed <= record.keys() and all(_reaches(record[name], indexes)
+                                                    for name, indexes in self._indexed)
 
     def line(self, record: Mapping[str, Any]) -> str:
         """The record's line (no line break), for a record that :meth:`fits`."""

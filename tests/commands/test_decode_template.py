@@ -98,6 +98,41 @@ def test_a_value_that_does_not_fit_its_spec_stops_with_one_line() -> None:
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_index_past_the_end_skips_the_message_not_the_run(jobs: str) -> None:
+    """'{value[0]}' of a deletion's empty value (and '{vbucket[0]}' of a number) is a field the message does
+    not have: it is skipped quietly, as a message without the field is."""
+    code, out, err = run("decode", "-j", jobs, "-f", "{opcode} {value[0]}", str(SAMPLE))
+    assert (code, err) == (ExitCode.OK, "")
+    expected = [f"{r['opcode']} {r['value'][0]}" for r in records(str(SAMPLE)) if isinstance(r.get("value"), str)
+                and r["value"]]
+    assert "DCP_DELETION" not in out
+    assert out.splitlines() == expected
+    code, out, err = run("decode", "-j", jobs, "-f", "{vbucket[0]}", str(SAMPLE))
+    assert (code, out, err) == (ExitCode.OK, "", "")
+
+
+def test_count_counts_the_messages_an_index_reaches_in_base64() -> None:
+    """-c counts the lines written, the index tried on the key as written (base64 is longer than the text)."""
+    code, out, err = run("decode", "--base64", "-c", "1", "-f", "{key[15]}", str(SAMPLE))
+    keys = [r["key"] for r in records("--base64", str(SAMPLE)) if isinstance(r.get("key"), str) and len(r["key"]) > 15]
+    assert (code, err) == (ExitCode.OK, "")
+    assert out.splitlines() == [keys[0][15]]
+
+
+def test_stream_skips_a_message_an_index_does_not_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    with serving("--vbuckets", "1", "--items", "3") as server:
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{key[0]} {by_seqno[0]}"], env)
+        assert (code, out.getvalue(), err.getvalue()) == (ExitCode.OK, "", "")
+        code = main(["stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{opcode} {key[0]}"], env)
+    assert (code, err.getvalue()) == (ExitCode.OK, "")
+    assert len(out.getvalue().splitlines()) == 3
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
 def test_capture_writes_the_lines_live_and_counts_them(tmp_path: Path) -> None:
     printed = tmp_path / "lines"

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpctl.cli import main
+from dcpctl.dcp import filterexpr
 from dcpctl.dcp.filterexpr import FilterError, compile_filter
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
@@ -43,6 +44,69 @@ RECORD = {"opcode": "DCP_MUTATION", "by_seqno": 150, "vbucket": 12, "key": "airl
 ])
 def test_expressions(expression: str, expected: bool) -> None:
     assert compile_filter(expression)(RECORD) is expected
+
+
+DOCUMENT = {**RECORD, "datatype": 1, "value": '{"name":"Air France","iata":"AF","geo":{"alt":12},"tags":[1]}'}
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ('value.name == "Air France"', True),
+    ('value.name != "Air France"', False),
+    ("exists(value.name)", True),
+    ("exists(value.country)", False),
+    ("value.geo.alt > 10", True),
+    ('matches(value.iata, "^A")', True),
+    ("value.tags == [1]", True),
+    ("exists(value.tags.x)", False),  # a list has no fields
+    ("exists(key.x)", False),  # a string that is not a JSON document has none either
+    ('value.name == "Air France" and opcode == "DCP_MUTATION"', True),
+])
+def test_a_dotted_path_reaches_into_a_json_document_held_as_text(expression: str, expected: bool) -> None:
+    """The record's value is the document's JSON text: value.name is the document's name (man dcpctl-decode)."""
+    assert compile_filter(expression)(DOCUMENT) is expected
+
+
+@pytest.mark.parametrize("value", [
+    '{"name":"Air France"', "not json", '["Air France"]', '"Air France"', "", '{"name":"\ud800"}x',
+    "7b226e616d65223a2241697220467261e6e6365227d",  # hex: a value that is not text
+])
+def test_a_value_that_is_not_a_json_object_has_no_fields(value: str) -> None:
+    for expression in ('value.name == "Air France"', 'value.name != "Air France"', "exists(value.name)"):
+        assert compile_filter(expression)({**DOCUMENT, "datatype": 0, "value": value}) is False, expression
+
+
+def test_a_document_is_parsed_once_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = filterexpr.orjson.loads
+
+    def counting(text: str) -> Any:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(filterexpr.orjson, "loads", counting)
+    predicate = compile_filter('exists(value.name) and value.iata == "AF" and value.geo.alt > 1 and '
+                               'not matches(value.name, "x") and exists(key.nope) == false')
+    assert predicate(DOCUMENT) is True
+    assert calls == [DOCUMENT["value"]]
+    other = {**DOCUMENT, "value": '{"name":"Q5","iata":"Q5","geo":{"alt":2}}'}
+    assert predicate(other) is False  # the next record's own document, not the last one's
+    assert calls == [DOCUMENT["value"], other["value"]]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize(("expression", "keys"), [
+    ('value.name == "Air France"', ["airline_137"]),
+    ("exists(value.name)", ["airline_10", "airline_137"]),
+    ('value.iata == "Q5" or value.name == "Air France"', ["airline_10", "airline_137"]),
+])
+def test_decode_filters_on_a_field_of_the_document(jobs: str, expression: str, keys: list[str]) -> None:
+    for output in (["-f", "{key}"], ["-F", "jsonl"]):
+        out = io.StringIO()
+        env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                          stderr_isatty=False, color=False)
+        assert main(["decode", "-j", jobs, "-Y", expression, *output, str(SAMPLE)], env) == ExitCode.OK
+        lines = out.getvalue().splitlines()
+        assert (lines if output[0] == "-f" else [json.loads(line)["key"] for line in lines]) == keys
 
 
 @pytest.mark.parametrize("expression", [

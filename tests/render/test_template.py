@@ -4,6 +4,7 @@ one line per message whatever its text, and no way out of the record."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -77,6 +78,32 @@ def test_only_records_with_every_named_field_fit() -> None:
     assert template.fits(MUTATION)
     assert not template.fits(STREAM_REQ)
     assert Template("{failover_log[0]}").fits(STREAM_REQ)
+
+
+@pytest.mark.parametrize("text", [
+    "{value[0]}",                              # an empty value (a deletion's)
+    "{key[40]}",                               # past the end of the text
+    "{failover_log[2]}",                       # past the end of the list
+    "{failover_log[0][nope]}",                 # a key the object does not have
+    "{failover_log[seqno]}",                   # a list indexed by a name
+    "{key[seqno]}",                            # text indexed by a name
+    "{vbucket[0]}",                            # a number: not indexable
+    "{diagnostics[0]}",                        # an empty list
+    "{opcode:>{failover_log[9][seqno]}}",      # inside a format spec too
+])
+def test_an_index_that_leads_nowhere_does_not_fit(text: str) -> None:
+    """A field the message does not have, as a missing one: the message is skipped, not the run stopped."""
+    record = {**MUTATION, **STREAM_REQ, "value": ""}
+    template = Template(text)
+    assert not template.fits(record)
+    assert Template(re.sub(r"\[[^\]]*\]", "", text)).fits(record)  # the fields themselves are there
+
+
+def test_an_index_that_leads_somewhere_fits_and_is_written() -> None:
+    template = Template("{key[0]}{key[9]} {failover_log[1][seqno]} {opcode:>{failover_log[0][seqno]}}")
+    record = {**MUTATION, **STREAM_REQ}
+    assert template.fits(record)
+    assert template.line(record) == "a0 0 " + "DCP_STREAM_REQ".rjust(200)
 
 
 @pytest.mark.parametrize(("text", "why"), [
