@@ -141,6 +141,7 @@ class Progress:
     first_ts: float | None = None  # when the first stream message was read (--summary's time 0)
     reroutes: dict[int, int] = field(default_factory=dict)  # vbucket -> times asked again since its last item
     opaque: int = FIRST_OPAQUE
+    past_until: set[int] = field(default_factory=set)  # vbuckets whose start was past --until: said once
 
     def __post_init__(self) -> None:
         self.save_at = self.save_items
@@ -442,6 +443,12 @@ class Consumer:
             if log:
                 position.failover_log = log
                 position.vbucket_uuid = log[0].vbucket_uuid
+            # said once the server accepts the start: a Rollback answer may still bring it below the end
+            until, start = self.progress.ends.get(vbucket), stream.request.start_seqno
+            if until is not None and start > until and vbucket not in self.progress.past_until:
+                self.progress.past_until.add(vbucket)
+                self._events.append(Notice(f"vbucket {vbucket}: resumes at {start}, past --until {until}: "
+                                           "nothing to stream"))
             return
         del self.streams[msg.opaque]
         if status == Status.ROLLBACK:

@@ -5,8 +5,10 @@ Format (JSON, documented in dcpctl-stream(1)):
 "snap_end_seqno", "failover_log": [{"vbucket_uuid", "seqno"}, ...]}}}``. ``seqno`` is the last item
 delivered to the output, so a resume asks from it and every item arrives exactly once. Writes go to a
 temporary file in the same directory, are flushed and fsynced, then renamed over the old file: a crash
-leaves the old state or the new one, never half of either. A file that cannot be read or written is a
-:class:`StateError` naming it, never an ``OSError`` (which the caller could take for the network's).
+leaves the old state or the new one, never half of either. A symlink is written through: the temporary
+file goes in its target's directory and replaces the target, the link kept. A file that cannot be read or
+written is a :class:`StateError` naming it, never an ``OSError`` (which the caller could take for the
+network's).
 """
 
 from __future__ import annotations
@@ -98,18 +100,21 @@ def load(path: Path, bucket: str) -> State:
     return state
 
 
-def _directory(path: Path) -> Path:
-    return path.parent if str(path.parent) else Path(".")
+def _target(path: Path) -> Path:
+    """Where a save writes: a symlink's target, resolved once per save, so the rename replaces the target (on
+    the link's path it would make the link a regular file and leave the target stale) from its own file system."""
+    return Path(os.path.realpath(path))
 
 
 def check_writable(path: Path) -> None:
     """That the state can be saved where asked, found before connecting: a file is made in its directory
     (as every save does) and removed."""
-    directory = _directory(path)
+    target = _target(path)
+    directory = target.parent
     if not directory.is_dir():
         raise StateError(f"{path}: no such directory to save it in")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
     except OSError as exc:
         raise StateError(f"{path}: cannot save the state in {directory}: {exc.strerror}") from None
     os.close(fd)
@@ -119,9 +124,10 @@ def check_writable(path: Path) -> None:
 def save(path: Path, state: State) -> None:
     """Write atomically: temporary file, fsync, rename (and fsync the directory). A failure (a full or
     read-only disk) leaves the file as it was and is a :class:`StateError` naming it."""
-    directory = _directory(path)
+    target = _target(path)
+    data = orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     try:
-        _save(path, directory, orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        _save(target, target.parent, data)
     except OSError as exc:
         raise StateError(f"{path}: cannot save the state: {exc.strerror or exc}") from None
 

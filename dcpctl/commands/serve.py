@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import signal
@@ -28,8 +29,8 @@ from dcpctl.safetext import shown
 
 # The highest TCP port: node i listens on the first port + i, so the last node's port must not pass it.
 MAX_PORT: Final = 65535
-DEV_NOTE = ("Development defaults: bucket 'default', user Administrator, password 'password', loopback only. "
-            "Not a database: documents live in memory until it stops.")
+DEFAULT_PASSWORD: Final = "password"  # noqa: S105 - the documented development default, like Couchbase's samples
+DEV_NOTE: Final = "For development, not a database: documents live in memory until it stops."
 
 
 def serve(
@@ -46,7 +47,7 @@ def serve(
     password: Annotated[str, typer.Option("--password", help="Its password (development default; see "
                                           "--password-env to keep a real one off the command line).",
                                           metavar="PASSWORD")]
-    = "password",  # noqa: S107 - the documented development default, like Couchbase's own samples
+    = DEFAULT_PASSWORD,
     password_env: Annotated[str | None, typer.Option("--password-env", help="Read the password from this "
                                                      "environment variable instead.", metavar="VAR")] = None,
     vbuckets: Annotated[int, typer.Option("--vbuckets", min=1, max=1024, help="vbuckets in the bucket.",
@@ -105,10 +106,14 @@ def serve(
     Development defaults: bucket 'default', user Administrator, password 'password', loopback only.
     """
     env = env_of(ctx)
+    # the banner names the password only when it is the built-in one: anything else may be a real secret
+    said = f"password {DEFAULT_PASSWORD!r} (the default)" if password == DEFAULT_PASSWORD else \
+        "the password given with --password"
     if password_env is not None:
         if password_env not in os.environ:
             raise CommandError(f"--password-env: {password_env} is not set", ExitCode.USAGE)
         password = os.environ[password_env]
+        said = f"the password from ${shown(password_env)}"
     if (tls_cert is None) != (tls_key is None):
         raise CommandError("--tls-cert and --tls-key go together", ExitCode.USAGE)
     # refused here, as a usage error: binding would fail on the first node past 65535 with an OverflowError
@@ -151,20 +156,23 @@ def serve(
                         ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
                                      max_send_queue_size, max_unauthenticated_packet_size, max_item_size), log)
     try:
-        asyncio.run(_serve(emulator, env.stdout, tls is not None))
+        asyncio.run(_serve(emulator, env.stdout, tls is not None, f"user {user!r}, {said}"))
     except OSError as exc:
         raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", ExitCode.CONNECTION) from None
 
 
-async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
+async def _serve(emulator: Emulator, out: Any, tls: bool, login: str) -> None:
+    """Listens, then prints the ports and what is in effect (``login``: the user and where the password came
+    from); serves until SIGINT or SIGTERM."""
     addresses = await emulator.start_listening()
     for index, (host, bound) in enumerate(addresses):
         line = f"dcpctl serve: node {index} listening on {host}:{bound}"
         if tls and emulator.cluster.tls_ports:
             line += f" (TLS on {emulator.cluster.tls_ports[index]})"
         out.write(line + "\n")
+    where = ", loopback only" if all(_loopback(host) for host, _ in addresses) else ""
     out.write(f"dcpctl serve: bucket {emulator.bucket.name!r}, {len(emulator.bucket.vbuckets)} vbuckets, "
-              f"{sum(vb.high_seqno for vb in emulator.bucket.vbuckets)} items. {DEV_NOTE}\n")
+              f"{sum(vb.high_seqno for vb in emulator.bucket.vbuckets)} items; {login}{where}. {DEV_NOTE}\n")
     out.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -174,6 +182,13 @@ async def _serve(emulator: Emulator, out: Any, tls: bool) -> None:
     await stop.wait()
     ticker.cancel()
     emulator.close()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost: it may resolve anywhere
+        return False
 
 
 def _load(path: Path, store: Bucket, max_item_size: int) -> None:

@@ -127,6 +127,9 @@ def stream(
                                _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
+    if start.isdigit() and until.isdigit() and int(start) > int(until):  # the server would stream nothing
+        raise CommandError(f"--from {start} is past --until {until}: a stream delivers the items after --from "
+                           "up to --until", ExitCode.USAGE)
     line_template = line_template_of(template, fmt)
     if state is not None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -245,3 +246,28 @@ def test_analyze_says_a_capture_file_is_empty(tmp_path: Path) -> None:
     (tmp_path / "empty.pcap").write_bytes(b"")
     with pytest.raises(CaptureError, match=r"^an empty file, not a capture$"):
         check(str(tmp_path / "empty.pcap"))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--password-env", "SECRETPW", "--user", "bob", "--bucket", "b1"],
+     "bucket 'b1', 4 vbuckets, 0 items; user 'bob', the password from $SECRETPW, loopback only."),
+    (["--password", "hunter2", "--user", "bob", "--bucket", "b1"],
+     "bucket 'b1', 4 vbuckets, 0 items; user 'bob', the password given with --password, loopback only."),
+    ([], "bucket 'default', 4 vbuckets, 0 items; user 'Administrator', password 'password' (the default), "
+     "loopback only."),
+])
+def test_the_serve_banner_names_what_is_in_effect_and_no_real_password(args: list[str], says: str) -> None:
+    """The banner said "bucket 'default', user Administrator, password 'password'" whatever was given."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SECRETPW": "hunter2"}
+    server = subprocess.Popen([sys.executable, "-m", "dcpctl", "serve", "--host", "127.0.0.1", "--port", "0",
+                               "--vbuckets", "4", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        assert server.stdout is not None
+        lines = [server.stdout.readline(), server.stdout.readline()]
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
+    assert lines[0].startswith("dcpctl serve: node 0 listening on 127.0.0.1:")
+    assert says in lines[1]
+    assert "hunter2" not in "".join(lines)

@@ -36,6 +36,10 @@ def usage_error(*args: str) -> str:
     (["decode", "-F", "bogus", PCAP], "--format: 'bogus' is not one of 'pretty'"),
     (["decode", "--jobs", "0", PCAP], "--jobs: "),
     (["decode", "--jobs", "many", PCAP], "--jobs: "),
+    # stream ids are 1 to 65535 (reference 2.2): 0, -1 or 65536 would select nothing, silently
+    (["decode", "--stream-id", "0", PCAP], "--stream-id: input should be greater than or equal to 1"),
+    (["decode", "--stream-id", "-1", PCAP], "--stream-id: input should be greater than or equal to 1"),
+    (["decode", "--stream-id", "65536", PCAP], "--stream-id: input should be less than or equal to 65535"),
     (["decode", "--format"], "'--format' requires an argument"),
     (["decod"], "no such command 'decod'. Did you mean 'decode'"),
     (["rollback", "bogus"], "no such command 'bogus'"),
@@ -123,3 +127,11 @@ def test_option_values_are_named_not_typed_in_help(command: str) -> None:
     options = [line for line in done.stdout.splitlines() if line.lstrip("│ ").startswith("-")]
     assert options
     assert [line for line in options if any(t in line for t in ("<list[", "<int", "<float"))] == []
+
+
+def test_a_from_seqno_past_the_until_seqno_is_a_usage_error_before_connecting() -> None:
+    """users.md #7: --from 50 --until 10 sent end 50 and printed nothing; now one line naming both (nothing
+    listens on port 1: refused before connecting)."""
+    line = usage_error("stream", "127.0.0.1:1", "--vbuckets", "0", "--from", "50", "--until", "10")
+    assert "--from 50" in line
+    assert "--until 10" in line

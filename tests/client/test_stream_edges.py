@@ -1,0 +1,105 @@
+"""Edges of a live stream a user trips on: a start past --until, a symlinked --state, a --compare file that is
+not a failover dump."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servekit import free_port, serving
+
+from dcpctl.cli import main
+from dcpctl.client.state import State, VbucketPosition, check_writable, load, save
+from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
+
+PAST = "resumes at 40, past --until 10: nothing to stream"
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+
+
+def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    code = main(list(args), env)
+    return code, [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")], err.getvalue()
+
+
+@pytest.mark.parametrize("summary", [False, True])
+def test_a_resume_past_until_is_said_once_per_vbucket(tmp_path: Path, summary: bool) -> None:
+    """users.md #7: a start at or past the end streams nothing; a start known only from the state file is
+    said, not silent (the decoding path and the --summary path alike)."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "100") as server:
+        host = f"127.0.0.1:{server.port}"
+        code, _, err = run("stream", host, "--until", "40", "--state", str(state), "-F", "jsonl")
+        assert code == ExitCode.OK, err
+        shown = ["--summary"] if summary else ["-F", "jsonl"]
+        code, records, err = run("stream", host, "--from", "resume", "--state", str(state), "--until", "10",
+                                 "--timeout", "5", *shown)
+    assert code == ExitCode.OK, err
+    assert not [r for r in records if "by_seqno" in r]
+    for vbucket in (0, 1):
+        assert err.count(f"dcpctl: vbucket {vbucket}: {PAST}\n") == 1, err
+    assert json.loads(state.read_text())["vbuckets"]["0"]["seqno"] == 40  # nothing moved
+
+
+def test_a_resume_below_until_says_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "1", "--items", "50") as server:
+        host = f"127.0.0.1:{server.port}"
+        assert run("stream", host, "--until", "10", "--state", str(state))[0] == ExitCode.OK
+        code, records, err = run("stream", host, "--from", "resume", "--state", str(state), "--until", "20",
+                                 "-F", "jsonl", "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert [r["by_seqno"] for r in records if "by_seqno" in r] == list(range(11, 21))
+    assert "nothing to stream" not in err
+
+
+def test_a_symlinked_state_file_is_written_through_to_its_target(tmp_path: Path) -> None:
+    """The link stays a link and its target gets the new state (an os.replace onto the link's path made
+    it a regular file and left the target stale); the temporary file is made beside the target."""
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    target = elsewhere / "state.json"
+    link = tmp_path / "state.json"
+    link.symlink_to(target)  # dangling at first: the first save creates the target
+    check_writable(link)
+    save(link, State("default", {0: VbucketPosition(7, 5, 1, 5)}))
+    assert link.is_symlink()
+    assert target.is_file()
+    save(link, State("default", {0: VbucketPosition(7, 9, 6, 9)}))
+    assert link.is_symlink()
+    assert load(link, "default").vbuckets[0].seqno == 9
+    assert json.loads(target.read_text())["vbuckets"]["0"]["seqno"] == 9
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["state.json"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "state.json"]
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b'[{"vbucket": 0}]', "entry 0 has no failover_log, high_seqno, node"),
+    (b"[]", "a dump is a non-empty JSON list"),
+    (b'[{"vbucket": 0, "failover_log": [{"seqno": 1}], "high_seqno": 3, "node": "n"}]',
+     "no failover_log entries with vbucket_uuid and seqno"),
+    (b'[{"vbucket": 0, "failover_log": 5, "high_seqno": 3, "node": "n"}]', "no failover_log entries"),
+    (b'[{"vbucket": 0, "failover_log": [], "high_seqno": 3, "node": "n"}, '
+     b'{"vbucket": 0, "failover_log": [], "high_seqno": 3, "node": "n"}]', "a vbucket is listed twice"),
+    (b"[1]", "entry 0 has no vbucket"),
+])
+def test_a_compare_file_that_is_not_a_dump_is_one_line_exit_3(tmp_path: Path, body: bytes, says: str) -> None:
+    """Refused before connecting (nothing listens on the port): never compared as an empty log."""
+    earlier = tmp_path / "c2.json"
+    earlier.write_bytes(body)
+    code, _, err = run("failover", f"127.0.0.1:{free_port()}", "--compare", str(earlier), "-F", "json")
+    assert code == ExitCode.INPUT, err
+    assert err == f"dcpctl: error: --compare: {earlier}: not a failover dump: " + err.split(": not a failover "
+                                                                                         "dump: ", 1)[1]
+    assert says in err
+    assert err.count("\n") == 1
