@@ -405,6 +405,9 @@ def summary_text(summary: Summary) -> str:
                      "overwritten: not parsed (a start the capture missed, a gap, garbage)")
     if counts["truncated"]:
         lines.append(f"  messages cut short by the capture, their bodies zeroed: {counts['truncated']}")
+    if counts["untrusted"]:
+        lines.append(f"  messages found just after skipped bytes (maybe a document's bytes), only their header "
+                     f"and extras kept: {counts['untrusted']}")
     if counts["held_too_long"]:
         lines.append(f"  frames written before their messages ended (--max-held-bytes), unfinished bytes zeroed: "
                      f"{counts['held_too_long']}")

@@ -76,6 +76,11 @@ def vocabulary(response: bool) -> Vocabulary:
     return RESPONSE_FRAMES if response else REQUEST_FRAMES
 
 
+def declared(frame_id: int, response: bool) -> bool:
+    """Whether a frame info id is one kv_engine defines for a request (or a response): its data has a meaning."""
+    return frame_id in vocabulary(response).name_of
+
+
 def encode_element(frame_id: int, data: bytes) -> bytes:
     """Canonical (shortest) encoding of one element."""
     length = len(data)

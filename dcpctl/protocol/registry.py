@@ -414,6 +414,10 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "DCP_CACHE_TRANSFER_END", EMPTY, pushed=Pushed.STREAM),
 ]
 
+# STAT groups whose first argument is a document's key (cbstats key and vkey: "key KEY VBUCKET [COLLECTION]",
+# "key-byid KEY VBUCKET CID"): the rest of a STAT key is the protocol's text
+DOCUMENT_KEY_STATS: Final = frozenset({b"key", b"key-byid", b"vkey", b"vkey-byid"})
+
 OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.FREE_TEXT,
                            key_presence=Presence.OPTIONAL, value=ValueKind.GRAMMAR,
@@ -592,6 +596,9 @@ _FOUND_KEY = _x(name="found_key", extras=g.get_response_extras, when=SUCCESS + _
 # GETK and GETKQ send the key back with a miss too
 _MISS_KEY = _x(name="error_key", when=_when_ext(0), key=KeyKind.DOCUMENT, key_presence=Presence.OPTIONAL,
                value=ValueKind.AUTO, value_presence=Presence.OPTIONAL)
+# The rows of a failed request's answer: their text is the server's words only when the status is a failure
+# (a success that fits no success row carries what it answers, a document's value as often as not)
+ERROR_ROWS: Final = frozenset({ERROR_BODY.name, _MISS_KEY.name})
 # a mutation's success: empty, or the mutation token when HELLO MutationSeqno is on
 _MUTATED = (_x(name="mutated", when=SUCCESS + _when_ext(0)),
             _x(name="mutation_token", extras=g.mutation_token_extras, when=SUCCESS + _when_ext(16)))

@@ -32,14 +32,16 @@ from typing import Final
 
 import orjson
 
-from dcpctl.protocol import walk
-from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, SubdocPathFlag
+from dcpctl.protocol import frameinfo, walk
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, Status, SubdocPathFlag
 from dcpctl.protocol.encode import set_key_length
 from dcpctl.protocol.frameinfo import IMPERSONATE_USER
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Framer, Skipped
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import DecodeOptions, Message, decode, value_grammar
 from dcpctl.protocol.registry import (
+    DOCUMENT_KEY_STATS,
+    ERROR_ROWS,
     HEADER_LAYOUT,
     SUBDOC_LOOKUPS,
     SUBDOC_MUTATIONS,
@@ -67,8 +69,11 @@ NAME_FIELD: Final = b'"name"'
 USER_FIELD: Final = b'"user"'
 # The JSON name whose string values are a cluster map's host names (maybe with a port), or its nodes' addresses.
 HOSTNAME_FIELD: Final = b'"hostname"'
-# Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values).
-DATA_FIELDS: Final = frozenset({"key", "value"})
+# Leaf fields of a value grammar that hold documents' keys or values (observe keys, subdocument values, a
+# counter's value after INCREMENT or DECREMENT).
+DATA_FIELDS: Final = frozenset({"key", "value", "counter"})
+# Extras fields that hold a document's value: the counter INCREMENT and DECREMENT create when it is missing.
+DATA_EXTRAS: Final = ("initial",)
 # Placeholder alphabet: letters and digits, so a placeholder shows as text and needs no JSON escape.
 _ALPHABET: Final = b"abcdefghijklmnopqrstuvwxyz0123456789"
 _TO_ALPHABET: Final = bytes(_ALPHABET[i % len(_ALPHABET)] for i in range(256))
@@ -85,7 +90,6 @@ _JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?\d+)?')
 _WHITESPACE: Final = b" \t\r\n"
 # The keyed hash's domains: what a placeholder stands for, so equal bytes of two kinds get unrelated ones.
 _DOMAINS: Final = (b"key", b"value", b"json", b"name", b"field")
-_STAR: Final = ord("*")
 _QUOTE, _COLON, _ZERO, _BACKSLASH = (ord(c) for c in '":0\\')
 _DIGITS: Final = b"0123456789"
 # JSON names whose placeholders are kept: a bucket's documents share a vocabulary far smaller than this, and
@@ -158,11 +162,13 @@ class Redactor:
         """Letters and digits, as long as ``data``, the same for the same bytes under one salt."""
         return self._stream(domain, data, len(data)).translate(_TO_ALPHABET)
 
-    def json(self, data: bytes, parsed: bool = False, keep_names: bool | None = None) -> bytes | None:
+    def json(self, data: bytes, parsed: bool = False, keep_names: bool | None = None,
+             stars: bool = False) -> bytes | None:
         """JSON with its structure kept, strings and numbers replaced (same length); None when ``data`` is not
         JSON (``parsed``: the caller's orjson already found it is). The replacement bytes come from one keyed
         stream per document: a value's strings do not give away which of them are equal. Names are kept, or
-        hashed each on its own as :meth:`field` does (``keep_names``, by default the policy's)."""
+        hashed each on its own as :meth:`field` does (``keep_names``, by default the policy's). ``stars``:
+        strings and numbers are overwritten by ``*``, nothing derived from them (free text)."""
         if keep_names is None:
             keep_names = self.policy.keep_json_names
         if not parsed:
@@ -170,8 +176,11 @@ class Redactor:
                 orjson.loads(data)
             except ValueError:
                 return None
-        stream = self._stream(b"json", data, len(data))
-        letters = stream.translate(_TO_ALPHABET)  # digits are made per number: most documents are mostly text
+        if stars:
+            stream = letters = b"*" * len(data)
+        else:
+            stream = self._stream(b"json", data, len(data))
+            letters = stream.translate(_TO_ALPHABET)  # digits are made per number: most documents are mostly text
         out = bytearray(data)
         # Strings are found by bytes.find (a C scan), not by a regular expression stepping through their
         # text; numbers only between them. A string followed by a colon is a name, kept whole.
@@ -181,7 +190,7 @@ class Redactor:
             stop = size if start < 0 else start
             if stop - at > 1 or (stop > at and data[at] in _DIGITS):  # a number can be between strings
                 for match in _JSON_NUMBER.finditer(data, at, stop):
-                    self._number(out, data, stream, match)
+                    self._number(out, data, stream, match, stars)
             if start < 0:
                 break
             end = find(b'"', start + 1)
@@ -225,14 +234,17 @@ class Redactor:
                         for place, part in enumerate(parts))
 
     @staticmethod
-    def _number(out: bytearray, data: bytes, stream: bytes, match: re.Match[bytes]) -> None:
-        """A number's digits replaced from the stream: a lone 0 stays, else no leading zero."""
+    def _number(out: bytearray, data: bytes, stream: bytes, match: re.Match[bytes], stars: bool = False) -> None:
+        """A number's digits replaced from the stream: a lone 0 stays, else no leading zero (``stars``: all
+        its digits overwritten by the stream's stars)."""
         start, end = match.span(1)
-        if end - start > 1 or data[start] != _ZERO:
+        if stars:
+            out[start:end] = stream[start:end]
+        elif end - start > 1 or data[start] != _ZERO:
             out[start:end] = stream[start:start + 1].translate(_TO_NONZERO) + stream[start + 1:end].translate(_TO_DIGIT)
         start, end = match.span(2)  # its fraction's digits
         if start >= 0:
-            out[start:end] = stream[start:end].translate(_TO_DIGIT)
+            out[start:end] = stream[start:end] if stars else stream[start:end].translate(_TO_DIGIT)
 
     def addresses_in(self, data: bytes) -> bytes:
         """Text with the IPv4 and IPv6 addresses written in it mapped as the frames' addresses are (their
@@ -365,16 +377,29 @@ class Redactor:
         key = msg.key
         if content is Content.FREE_TEXT:
             self.counts["user_agents"] += 1
-            found = self.json(key, keep_names=True)
-            if found is not None:  # the JSON agent's names stay; its text goes
-                return bytes(byte if found[i] == byte else _STAR for i, byte in enumerate(key))
-            return b"*" * len(key)
+            found = self.json(key, keep_names=True, stars=True)  # a JSON agent's names and structure stay
+            return found if found is not None else b"*" * len(key)
+        spec = msg.spec
+        if spec is not None and spec.name == "STAT" and not msg.is_response \
+                and key.split(b" ", 1)[0] in DOCUMENT_KEY_STATS:
+            key = self._stat_document_key(key)
         if content in _NAMED:
             return self._named(key, content)
         if kind is KeyKind.TEXT and content is None:
             return key
         prefix = leb128_decode(key) if kind is KeyKind.DOCUMENT and msg.options.collections else None
         return self.document_key(key, prefix[1] if prefix is not None else 0)
+
+    def _stat_document_key(self, key: bytes) -> bytes:
+        """A STAT group's key that names a document (``key KEY VBUCKET [COLLECTION]``, ``key-byid KEY VBUCKET
+        CID``): the document's key replaced as it is in the messages that carry it (the same placeholder), the
+        group, the vbucket and what follows kept. No vbucket found: everything after the group replaced."""
+        words = key.split(b" ")
+        if len(words) < 2:
+            return key
+        vbucket = next((at for at in (len(words) - 2, len(words) - 1) if at >= 2 and words[at].isdigit()),
+                       len(words))
+        return b" ".join((words[0], self.document_key(b" ".join(words[1:vbucket]), 0), *words[vbucket:]))
 
     def document_key(self, key: bytes, prefix: int) -> bytes:
         """A document's key (and any other key that is data): its ``prefix`` bytes (the collection id) kept,
@@ -438,7 +463,9 @@ class Redactor:
             return self.placeholder(b"value", value)
         changed = False
         flags = 0
+        covered = 0  # where the last record read ends
         for span in spans:
+            covered = max(covered, span.offset + span.length)
             name = span.path.rsplit(".", 1)[-1]
             if name == "flags":  # a multi-path spec's flags come before its path
                 flags = span.value
@@ -449,27 +476,42 @@ class Redactor:
             elif name == "path" and span.length:  # a multi-path spec's path: the JSON names it holds
                 out[span.offset:span.offset + span.length] = self.path(value[span.offset:span.offset + span.length],
                                                                        flags)
+        if covered < len(value):  # a list stops at its first record that does not parse: the rest was not read
+            out[covered:] = self.placeholder(b"value", value[covered:])
+            changed = True
         self.counts["values"] += changed
         return bytes(out)
 
     def _value(self, msg: Message, variant: Variant | None) -> bytes:
-        value = msg.value
+        datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
+        return self._value_of(msg, variant, msg.value, datatype)
+
+    def _value_of(self, msg: Message, variant: Variant | None, value: bytes, datatype: int) -> bytes:
         kind, content = (variant.value, variant.value_content) if variant is not None else (None, None)
         if kind is ValueKind.SECRET or content is Content.SECRET:
             self.counts["sasl_values"] += 1
             return b"*" * len(value)
-        datatype = msg.datatype if msg.spec is None or msg.spec.type_field == "datatype" else 0
-        if kind is None or kind is ValueKind.RAW:
+        if kind is None or kind is ValueKind.RAW or kind is ValueKind.NONE or (
+                variant is not None and variant.name in ERROR_ROWS and msg.status == Status.SUCCESS):
+            # undeclared: no row, a row that declares no value, or a success read as a failure's words
             self.counts["values"] += 1
             return self.placeholder(b"value", value)
+        if datatype & DATATYPE_SNAPPY and kind is not ValueKind.DOCUMENT:
+            # HELLO SnappyEverywhere compresses any response value: redacted inside, compressed again if changed
+            inflated = snappy_decompress(value)
+            if isinstance(inflated, str):
+                self.counts["values"] += 1
+                return self.placeholder(b"value", value)
+            inner = self._value_of(msg, variant, inflated, datatype & ~DATATYPE_SNAPPY)
+            return value if inner == inflated else snappy_compress(inner)
         if kind is ValueKind.GRAMMAR:
             return self._grammar(msg, value)
         if content is Content.DATA:
             self.counts["values"] += 1
             return self.body(value, is_json=True)
         spec = msg.spec
-        if (spec is not None and spec.name in SUBDOC_OPCODES and kind is not ValueKind.NONE
-                and variant is not None and variant.name != "error"):
+        if (spec is not None and spec.name in SUBDOC_OPCODES
+                and variant is not None and variant.name not in ERROR_ROWS):
             self.counts["values"] += 1
             path_length = msg.field("path_length") or 0
             if msg.is_response or not 0 < path_length <= len(value):
@@ -480,14 +522,9 @@ class Redactor:
             assert variant is not None
             return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)
         if content in _NAMED and (self.policy.hash_names or self.addresses is not None):
-            if not datatype & DATATYPE_SNAPPY:
-                return self._named(value, content)
-            inflated = snappy_decompress(value)  # HELLO SnappyEverywhere: a compressed cluster map
-            if isinstance(inflated, str):
-                return self.placeholder(b"value", value)
-            return snappy_compress(self._named(inflated, content))
-        # protocol text, compressed or not (HELLO SnappyEverywhere): a version, an error map; names and the text
-        # mentioning them too without --hash-names and --map-addresses
+            return self._named(value, content)
+        # protocol text: a version, an error map; names and the text mentioning them too without --hash-names
+        # and --map-addresses
         return value
 
     def _named(self, text: bytes, content: Content | None) -> bytes:
@@ -500,6 +537,52 @@ class Redactor:
         if content is Content.NAME and self.policy.hash_names:
             return self.name(text)
         return self.mentions(text)
+
+    def _frame_infos(self, msg: Message, out: bytearray, every: bool = False) -> None:
+        """A message's frame infos: the data of ids kv_engine does not define (of all, ``every``), and bytes
+        that frame no element, replaced; the user a request impersonates hashed under --hash-names (a name,
+        kept otherwise)."""
+        response = msg.is_response
+        parsed_end = HEADER_LENGTH
+        for info in msg.frame_infos:
+            start = info.offset + info.length - len(info.data)  # the data ends the element
+            parsed_end = info.offset + info.length
+            if every or not frameinfo.declared(info.id, response):
+                out[start:parsed_end] = self.placeholder(b"value", info.data)
+            elif info.id == IMPERSONATE_USER and not response and self.policy.hash_names:
+                out[start:parsed_end] = self.name(info.data)
+        if parsed_end < msg.extras_offset:  # an element that runs past the framing extras: not read
+            out[parsed_end:msg.extras_offset] = self.placeholder(b"value", msg.raw[parsed_end:msg.extras_offset])
+
+    def untrusted(self, msg: Message) -> bytes:
+        """A message found after skipped bytes (a capture begun inside a connection, a gap): it may be a
+        document's bytes that look like a message, so only its header and extras (numbers) stay. Its frame
+        infos' data, key and value are replaced whatever its row says, at their lengths (a document key as
+        everywhere, so it still matches; a document's value emptied under --values drop)."""
+        raw = msg.raw
+        if len(raw) < HEADER_LENGTH + msg.total_body_length:
+            return self.message(msg)  # cut short: its body goes whole
+        self.counts["untrusted"] += 1
+        key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
+        out = bytearray(raw)
+        self._frame_infos(msg, out, every=True)
+        variant = msg.variant
+        if value_at > key_at:
+            if variant is not None and variant.key is KeyKind.DOCUMENT:
+                out[key_at:value_at] = self._key(msg, KeyKind.DOCUMENT, None)
+            else:
+                self.counts["keys"] += 1
+                out[key_at:value_at] = self.placeholder(b"key", raw[key_at:value_at])
+        out[end:] = bytes(len(raw) - end)
+        if end > value_at:
+            value = raw[value_at:end]
+            if self.policy.drop_values and variant is not None and variant.value is ValueKind.DOCUMENT:
+                out[value_at:end] = self.document_value(value, msg.datatype,
+                                                        variant.value_presence is Presence.REQUIRED)
+            else:
+                self.counts["values"] += 1
+                out[value_at:end] = self.placeholder(b"value", value)
+        return bytes(out) if len(out) == len(raw) else _with_body_length(out)
 
     def plain_item(self, msg: Message) -> bytes:
         """A plain stream item (the message a compiled plain reader, ``protocol.reader``, gave: a document
@@ -528,15 +611,24 @@ class Redactor:
             self.counts["truncated"] += 1
             return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
-        impersonates = self.policy.hash_names and msg.frame_infos and not msg.is_response
-        if key_at == end == len(raw) and not impersonates:  # no key, no value (an ack, a noop): nothing to replace
-            return raw
+        unknown = msg.spec is None and msg.extras_length > 0
+        if key_at == end == len(raw) and not msg.framing_extras_length and not unknown:
+            return raw  # no key, no value (an ack, a noop): nothing to replace
         variant = msg.variant
         out = bytearray(raw)
-        for info in msg.frame_infos if impersonates else ():
-            if info.id == IMPERSONATE_USER:  # the user a request acts for: its data ends the element
-                start = info.offset + info.length - len(info.data)
-                out[start:start + len(info.data)] = self.name(info.data)
+        if msg.framing_extras_length:
+            self._frame_infos(msg, out)
+        if unknown:  # extras of an opcode no row declares: nothing says they are the protocol's
+            extras_at = msg.extras_offset
+            out[extras_at:key_at] = self.placeholder(b"value", raw[extras_at:key_at])
+        layout = variant.layout if variant is not None else None
+        if layout is not None and msg.extras_length == layout.size:
+            for name in DATA_EXTRAS:
+                if name in layout.names:
+                    self.counts["values"] += 1
+                    at = msg.extras_offset + layout.offset(name)
+                    stop = at + layout.field(name).size
+                    out[at:stop] = self.placeholder(b"value", raw[at:stop])
         if value_at > key_at:
             key = self._key(msg, variant.key if variant is not None else None,
                             variant.key_content if variant is not None else None)
@@ -587,6 +679,7 @@ class ByteStreamRedactor:
     def __init__(self, redactor: Redactor, max_body_length: int = DEFAULT_MAX_BODY_LENGTH) -> None:
         self.redactor = redactor
         self.framer = Framer(max_body_length)
+        self.skipped = False  # bytes were skipped: the next message is not trusted (Redactor.untrusted)
 
     def feed(self, data: bytes, options: DecodeOptions) -> bytes:
         self.framer.feed(data)
@@ -594,8 +687,11 @@ class ByteStreamRedactor:
         for event in self.framer.events():
             if isinstance(event, Skipped):
                 out += bytes(event.length)
-            else:
-                out += self.redactor.message(decode(event.data, event.offset, options))
+                self.skipped = True
+                continue
+            msg = decode(event.data, event.offset, options)
+            out += self.redactor.untrusted(msg) if self.skipped else self.redactor.message(msg)
+            self.skipped = False
         return bytes(out)
 
     def finish(self, options: DecodeOptions) -> bytes:

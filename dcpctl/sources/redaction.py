@@ -274,6 +274,11 @@ class CaptureRedactor:
         assert frame is not None
         frame.claimed = True
         frame.tcp_at = tcp_at = _tcp_header(frame.linktype, frame.data)
+        datagram_end = seg.payload_at + seg.wire_length
+        if tcp_at is not None and not seg.truncated and datagram_end < len(frame.data):
+            # bytes after the IP datagram (an Ethernet trailer, padding) are no protocol's, and padding has been
+            # known to hold other packets' bytes: zeroed (the checksums do not cover them)
+            frame.data[datagram_end:] = bytes(len(frame.data) - datagram_end)
         key, from_client, conn_id, offset = self.reassembler.locate(seg)
         frame.flags = seg.flags
         acked = self._acknowledged(frame, key, not from_client, seg) if conn_id is not None else []
@@ -418,6 +423,9 @@ class CaptureRedactor:
                 assert conn_id is not None
                 self._skipped(conn_id, len(msg.raw), None)
                 return
+            # it decodes, but may still be a document's bytes: its numbers kept, its text not trusted
+            self._store(stream, msg.offset, self.redactor.untrusted(msg), len(msg.raw))
+            return
         self._store(stream, msg.offset, self.redactor.message(msg), len(msg.raw))
 
     def _plain(self, msg: Message, _ts: float, label: str, _frames: list[int], _vbucket: int | None,
@@ -428,7 +436,12 @@ class CaptureRedactor:
         if conn is None or conn.drop is not None:
             return
         self.summary.messages += 1
-        self._store(conn.stream(from_client=False), msg.offset, self.redactor.plain_item(msg), len(msg.raw))
+        stream = conn.stream(from_client=False)
+        if stream.resynced:  # the first message after a skip (see _message)
+            stream.resynced = False
+            self._store(stream, msg.offset, self.redactor.untrusted(msg), len(msg.raw))
+            return
+        self._store(stream, msg.offset, self.redactor.plain_item(msg), len(msg.raw))
 
     def _store(self, stream: _Stream, offset: int, data: bytes, length: int | None = None) -> None:
         """A message's redacted bytes into its direction's store of final bytes; one ``length`` input bytes

@@ -1,0 +1,196 @@
+"""Customer data in the corners of the protocol: each case leaked through redact until it was found, so each
+is held here by the bytes it must not leave (the core on one message, the engine on a crafted capture)."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import uuid
+from pathlib import Path
+
+from dcpctl.cli import main
+from dcpctl.exitcode import ExitCode
+from dcpctl.protocol import build
+from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, Opcode, Status
+from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.value import snappy_compress, snappy_decompress
+from dcpctl.redact.core import ByteStreamRedactor, Redactor
+from dcpctl.render.env import Environment
+from dcpctl.sources.pcapwriter import ACK, PSH, PcapWriter, TcpConversation
+
+SALT = b"a salt for the leak tests"
+HEADER = struct.Struct("!BBHBBHIIQ")
+
+
+def _packet(magic: int, opcode: int, *, key: bytes = b"", extras: bytes = b"", value: bytes = b"",
+            datatype: int = 0, word: int = 0, framing: bytes = b"") -> bytes:
+    """A packet as bytes, whatever its row allows (the encoder refuses shapes no row declares)."""
+    if framing:
+        header = struct.pack("!BBBBBBHIIQ", magic, opcode, len(framing), len(key), len(extras), datatype, word,
+                             len(framing) + len(extras) + len(key) + len(value), 0, 0)
+    else:
+        header = HEADER.pack(magic, opcode, len(key), len(extras), datatype, word, len(extras) + len(key) + len(value),
+                             0, 0)
+    return header + framing + extras + key + value
+
+
+def _redacted(raw: bytes, redactor: Redactor | None = None, collections: bool = False) -> bytes:
+    out = (redactor or Redactor(SALT)).message(decode(raw, 0, DecodeOptions(collections=collections)))
+    assert len(out) == len(raw) or redactor is not None
+    return out
+
+
+def _run(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=160)
+    return main(args, env), out.getvalue(), err.getvalue()
+
+
+def _spec(opcode: int, path: bytes, value: bytes) -> bytes:
+    return struct.pack("!BBHI", opcode, 0, len(path), len(value)) + path + value
+
+
+def test_a_json_user_agent_keeps_nothing_of_its_text_over_many_connections() -> None:
+    """Stars, not a placeholder compared with the text: no byte of the agent survives where it happens to
+    equal the placeholder's, so no number of connections (each its own id) rebuilds it."""
+    agent = "myapp-secretcustomername-prod7/uamarkerlowercase"
+    for _ in range(300):
+        key = json.dumps({"a": agent, "i": f"{uuid.uuid4().hex[:16]}/0000000000000001"}).encode()
+        out = decode(_redacted(build.request(Opcode.HELLO, key=key, features=[])))
+        document = json.loads(out.key)
+        assert set(document) == {"a", "i"}
+        assert set(document["a"] + document["i"]) == {"*"}, document
+
+
+def test_records_after_the_first_that_does_not_parse_are_replaced() -> None:
+    """A list of records read by its grammar stops at the first that does not parse (a value that is not UTF-8,
+    a record cut short, bytes after the last): what follows was never read, so none of it stays."""
+    cases = [
+        _packet(0x80, Opcode.SUBDOC_MULTI_MUTATION, key=b"doc",
+                value=_spec(0xC8, b"name", b'"Jos\xe9 SECRET-ONE"') + _spec(0xC8, b"card", b'"SECRET-TWO"')),
+        _packet(0x80, Opcode.SUBDOC_MULTI_MUTATION, key=b"doc", value=_spec(0xC8, b"a", b'"x"') + b"SECRET-TAIL"),
+        _packet(0x80, Opcode.OBSERVE, value=struct.pack("!HH", 0, 10) + b"SECRET-KEY" + struct.pack("!HH", 1, 50)
+                + b"SECRET-CUT"),
+        _packet(0x81, Opcode.SUBDOC_MULTI_LOOKUP, value=struct.pack("!HI", 0, 16) + b'"Caf\xe9 SECRET-V3"'),
+    ]
+    for raw in cases:
+        out = _redacted(raw)
+        assert b"SECRET" not in out, out
+        assert out[:24] == raw[:24]
+
+
+def test_values_a_server_compressed_are_redacted_inside() -> None:
+    """HELLO SnappyEverywhere compresses any response value: a subdocument result, a range scan's keys.
+    Snappy keeps text as literals, so a value passed through compressed would be readable."""
+    lookup = struct.pack("!HI", 0, 32) + b'"SECRET-lookup-result-in-docum"'.ljust(32)
+    keys = b"".join(bytes([len(key)]) + key for key in (b"SECRET-scan-key-1", b"SECRET-scan-key-2"))
+    cases = [
+        _packet(0x81, Opcode.SUBDOC_MULTI_LOOKUP, value=snappy_compress(lookup), datatype=DATATYPE_SNAPPY),
+        _packet(0x81, Opcode.RANGE_SCAN_CONTINUE, extras=struct.pack("!I", 0), value=snappy_compress(keys),
+                datatype=DATATYPE_SNAPPY, word=Status.RANGE_SCAN_MORE),
+        _packet(0x81, Opcode.SUBDOC_GET, value=snappy_compress(b'"SECRET single path result"'),
+                datatype=DATATYPE_SNAPPY | DATATYPE_JSON),
+    ]
+    for raw in cases:
+        msg = decode(_redacted(raw, Redactor(SALT)))
+        inflated = snappy_decompress(msg.value)
+        assert isinstance(inflated, bytes), inflated
+        assert b"SECRET" not in msg.raw
+        assert b"SECRET" not in inflated
+    version = _packet(0x81, Opcode.VERSION, value=snappy_compress(b"7.6.0-1234"), datatype=DATATYPE_SNAPPY)
+    assert _redacted(version) == version  # protocol text stays, compressed as the server sent it
+
+
+def test_a_stats_key_request_names_its_document_as_the_document_is_named() -> None:
+    redactor = Redactor(SALT)
+    mutation = build.request(Opcode.SET, key=b"customer::42", value=b"{}", flags=0, expiration=0)
+    placeholder = decode(redactor.message(decode(mutation))).key
+    for group, rest in ((b"key", b" 12"), (b"vkey", b" 7 _default.c1"), (b"key-byid", b" 7 8")):
+        stat = build.request(Opcode.STAT, key=group + b" customer::42" + rest)
+        out = decode(redactor.message(decode(stat)))
+        assert out.key == group + b" " + placeholder + rest
+    assert decode(redactor.message(decode(build.request(Opcode.STAT, key=b"dcp")))).key == b"dcp"
+
+
+def test_values_where_no_row_declares_one_are_replaced() -> None:
+    """A value on a message whose row declares none, and a success read as a failure's words (a GET answered
+    without its flags): the protocol's text only where the protocol says so."""
+    cases = [
+        _packet(0x80, Opcode.GET, key=b"k1", value=b"SECRET-VALUE"),
+        _packet(0x80, Opcode.DELETE, key=b"k1", value=b"SECRET-VALUE"),
+        _packet(0x81, Opcode.SET, value=b"SECRET-VALUE"),
+        _packet(0x81, Opcode.GET, value=b'{"a":"SECRET-VALUE"}', datatype=DATATYPE_JSON),
+    ]
+    for raw in cases:
+        assert b"SECRET" not in _redacted(raw)
+    error = _packet(0x81, Opcode.SET, value=b'{"error":{"context":"Invalid format"}}', datatype=DATATYPE_JSON,
+                    word=Status.EINVAL)
+    assert _redacted(error) == error  # a failure's words are the server's
+
+
+def test_a_counters_value_is_a_documents_value() -> None:
+    request = build.request(Opcode.INCREMENT, key=b"k", delta=3, initial=987654321, expiration=60)
+    out = decode(_redacted(request))
+    assert out.field("initial") != 987654321
+    assert (out.field("delta"), out.field("expiration")) == (3, 60)
+    response = build.response(Opcode.INCREMENT, value=struct.pack("!Q", 987654321))
+    assert struct.pack("!Q", 987654321) not in _redacted(response)
+
+
+def test_undeclared_extras_and_frame_infos_are_replaced() -> None:
+    unknown = _packet(0x80, 0xEF, key=b"SECRET-K", extras=b"SECRET-EXTRAS", value=b"SECRET-V")
+    assert b"SECRET" not in _redacted(unknown)
+    framed = _packet(0x08, Opcode.GET, key=b"k", framing=bytes([0xF6, 0x10]) + b"SECRET")
+    out = _redacted(framed)
+    assert b"SECRET" not in out
+    assert out[24:26] == framed[24:26]  # the element's id and length stay
+    runs_past = _packet(0x08, Opcode.GET, key=b"k", framing=bytes([0x2F]) + b"SECRET")
+    assert b"SECRET" not in _redacted(runs_past)
+    stream_id = build.request(Opcode.DCP_NOOP, stream_id=7)
+    assert _redacted(stream_id) == stream_id  # a declared frame info is the protocol's
+
+
+def test_a_message_after_skipped_bytes_keeps_only_its_numbers() -> None:
+    """Found by resynchronising (a capture begun inside a document): a well-formed STAT response inside a
+    binary value is a document's bytes, so its text goes whatever its row says."""
+    fake = _packet(0x81, Opcode.STAT, key=b"SECRET-CARD", value=b"4111-1111-1111-1111 SECRET-HOLDER")
+    redactor = ByteStreamRedactor(Redactor(SALT))
+    options = DecodeOptions()
+    out = redactor.feed(b"\x01" * 7 + fake, options)
+    assert out[:7] == bytes(7)
+    assert out[7:7 + 24] == fake[:24]
+    assert b"SECRET" not in out
+    assert b"4111" not in out
+    noop = build.request(Opcode.DCP_NOOP)
+    assert redactor.feed(noop, options) == noop  # the next is trusted again
+
+
+def test_an_engine_capture_leaves_no_trailer_and_no_text_after_a_skip(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer, client=("10.0.0.1", 41000), server=("10.0.0.2", 11210))
+    conversation.handshake()
+    hello = build.request(Opcode.HELLO, key=b"agent", features=[])
+    # an Ethernet trailer after the datagram (padding that held another packet's bytes)
+    frame = conversation._frame(True, conversation.next[True], conversation.next[False], PSH | ACK, hello)
+    writer.write(1_700_000_001.0, frame + b"SECRET-TRAILER")
+    conversation.next[True] += len(hello)
+    # a capture that missed the start of a mutation whose binary value holds a well-formed STAT response
+    fake = _packet(0x81, Opcode.STAT, key=b"SECRET-CARD", value=b"SECRET-HOLDER")
+    mutation = build.request(Opcode.DCP_MUTATION, key=b"doc", value=b"\x00blob:" + fake + b"tail", by_seqno=1,
+                             rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0, nru=0)
+    conversation.skip(False, 40)
+    conversation.send(False, mutation[40:] + build.request(Opcode.DCP_NOOP))
+    conversation.close()
+    source, target, salt = tmp_path / "in.pcap", tmp_path / "out.pcap", tmp_path / "salt"
+    source.write_bytes(out.getvalue())
+    salt.write_text("00" * 16)
+    code, _, err = _run(["redact", str(source), "-o", str(target), "--salt-file", str(salt)])
+    assert code == ExitCode.OK, err
+    assert source.read_bytes().count(b"SECRET") == 3
+    assert b"SECRET" not in target.read_bytes()
+    # the response found inside the value, and the noop found after the value's tail
+    assert "only their header and extras kept: 2" in err
+
