@@ -64,7 +64,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import stream_request_value
-from dcpctl.protocol.constants import MAX_VBUCKETS, DcpOpenFlag, Opcode, Status
+from dcpctl.protocol.constants import MAX_VBUCKETS, VBUCKET_STATES, DcpOpenFlag, Opcode, Status
 
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
@@ -77,6 +77,7 @@ DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 # A vbucket asked again (NotMyVbucket, a reopened stream) this many times in a row without an item is given
 # up on: the cluster map keeps pointing at a node that does not have it. The waits double from the first.
 MAX_REROUTES: Final = 10
+ACTIVE: Final = VBUCKET_STATES.code_of["active"]  # GET_ALL_VB_SEQNOS's state filter for active vbuckets
 REROUTE_WAIT: Final = 0.1  # seconds before the second try; 0.1 * 2**9 = 51 s before the tenth
 
 
@@ -281,7 +282,9 @@ class Streamer:
             progress.ends[vb] = int(options.until)
 
     def _high_seqnos(self, conn: Connection) -> dict[int, int]:
-        reply = conn.check(Opcode.GET_ALL_VB_SEQNOS)
+        """The node's active vbuckets' high seqnos: unfiltered, a node lists its replicas too (reference 4.6),
+        and a vbucket that moved away would get its replica's lower seqno, not be asked of its new node."""
+        reply = conn.check(Opcode.GET_ALL_VB_SEQNOS, vbucket_state_filter=ACTIVE)
         return {int(e.vbucket): int(e.seqno) for e in reply.field("vbucket_seqnos") or ()}
 
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
@@ -542,7 +545,7 @@ def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[i
         owner = {vb: servers[row[0]] for vb, row in enumerate(vbmap) if row and 0 <= row[0] < len(servers)}
         if vbmap:
             return len(vbmap), owner
-    entries = seed.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos") or ()
+    entries = seed.check(Opcode.GET_ALL_VB_SEQNOS, vbucket_state_filter=ACTIVE).field("vbucket_seqnos") or ()
     owner = {int(e.vbucket): (host, port) for e in entries}
     return max(owner, default=-1) + 1, owner
 

@@ -199,6 +199,20 @@ def test_write_saves_a_capture_that_decodes_to_the_same_messages(tmp_path: Path)
     assert [{k: r.get(k) for k in keep} for r in pushed] == [{k: r.get(k) for k in keep} for r in live]
 
 
+def test_high_seqnos_are_asked_of_active_vbuckets_only(tmp_path: Path) -> None:
+    """Unfiltered, GET_ALL_VB_SEQNOS lists a node's replicas too (reference 4.6): a vbucket that moved away
+    would end at its replica's seqno. The requests --until now sends ask for active vbuckets."""
+    capture = tmp_path / "live.pcap"
+    with serving("--vbuckets", "2", "--items", "10") as server:
+        code, _, _ = stream(server, "--until", "now", "--write", str(capture))
+    assert code == ExitCode.OK
+    code, decoded, _ = run("decode", str(capture), "-F", "jsonl", "--port", str(server.port))
+    assert code == ExitCode.OK
+    asked = [r for r in decoded if r["opcode"] == "GET_ALL_VB_SEQNOS" and r["magic"] == "ClientRequest"]
+    assert asked
+    assert {r.get("vbucket_state_filter") for r in asked} == {1}
+
+
 def pushed_facts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keep = ("opcode", "vbucket", "opaque", "by_seqno", "key", "value", "snap_start_seqno", "snap_end_seqno",
             "stream_vbucket", "connection")
