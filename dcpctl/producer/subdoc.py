@@ -255,7 +255,7 @@ def _single(msg: Message, *, lookup: bool) -> Spec:
     body = msg.value
     if length > len(body):
         raise RefusedError(Status.EINVAL, "the path is longer than the body")
-    # int(): an enum flag's ``~`` complements only up to its highest declared bit, missing 0x20 and up.
+    # int(): an enum flag's ``~`` complements only up to its highest declared bit, missing those above it.
     if flags & ~int(XATTR_PATH if lookup else XATTR_PATH | MKDIR_P | EXPAND_MACROS):
         raise RefusedError(Status.EINVAL, "unknown subdocument flags")
     value = body[length:]
