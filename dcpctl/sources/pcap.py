@@ -72,6 +72,9 @@ class CaptureError(ValueError):
 
 # A file of no bytes (a tcpdump that never wrote, a copy that failed): libpcap's words for it are a puzzle.
 EMPTY_FILE: Final = "an empty file, not a capture"
+# What a pipe of compressed data gets (its bytes cannot be looked at without taking them from libpcap).
+STREAMED_COMPRESSED: Final = ("if it is compressed, a pipe is not decompressed: give the file's name, or "
+                              "decompress it into the pipe (zcat, bzcat, xzcat, zstd -dc, lz4 -dc)")
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and a segment cost 0.87 us to
@@ -612,6 +615,8 @@ def open_offline(path: str) -> Any:
             raise FileNotFoundError("no such file") from None
         if not streamed(path) and os.path.getsize(path) == 0:
             raise CaptureError(EMPTY_FILE) from None
+        if streamed(path) and "unknown file format" in message:  # a pipe is not looked at before libpcap reads it
+            raise CaptureError(f"not a pcap or pcapng capture ({message}): {STREAMED_COMPRESSED}") from None
         raise CaptureError(f"not a pcap or pcapng capture ({message})") from None
 
 

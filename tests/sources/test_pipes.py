@@ -3,6 +3,7 @@ to) is read once, front to back, as standard input is: nothing looks at its firs
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -88,3 +89,15 @@ def test_analyze_refuses_a_pipe_at_once(tmp_path: Path) -> None:
     assert code == ExitCode.USAGE
     assert "a pipe" in err
     assert err.count("\n") == 1
+
+
+def test_compressed_data_on_standard_input_gets_what_works() -> None:
+    """A pipe is never looked at before libpcap, so its compression cannot be named; the one line says what
+    to do instead of a bare 'unknown file format'."""
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-"], input=gzip.compress(SAMPLE.read_bytes()),
+                          capture_output=True, timeout=TIMEOUT, cwd=ROOT, check=False)
+    assert done.returncode == ExitCode.INPUT
+    err = done.stderr.decode()
+    assert err.count("\n") == 1
+    assert "unknown file format" in err
+    assert "decompress it into the pipe (zcat" in err
