@@ -6,11 +6,15 @@ name means the same thing wherever it appears). A test checks the glossary cover
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from typing import Final
 
 from dcpctl.protocol import frameinfo, walk
+from dcpctl.protocol.diagnostic import CATALOGUE, diagnostic
 from dcpctl.protocol.registry import all_variants
+from dcpctl.protocol.value import Xattr
 
 # Fields every record has, or that come from the header, frame infos, key and value handling.
 COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
@@ -180,7 +184,7 @@ GLOSSARY: Final[dict[str, str]] = {
     "revision": "cluster map revision",
     "rollback_seqno": "seqno the client must roll back to",
     "scope_id": "scope id",
-    "seqno": "DCP_OPEN: reserved sequence number (0); GET_META: the document's revision seqno",
+    "seqno": "DCP_OPEN: reserved sequence number (0); GET_META and *_WITH_META: the document's revision seqno",
     "snap_end_seqno": "snapshot end seqno",
     "snap_start_seqno": "snapshot start seqno",
     "snapshot_flags": "0x01 Memory, 0x02 Disk, 0x04 Checkpoint, 0x08 Acknowledge, 0x10 History, 0x20 Dups",
@@ -198,8 +202,11 @@ GLOSSARY: Final[dict[str, str]] = {
 }
 
 
-# What each frame info object holds besides id, name and data: its grammar's fields (derived below), and these.
+# What each frame info object holds: its id, name and data, and its grammar's fields (all derived below).
 FRAME_GLOSSARY: Final[dict[str, str]] = {
+    "id": "frame info id (an escaped id above 14 included)",
+    "name": "the id's kv_engine name (DurabilityRequirement, DcpStreamId, ServerRecvSendDuration...)",
+    "data": "the element's data as sent (hex)",
     "durability_level": "durability requirement: 1 Majority, 2 MajorityAndPersistOnMaster, 3 PersistToMajority",
     "durability_level_name": "the durability level's name",
     "durability_timeout": "durability requirement timeout, ms (absent: the server's default)",
@@ -213,31 +220,21 @@ FRAME_GLOSSARY: Final[dict[str, str]] = {
     "throttle_duration_encoded": "time the command was throttled, as sent (variable precision)",
     "throttle_duration_us": "time the command was throttled, microseconds (kv_engine's decodeMicros)",
 }
-
-
-def frame_info_fields() -> list[FieldInfo]:
-    """``frame_infos[].*``: each frame info's fields, with the frame infos (by kv_engine name) that carry them."""
-    seen: dict[str, tuple[str, list[str]]] = {}
-
-    def add(name: str, kind: str, where: str) -> None:
-        entry = seen.setdefault(name, (kind, []))
-        if where not in entry[1]:
-            entry[1].append(where)
-
-    for response, table in ((False, frameinfo.REQUEST_FRAME_GRAMMARS), (True, frameinfo.RESPONSE_FRAME_GRAMMARS)):
-        vocab = frameinfo.vocabulary(response)
-        for frame_id, by_length in table.items():
-            for grammar in by_length.values():
-                for name, kind in walk.field_names(grammar):
-                    add(name, kind, vocab.name(frame_id))
-                    if name in frameinfo.ENCODED_DURATIONS:
-                        add(name.replace("_encoded", "_us"), "int", vocab.name(frame_id))
-                    if name == "durability_level":
-                        add("durability_level_name", "str", vocab.name(frame_id))
-    for frame_id in sorted(frameinfo.TEXT_FRAMES):
-        add("text", "str", frameinfo.vocabulary(response=False).name(frame_id))
-    return [FieldInfo(f"frame_infos[].{name}", kind, FRAME_GLOSSARY.get(name, ""), tuple(messages))
-            for name, (kind, messages) in seen.items()]
+# The objects of a record's lists that no grammar declares, by path: names and types come from the values
+# they are made of (an Xattr, a Diagnostic's JSON), only the meanings from here.
+OBJECT_GLOSSARY: Final[dict[str, str]] = {
+    "xattrs[].key": "the xattr's key (_sync, $document...)",
+    "xattrs[].value": "the xattr's value (JSON text)",
+    "diagnostics[].name": "the diagnostic's name (dcpctl fields --diagnostics lists them)",
+    "diagnostics[].severity": "error, warning or note",
+    "diagnostics[].message": "what was found, in a sentence",
+    "diagnostics[].offset": "byte offset in the packet of the bytes concerned (absent: no particular bytes)",
+    "diagnostics[].length": "length of the bytes concerned (with offset)",
+}
+# The record builder writes a frame info as its id, the id's name, the grammar's fields, then its data.
+FRAME_INFO_ENVELOPE: Final = ("id", "name", "data")
+# JSON type of a Python value or annotation on those objects: bytes are written as hex.
+_PYTHON_TYPES: Final[dict[type, str]] = {int: "int", str: "str", bytes: "hex", float: "float", bool: "bool"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,9 +245,76 @@ class FieldInfo:
     messages: tuple[str, ...]
 
 
+class _Uses:
+    """Each field name's types with the messages using each, in first-seen order: a field declared with
+    several widths (GET_META's u32 ``deleted``, DCP_PREPARE's u8) is listed with all of them."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, dict[str, list[str]]] = {}
+
+    def add(self, name: str, kind: str, where: str) -> None:
+        users = self.kinds.setdefault(name, {}).setdefault(kind, [])
+        if where not in users:
+            users.append(where)
+
+    def info(self, name: str, label: str, meaning: str) -> FieldInfo:
+        """``name``'s row: its types narrowest first (``u32|u64``), the narrower ones' messages named after the
+        meaning, as a reader of one message needs to know which width it has."""
+        by_kind = self.kinds[name]
+        kinds = sorted(by_kind, key=_width)
+        messages = tuple(dict.fromkeys(where for kind in by_kind for where in by_kind[kind]))
+        if len(kinds) > 1:
+            widths = "; ".join(f"{kind} in {', '.join(by_kind[kind])}" for kind in kinds[:-1])
+            widths += f"; {kinds[-1]} in the others"
+            meaning = f"{meaning} ({widths})" if meaning else widths
+        return FieldInfo(label, "|".join(kinds), meaning, messages)
+
+
+def _width(kind: str) -> int:
+    """Sort key of a type: unsigned integers by width, any other type after them."""
+    return int(kind[1:]) if kind[:1] == "u" and kind[1:].isdigit() else 1 << 16
+
+
+def _typed(pairs: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
+    return [(name, _PYTHON_TYPES[hint if isinstance(hint, type) else type(hint)]) for name, hint in pairs]
+
+
+def object_fields() -> list[tuple[str, str]]:
+    """``(path, type)`` of the objects in ``xattrs`` and ``diagnostics``, from what they are made of."""
+    hints = typing.get_type_hints(Xattr)
+    sample = diagnostic(next(iter(CATALOGUE)), "", 0).to_json()  # with an offset: every key it can have
+    return ([(f"xattrs[].{name}", kind) for name, kind in _typed((f.name, hints[f.name]) for f in fields(Xattr))]
+            + [(f"diagnostics[].{name}", kind) for name, kind in _typed(sample.items())])
+
+
+def frame_info_fields() -> list[FieldInfo]:
+    """``frame_infos[].*``: each frame info's fields, with the frame infos (by kv_engine name) that carry them
+    (none for the id, name and data every frame info has)."""
+    uses = _Uses()
+    hints = typing.get_type_hints(frameinfo.FrameInfo)
+    envelope = {name: _PYTHON_TYPES.get(hints.get(name, str), "str") for name in FRAME_INFO_ENVELOPE}
+    for response, table in ((False, frameinfo.REQUEST_FRAME_GRAMMARS), (True, frameinfo.RESPONSE_FRAME_GRAMMARS)):
+        vocab = frameinfo.vocabulary(response)
+        for frame_id, by_length in table.items():
+            for grammar in by_length.values():
+                for name, kind in walk.field_names(grammar):
+                    uses.add(name, kind, vocab.name(frame_id))
+                    if name in frameinfo.ENCODED_DURATIONS:
+                        uses.add(name.replace("_encoded", "_us"), "int", vocab.name(frame_id))
+                    if name == "durability_level":
+                        uses.add("durability_level_name", "str", vocab.name(frame_id))
+    for frame_id in sorted(frameinfo.TEXT_FRAMES):
+        uses.add("text", "str", frameinfo.vocabulary(response=False).name(frame_id))
+    first, last = FRAME_INFO_ENVELOPE[:-1], FRAME_INFO_ENVELOPE[-1:]
+    return ([FieldInfo(f"frame_infos[].{name}", envelope[name], FRAME_GLOSSARY.get(name, ""), ()) for name in first]
+            + [uses.info(name, f"frame_infos[].{name}", FRAME_GLOSSARY.get(name, "")) for name in uses.kinds]
+            + [FieldInfo(f"frame_infos[].{name}", envelope[name], FRAME_GLOSSARY.get(name, ""), ()) for name in last])
+
+
 def catalogue() -> list[FieldInfo]:
-    """Every JSON field: the common ones, then each declared extras/value field with its messages."""
-    seen: dict[str, tuple[str, list[str]]] = {}
+    """Every JSON field: the common ones and their objects' fields, then each declared extras/value field with
+    its messages."""
+    uses = _Uses()
     for dialect, spec, variant in all_variants():
         where = f"{spec.name}/{variant.name}" if dialect.name == "dcp" else f"{dialect.name}:{variant.name}"
         declared: list[tuple[str, str]] = []
@@ -265,17 +329,12 @@ def catalogue() -> list[FieldInfo]:
         if variant.terminator is not None:
             declared.append((variant.terminator, "bool"))
         for name, kind in declared:
-            entry = seen.setdefault(name, (kind, []))
-            if where not in entry[1]:
-                entry[1].append(where)
+            uses.add(name, kind, where)
     common = {name for name, _, _ in COMMON_FIELDS}
     out = [FieldInfo(name, kind, meaning, ()) for name, kind, meaning in COMMON_FIELDS]
+    out += [FieldInfo(name, kind, OBJECT_GLOSSARY.get(name, ""), ()) for name, kind in object_fields()]
     out += frame_info_fields()
-    for name in sorted(seen):
-        kind, messages = seen[name]
-        if name in common:
-            continue
-        out.append(FieldInfo(name, kind, GLOSSARY.get(name, ""), tuple(messages)))
+    out += [uses.info(name, name, GLOSSARY.get(name, "")) for name in sorted(uses.kinds) if name not in common]
     return out
 
 

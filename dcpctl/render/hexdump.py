@@ -4,7 +4,8 @@ Each field gets a colour used both in the byte rows and in its annotation line; 
 under the field whose bytes they concern. A field longer than the bound (``--max-field-bytes``) shows the
 rows of its first and last bytes and a line saying how many were left out, so a 20 MiB packet costs a few
 screens. A SASL client message's bytes are masked unless ``--show-secrets``. Text from the wire (keys,
-values, xattrs, diagnostics) is escaped (``safetext``).
+values, xattrs, diagnostics) is escaped (``safetext``). A message from a capture or a live stream is headed
+with its time, connection and direction as pretty's headline has them: a capture interleaves connections.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.text import Text
 from dcpctl.dcp.observed import Observed, packet_of
 from dcpctl.protocol.layout import FieldSpan, spans
 from dcpctl.protocol.message import Message
+from dcpctl.render.pretty import iso_time
 from dcpctl.render.record import record as record_of
 from dcpctl.safetext import shown
 
@@ -91,7 +93,22 @@ def _rows(text: Text, raw: bytes, fields: list[FieldSpan], start: int, end: int)
         text.append("\n")
 
 
-def render(item: Message | Observed, max_field_bytes: int) -> Text:
+def _context(record: dict[str, object], local_time: bool) -> str:
+    """Where and when the message was seen, as pretty's headline says it; empty for bytes without a
+    connection (``dcpctl hexdump`` of a packet)."""
+    parts = []
+    ts = record.get("ts")
+    if isinstance(ts, float | int):
+        parts.append(iso_time(ts, local=local_time))
+    if "connection" in record:
+        parts.append(shown(str(record["connection"])))
+    if "direction" in record:
+        parts.append(shown(str(record["direction"])))
+    return " ".join(parts)
+
+
+def render(item: Message | Observed, max_field_bytes: int, *, local_time: bool = False) -> Text:
+    """The heading, the byte rows and one line per field; ``local_time``: the heading's time in the local zone."""
     msg = packet_of(item)
     raw = msg.raw
     fields = spans(msg, walk_limit=max_field_bytes)
@@ -100,7 +117,9 @@ def render(item: Message | Observed, max_field_bytes: int) -> Text:
     title = record["opcode"] + (f" ({record['request_type_name']})" if "request_type_name" in record
                                 else "")
     text.append(f"{title} {'response' if msg.is_response else 'request'}", style="bold")
-    text.append(f"  @{msg.offset}, {len(raw)} bytes\n", style="dim")
+    context = _context(record, local_time)
+    where = f"{context} @{msg.offset}" if context else f"@{msg.offset}"
+    text.append(f"  {where}, {len(raw)} bytes\n", style="dim")
     shown_from = 0
     for first, last in sorted(_hidden(fields, max_field_bytes)):
         if first < shown_from:  # fields that overlap (a packet at odds with its lengths): shown, not hidden

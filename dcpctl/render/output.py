@@ -127,7 +127,7 @@ def emit(items: Iterable[Observed | Message | Skipped | Diagnostic | bytes], fmt
     elif fmt is Format.HEXDUMP:
         console = env.console()
         for item in messages():
-            console.print(hexdump.render(item, max_field_bytes))
+            console.print(hexdump.render(item, max_field_bytes, local_time=local_time))
             count_errors(item)
     else:
         console = env.console()
