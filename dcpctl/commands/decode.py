@@ -69,8 +69,9 @@ def decode(
                                                      "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.",
                                             metavar="GLOB")] = None,
-    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids.",
-                                                        metavar="N")] = None,
+    stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids "
+                                                        "(1-65535; 0 is no stream id).", metavar="N",
+                                                        min=1, max=65535)] = None,
     filter_expr: Annotated[str | None, typer.Option(
         "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
         "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).", metavar="EXPR")] = None,

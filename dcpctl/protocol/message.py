@@ -876,12 +876,12 @@ def _check_document(msg: Message, value: bytes, datatype: int) -> None:
             msg._xattrs, body_offset = parsed
             data = data[body_offset:]
     msg._document = data
-    if datatype & DATATYPE_JSON:  # a body that is not text is shown as hex and not checked
+    if datatype & DATATYPE_JSON:  # a body shown as hex is checked too: JSON is UTF-8 text (RFC 8259)
         try:
             _json_check(data)
         except ValueError:
-            if msg.document_text is not None:
-                msg.add("bad_json", "value marked JSON is not valid JSON", msg.value_offset, len(value))
+            what = "valid JSON" if msg.document_text is not None else "UTF-8 JSON text"
+            msg.add("bad_json", f"value marked JSON is not {what}", msg.value_offset, len(value))
 
 
 def _check_grammar(msg: Message, variant: Variant, value: bytes) -> None:

@@ -21,8 +21,10 @@ from rich.console import Group
 from rich.text import Text
 
 from dcpctl.dcp.rollback import END_FOREVER
+from dcpctl.protocol.frameinfo import DCP_STREAM_ID
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.naming import value_names
+from dcpctl.protocol.registry import Pushed
 from dcpctl.render.wrap import Hanging
 from dcpctl.safetext import shown
 
@@ -59,7 +61,7 @@ NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
 # Fields holding absolute epoch seconds (§3.9, §3.10): shown with their time, as ts is.
 EPOCH_SECONDS: Final = frozenset({"expiration", "delete_time"})
 # An expiration a client sends of at most 30 days is relative, seconds from the request (memcached's rule,
-# which kv_engine keeps); above, an epoch time. DCP items carry the server's absolute time, never this small.
+# which kv_engine keeps); above, an epoch time. DCP items carry the server's absolute time whatever its size.
 RELATIVE_EXPIRATION_MAX: Final = 30 * 24 * 3600
 
 
@@ -84,6 +86,36 @@ def named(opcode: object, name: str, value: object) -> str | None:
 
 def _meaning(msg: Message, name: str, value: Any) -> str:
     return "|".join(value_names(msg, name, value))
+
+
+# How a frame info's fields (FrameInfo.fields, the JSON record's) read in one line: a field a sibling says
+# better is shown by that sibling, in its place (an encoded duration by its microseconds, a level by its
+# name), and a unit is said where the field's name only implies it.
+_FRAME_FIELD_SHOWN_AS: Final = {"server_duration_encoded": "server_duration_us",
+                                "throttle_duration_encoded": "throttle_duration_us",
+                                "durability_level": "durability_level_name"}
+_FRAME_FIELD_LABELS: Final = {"durability_level_name": "durability", "durability_timeout": "timeout",
+                              "server_duration_us": "server_duration", "throttle_duration_us": "throttle_duration",
+                              "text": ""}
+_FRAME_FIELD_UNITS: Final = {"durability_timeout": "ms", "server_duration_us": "µs", "throttle_duration_us": "µs"}
+_FRAME_INFO_KEYS: Final = frozenset({"id", "name", "data", *_FRAME_FIELD_SHOWN_AS.values()})
+
+
+def _frame_info(info: Mapping[str, Any], bound: int) -> str:
+    """One frame info as ``server_duration 1509µs`` or ``Impersonate bob``; its name and data when it has
+    no declared fields (a barrier, an unknown id)."""
+    parts = []
+    for field in info:
+        if field in _FRAME_INFO_KEYS:
+            continue
+        name = _FRAME_FIELD_SHOWN_AS[field] if _FRAME_FIELD_SHOWN_AS.get(field) in info else field
+        label = _FRAME_FIELD_LABELS.get(name, name)
+        parts.append(f"{label} " * bool(label) + _shown(info[name], bound) + _FRAME_FIELD_UNITS.get(name, ""))
+    if "text" in info or not parts:
+        parts.insert(0, shown(str(info["name"])))
+        if len(parts) == 1 and info.get("data"):
+            parts.append(_cut(info["data"], bound))
+    return " ".join(parts)
 
 
 def _cut(text: str, bound: int) -> str:
@@ -158,11 +190,13 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         # one line per stat: its name (the key) and its text (the value), or the group's end
         return Group(*lines, *_stat_line(record, max_field_bytes))
     fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
+    # the 30-day rule is a client's (SET, TOUCH); an item a producer pushes holds an epoch time (§3.9)
+    relative = not msg.is_response and msg.spec is not None and msg.spec.pushed is Pushed.NO
     if fields:
         out = line()
         for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
-            if name == "expiration" and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
+            if name == "expiration" and relative and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
                 meaning = f"in {value} s"
             elif name in EPOCH_SECONDS and isinstance(value, int) and value:
                 meaning = iso_time(value, local=local_time).replace(".000000", "")
@@ -170,6 +204,11 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
             out.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
             if meaning:
                 out.append(f" ({shown(meaning)})", style="dim")
+    # a request's stream id is in the headline already
+    infos = [_frame_info(info, max_field_bytes) for info in record.get("frame_infos", ())
+             if not (info["id"] == DCP_STREAM_ID and "stream_id" in info and not msg.is_response)]
+    if infos:
+        line().append("frame infos ", style="dim").append(", ".join(infos))
     if "key" in record:
         # a STAT request's key names the stat group
         text = line().append("group " if record["opcode"] == "STAT" and not msg.is_response else "key ",

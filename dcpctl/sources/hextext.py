@@ -3,7 +3,10 @@
 Pure functions from ``bytes``/``str`` to values. Detection, in order: input that is not UTF-8 text
 or holds control characters other than whitespace is binary; text with at least one byte-table row
 (``  4| 0x28 | 0x00 | ...``) is a document of diagrams, each diagram one packet; text whose every
-non-blank line carries an ``xxd`` or ``hexdump -C`` offset is a dump; anything else is plain hex.
+non-blank line carries an ``xxd`` or ``hexdump -C`` offset is a dump; text whose every line starts
+with a shorter offset column (``od -Ax -tx1``, ``tshark -x``, the reference's worked examples), the
+first one zero, followed by two-digit bytes is a dump too; anything else is plain hex. In a dump each
+offset must follow on from the bytes before it, so a text column read as bytes is refused, not decoded.
 No regular expression here can backtrack: the only one is a single character class.
 """
 
@@ -17,6 +20,11 @@ from typing import Final
 _HEX: Final = "0123456789abcdefABCDEF"
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _OFFSET_DIGITS: Final = range(8, 17)  # xxd and hexdump -C print offsets as 8 (or more) hex digits
+# tshark -x and Wireshark print 4 digits, od -Ax 6; fewer would be a byte, not an offset.
+_SHORT_OFFSET_DIGITS: Final = range(4, 17)
+# The text column of tshark -x, Wireshark and the reference's examples follows 3 or more spaces;
+# hexdump -C puts only 2 in the middle of the bytes, so 2 cannot end them.
+_TEXT_COLUMN_GAP: Final = "   "
 # A '*' line stands for any number of repeats: bound what a few lines of text may expand to, in all.
 MAX_REPEAT: Final = 64 * 1024 * 1024
 
@@ -62,6 +70,11 @@ def parse_packets(data: bytes) -> list[Chunk]:
     if content and all(_is_hexdump(line) or line == "*" for line in content) and any(
             "|" in line for line in content):
         return _dumps(lines, _hexdump_bytes)
+    # tshark -x titles each data source ("Frame (80 bytes):", "Reassembled TCP (126 bytes):"): each is a dump
+    titled = ["" if _is_source_title(line) else line for line in lines]
+    dump = [line.strip() for line in titled if line.strip()]
+    if dump and _is_offset_dump(dump):
+        return _dumps(titled, _offset_line_bytes)
     payload, first = _plain(lines)
     return [Chunk(payload, first, boundary=False)] if payload else []
 
@@ -192,8 +205,43 @@ def _hexdump_bytes(line: str, number: int) -> bytes:
     return _hex_words(words, number)
 
 
+def _byte_column(line: str) -> str:
+    """What follows an offset up to its text column: ``|...|``, od's ``>...<`` or 3 spaces and text."""
+    rest = line[len(_offset_of(line)):].removeprefix(":").partition("|")[0].partition("  >")[0]
+    return rest.strip().partition(_TEXT_COLUMN_GAP)[0]
+
+
+def _is_offset_line(line: str) -> bool:
+    """An offset of 4-16 digits, then two-digit bytes (or nothing, od's closing offset line)."""
+    offset = _offset_of(line)
+    rest = line[len(offset):].removeprefix(":")
+    return (len(offset) in _SHORT_OFFSET_DIGITS and (not rest or rest[0] in " \t")
+            and all(len(word) == 2 and _is_hex(word) for word in _byte_column(line).split()))
+
+
+def _is_offset_dump(content: list[str]) -> bool:
+    """Every line an offset line or ``*``, the first at offset 0, some line holding bytes.
+
+    Offset 0 keeps a plain line such as ``8053 00 00`` plain; ``_dumps`` then checks that every
+    offset follows on, which refuses plain hex that only looks like a dump.
+    """
+    return (_is_offset_line(content[0]) and int(_offset_of(content[0]), 16) == 0
+            and all(line == "*" or _is_offset_line(line) for line in content)
+            and any(line != "*" and _byte_column(line) for line in content))
+
+
+def _is_source_title(line: str) -> bool:
+    name, bracket, size = line.strip().partition(" (")
+    return bool(name) and bool(bracket) and size.endswith(" bytes):") and size[:-8].isdigit()
+
+
+def _offset_line_bytes(line: str, number: int) -> bytes:
+    return _hex_words(_byte_column(line).split(), number)
+
+
 def _dumps(lines: list[str], line_bytes: Callable[[str, int], bytes]) -> list[Chunk]:
-    """Chunks of an xxd or hexdump -C text: a blank line or an offset back to 0 starts a new one.
+    """Chunks of a dump (xxd, hexdump -C, an offset column): a blank line or an offset back to 0 starts
+    a new one.
 
     Offsets must follow on from the first line's; ``*`` repeats the previous line up to the next
     offset, as ``hexdump -C`` and ``xxd -a`` write runs of identical lines.

@@ -55,7 +55,7 @@ def read_items(stream: BinaryIO, options: DecodeOptions,
     try:
         chunks = parse_packets(text)
     except HexTextError as exc:
-        raise CommandError(f"input is not hex, xxd, hexdump -C or a byte table: {exc}",
+        raise CommandError(f"input is not hex, a hex dump or a byte table: {exc}",
                            ExitCode.INPUT) from None
     base = 0
     for chunk in chunks:

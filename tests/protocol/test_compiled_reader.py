@@ -134,3 +134,21 @@ def test_a_shape_is_compiled_at_its_second_sight_and_only_up_to_the_limit(monkey
         assert seen(decode(raw, BASE)) == seen(interpret(raw, BASE))
     assert len(reader._READERS[0]) == 2
     assert all(read is not None for read in reader._READERS[0].values())
+
+
+# DCP_MUTATION, datatype JSON, key "k1" (or collection 8 and "k1"), value 80 81: not UTF-8, so not JSON text
+_MUTATION = "805700{keylen:02x}1f010000{bodylen:08x}00000000" "0000000000000000" \
+    "0000000000000001" "0000000000000001" "00000000" "00000000" "00000000" "0000" "00" "{key}" "{value}"
+
+
+@pytest.mark.parametrize("collections", [None, True])
+@pytest.mark.parametrize("value", ["8081", "7b2261223a"])  # not UTF-8; UTF-8 but not JSON ('{"a":')
+def test_a_json_value_that_is_not_text_is_bad_json_on_every_path(value: str, collections: bool | None) -> None:
+    key = "086b31" if collections else "6b31"
+    raw = bytes.fromhex(_MUTATION.format(keylen=len(key) // 2, bodylen=31 + (len(key) + len(value)) // 2,
+                                         key=key, value=value))
+    options = DecodeOptions(DIALECTS["dcp"], collections)
+    assert agrees(raw, options)
+    for msg in (interpret(raw, BASE, options), decode(raw, BASE, options)):
+        assert [d.name for d in msg.diagnostics] == ["bad_json"]
+        assert record_of(msg)["diagnostics"][0]["offset"] == 24 + 31 + len(key) // 2  # the value

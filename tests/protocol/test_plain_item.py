@@ -60,7 +60,7 @@ def agrees(buf: bytes, options: DecodeOptions, pos: int = 0, n: int | None = Non
         assert views(decode(packet, BASE + pos, options)) == views(interpret(packet, BASE + pos, options))
     fields = item_key(message) if message.magic == 0x80 else None
     # plain, as the reader's module says: a key with a one-byte collection id or none, raw or JSON datatype
-    # and a JSON value that parses (one that does not, shown as hex, has no diagnostic but is not plain)
+    # and a JSON value that parses (one that does not has a bad_json diagnostic, text or not)
     one_byte_id = message.collection_id is None or (message.collection_id < 0x80 and len(message.key) > 1)
     clean = not message.diagnostics and fields is not None and message.opcode in (0x57, 0x58, 0x59) \
         and one_byte_id and message.datatype in (0, 1) and (message.datatype == 0 or parses(message.value))

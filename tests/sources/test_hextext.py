@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -332,3 +333,76 @@ def test_any_input_gives_chunks_or_hex_text_error(data: bytes) -> None:
         assert error.line >= 1
         assert str(error).startswith(f"line {error.line}: ")
     assert all(c.data for c in chunks)
+
+
+# -- offset columns: od -Ax -tx1, tshark -x, the reference's worked examples -----------------------
+
+NOOP = bytes.fromhex("805c0000000000000000000000989681") + bytes(8)
+OD = """\
+000000 80 5c 00 00 00 00 00 00 00 00 00 00 00 98 96 81
+000010 00 00 00 00 00 00 00 00
+000018
+"""
+TSHARK = """\
+0000  80 5c 00 00 00 00 00 00 00 00 00 00 00 98 96 81   .\\..............
+0010  00 00 00 00 00 00 00 00                           ........
+"""
+REFERENCE = """\
+0000  80 5c 00 00 00 00 00 00 00 00 00 00 00 98 96 81   magic 80, op 5c | opaque 08 96
+0010  00 00 00 00 00 00 00 00                           CAS 00 00
+"""
+OD_TEXT = ("000000 80 5c 00 00 00 00 00 00 00 00 00 00 00 98 96 81  >.\\..............<\n"
+           "000010 00 00 00 00 00 00 00 00                          >........<\n000018\n")
+
+
+@pytest.mark.parametrize("text", [OD, TSHARK, REFERENCE, OD_TEXT, TSHARK.replace("  ", "   ", 1)])
+def test_offset_column_and_text_column_are_not_bytes(text: str) -> None:
+    assert parse_packets(text.encode()) == [Chunk(NOOP, 1, boundary=False)]
+
+
+def test_od_repeat_star_with_short_offsets() -> None:
+    text = ("000000 80 5c 00 00 00 00 00 00 00 00 00 00 00 00 00 00\n"
+            "000010 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00\n*\n000040 01\n000041\n")
+    assert _one(text).data == b"\x80\x5c" + bytes(62) + b"\x01"
+
+
+def test_tshark_frames_separated_by_blank_lines_are_separate_chunks() -> None:
+    assert [c.data for c in parse_packets((TSHARK + "\n" + TSHARK).encode())] == [NOOP, NOOP]
+
+
+@pytest.mark.parametrize(("text", "line", "what"), [
+    # od without -Ax prints octal offsets: refused, not read as hex
+    ("0000000 80 5c 00 00 00 00 00 00 00 00 00 00 00 98 96 81\n0000020 00 00\n",
+     2, "offset 0x20, expected 0x10"),
+    # a text column only two spaces away looks like two more bytes: the next offset refuses it
+    ("0000  80 5c 00 00  ab\n0004  00 00\n", 2, "offset 0x4, expected 0x5"),
+])
+def test_offset_column_that_does_not_follow_on_is_refused(text: str, line: int, what: str) -> None:
+    with pytest.raises(HexTextError, match=f"^line {line}: {what}"):
+        parse_packets(text.encode())
+
+
+@pytest.mark.parametrize("text", ["8053 00 00", "0000 0000 0000", "0080 53 00 00"])
+def test_lines_not_starting_at_offset_zero_stay_plain_hex(text: str) -> None:
+    assert _one(text).data == bytes.fromhex(text.replace(" ", ""))
+
+
+def test_tshark_data_source_titles_separate_dumps() -> None:
+    text = "Frame (24 bytes):\n" + TSHARK + "Reassembled TCP (24 bytes):\n" + TSHARK
+    assert [(c.data, c.line) for c in parse_packets(text.encode())] == [(NOOP, 2), (NOOP, 5)]
+
+
+def _od(data: bytes) -> str:
+    rows = [f"{at:06x} " + " ".join(f"{b:02x}" for b in data[at:at + 16]) + "\n"
+            for at in range(0, len(data), 16)]
+    return "".join(rows) + f"{len(data):06x}\n"
+
+
+def _tshark(data: bytes) -> str:
+    return "".join(f"{at:04x}  " + " ".join(f"{b:02x}" for b in data[at:at + 16]).ljust(47) + "   "
+                   + _text_column(data[at:at + 16]) + "\n" for at in range(0, len(data), 16))
+
+
+@given(DUMP_DATA.filter(bool), st.sampled_from([_od, _tshark]))
+def test_offset_column_round_trip(data: bytes, dump: Any) -> None:
+    assert parse_packets(dump(data).encode()) == [Chunk(data, 1, boundary=False)]
