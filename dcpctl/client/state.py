@@ -23,6 +23,7 @@ import orjson
 
 from dcpctl.dcp.rollback import FailoverEntry
 from dcpctl.errortext import file_error, json_error
+from dcpctl.safetext import brief
 
 VERSION: Final = 1
 U64: Final = (1 << 64) - 1  # seqnos and uuids are u64 on the wire: anything else cannot be asked for
@@ -69,8 +70,25 @@ class State:
 
 def _u64(value: Any) -> int:
     if type(value) is not int or not 0 <= value <= U64:
-        raise ValueError(f"{value!r} is not a u64")
+        # orjson reads an integer past 64 bits as a float: said as a whole number, not in exponent form
+        shown_as = f"{value:.0f}" if isinstance(value, float) and value.is_integer() else brief(value)
+        raise ValueError(f"{shown_as} is not a whole number from 0 to 2^64-1")
     return value
+
+
+def _vbucket(name: Any) -> int:
+    if not (isinstance(name, str) and name.isascii() and name.isdigit()):
+        raise ValueError(f"vbucket {brief(name)} is not a vbucket number")
+    return int(name)
+
+
+def _why(exc: Exception) -> str:
+    """What is wrong with a state file's structure, in words rather than a Python exception's repr."""
+    if isinstance(exc, KeyError):
+        return f"no {brief(exc.args[0])} field where one is needed"
+    if isinstance(exc, TypeError | AttributeError):
+        return "a field holds another kind of value than a state file has there"
+    return str(exc)
 
 
 def load(path: Path, bucket: str) -> State:
@@ -89,14 +107,14 @@ def load(path: Path, bucket: str) -> State:
             raise StateError(f"{path}: the state is for bucket {data.get('bucket')!r}, not {bucket!r}")
         state = State(bucket)
         for vb, pos in data["vbuckets"].items():
-            state.vbuckets[int(vb)] = VbucketPosition(
+            state.vbuckets[_vbucket(vb)] = VbucketPosition(
                 _u64(pos["vbucket_uuid"]), _u64(pos["seqno"]), _u64(pos["snap_start_seqno"]),
                 _u64(pos["snap_end_seqno"]),
                 [FailoverEntry(_u64(e["vbucket_uuid"]), _u64(e["seqno"])) for e in pos.get("failover_log", [])])
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         if isinstance(exc, StateError):
             raise
-        raise StateError(f"{path}: not a dcpctl state file ({exc!r})") from None
+        raise StateError(f"{path}: not a dcpctl state file ({_why(exc)})") from None
     return state
 
 

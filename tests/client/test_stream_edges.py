@@ -12,7 +12,7 @@ import pytest
 from servekit import free_port, serving
 
 from dcpctl.cli import main
-from dcpctl.client.state import State, VbucketPosition, check_writable, load, save
+from dcpctl.client.state import State, StateError, VbucketPosition, check_writable, load, save
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
 
@@ -103,3 +103,19 @@ def test_a_compare_file_that_is_not_a_dump_is_one_line_exit_3(tmp_path: Path, bo
                                                                                          "dump: ", 1)[1]
     assert says in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("vbuckets", "says"), [
+    ([], "a field holds another kind of value than a state file has there"),
+    ({"0": {"vbucket_uuid": 1}}, "no 'seqno' field where one is needed"),
+    ({"0": {"vbucket_uuid": 1, "seqno": 2**64, "snap_start_seqno": 0, "snap_end_seqno": 0}},
+     "18446744073709551616 is not a whole number from 0 to 2^64-1"),
+    ({"v0": {"vbucket_uuid": 1, "seqno": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}},
+     "vbucket 'v0' is not a vbucket number"),
+])
+def test_a_bad_state_file_is_said_in_words_not_a_python_repr(tmp_path: Path, vbuckets: object, says: str) -> None:
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"version": 1, "bucket": "default", "vbuckets": vbuckets}))
+    with pytest.raises(StateError) as raised:
+        load(path, "default")
+    assert str(raised.value) == f"{path}: not a dcpctl state file ({says})"
