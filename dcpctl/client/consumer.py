@@ -447,7 +447,7 @@ class Consumer:
             until, start = self.progress.ends.get(vbucket), stream.request.start_seqno
             if until is not None and start > until and vbucket not in self.progress.past_until:
                 self.progress.past_until.add(vbucket)
-                self._events.append(Notice(f"vbucket {vbucket}: resumes at {start}, past --until {until}: "
+                self._events.append(Notice(f"vbucket {vbucket}: starts at {start}, past --until {until}: "
                                            "nothing to stream"))
             return
         del self.streams[msg.opaque]

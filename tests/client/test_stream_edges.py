@@ -16,7 +16,7 @@ from dcpctl.client.state import State, StateError, VbucketPosition, check_writab
 from dcpctl.exitcode import ExitCode
 from dcpctl.render.env import Environment
 
-PAST = "resumes at 40, past --until 10: nothing to stream"
+PAST = "starts at 40, past --until 10: nothing to stream"
 
 
 @pytest.fixture(autouse=True)
