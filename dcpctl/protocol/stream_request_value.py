@@ -13,7 +13,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
-from dcpctl.safetext import brief
+from dcpctl.safetext import QUOTED_CHARS, brief, shown
 
 KNOWN_KEYS: Final = ("uid", "sid", "collections", "scope", "purge_seqno", "cts")
 MAX_STREAM_ID: Final = 0xFFFF
@@ -52,6 +52,15 @@ def encode(sid: int | None = None, collections: tuple[int, ...] = (), scope: int
 def _sid(obj: dict[str, Any]) -> int | None:
     sid = obj.get("sid")
     return sid if isinstance(sid, int) and not isinstance(sid, bool) and 1 <= sid <= MAX_STREAM_ID else None
+
+
+def _quoted(value: Any) -> str:
+    """A bad JSON value quoted: a string as every bad value is (``brief``), anything else as the document
+    wrote it (true, not Python's True), escaped and cut as ``brief`` cuts."""
+    if isinstance(value, str):
+        return brief(value)
+    text = shown(orjson.dumps(value).decode())
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}… ({len(text)} chars)"
 
 
 def _hex(obj: dict[str, Any], key: str) -> int | None:
@@ -110,19 +119,20 @@ def validate(value: bytes, offset: int = 0) -> tuple[Any, list[Diagnostic]]:
         diags.append(d("stream_request_json_unknown_key", f"and {len(unknown) - MAX_UNKNOWN_KEY_DIAGNOSTICS} "
                        "more keys the server ignores"))
     if "uid" in obj and _hex(obj, "uid") is None:
-        diags.append(d("stream_request_bad_uid", f"uid {brief(obj['uid'])} is not a hex string without 0x"))
+        diags.append(d("stream_request_bad_uid", f"uid {_quoted(obj['uid'])} is not a hex string of at most 8 "
+                       "digits without 0x"))
     if "sid" in obj and _sid(obj) is None:
         diags.append(d("stream_request_sid_invalid",
-                       f"sid {brief(obj['sid'])} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
+                       f"sid {_quoted(obj['sid'])} is not an integer from 1 to {MAX_STREAM_ID} (the value document "
                        "says 1 to 65536, but the stream id is a u16 and 0 is DcpStreamIdInvalid)"))
     if "collections" in obj and "scope" in obj:
         diags.append(d("stream_request_collections_and_scope",
                        "collections and scope together: the server answers Einval"))
     if "collections" in obj and _collections(obj) is None:
         diags.append(d("stream_request_bad_collection_id",
-                       "collections must be an array of hex strings without 0x"))
+                       "collections must be an array of hex strings of at most 8 digits (32-bit ids) without 0x"))
     if "scope" in obj and _hex(obj, "scope") is None:
-        diags.append(d("stream_request_bad_scope_id", "scope must be a hex string without 0x"))
+        diags.append(d("stream_request_bad_scope_id", "scope must be a hex string of at most 8 digits without 0x"))
     if "purge_seqno" in obj and not (isinstance(obj["purge_seqno"], str) and _DECIMAL.fullmatch(obj["purge_seqno"])):
         diags.append(d("stream_request_bad_purge_seqno",
                        "purge_seqno must be a string of decimal digits"))

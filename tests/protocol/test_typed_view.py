@@ -98,3 +98,13 @@ def test_the_value_a_client_sends_reads_back_as_the_server_reads_it(sid: int | N
     assert parsed.collections == (tuple(collections) if collections else None)
     assert parsed.scope == (None if collections else scope)
     assert not srv.validate(value)[1]  # no diagnostics: the server takes it as it is
+
+
+def test_a_bad_stream_request_value_is_quoted_as_json_wrote_it() -> None:
+    """true, not Python's True; and a collection id too wide is said to be too wide, not not hex."""
+    messages = {diagnostic.name: diagnostic.message
+                for value in (b'{"sid":true}', b'{"collections":["100000000"]}', b'{"uid":"0x1"}')
+                for diagnostic in srv.validate(value)[1]}
+    assert messages["stream_request_sid_invalid"].startswith("sid true is not an integer")
+    assert "at most 8 digits (32-bit ids)" in messages["stream_request_bad_collection_id"]
+    assert messages["stream_request_bad_uid"].startswith("uid '0x1' is not a hex string of at most 8 digits")
