@@ -22,10 +22,12 @@ from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.render.analysis import print_report
 from dcpctl.render.env import Environment
+from dcpctl.render.output import notice_text
 from dcpctl.safetext import shown
+from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import compressed, streamed
 from dcpctl.sources.files import expand
-from dcpctl.sources.pcap import CaptureError
+from dcpctl.sources.pcap import CaptureError, port_hint_of
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 
 DEFAULT_STALL_MS = 1000.0  # a full window that blocks the producer this long is worth a row in the report
@@ -159,7 +161,12 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
         except OSError as exc:  # making --out
             raise CommandError(f"--out {out}: {exc.strerror or exc}", ExitCode.INPUT) from None
         errors = env.error_console()
-        for notice in result.notices:
+        notices = result.notices
+        if not result.messages:  # the tasks read chunks and cannot tell: decode's hint, from the driver
+            hints = ((path, port_hint_of(path, ports)) for path in paths)
+            notices = notices + [f"{path}: {notice_text(notice_diagnostic(hint))}" for path, hint in hints
+                                 if hint is not None]
+        for notice in notices:
             errors.print(f"dcpctl: {shown(notice)}", style="yellow", markup=False)
         report: dict[str, Any] = {"dataset": str(out)}
         report.update(analyses.report(job.read(session, result, records=records), result.partials,

@@ -314,6 +314,33 @@ class FrameFilter:
                              f"{' '.join(f'--port {port}' for port in named)}")
 
 
+# Frames a file's port hint is looked for in when a reader that never gives one (analyze's chunked tasks)
+# found nothing: enough for a capture of another port's traffic, bounded for a big capture of none.
+HINT_FRAMES: Final = 200_000
+
+
+def port_hint_of(path: str, ports: frozenset[int], tls_ports: frozenset[int] = TLS_PORTS,
+                 max_frames: int = HINT_FRAMES) -> CaptureNotice | None:
+    """decode's port hint for a file from its first ``max_frames`` frames (None: nothing else looks like
+    the protocol, or the decoded ports carry traffic); a file that cannot be read gives none."""
+    keep = FrameFilter(ports, tls_ports)
+    frame, ts = 0, 0.0
+    try:
+        reader = open_offline(path)
+        linktype = int(reader.datalink())
+        while frame < max_frames:
+            header, data = reader.next()
+            if header is None:
+                break
+            frame += 1
+            seconds, micros = header.getts()
+            ts = seconds + micros / 1_000_000
+            keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
+    except (CaptureError, OSError, pcapy.PcapError):
+        pass  # what was read still counts; the analysis itself said why the file is damaged
+    return keep.port_hint(frame, ts)
+
+
 def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], live: bool = False,
               tap: Callable[[float, bytes, int], None] | None = None,
               stop: Callable[[], bool] | None = None,

@@ -203,6 +203,19 @@ def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -
     assert list((tmp_path / "ds").glob("*.parquet"))
 
 
+def test_a_capture_on_another_port_gets_decodes_port_hint(spark: Any, tmp_path: Path) -> None:
+    """The tasks read chunks and never see a whole file: an empty report used to say nothing more."""
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False)
+    code = main(["analyze", str(SAMPLE), "--port", "12000", "--out", str(tmp_path / "ds"), "--master", "local[2]",
+                 "-F", "json"], env)
+    assert code == ExitCode.OK, err.getvalue()
+    assert json.loads(out.getvalue())["messages"] == 0
+    assert "protocol_on_other_port: no traffic on port 12000; port 11210" in err.getvalue()
+    assert "try --port 11210" in err.getvalue()
+
+
 def test_the_table_reads_as_a_person_expects(spark: Any, tmp_path: Path) -> None:
     """Issue 18: the table printed Python's None and False, and the per-second rows were only in the JSON."""
     out, err = io.StringIO(), io.StringIO()
