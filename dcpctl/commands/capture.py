@@ -38,7 +38,15 @@ from dcpctl.render.lines import PlainLines
 from dcpctl.render.output import Format, as_written, emit
 from dcpctl.render.record import record as record_of
 from dcpctl.sources.capture import Item, decode_segments
-from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, TcpSegment, live_segments, open_live
+from dcpctl.sources.pcap import (
+    TLS_PORTS,
+    CaptureError,
+    CaptureNotice,
+    TcpSegment,
+    bpf_error,
+    live_segments,
+    open_live,
+)
 from dcpctl.sources.redaction import CaptureRedactor
 from dcpctl.sources.savefiles import Savefiles
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -95,6 +103,8 @@ def capture(
     file_size = rotation.size(write)
     live_capture_path(write, "-w")
     redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
+    if bpf is not None and (why := bpf_error(bpf)) is not None:
+        raise CommandError(f"--bpf: {why}", ExitCode.USAGE)
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:

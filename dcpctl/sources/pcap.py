@@ -708,6 +708,16 @@ def reader_segments(reader: Any, ports: frozenset[int] = frozenset({11210}),
     return _segments(reader, ports, tls_ports, tap=tap, unmixed=unmixed)
 
 
+def bpf_error(bpf: str) -> str | None:
+    """Why a capture filter does not compile (libpcap's words), or None: a mistake of the command line,
+    found before an interface is opened (a filter naming a field the interface lacks is found there)."""
+    try:
+        pcapy.compile(DLT_EN10MB, LIVE_SNAPLEN, bpf, 1, 0)
+    except (pcapy.PcapError, pcapy.BPFError) as exc:
+        return str(exc)
+    return None
+
+
 def open_live(interface: str, bpf: str | None, ports: frozenset[int] = frozenset({11210}),
               tls_ports: frozenset[int] = TLS_PORTS) -> tuple[int, Any]:
     """Open an interface for capture: (link type, reader). Raises CaptureError with pcap's reason."""

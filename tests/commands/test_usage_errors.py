@@ -49,6 +49,8 @@ def usage_error(*args: str) -> str:
     (["stream", "127.0.0.1:1", "--write", "x.pcap.gz"], "--write x.pcap.gz: written uncompressed as the "
      "traffic comes: name it x.pcap and compress it once written"),
     (["capture", "-i", "no-such-interface", "-w", "x.pcap.xz"], "-w x.pcap.xz: written uncompressed"),
+    # a filter that does not compile is the command line's mistake, found before an interface is opened
+    (["capture", "-i", "no-such-interface", "--bpf", "tcp port ((("], "--bpf: can't parse filter expression"),
     # the nodes' consecutive ports would pass 65535: refused before binding (and before the PEM files are read)
     (["serve", "--port", "65535", "--nodes", "2"], "--port 65535 with --nodes 2: the last node would listen on "
      "65536, past 65535"),
