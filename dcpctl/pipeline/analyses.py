@@ -28,6 +28,7 @@ from typing import Any, Final
 from dcpctl.pipeline.rollup import ITEMS, Partials, merge
 
 ROWS_LIMIT: Final = 1000  # rows of a list-like analysis kept in the report (the dataset has them all)
+LISTS: Final = ("gaps", "duplicates", "stalls")  # the report's lists that ROWS_LIMIT cuts
 # Vbucket seqno ranges where duplicates may be that are counted one by one; with more, every seqno is
 # counted at once (one query either way; this only bounds the size of the query's filter expression).
 MAX_SUSPECT_RANGES: Final = 256
@@ -207,6 +208,9 @@ def report(frame: Any, partials: Partials, *, plots: bool) -> dict[str, Any]:
         "latency": latency(partials.requests), "per_second": seconds, "flow_control": flow_control(seconds),
         "stalls": sorted(partials.stalls, key=lambda r: (r["connection"], r["ts"]))[:ROWS_LIMIT],
     }
+    # a list that reached the limit may have been cut (its per-vbucket counts are whole): said, not silent
+    out["rows_limit"] = ROWS_LIMIT
+    out["lists_at_limit"] = [name for name in LISTS if len(out[name]) >= ROWS_LIMIT]
     if plots:  # the plots' series: not in the JSON report (the caller pops them)
         data = prepared(frame)
         bounds = (partials.span[0], partials.span[1]) if partials.span else None

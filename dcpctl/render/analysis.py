@@ -30,7 +30,7 @@ SECTIONS: Final = (
                                       "longest_stall_ms", "stuck_at_end"]),
     ("flow-control stalls", "stalls", ["connection", "ts", "stalled_ms", "unacked_bytes", "buffer_size"]),
 )
-TABLE_ROWS: Final = 200  # rows of a section shown as a table (--format json has them all)
+TABLE_ROWS: Final = 200  # rows of a section shown as a table (--format json has more, up to its limit)
 # Rows of the per-second table per connection: a minute of a capture shows second by second, a longer one
 # in as many buckets of whole seconds (--format json has every second).
 PER_SECOND_ROWS: Final = 60
@@ -96,7 +96,8 @@ def _per_second_table(rows: list[dict[str, Any]]) -> tuple[Table, list[str]]:
 
 
 def print_report(console: Console, report: dict[str, Any]) -> None:
-    """The report's tables, each cut at ``TABLE_ROWS`` rows (saying how many more ``--format json`` has)."""
+    """The report's tables, each cut at ``TABLE_ROWS`` rows (saying how many more ``--format json`` has, and
+    when the report's own limit may have cut a list)."""
     console.print(escape(shown(f"{report['messages']} messages in {report['dataset']}")))
     for title, key, columns in SECTIONS:
         if key == "flow_control":  # the per-second table goes with the other rates, before flow control
@@ -109,8 +110,14 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         for row in rows[:TABLE_ROWS]:
             table.add_row(*[cell(row.get(c), c) for c in columns])
         console.print(table)
+        cut = key in report.get("lists_at_limit", ())
         if len(rows) > TABLE_ROWS:
-            console.print(f"... {len(rows) - TABLE_ROWS} more (--format json has them all)")
+            console.print(f"... {len(rows) - TABLE_ROWS} more in --format json" + (
+                f", which keeps the first {report['rows_limit']}: there may be more (the dataset has every "
+                "message)" if cut else ""))
+        elif cut:
+            console.print(f"the report keeps the first {report['rows_limit']}: there may be more (the dataset "
+                          "has every message)")
     for path in report.get("plots", []):
         console.print(escape(shown(f"plot: {path}")))
 

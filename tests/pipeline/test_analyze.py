@@ -185,6 +185,29 @@ def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     assert report["progress"]
 
 
+def test_a_list_at_the_reports_limit_is_said_to_be_so(spark: Any, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report keeps the first ROWS_LIMIT rows of a list; one that reached it is named, not cut silently,
+    and the table says json's rows may not be all."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+    from dcpctl.render.analysis import print_report  # noqa: PLC0415
+
+    path = tmp_path / "planted.pcap"
+    planted(path)
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    monkeypatch.setattr(analyses, "ROWS_LIMIT", 1)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    assert len(report["gaps"]) == 1
+    assert sum(row["gaps"] for row in report["vbuckets"]) > 1
+    assert (report["rows_limit"], "gaps" in report["lists_at_limit"]) == (1, True)
+    out = io.StringIO()
+    env = Environment(stdout=out, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False, width=200)
+    print_report(env.console(), {"dataset": "out", **report})
+    assert "the report keeps the first 1: there may be more" in out.getvalue()
+
+
 def test_the_command_writes_parquet_json_and_plots(spark: Any, tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
