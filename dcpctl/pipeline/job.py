@@ -40,6 +40,7 @@ import shutil
 import socket
 import struct
 import threading
+import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -124,11 +125,26 @@ class MasterError(CommandError):
 
 
 def master_endpoints(master: str) -> list[tuple[str, int]]:
-    """The host and port of each master of ``master`` (spark://HOST:PORT[,HOST:PORT...]; none for the other
-    kinds); MasterError when ``master`` is not one Spark accepts."""
+    """The host and port of each master of ``master`` (spark://HOST:PORT[,HOST:PORT...], a k8s:// API server;
+    none for the other kinds); MasterError when ``master`` is not one Spark accepts, or yarn without the
+    environment Spark finds the cluster by."""
     if not _MASTER.fullmatch(master):
         raise MasterError(f"--master {master}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
                           "yarn or k8s://URL)", ExitCode.USAGE)
+    if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+        # Spark's launcher would say so in a stack trace, after its JVM started
+        raise MasterError("--master yarn: neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set (Spark finds the "
+                          "cluster's ResourceManager through one of them)", ExitCode.USAGE)
+    if master.startswith("k8s://"):  # k8s://[https://]HOST[:PORT], the API server (443 by default)
+        url = urllib.parse.urlsplit(master.removeprefix("k8s://") if "://" in master.removeprefix("k8s://")
+                                    else "https://" + master.removeprefix("k8s://"))
+        try:
+            api_port = url.port or (80 if url.scheme == "http" else 443)
+        except ValueError:
+            api_port = None
+        if not url.hostname or api_port is None:
+            raise MasterError(f"--master {master}: not k8s://[https://]HOST[:PORT]", ExitCode.USAGE)
+        return [(url.hostname, api_port)]
     if not master.startswith("spark://"):
         return []
     endpoints = []

@@ -492,6 +492,9 @@ def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module:
     Python stack traces (a refusing master after 64 s); now one line each, at once, with its exit code."""
     import socket  # noqa: PLC0415
 
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.delenv("YARN_CONF_DIR", raising=False)
+
     def analyze(*args: str) -> tuple[int, str]:
         err = io.StringIO()
         env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
@@ -503,7 +506,12 @@ def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module:
         closed = probe.getsockname()[1]
     for args, code, says in ((["--master", "bogus://x"], ExitCode.USAGE, "not a Spark master"),
                              (["--master", "spark://nohostport"], ExitCode.USAGE, "is not HOST:PORT"),
-                             (["--master", f"spark://127.0.0.1:{closed}"], ExitCode.CONNECTION, "connection refused")):
+                             (["--master", f"spark://127.0.0.1:{closed}"], ExitCode.CONNECTION, "connection refused"),
+                             # Spark's launcher and client would fail in pages of Java stack traces
+                             (["--master", "yarn"], ExitCode.USAGE, "neither HADOOP_CONF_DIR nor YARN_CONF_DIR"),
+                             (["--master", f"k8s://https://127.0.0.1:{closed}"], ExitCode.CONNECTION,
+                              "connection refused"),
+                             (["--master", "k8s://https://"], ExitCode.USAGE, "not k8s://[https://]HOST[:PORT]")):
         started = time.monotonic()
         got, err = analyze(*args)
         assert got == code, err
