@@ -62,15 +62,16 @@ def duplicates(data: Any, per_vbucket: list[dict[str, Any]], limit: int = ROWS_L
     """The same (vbucket, seqno) delivered more than once, on any connections (resumed or repeated streams).
 
     Counting every seqno of a big capture would be the costliest query of all, and duplicates are rare. So
-    the per-vbucket rows say where they can be: a connection's vbucket whose seqnos went back
-    (``repeated``), or two connections whose seqno ranges for a vbucket overlap. Only those vbuckets and
+    the per-vbucket rows say where they can be: a connection's vbucket whose seqnos repeated or went back
+    (``repeated``, ``backwards``), or two connections whose seqno ranges for a vbucket overlap. Only those vbuckets and
     ranges are counted exactly; a capture without either costs nothing here."""
     from pyspark.sql import functions as f  # noqa: PLC0415
 
     ranges: dict[int, list[tuple[int, int, bool]]] = {}
     for row in per_vbucket:
         if row["first_seqno"] is not None:
-            ranges.setdefault(row["vb"], []).append((row["first_seqno"], row["last_seqno"], bool(row["repeated"])))
+            ranges.setdefault(row["vb"], []).append((row["first_seqno"], row["last_seqno"],
+                                                     bool(row["repeated"] or row["backwards"])))
     suspects: list[tuple[int, int, int]] = []  # (vbucket, low, high) where seqnos may repeat
     for vb, spans in ranges.items():
         for index, (low, high, repeated) in enumerate(spans):

@@ -84,7 +84,8 @@ def partial(batch: Any, stall_ms: float) -> Partials:
     item = pc.and_(pc.and_(pushed, pc.is_in(column("opcode"), pa.array(ITEMS))), pc.is_valid(column("by_seqno")))
     seqno = pc.if_else(pc.and_(item, pc.greater_equal(column("by_seqno"), 0)), column("by_seqno"), None)
     previous = pc.if_else(pc.greater_equal(column("previous_seqno"), 0), column("previous_seqno"), None)
-    repeated = pc.fill_null(pc.and_(item, pc.less_equal(seqno, previous)), fill_value=False)
+    # a seqno the one before again, and one below it (decode's seqno_backwards covers both): each counted once
+    repeated = pc.fill_null(pc.and_(item, pc.equal(seqno, previous)), fill_value=False)
     gap = pc.fill_null(pc.and_(item, pc.greater(seqno, pc.add(previous, 1))), fill_value=False)
     stalled = pc.fill_null(pc.greater_equal(column("blocked_ms"), stall_ms), fill_value=False)
     capture_gap = _has(diagnostics, "capture_gap", rows)
@@ -102,7 +103,7 @@ def partial(batch: Any, stall_ms: float) -> Partials:
         "acks": count(pc.and_(pc.invert(pushed), pc.equal(column("opcode"), "DCP_BUFFER_ACKNOWLEDGEMENT"))),
         "exceeded": count(_has(diagnostics, "flow_control_exceeded", rows)), "stalls": count(stalled),
         "blocked": column("blocked_ms"), "seqno": seqno, "repeated": count(repeated), "gaps": count(gap),
-        "backwards": count(pc.and_(item, _has(diagnostics, "seqno_backwards", rows))),
+        "backwards": count(pc.and_(pc.and_(item, _has(diagnostics, "seqno_backwards", rows)), pc.invert(repeated))),
         "outside_snapshot": count(pc.and_(item, outside)),
         "before_marker": count(pc.and_(item, _has(diagnostics, "item_before_marker", rows))),
         "invalid_seqnos": count(pc.and_(item, pc.less(column("by_seqno"), 0))),

@@ -185,6 +185,30 @@ def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     assert report["progress"]
 
 
+def test_a_repeated_seqno_and_one_that_went_back_are_counted_once_each(spark: Any, tmp_path: Path) -> None:
+    """Seqnos 1 2 3 3 2: the second 3 is the one before again (repeated), the last 2 below it (backwards);
+    decode gives both seqno_backwards, which the report counted in both columns. Both are duplicates."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50400), ("127.0.0.1", 11210))
+    conversation.handshake()
+    conversation.send(True, stream_request(0))
+    conversation.send(False, stream_opened())
+    conversation.send(False, marker(1, 10))
+    for seqno in (1, 2, 3, 3, 2):
+        conversation.send(False, item(seqno, f"k{seqno}"))
+    conversation.close()
+    path = tmp_path / "back.pcap"
+    path.write_bytes(out.getvalue())
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    [row] = report["vbuckets"]
+    assert (row["items"], row["repeated"], row["backwards"]) == (5, 1, 1)
+    assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(2, 2), (3, 2)]
+
+
 def test_a_list_at_the_reports_limit_is_said_to_be_so(spark: Any, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The report keeps the first ROWS_LIMIT rows of a list; one that reached it is named, not cut silently,
