@@ -651,11 +651,16 @@ def partitions_for(paths: list[str], chunk_bytes: int) -> Plan:
 # files whose names start with a dot). A directory without it is never deleted: --out . or --out ~ by
 # mistake must not cost the user their files.
 DATASET_MARKER: Final = ".dcpctl-dataset"
-MARKER_TEXT: Final = "a dataset dcpctl analyze wrote; the next run into this directory replaces it\n"
+MARKER_TEXT: Final = "a dataset dcpctl analyze wrote, complete; the next run into this directory replaces it\n"
+# The marker while a run writes: a run stopped before its end (Ctrl-C, a full disk) leaves it, so a dataset
+# that lacks some of its files does not read as a whole one.
+MARKER_WRITING: Final = ("a dataset dcpctl analyze is writing, or whose run stopped before its end: incomplete; the "
+                         "next run into this directory replaces it\n")
 # What a run writes besides the marker (see _decode_partition): each task's Parquet file, and that file under
-# its temporary name while it is written. Replacing a dataset deletes these names, and the plots (plots.NAMES)
-# of a --plots inside --out, and nothing else.
-_WRITTEN: Final = re.compile(r"part-\d{5,}\.parquet|\.part-\d{5,}\.attempt-\d+\.parquet")
+# its temporary name while it is written (and the whole marker's, while it replaces the marker). Replacing a
+# dataset deletes these names, and the plots (plots.NAMES) of a --plots inside --out, and nothing else.
+_WRITTEN: Final = re.compile(r"part-\d{5,}\.parquet|\.part-\d{5,}\.attempt-\d+\.parquet|"
+                            + re.escape(DATASET_MARKER) + r"\.complete")
 
 
 def replace_refusal(out: Path, inputs: Iterable[str] = ()) -> str | None:
@@ -731,8 +736,18 @@ def replace(out: Path, inputs: Iterable[str] = ()) -> Path:
     # O_NOFOLLOW: a link put there since the check is not written through
     descriptor = os.open(out / DATASET_MARKER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(descriptor, "w") as marker:
-        marker.write(MARKER_TEXT)
+        marker.write(MARKER_WRITING)
     return out
+
+
+def completed(out: Path) -> None:
+    """Mark the dataset at ``out`` whole, once every task has written its file: the marker is replaced by
+    a rename, so it says one or the other, never half."""
+    written = out / f"{DATASET_MARKER}.complete"
+    descriptor = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "w") as marker:
+        marker.write(MARKER_TEXT)
+    os.replace(written, out / DATASET_MARKER)
 
 
 @dataclass
@@ -769,6 +784,7 @@ def run(session: Any, paths: list[str], ports: frozenset[int], options: DecodeOp
     for _, _, _, partial in summaries:
         partials.extend(rollup.Partials(**orjson.loads(partial)))
     notices = planned.notes + [n for _, _, task_notices, _ in summaries for n in task_notices]
+    completed(out)
     return Result(out, sum(messages for _, messages, _, _ in summaries), notices, partials)
 
 

@@ -428,7 +428,14 @@ def test_out_replaces_only_a_dataset_dcpctl_wrote(spark: Any, tmp_path: Path) ->
     first = job.run(spark, [str(SAMPLE)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", 600)
     again = job.run(spark, [str(SAMPLE)], frozenset({11210}), DecodeOptions(), tmp_path / "ds", 600)
     assert first.messages == again.messages == job.read(spark, again).count()
-    assert (tmp_path / "ds" / job.DATASET_MARKER).exists()
+    marker = tmp_path / "ds" / job.DATASET_MARKER
+    assert marker.read_text() == job.MARKER_TEXT  # whole, once every task wrote its file
+    # a run stopped before its end (here: at its start) leaves the marker saying the dataset is incomplete;
+    # one stopped while it replaced the marker leaves the whole one's file, which the next run removes
+    (tmp_path / "ds" / f"{job.DATASET_MARKER}.complete").write_text(job.MARKER_TEXT)
+    job.replace(tmp_path / "ds")
+    assert marker.read_text() == job.MARKER_WRITING
+    assert sorted(path.name for path in (tmp_path / "ds").iterdir()) == [job.DATASET_MARKER]
 
 
 def test_out_never_deletes_an_input_another_file_or_through_a_link(spark_module: None, tmp_path: Path) -> None:
