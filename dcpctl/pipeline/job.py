@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import heapq
 import os
@@ -118,6 +119,10 @@ MASTER_TIMEOUT: Final = 10.0
 # Python exceptions of a failed task that mean a capture could not be read (exit 3), not a bug (exit 1)
 _INPUT_ERRORS: Final = frozenset({"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError",
                                   "OSError", "EOFError"})
+
+
+class OutputError(OSError):
+    """A task could not write its Parquet file into --out (a full disk, a quota): said naming --out."""
 
 
 class MasterError(CommandError):
@@ -227,7 +232,10 @@ def failure(exc: Exception) -> tuple[str, bool]:
     if "Traceback (most recent call last):" in text:
         unindented = [line for line in text.splitlines() if line.strip() and not line[0].isspace()]
         last = unindented[-1].strip()
-        return f"a Spark task failed: {last}", last.partition(":")[0] in _INPUT_ERRORS
+        name, _, message = last.partition(":")
+        if name.rpartition(".")[2] == OutputError.__name__:  # the task said what it could not write
+            return message.strip(), True
+        return f"a Spark task failed: {last}", name in _INPUT_ERRORS
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return f"Spark failed: {first}", False
 
@@ -503,6 +511,12 @@ def _add(rows: schema.Rows, decoder: CaptureDecoder, items: Iterable[Any], notic
             notices.append(f"{where[0]}: {where[1]}: {notice_text(item)}")
 
 
+def _writing(exc: OSError, out: str) -> bool:
+    """Whether an error a task met came from writing into ``out``: a file there, or a disk that filled."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or os.path.join(out, "") in str(exc) or (
+        "Error writing bytes" in str(exc))  # pyarrow's words, its errno only in the text
+
+
 def _decode_partition(runs: Iterable[tuple[Any, ...]], spec: tuple[str, bool | None, bool], ports: frozenset[int],
                       records: bool, out: str, stall_ms: float) -> Iterator[tuple[int, int, list[str], bytes]]:
     """Stage two's task: its partition's messages written as one Parquet file under ``out`` (written under a
@@ -551,6 +565,11 @@ def _decode_partition(runs: Iterable[tuple[Any, ...]], spec: tuple[str, bool | N
             writer.close()
             writer = None
             os.replace(temporary, final)
+    except OSError as exc:  # pyarrow's write errors are OSErrors too; a capture that cannot be read is not here
+        if isinstance(exc, OutputError) or not _writing(exc, out):
+            raise
+        raise OutputError(f"--out {out}: cannot write {os.path.basename(final)}: "
+                          f"{exc.strerror or str(exc).splitlines()[0]}") from None
     finally:
         if writer is not None:
             writer.close()

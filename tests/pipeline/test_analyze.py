@@ -673,3 +673,18 @@ def test_a_ring_of_files_is_analysed_as_the_whole_capture(spark: Any, tmp_path: 
     assert result.notices == [n.replace(str(whole), paths[0]) for n in alone.notices]
     rows = sorted(job.read(spark, result, records=True).collect(), key=lambda r: (r.connection, r.direction, r.offset))
     assert [json.loads(r.record) for r in rows] == expected
+
+
+def test_a_task_that_cannot_write_its_file_names_the_output() -> None:
+    """A full disk under --out was 'a Spark task failed: OSError: [Errno 28] Error writing bytes to file'."""
+    from dcpctl.pipeline import job  # noqa: PLC0415
+
+    full = OSError(28, "No space left on device")
+    assert job._writing(full, "/data/case")
+    assert job._writing(OSError("Error writing bytes to file. Detail: [errno 28] No space left on device"), "/d")
+    assert not job._writing(FileNotFoundError(2, "No such file or directory", "/data/case.pcap"), "/data/case")
+    traceback = ("Traceback (most recent call last):\n  File \"job.py\", line 1, in task\n"
+                 "dcpctl.pipeline.job.OutputError: --out /data/case: cannot write part-00003.parquet: "
+                 "No space left on device\n")
+    assert job.failure(Exception(traceback)) == (
+        "--out /data/case: cannot write part-00003.parquet: No space left on device", True)
