@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from dcpctl.commands._live import HostArgument, Login, client_errors
 from dcpctl.commands._options import env_of, option_groups, parse_ranges
-from dcpctl.dcp.failover import Dumped, compare, dump_logs
+from dcpctl.dcp.failover import checked_dump, compare, dump_logs
 from dcpctl.dcp.rollback import failover_entries, load_json
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import Opcode
-
-# What every object of a --format json dump has: a file without them is not a dump (an object with only a
-# vbucket compared as an empty log, and reported every entry as new)
-DUMP_FIELDS: Final = ("vbucket", "failover_log", "high_seqno", "node")
-ENTRY_FIELDS: Final = ("vbucket_uuid", "seqno")
 
 
 class FailoverFormat(StrEnum):
@@ -46,7 +41,7 @@ def failover(
     earlier = None
     if compare_with is not None:
         try:
-            earlier = _earlier_dump(load_json(compare_with.read_bytes()))
+            earlier = checked_dump(load_json(compare_with.read_bytes()))
         except OSError as exc:
             raise CommandError(file_error(f"--compare: {compare_with}", exc), ExitCode.INPUT) from None
         except json.JSONDecodeError as exc:  # orjson's, with the position
@@ -101,21 +96,3 @@ def failover(
         table.add_row(str(row["vbucket"]), str(row["high_seqno"]), str(len(row["failover_log"])), log, row["node"])
     console.print(table)
 
-
-def _earlier_dump(data: Any) -> dict[int, Dumped]:
-    """A --compare file's dump; a ValueError saying what is missing when it is not one."""
-    if not isinstance(data, list) or not data:
-        raise ValueError("not a failover dump: a dump is a non-empty JSON list of {" + ", ".join(DUMP_FIELDS)
-                         + "} objects")
-    for index, item in enumerate(data):
-        missing = [name for name in DUMP_FIELDS if name not in item] if isinstance(item, dict) else DUMP_FIELDS
-        log = item.get("failover_log") if isinstance(item, dict) else None
-        if not missing and (not isinstance(log, list) or not all(
-                isinstance(e, dict) and all(name in e for name in ENTRY_FIELDS) for e in log)):
-            missing = ["failover_log entries with " + " and ".join(ENTRY_FIELDS)]
-        if missing:
-            raise ValueError(f"not a failover dump: entry {index} has no {', '.join(missing)}")
-    dump = dump_logs(data)
-    if len(dump) != len(data):
-        raise ValueError("not a failover dump: a vbucket is listed twice")
-    return dump

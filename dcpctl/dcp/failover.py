@@ -11,9 +11,14 @@ seqno, which the old branch had, are gone: the usual failover of a vbucket whose
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from dcpctl.dcp.rollback import FailoverEntry, number, parse_failover_log
+
+# What every object of a --format json dump has: a file without them is not a dump (an object with only a
+# vbucket compared as an empty log, and reported every entry as new)
+DUMP_FIELDS: Final = ("vbucket", "failover_log", "high_seqno", "node")
+ENTRY_FIELDS: Final = ("vbucket_uuid", "seqno")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,26 @@ def dump_logs(dump: Any) -> dict[int, Dumped]:
         out[number(item["vbucket"], "vbucket")] = Dumped(parse_failover_log(item.get("failover_log", [])),
                                                           number(high, "high_seqno") if high is not None else None)
     return out
+
+
+def checked_dump(data: Any) -> dict[int, Dumped]:
+    """An earlier dump (``--compare``) as :func:`dump_logs` reads it, once it is seen to be one: a ValueError
+    saying what is missing otherwise."""
+    if not isinstance(data, list) or not data:
+        raise ValueError("not a failover dump: a dump is a non-empty JSON list of {" + ", ".join(DUMP_FIELDS)
+                         + "} objects")
+    for index, item in enumerate(data):
+        missing = [name for name in DUMP_FIELDS if name not in item] if isinstance(item, dict) else DUMP_FIELDS
+        log = item.get("failover_log") if isinstance(item, dict) else None
+        if not missing and (not isinstance(log, list) or not all(
+                isinstance(e, dict) and all(name in e for name in ENTRY_FIELDS) for e in log)):
+            missing = ["failover_log entries with " + " and ".join(ENTRY_FIELDS)]
+        if missing:
+            raise ValueError(f"not a failover dump: entry {index} has no {', '.join(missing)}")
+    dump = dump_logs(data)
+    if len(dump) != len(data):
+        raise ValueError("not a failover dump: a vbucket is listed twice")
+    return dump
 
 
 def compare(old: dict[int, Dumped], new: dict[int, Dumped]) -> list[Change]:
