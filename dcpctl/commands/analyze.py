@@ -69,7 +69,7 @@ def analyze(
     The report gives per vbucket seqno ranges, gaps, duplicates, rollbacks, stream-request latency,
     throughput and flow control."""
     env = env_of(ctx)
-    paths = expand(files)
+    paths = expand(files, env.warn)
     try:
         job.check_runtime()
     except job.SparkUnavailableError as exc:

@@ -126,7 +126,7 @@ def decode(
 
     filtering = vbuckets is not None or opcodes is not None or key_match is not None \
         or stream_ids is not None or predicate is not None or line_template is not None
-    paths = expand(files)
+    paths = expand(files, env.warn)
     # on a terminal's standard error, unless the output shares the terminal
     progress = None if env.stdout_isatty else file_progress(env, paths, "decoding",
                                                              sized=not any(map(compressed, paths)))

@@ -110,7 +110,7 @@ def explain(
             raise CommandError(f"{', '.join(given)}: {'apply' if len(given) > 1 else 'applies'} to one request "
                                "explained without a capture; a capture's requests carry their own (--vbucket "
                                "chooses one vbucket's rollbacks)", ExitCode.USAGE)
-        _explain_captures(env, expand(capture), port or [11210], output, vbucket)
+        _explain_captures(env, expand(capture, env.warn), port or [11210], output, vbucket)
         return
     if port:
         raise CommandError("--port: applies to captures", ExitCode.USAGE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO, TypeVar
 
 from rich.console import Console
+
+from dcpctl.safetext import shown
 
 Choice = TypeVar("Choice")
 
@@ -114,6 +117,11 @@ class Environment:
         # columns, which cut every cell of the summary table
         return _Console(file=self.stderr, force_terminal=color, no_color=not color, highlight=False,
                        soft_wrap=True, width=self.width or (None if self.stderr_isatty else 200))
+
+    def warn(self, message: str) -> None:
+        """One line on standard error, ``dcpctl:`` first (kept when standard error is gone: the work goes on)."""
+        with contextlib.suppress(OSError):
+            self.error_console().print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
     def output_format(self, chosen: Choice | None, terminal: Choice, piped: Choice) -> Choice:
         """The format asked for; without one, ``terminal``'s (made to read) on a terminal and ``piped``'s

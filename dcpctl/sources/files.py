@@ -7,7 +7,8 @@ import glob
 import itertools
 import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,17 +39,41 @@ def _numbered(name: str) -> tuple[tuple[str | int, ...], str]:
                                                                   re.split(r"(\d+)", name))), name
 
 
-def expand(paths: list[str]) -> list[str]:
+def expand(paths: list[str], twice: Callable[[str], None] | None = None) -> list[str]:
     """The files named, globs expanded (a name that exists is that file's, never a pattern), in the order of
-    their first frames' times (``in_time_order``; equal times by name, numbers in names compared as numbers)."""
+    their first frames' times (``in_time_order``; equal times by name, numbers in names compared as numbers).
+    A file named twice (overlapping globs, a link) is read once: its second copy would only repeat every
+    message, as a second connection; ``twice`` is told which name was left out."""
     out: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
     for path in paths:
         # a file that exists is itself, whatever its name holds: cap[1].pcap is not a pattern for cap1.pcap
         pattern = any(c in path for c in "*?[") and not os.path.lexists(path)
         matches = sorted(glob.glob(path), key=_numbered) if pattern else [path]
         if not matches:
             raise CommandError(f"{path}: no file matches", ExitCode.INPUT)
-        out.extend(matches)
+        for match in matches:
+            identity = _identity(match)
+            first = seen.get(identity) if identity is not None else None
+            if first is None:
+                if identity is not None:
+                    seen[identity] = match
+                out.append(match)
+            elif twice is not None:
+                twice(f"{match}: the same file as {first}, read once" if match != first
+                      else f"{match}: named twice, read once")
     from dcpctl.sources.pcap import in_time_order  # noqa: PLC0415 - libpcap only for those reading captures
 
     return in_time_order(out)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A regular file's device and inode, which two names of one file share; None for standard input, a
+    pipe or what cannot be looked at (read as named, its error said by its reader)."""
+    if path == "-":
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None

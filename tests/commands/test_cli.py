@@ -271,3 +271,23 @@ def test_the_serve_banner_names_what_is_in_effect_and_no_real_password(args: lis
     assert lines[0].startswith("dcpctl serve: node 0 listening on 127.0.0.1:")
     assert says in lines[1]
     assert "hunter2" not in "".join(lines)
+
+
+def test_a_file_named_twice_is_read_once_and_said(tmp_path: Path) -> None:
+    """The same capture under two names (a name repeated, a glob overlapping it, a link) would repeat every
+    message as a second connection: it is read once, and each name left out is said."""
+    capture = ROOT / "samples" / "dcp-session.pcap"
+    link = tmp_path / "link.pcap"
+    link.symlink_to(capture)
+    once = Run(["decode", "-F", "jsonl", str(capture)])
+    run = Run(["decode", "-F", "jsonl", str(capture), str(ROOT / "samples" / "*.pcap"), str(link)])
+    assert run.code == ExitCode.OK
+    assert run.out.getvalue() == once.out.getvalue()
+    assert run.err.getvalue().splitlines() == [
+        f"dcpctl: {capture}: named twice, read once",
+        f"dcpctl: {link}: the same file as {capture}, read once"]
+    copy = tmp_path / "copy.pcap"  # equal bytes in another file: two files, read as given
+    copy.write_bytes(capture.read_bytes())
+    both = Run(["decode", "-F", "jsonl", str(capture), str(copy)])
+    assert len(both.records) == 2 * len(once.records)
+    assert both.err.getvalue() == ""
