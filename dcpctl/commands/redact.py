@@ -165,8 +165,8 @@ def redact(
         help="Capture file (pcap or pcapng; - for standard input); or several, or a glob (a ring of files is "
         "redacted as one capture).", metavar="FILE")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The redacted capture (classic pcap), written "
-                                         "whole or not at all; - for standard output. Of several files: a "
-                                         "directory, each file's copy under its name.", metavar="OUT")],
+                                         "whole or not at all; - for standard output. A directory (of several "
+                                         "files: made if need be): each file's copy under its name.", metavar="OUT")],
     redaction: Redaction = Redaction(),
     port: Annotated[list[int] | None, typer.Option("--port", "-p", help="Server port to decode "
                                                    "(repeatable; default 11210).", metavar="PORT", min=1,
@@ -196,8 +196,10 @@ def redact(
     datatypes, statuses, timing and TCP behaviour. A summary goes to standard error.
     """
     env = env_of(ctx)
-    paths = expand(files)
-    several = _several(paths, output) if len(paths) > 1 else None  # usage errors before the salt is printed
+    paths = expand(files, env.warn)
+    # an existing directory takes a copy under its input's name, as cp copies, however many files the globs found
+    into = len(paths) > 1 or (str(output) != "-" and output.is_dir())
+    several = _several(paths, output) if into else None  # usage errors before the salt is printed
     if several is None and _is_input(output, paths[0]):
         raise CommandError(f"-o {shown(str(output))}: is the input: its copy would replace the capture it is made "
                            "from; name another file", ExitCode.USAGE)

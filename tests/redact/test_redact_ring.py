@@ -120,6 +120,22 @@ def test_several_files_need_a_directory_of_their_own(tmp_path: Path, monkeypatch
     assert not (tmp_path / "out").exists()
 
 
+def test_a_directory_takes_one_file_as_it_takes_several(tmp_path: Path) -> None:
+    """An existing directory as -o takes the copy of one file under its name, as cp copies into one: a glob
+    that happens to match one file, or a file named twice (read once), does not turn the directory into a
+    file's name."""
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    single, out = tmp_path / "single.pcap", tmp_path / "out"
+    assert run("redact", str(SAMPLE), "-o", str(single), "--salt-file", str(salt))[0] == ExitCode.OK
+    out.mkdir()
+    code, err = run("redact", str(SAMPLE), str(SAMPLE), "-o", str(out), "--salt-file", str(salt))
+    assert code == ExitCode.OK, err
+    assert err.startswith(f"dcpctl: {SAMPLE}: named twice, read once\n")
+    assert [f.name for f in out.iterdir()] == [SAMPLE.name]
+    assert (out / SAMPLE.name).read_bytes() == single.read_bytes()
+
+
 def test_a_bad_file_leaves_no_copy_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """All the copies are written, or none: a damaged ring is not half shared. A file that is no capture is
     refused before anything is made; one that goes bad once the command has looked at it ends the run
