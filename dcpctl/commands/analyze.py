@@ -138,7 +138,7 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
         with _ctrl_c_deferred() as interrupted, job.master_deadline(master, master_timeout) as expired:
             try:
                 session = job.spark_session(master or ("local[*]" if not job.under_submit() else None),
-                                            java_options=archive.options)
+                                            java_options=archive.options, scratch=job.scratch_directory())
             except job.spark_errors() as exc:
                 if expired:
                     raise CommandError(f"--master {master}: the master did not take the application in "

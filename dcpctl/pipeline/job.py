@@ -30,6 +30,7 @@ mode; a shared mount on a cluster).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import errno
@@ -40,6 +41,7 @@ import re
 import shutil
 import socket
 import struct
+import tempfile
 import threading
 import urllib.parse
 import zlib
@@ -255,21 +257,52 @@ def check_runtime() -> None:
                                     "apt-get install default-jre-headless; or set JAVA_HOME")
 
 
-def spark_session(master: str | None, app: str = "dcpctl analyze", java_options: str = "") -> Any:
+def scratch_directory() -> str | None:
+    """A directory of the process's own under TMPDIR for Spark's scratch files (its local directory and the
+    driver JVM's ``java.io.tmpdir``), removed as the process exits whatever happened: Spark removes its
+    ``spark-*`` directories only from the JVM's shutdown hook, which a JVM killed by --master-timeout never
+    runs. None when Spark's JVM already runs (its directories are chosen) or SPARK_LOCAL_DIRS chooses them."""
+    if jvm_started() or os.environ.get("SPARK_LOCAL_DIRS"):
+        return None
+    path = tempfile.mkdtemp(prefix="dcpctl-spark-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@contextlib.contextmanager
+def _launch_environment(scratch: str | None) -> Iterator[None]:
+    """SPARK_LOCAL_DIRS for the JVM pyspark launches (which takes this process's environment) and the
+    Python workers it starts: spark.local.dir would do the same but makes Spark warn on standard error."""
+    if scratch is None:
+        yield
+        return
+    os.environ["SPARK_LOCAL_DIRS"] = scratch
+    try:
+        yield
+    finally:
+        del os.environ["SPARK_LOCAL_DIRS"]
+
+
+def spark_session(master: str | None, app: str = "dcpctl analyze", java_options: str = "",
+                  scratch: str | None = None) -> Any:
     """Spark's session (an existing one, as getOrCreate finds it); ``java_options``: more options for the
-    driver JVM's command line, if this starts it (``jvmcache``)."""
+    driver JVM's command line, if this starts it (``jvmcache``); ``scratch``: where its scratch files go
+    (:func:`scratch_directory`)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no guessing at interfaces
 
     log4j = Path(__file__).with_name("log4j2.properties")
+    if scratch is not None:
+        java_options = f"-Djava.io.tmpdir={scratch} {java_options}"
     driver_options = f"-Dlog4j2.configurationFile={log4j.as_uri()} {DRIVER_JIT} {java_options}".strip()
     settings = {"spark.app.name": app, "spark.ui.enabled": "false", "spark.driver.extraJavaOptions": driver_options,
                 "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
                 "spark.sql.shuffle.partitions": "8", **({"spark.master": master} if master else {})}
     if not jvm_started():  # the JVM's standard error without its incubator notice (jvmcache.launch)
-        jvmcache.launch(settings)
+        with _launch_environment(scratch):
+            jvmcache.launch(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)

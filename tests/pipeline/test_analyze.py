@@ -559,9 +559,13 @@ def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module:
 
 def test_a_master_that_does_not_answer_is_a_timeout(spark_module: None, tmp_path: Path) -> None:
     """A spark:// master that accepts connections and says nothing cost Spark's client 60 s of retries and
-    pages of stack traces; now --master-timeout after the JVM is up, one line, exit 6."""
+    pages of stack traces; now --master-timeout after the JVM is up, one line, exit 6. The JVM it kills
+    leaves no scratch directory behind (Spark removes its own only when the JVM ends well)."""
     import socket  # noqa: PLC0415
 
+    scratch = tmp_path / "tmp"  # the temporary directory of dcpctl and of the JVM (which ignores TMPDIR)
+    scratch.mkdir()
+    environ = {**os.environ, "TMPDIR": str(scratch), "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={scratch}"}
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)  # the kernel accepts the connections; nobody ever answers
@@ -569,7 +573,7 @@ def test_a_master_that_does_not_answer_is_a_timeout(spark_module: None, tmp_path
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),
                                "-F", "json", "--master", master, "--master-timeout", "2"], capture_output=True,
-                              text=True, timeout=120, check=False)
+                              text=True, timeout=120, check=False, env=environ)
         took = time.monotonic() - started
     assert done.returncode == ExitCode.TIMEOUT, done.stderr[-2000:]
     assert done.stderr.splitlines()[-1] == (f"dcpctl: error: --master {master}: the master did not take the "
@@ -577,6 +581,7 @@ def test_a_master_that_does_not_answer_is_a_timeout(spark_module: None, tmp_path
     assert "Traceback" not in done.stderr
     assert "\tat " not in done.stderr, done.stderr[-2000:]  # no JVM stack trace
     assert took < 45  # Spark's own client gives up after 60 s
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_failed_task_is_one_line(spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
