@@ -184,6 +184,9 @@ def usage_message(exc: typer.TyperException) -> str:
     """click's usage error as the one line after ``dcpctl: error:``, naming the option and, for an unknown
     one, the closest names (click's own pick), instead of its four lines of usage, hint and message."""
     option = getattr(exc, "option_name", None)
+    commands = getattr(getattr(getattr(exc, "ctx", None), "command", None), "commands", None)
+    if not getattr(exc, "message", "") and commands:  # a group given no command: click printed its help, says ""
+        return f"missing command: one of {', '.join(commands)}"
     if isinstance(option, str) and hasattr(exc, "possibilities"):  # NoSuchOption
         # click's own pick has no similarity floor (--bogus got --jobs): the command's options, by closeness
         command = getattr(getattr(exc, "ctx", None), "command", None)

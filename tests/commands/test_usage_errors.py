@@ -137,3 +137,16 @@ def test_a_from_seqno_past_the_until_seqno_is_a_usage_error_before_connecting() 
     line = usage_error("stream", "127.0.0.1:1", "--vbuckets", "0", "--from", "50", "--until", "10")
     assert "--from 50" in line
     assert "--until 10" in line
+
+
+@pytest.mark.parametrize(("args", "names"), [([], "decode, capture, hexdump"), (["rollback"], "explain, negotiate")])
+def test_no_command_shows_the_help_and_names_the_commands(args: list[str], names: str) -> None:
+    """A bare ``dcpctl`` (or a group without its command) shows the help, and its error line says what is
+    missing rather than nothing after ``dcpctl: error:``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *args], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 2
+    assert "Usage: dcpctl" in done.stdout
+    assert done.stderr.startswith(f"dcpctl: error: missing command: one of {names}")
+    assert done.stderr.count("\n") == 1
