@@ -19,6 +19,7 @@ from dcpctl.dcp.rollback import (
     STRICT_VB_UUID,
     FailoverEntry,
     StreamRequest,
+    VbucketChoiceError,
     VbucketState,
     load_json,
     negotiate,
@@ -123,6 +124,8 @@ def explain(
         log = parse_failover_log(load_json(data), vbucket)
     except json.JSONDecodeError as exc:  # orjson's, with the position
         raise CommandError(json_error(what, exc), ExitCode.INPUT) from None
+    except VbucketChoiceError as exc:
+        raise CommandError(f"{what}: {exc!s}", ExitCode.USAGE) from None
     except (ValueError, TypeError) as exc:
         raise CommandError(f"{what}: {exc!s}", ExitCode.INPUT) from None
     if not log:

@@ -283,14 +283,21 @@ def failover_entries(msg: Message) -> list[FailoverEntry]:
     return [FailoverEntry(int(e.vbucket_uuid), int(e.get("seqno", 0))) for e in msg.field("failover_log") or ()]
 
 
+class VbucketChoiceError(ValueError):
+    """A file of several vbuckets' failover logs and no --vbucket, or one naming a vbucket it does not hold:
+    the command line is to change, not the file."""
+
+
 def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEntry]:
     """A failover log from dcpctl's JSON (failover dumps, decoded responses) or plain lists."""
     if isinstance(obj, dict) and "failover_log" in obj:
         obj = obj["failover_log"]
     elif isinstance(obj, list) and obj and isinstance(obj[0], dict) and "failover_log" in obj[0]:
+        if not all(isinstance(o, dict) for o in obj):  # a damaged dump, whatever --vbucket says
+            raise ValueError("a failover dump is a list of {vbucket, high_seqno, failover_log} objects")
         chosen = [o for o in obj if isinstance(o, dict) and (vbucket is None or o.get("vbucket") == vbucket)]
         if len(chosen) != 1:
-            raise ValueError("the file holds several vbuckets' failover logs: choose one with --vbucket"
+            raise VbucketChoiceError("the file holds several vbuckets' failover logs: choose one with --vbucket"
                              if len(chosen) > 1 else f"the file holds no failover log of vbucket {vbucket}")
         obj = chosen[0].get("failover_log")
     if not isinstance(obj, list):

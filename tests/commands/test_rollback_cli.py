@@ -63,6 +63,21 @@ def test_bad_failover_log_is_one_line_exit_3(log: str, message: str) -> None:
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("vbucket", "says"), [([], "holds several vbuckets' failover logs: choose one with --vbucket"),
+                                               (["--vbucket", "7"], "holds no failover log of vbucket 7")])
+def test_a_dump_of_several_vbuckets_needs_a_vbucket_it_holds(vbucket: list[str], says: str) -> None:
+    """A readable failover dump of several vbuckets: what is to change is the command line (exit 2)."""
+    dump = json.dumps([{"vbucket": n, "high_seqno": 10, "failover_log": [[1111, 0]]} for n in (0, 1)])
+    code, out, err = run(["rollback", "explain", "--failover-log", "-", "--uuid", "1111", "--start", "5",
+                          *vbucket], dump.encode())
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == f"dcpctl: error: --failover-log: standard input: the file {says}\n"
+    code, out, _ = run(["rollback", "explain", "--failover-log", "-", "--uuid", "1111", "--start", "5",
+                        "--vbucket", "1"], dump.encode())
+    assert code == ExitCode.OK
+    assert json.loads(out)["rollback"] is False
+
+
 def test_explain_a_capture() -> None:
     sample = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.pcap"
     out = io.StringIO()
