@@ -23,7 +23,7 @@ from dcpctl.dcp.rollback import (
     VbucketState,
     load_json,
     negotiate,
-    parse_failover_log,
+    read_failover_log,
 )
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import CommandError, ExitCode
@@ -121,7 +121,7 @@ def explain(
         data = stream.read()
     what = "--failover-log: " + ("standard input" if failover_log == "-" else failover_log)
     try:
-        log = parse_failover_log(load_json(data), vbucket)
+        log, dumped_high = read_failover_log(load_json(data), vbucket)
     except json.JSONDecodeError as exc:  # orjson's, with the position
         raise CommandError(json_error(what, exc), ExitCode.INPUT) from None
     except VbucketChoiceError as exc:
@@ -131,7 +131,10 @@ def explain(
     if not log:
         raise CommandError(f"{what}: the failover log is empty", ExitCode.INPUT)
     start_seqno = _int(start, "--start")
-    high = _int(high_seqno, "--high-seqno") if high_seqno else max(start_seqno, log[0].seqno)
+    if high_seqno:
+        high = _int(high_seqno, "--high-seqno")
+    else:  # a failover dump's, as the node said it; else the least the log and the request show
+        high = dumped_high if dumped_high is not None else max(start_seqno, log[0].seqno)
     flags = (STRICT_VB_UUID if strict else 0) | (IGNORE_PURGED_TOMBSTONES if ignore_purged else 0)
     request = StreamRequest(start_seqno, _int(uuid, "--uuid"),
                             _int(snap_start, "--snap-start") if snap_start else None,

@@ -290,7 +290,15 @@ class VbucketChoiceError(ValueError):
 
 def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEntry]:
     """A failover log from dcpctl's JSON (failover dumps, decoded responses) or plain lists."""
+    return read_failover_log(obj, vbucket)[0]
+
+
+def read_failover_log(obj: Any, vbucket: int | None = None) -> tuple[list[FailoverEntry], int | None]:
+    """:func:`parse_failover_log`'s log, and the vbucket's high seqno where the JSON says it (a failover
+    dump's ``high_seqno``), else None."""
+    high: Any = None
     if isinstance(obj, dict) and "failover_log" in obj:
+        high = obj.get("high_seqno")
         obj = obj["failover_log"]
     elif isinstance(obj, list) and obj and isinstance(obj[0], dict) and "failover_log" in obj[0]:
         if not all(isinstance(o, dict) for o in obj):  # a damaged dump, whatever --vbucket says
@@ -299,6 +307,7 @@ def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEnt
         if len(chosen) != 1:
             raise VbucketChoiceError("the file holds several vbuckets' failover logs: choose one with --vbucket"
                              if len(chosen) > 1 else f"the file holds no failover log of vbucket {vbucket}")
+        high = chosen[0].get("high_seqno")
         obj = chosen[0].get("failover_log")
     if not isinstance(obj, list):
         raise ValueError(  # noqa: TRY004 - bad input file content, reported as a value error
@@ -312,7 +321,7 @@ def parse_failover_log(obj: Any, vbucket: int | None = None) -> list[FailoverEnt
         else:
             raise ValueError(f"failover log entry {index} is neither {{vbucket_uuid, seqno}} nor [uuid, seqno]")
         entries.append(FailoverEntry(number(uuid, f"entry {index} uuid"), number(seqno, f"entry {index} seqno")))
-    return entries
+    return entries, None if high is None else number(high, "high_seqno")
 
 
 def number(value: Any, what: str) -> int:

@@ -78,6 +78,23 @@ def test_a_dump_of_several_vbuckets_needs_a_vbucket_it_holds(vbucket: list[str],
     assert json.loads(out)["rollback"] is False
 
 
+def test_a_dumps_high_seqno_is_the_default_high_seqno() -> None:
+    """A failover dump says the vbucket's high seqno as the node gave it: a start past it is explained as the
+    rollback the node answers (serve, asked by negotiate, rolls back to 63 too), unless --high-seqno says
+    otherwise."""
+    dump = b'[{"vbucket": 3, "high_seqno": 63, "failover_log": [[4444, 0]]}]'
+    asked = ["rollback", "explain", "--failover-log", "-", "--uuid", "4444", "--start", "100"]
+    code, out, err = run(asked, dump)
+    assert code == ExitCode.OK, err
+    assert (json.loads(out)["rollback"], json.loads(out)["rollback_seqno"]) == (True, 63)
+    code, out, err = run([*asked, "--high-seqno", "200"], dump)
+    assert code == ExitCode.OK, err
+    assert json.loads(out)["rollback"] is False
+    code, _, err = run(asked, dump.replace(b"63", b'"sixty"'))
+    assert code == ExitCode.INPUT
+    assert "high_seqno is not a number" in err
+
+
 def test_explain_a_capture() -> None:
     sample = Path(__file__).resolve().parents[2] / "samples" / "dcp-session.pcap"
     out = io.StringIO()
