@@ -119,7 +119,7 @@ class Environment:
                        soft_wrap=True, width=self.width or (None if self.stderr_isatty else 200))
 
     def warn(self, message: str) -> None:
-        """One line on standard error, ``dcpctl:`` first (kept when standard error is gone: the work goes on)."""
+        """One line on standard error, ``dcpctl:`` first; a standard error that is gone stops nothing."""
         with contextlib.suppress(OSError):
             self.error_console().print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
 
