@@ -121,11 +121,14 @@ def test_a_file_whose_name_is_not_utf8_is_read(tmp_path: Path, jobs: str) -> Non
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_files_that_overlap_in_time_are_captures_of_their_own(jobs: str) -> None:
+def test_files_that_overlap_in_time_are_captures_of_their_own(jobs: str, tmp_path: Path) -> None:
     """Two captures of the same traffic (say one on each side) are not one capture: the second begins before
-    the first ends, so it is read from nothing, not as a retransmission of the first."""
+    the first ends, so it is read from nothing, not as a retransmission of the first. (Two files: one file
+    named twice is read once.)"""
+    other = tmp_path / "other-side.pcap"
+    other.write_bytes(SAMPLE.read_bytes())
     _, once, _ = run("decode", "-j", jobs, "-F", "jsonl", str(SAMPLE))
-    code, twice, err = run("decode", "-j", jobs, "-F", "jsonl", str(SAMPLE), str(SAMPLE))
+    code, twice, err = run("decode", "-j", jobs, "-F", "jsonl", str(SAMPLE), str(other))
     assert (code, err) == (ExitCode.OK, "")
     assert twice == once * 2
 
