@@ -1,9 +1,11 @@
 """One client connection to the emulated data node, sans-IO: bytes in, bytes out, a clock passed in.
 
 Theory of operation. :meth:`ProducerConnection.receive` frames the client's bytes and answers each
-request the way kv_engine does (reference sections 3, 4, 7, 8, 9): what is allowed before
-authentication, SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL with the server's value
-rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine deciding rollbacks.
+request the way kv_engine does (reference sections 2, 3, 4, 7, 8, 9): what is allowed before
+authentication, the validators' checks of a packet before it runs (``request_error``: frame infos, the shape
+its registry row declares, datatype bits), SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL
+with the server's value rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine
+deciding rollbacks.
 Answers queue in order, and requests are executed only while the queued answers are below the send-queue
 limit (a client that pipelines without reading waits, as on the server); before authentication a packet
 above the unauthenticated limit closes the connection. :meth:`produce` returns queued answers first, then
@@ -39,6 +41,7 @@ from dcpctl.producer.store import Bucket, Encoding, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
+    REQUEST_FRAMES,
     STATUSES,
     Datatype,
     DcpOpenFlag,
@@ -72,13 +75,45 @@ BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # connection always has its bucket, so NoBucket never comes first.
 NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
                              if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
-# Commands whose validator wants exactly this many bytes of extras (Einval otherwise): the ones this server
-# takes without a handler, so that a malformed one is answered rather than ignored.
-FIXED_EXTRAS_LENGTH: Final[dict[int, int]] = {Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: 4, Opcode.DCP_SEQNO_ACKNOWLEDGED: 8}
+# Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
+ANY_DATATYPE: Final = functools.reduce(operator.or_, Datatype)
+# Commands whose kv_engine validator asks for exactly the extras length, key and value their registry row
+# declares (reference 3.1's table, 3.2, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1), with the datatype bits each one takes
+# (DCP_CONTROL raw only, 3.15; DCP_OPEN's value is JSON, 3.2). The row's diagnostics (MALFORMED) are then
+# Einval before the command runs, so a malformed acknowledgement is answered rather than ignored.
+VALIDATED_ROWS: Final[dict[int, int]] = {
+    Opcode.HELLO: ANY_DATATYPE, Opcode.DCP_OPEN: Datatype.JSON, Opcode.DCP_CONTROL: 0,
+    Opcode.DCP_CLOSE_STREAM: ANY_DATATYPE, Opcode.DCP_GET_FAILOVER_LOG: ANY_DATATYPE,
+    Opcode.GET_FAILOVER_LOG: ANY_DATATYPE, Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ANY_DATATYPE,
+    Opcode.DCP_SEQNO_ACKNOWLEDGED: ANY_DATATYPE}
+MALFORMED: Final = frozenset({"illegal_extras_length", "extras_length_mismatch", "must_have_key", "must_not_have_key",
+                              "must_have_value", "must_not_have_value", "odd_feature_list", "invalid_datatype"})
+# Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command, and the plain
+# GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's. Their datatype bits must be ones HELLO negotiated.
+DCP_VALIDATED: Final = NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}
+# The HELLO feature that lets a client send each datatype bit (reference 6.1; DCP_OPEN adds JSON, 3.2).
+DATATYPE_FEATURES: Final = {Datatype.JSON: HelloFeature.JSON, Datatype.SNAPPY: HelloFeature.SNAPPY,
+                            Datatype.XATTR: HelloFeature.XATTR}
+# Request frame infos the server's parser knows, with the data lengths it takes where the reference gives them
+# (reference 2.2: Barrier empty, DcpStreamId 2 bytes; None: any, the command checks the rest). Any other id,
+# the retired tracing prototype (OpenTracingContext) among them, is UnknownFrameInfo.
+FRAME_INFO_LENGTHS: Final[dict[int, frozenset[int] | None]] = {
+    **{code: None for code, name in REQUEST_FRAMES.name_of.items() if name != "OpenTracingContext"},
+    REQUEST_FRAMES.code_of["Barrier"]: frozenset({0}), REQUEST_FRAMES.code_of["DcpStreamId"]: frozenset({2})}
 _KNOWN_OPCODES: Final = frozenset(int(opcode) for opcode in Opcode)
-# Statuses a client that did not ask for XERROR cannot be told: the server disconnects instead (reference 5).
-DISCONNECT_WITHOUT_XERROR: Final = frozenset({Status.EACCESS, Status.NO_BUCKET, Status.DCP_STREAM_ID_INVALID,
-                                              Status.AUTH_STALE})
+# Statuses a client that did not ask for XERROR cannot be told: the server disconnects instead (reference 5's
+# list; its "SyncWritePending" is SyncWriteInProgress).
+DISCONNECT_WITHOUT_XERROR: Final = frozenset({
+    Status.EACCESS, Status.NO_BUCKET, Status.DCP_STREAM_ID_INVALID, Status.AUTH_STALE,
+    Status.DURABILITY_INVALID_LEVEL, Status.DURABILITY_IMPOSSIBLE, Status.SYNC_WRITE_AMBIGUOUS,
+    Status.SYNC_WRITE_IN_PROGRESS, Status.RANGE_SCAN_CANCELLED, Status.RANGE_SCAN_MORE, Status.RANGE_SCAN_COMPLETE,
+    Status.VB_UUID_NOT_EQUAL, Status.CANCELLED, Status.CHECKSUM_MISMATCH, Status.EXPIRY_OVERFLOW,
+    Status.LOCK_EXPIRY_OVERFLOW})
+# Statuses whose XERROR body names the manifest uid beside the error ({"manifest_uid":"1f","error":{...}},
+# reference 3.4.4 and 5); a client without HELLO Collections is told Einval instead.
+COLLECTION_STATUSES: Final = frozenset({Status.UNKNOWN_COLLECTION, Status.UNKNOWN_SCOPE})
+# SELECT_BUCKET's name for no bucket: it deselects (reference 4.3).
+NO_BUCKET_NAME: Final = "@no bucket@"
 # DCP_OPEN flags the server accepts (reference 7.1): Invalid (was Notifier), Unused and PiTR are Einval.
 OPEN_KNOWN_FLAGS: Final = (DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_XATTRS | DcpOpenFlag.NO_VALUE
                            | DcpOpenFlag.INCLUDE_DELETE_TIMES | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE
@@ -102,9 +137,13 @@ MAX_SEND_QUEUE_SIZE: Final = 1 << 20
 # kv_engine's MaxUnauthenticatedFrameSize, 16 KiB; a longer one disconnects, so a stranger cannot make the
 # server buffer a 20 MiB body. SASL and HELLO messages are far smaller.
 MAX_UNAUTHENTICATED_PACKET_SIZE: Final = 16 * 1024
+# What srv.validate says of a stream-request value that the server does not refuse: keys it ignores, and a uid
+# that is not a hex string (reference 12 item 11: the code does not check the uid's type).
+IGNORED_VALUE_DIAGNOSTICS: Final = frozenset({"stream_request_json_unknown_key", "stream_request_bad_uid"})
 _COLLECTION_END_STATUSES: Final = frozenset({StreamEndStatus.FILTER_EMPTY, StreamEndStatus.LOST_PRIVILEGES})
-# The opaque of the server's first noop is one above this: "NO" in its high bytes, easy to spot in a capture.
-NOOP_OPAQUE_BASE: Final = int.from_bytes(b"NO\0\0", "big")
+# The opaque of the server's first noop is one above this, and each next one one more (reference 3.13:
+# ep-engine's noopCtx.opaque, pre-incremented).
+NOOP_OPAQUE_BASE: Final = 10_000_000
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
@@ -172,6 +211,7 @@ class _Stream:
     vbucket: int
     stream_id: int  # 0: none
     opaque: int
+    start_seqno: int  # the request's (after FromLatest): the first marker starts there (reference 3.8)
     next_seqno: int  # the next seqno to consider
     end_seqno: int
     encoding: Encoding
@@ -242,6 +282,12 @@ class ProducerConnection:
     @property
     def collections(self) -> bool:
         return HelloFeature.COLLECTIONS in self.features
+
+    @property
+    def datatypes(self) -> int:
+        """The datatype bits this client may send: those its HELLO features (and DCP_OPEN) enabled."""
+        return functools.reduce(operator.or_, (bit for bit, feature in DATATYPE_FEATURES.items()
+                                               if feature in self.features), 0)
 
     @property
     def stream_ids(self) -> bool:
@@ -320,12 +366,25 @@ class ProducerConnection:
                                    value=value, **fields))
 
     def _error(self, msg: Message, status: int, context: str = "") -> None:
-        """An error status; without XERROR, the statuses an old client cannot understand disconnect."""
-        if not self.xerror and status in DISCONNECT_WITHOUT_XERROR:
-            self.close(f"{msg.opcode_name}: {Status(status).kv_name} without XERROR: the server disconnects")
+        """An error status, as kv_engine's remapErrorCode and error JSON give it (reference 5): without XERROR
+        no error has a body, the statuses an old client cannot understand disconnect, and an unknown collection
+        or scope is Einval unless the client has Collections; with XERROR the body has the context and, for
+        those two, the manifest uid."""
+        if not self.xerror:
+            if status in COLLECTION_STATUSES and not self.collections:
+                self._reply(msg, Status.EINVAL)
+            elif status in DISCONNECT_WITHOUT_XERROR:
+                self.close(f"{msg.opcode_name}: {Status(status).kv_name} without XERROR: the server disconnects")
+            else:
+                self._reply(msg, status)
             return
-        if context and self.xerror:
-            self._reply(msg, status, datatype=Datatype.JSON, value=_json({"error": {"context": context}}))
+        body: dict[str, Any] = {}
+        if status in COLLECTION_STATUSES:
+            body["manifest_uid"] = f"{self.node.cluster.bucket.manifest.uid:x}"
+        if context:
+            body["error"] = {"context": context}
+        if body:
+            self._reply(msg, status, datatype=Datatype.JSON, value=_json(body))
         else:
             self._reply(msg, status)
 
@@ -337,6 +396,10 @@ class ProducerConnection:
         opcode = msg.opcode
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, Status.EACCESS, "authenticate first")
+            return
+        refused = request_error(msg, self.datatypes) if opcode in _KNOWN_OPCODES else None
+        if refused is not None:
+            self._error(msg, *refused)
             return
         if opcode in NEEDS_DCP and not self._is_dcp(msg):
             return
@@ -365,8 +428,6 @@ class ProducerConnection:
             self._reply(msg, value=f"dcpctl serve {__version__}".encode() if opcode == Opcode.VERSION else b"")
         elif opcode == Opcode.DCP_ADD_STREAM:  # reference 3.3: sent to a producer, it disconnects
             self.close("DCP_ADD_STREAM sent to a producer: the server disconnects (it is for consumers)")
-        elif opcode in FIXED_EXTRAS_LENGTH and msg.extras_length != FIXED_EXTRAS_LENGTH[opcode]:
-            self._error(msg, Status.EINVAL, f"{msg.opcode_name} needs {FIXED_EXTRAS_LENGTH[opcode]} bytes of extras")
         elif opcode in NEEDS_DCP:
             self._error(msg, Status.NOT_SUPPORTED, f"{msg.opcode_name} is sent by a producer; dcpctl serve is one")
         elif self._needs_bucket(msg) is not None:
@@ -435,6 +496,9 @@ class ProducerConnection:
         name = msg.key.decode(errors="replace")
         if self.dcp_flags is not None:
             self._reply(msg, Status.NOT_SUPPORTED)
+        elif name == NO_BUCKET_NAME:
+            self.bucket = None
+            self._reply(msg)
         elif name != self.node.cluster.bucket.name:
             self._reply(msg, Status.KEY_ENOENT)
         else:
@@ -509,7 +573,7 @@ class ProducerConnection:
             self._reply(msg, Status.EINVAL)
             return
         if collection is not None and collection not in bucket.manifest.collections:
-            self._reply(msg, Status.UNKNOWN_COLLECTION)
+            self._error(msg, Status.UNKNOWN_COLLECTION)
             return
         entries = []
         if state in (0, 1):  # every vbucket here is active: "alive" and "active" list them, others none
@@ -668,17 +732,13 @@ class ProducerConnection:
             self._reply(msg, Status.ROLLBACK, rollback_seqno=answer.rollback_seqno)
             return
         if answer.status != "Success" or vb is None:
-            status = STATUSES.code(answer.status)  # the rollback rules name statuses as kv_engine does
-            if status == Status.UNKNOWN_COLLECTION:
-                self._reply(msg, status, datatype=Datatype.JSON,
-                            value=_json({"manifest_uid": f"{bucket.manifest.uid:x}"}))
-            else:
-                self._error(msg, status, answer.reason)
+            # the rollback rules name statuses as kv_engine does; _error adds an unknown collection's manifest uid
+            self._error(msg, STATUSES.code(answer.status), answer.reason)
             return
         start = answer.start_seqno if answer.start_seqno is not None else req.start_seqno
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
-        stream = _Stream(number, stream_id, msg.opaque, start + 1, end, self.encoding(), filter_ids,
+        stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls)
         if start >= end:
             stream.ending = StreamEndStatus.OK
@@ -696,7 +756,7 @@ class ProducerConnection:
                 return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
             return None, None, 0, None
         _, diags = srv.validate(msg.value)
-        if diags and any(d.name != "stream_request_json_unknown_key" for d in diags):
+        if any(d.name not in IGNORED_VALUE_DIAGNOSTICS for d in diags):
             if any(d.name == "stream_request_sid_invalid" for d in diags):
                 return Answer("DcpStreamIdInvalid", "sid_invalid", diags[0].message), None, 0, None
             return Answer("Einval", "bad_value", diags[0].message), None, 0, None
@@ -721,6 +781,9 @@ class ProducerConnection:
             if scope not in bucket.manifest.scopes:
                 return Answer("UnknownScope", "unknown_scope", f"scope {scope:x}"), None, sid, None
             ids = frozenset(c for c, (s, _) in bucket.manifest.collections.items() if s == scope)
+        if ids is not None and self.controls.get("enable_sync_writes") == "true":
+            return Answer("NotSupported", "filtered_sync_writes", "a collection or scope filter cannot be "
+                          "combined with enable_sync_writes"), None, sid, None
         return None, ids, sid, value.purge_seqno
 
     def _close_stream(self, msg: Message) -> None:
@@ -739,10 +802,7 @@ class ProducerConnection:
             del self.streams[(stream.vbucket, sid)]
 
     def _buffer_ack(self, msg: Message) -> None:
-        if msg.extras_length != FIXED_EXTRAS_LENGTH[Opcode.DCP_BUFFER_ACKNOWLEDGEMENT]:
-            self._error(msg, Status.EINVAL, "DCP_BUFFER_ACKNOWLEDGEMENT needs 4 bytes of extras")
-            return
-        extras = msg.extras or {}  # answered only on error (reference 3.14)
+        extras = msg.extras or {}  # answered only on error (reference 3.14): request_error checked its shape
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
     def _noop_request(self, msg: Message) -> None:
@@ -838,7 +898,9 @@ class ProducerConnection:
                     visible, completed = bucket.marker_seqnos(vb, last)
                     marker = {"marker_version": MARKER_V2_0, "max_visible_seqno": visible,
                               "high_completed_seqno": completed if flags & SnapshotMarkerFlag.DISK else 0}
-                data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=stream.next_seqno,
+                # the first marker starts at the requested start, though its first item is the next seqno
+                first = stream.start_seqno if stream.markers == 0 else stream.next_seqno
+                data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=first,
                                      snap_end_seqno=last, snapshot_flags=flags, **marker)
                 parts.append(data)
                 self._count(len(data))
@@ -929,6 +991,36 @@ def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None
     for seqno in range(vb.high_seqno, max(0, vb.high_seqno - 10_000), -1):
         if bucket.item(vb, seqno).collection_id == collection:
             return seqno
+    return None
+
+
+def request_error(msg: Message, datatypes: int) -> tuple[Status, str] | None:
+    """What kv_engine's validator answers a request before the command runs, None when it passes; in its
+    order (verify_header): the row's shape (VALIDATED_ROWS), the datatype (DCP_VALIDATED), the frame infos.
+    ``datatypes``: the bits the connection negotiated."""
+    opcode = msg.opcode
+    if opcode in VALIDATED_ROWS:
+        for found in msg.diagnostics:
+            if found.name in MALFORMED:
+                return Status.EINVAL, found.message
+        if msg.datatype & ~VALIDATED_ROWS[opcode]:
+            return Status.EINVAL, f"{msg.opcode_name} does not take datatype {msg.datatype}"
+    if opcode in DCP_VALIDATED and msg.datatype & ~datatypes:
+        return Status.EINVAL, f"datatype {msg.datatype} has bits HELLO did not enable"
+    return _frame_info_error(msg)
+
+
+def _frame_info_error(msg: Message) -> tuple[Status, str] | None:
+    """The first frame info the server's parser refuses (reference 2.1, 2.2), in the order they come; an
+    element that runs past the framing extras is the last one decode read."""
+    for info in msg.frame_infos:
+        if info.id not in FRAME_INFO_LENGTHS:
+            return Status.UNKNOWN_FRAME_INFO, f"frame info id {info.id} is unknown"
+        lengths = FRAME_INFO_LENGTHS[info.id]
+        if lengths is not None and len(info.data) not in lengths:
+            return Status.EINVAL, f"frame info {REQUEST_FRAMES.name(info.id)} of {len(info.data)} bytes"
+    if any(found.name == "bad_frame_info" for found in msg.diagnostics):
+        return Status.EINVAL, "Invalid encoding in FrameExtras"
     return None
 
 

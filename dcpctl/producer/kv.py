@@ -58,11 +58,10 @@ _ARITHMETIC_EXTRAS: Final = 20
 class RefusedError(Exception):
     """A request answered with an error status (raised inside a handler, answered once, in ``handle``)."""
 
-    def __init__(self, status: int, context: str = "", value: bytes = b"") -> None:
+    def __init__(self, status: int, context: str = "") -> None:
         super().__init__(context)
         self.status = status
         self.context = context
-        self.value = value
 
 
 def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerConnection, Message], None]) -> None:
@@ -76,12 +75,9 @@ def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerCo
     except OutOfMemoryError as full:
         conn._error(msg, Status.ENOMEM, f"the bucket's memory quota is used up ({full}; --memory-quota)")
     except RefusedError as refused:
-        if refused.value:
-            conn._reply(msg, refused.status, datatype=DATATYPE_JSON, value=refused.value)
-        elif msg.opcode in (Opcode.GETQ, Opcode.GETKQ) and refused.status == Status.KEY_ENOENT:
+        if msg.opcode in (Opcode.GETQ, Opcode.GETKQ) and refused.status == Status.KEY_ENOENT:
             return  # a quiet get says nothing on a miss
-        else:
-            conn._error(msg, refused.status, refused.context)
+        conn._error(msg, refused.status, refused.context)
 
 
 # --- locating the document -----------------------------------------------------------------------------
@@ -100,7 +96,7 @@ def target(conn: ProducerConnection, msg: Message) -> tuple[VBucket, int, bytes]
         key = key[used:]
         manifest = conn.node.cluster.bucket.manifest
         if collection not in manifest.collections:
-            raise RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+            raise RefusedError(Status.UNKNOWN_COLLECTION)  # conn._error adds the manifest uid for XERROR
     if not key:
         raise RefusedError(Status.EINVAL, "empty key")
     return vb, collection, key
@@ -405,7 +401,7 @@ def _scope_id(conn: ProducerConnection, name: str) -> int:
     for scope_id, scope in manifest.scopes.items():
         if scope == name:
             return scope_id
-    raise RefusedError(Status.UNKNOWN_SCOPE, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+    raise RefusedError(Status.UNKNOWN_SCOPE)
 
 
 def _get_collection_id(conn: ProducerConnection, msg: Message) -> None:
@@ -418,7 +414,7 @@ def _get_collection_id(conn: ProducerConnection, msg: Message) -> None:
         if scope == scope_id and name == parts[1]:
             conn._reply(msg, manifest_uid=manifest.uid, collection_id=collection_id)
             return
-    raise RefusedError(Status.UNKNOWN_COLLECTION, value=orjson.dumps({"manifest_uid": f"{manifest.uid:x}"}))
+    raise RefusedError(Status.UNKNOWN_COLLECTION)
 
 
 def _get_scope_id(conn: ProducerConnection, msg: Message) -> None:

@@ -162,7 +162,7 @@ def test_v2_0_markers_of_a_sync_replication_stream_move_positions_as_v1_ones_do(
     assert [(m.field("marker_version"), m.field("max_visible_seqno"), m.field("high_completed_seqno"))
             for m in markers] == [(0, 14, 13)]
     position = link.consumer.progress.state.vbuckets[0]
-    assert (position.seqno, position.snap_start_seqno, position.snap_end_seqno) == (14, 1, 14)
+    assert (position.seqno, position.snap_start_seqno, position.snap_end_seqno) == (14, 0, 14)
 
 
 def test_a_position_moves_only_once_the_caller_says_the_item_is_written() -> None:

@@ -231,7 +231,7 @@ def test_a_whole_stream_is_consistent_for_dcpctls_own_checks(server: Server) -> 
     items = [r for r in records if r["opcode"] in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")]
     assert [r["by_seqno"] for r in items] == list(range(11, 41))  # no collections: everything is default
     assert records[0]["opcode"] == "DCP_SNAPSHOT_MARKER"
-    assert (records[0]["snap_start_seqno"], records[0]["snap_end_seqno"]) == (11, 40)
+    assert (records[0]["snap_start_seqno"], records[0]["snap_end_seqno"]) == (10, 40)  # the requested start (3.8)
     assert records[-1]["stream_end_status"] == 0
     assert {r["opcode"] for r in items} >= {"DCP_MUTATION", "DCP_DELETION"}  # expirations as deletions
     assert all(r["diagnostics"] == [] for r in records)
@@ -259,7 +259,7 @@ def test_collections_filters_and_stream_ids(tmp_path: Path) -> None:
         assert client.stream_request(0, end=100, value='{"sid":0}')["status"] == "DcpStreamIdInvalid"
         unknown = client.stream_request(0, end=100, value='{"sid":1,"collections":["77"]}')
         assert unknown["status"] == "UnknownCollection"
-        assert json.loads(unknown["value"]) == {"manifest_uid": "3"}
+        assert json.loads(unknown["value"]) == {"manifest_uid": "3", "error": {"context": "collection 77"}}
         assert client.stream_request(0, end=100, value='{"sid":1,"collections":["9"]}')["status"] == "Success"
         assert client.stream_request(0, end=100, value='{"sid":2,"scope":"8"}')["status"] == "Success"
         records = client.until("DCP_STREAM_END") + client.until("DCP_STREAM_END")
@@ -384,7 +384,8 @@ def test_purge_delay_mutate_and_the_mutation_rate(tmp_path: Path) -> None:
         assert [r["by_seqno"] for r in records if "by_seqno" in r] == list(range(1, 46))
         markers = [(r["snap_start_seqno"], r["snap_end_seqno"], r["snapshot_flags"]) for r in records
                    if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
-        assert markers == [(1, 40, 6), (41, 45, 1)]  # the backfill from disk, then a memory snapshot
+        # the backfill from disk (from the requested start, 3.8), then a memory snapshot from its first item
+        assert markers == [(0, 40, 6), (41, 45, 1)]
     with serving("--vbuckets", "2", "--mutation-rate", "200") as running:
         client = streaming_client(running)
         assert client.stream_request(1)["status"] == "Success"
