@@ -701,9 +701,10 @@ SERVER_REQUESTS: Final[list[MessageSpec]] = [
           _x(name="clustermap_notification_epoch", extras=g.clustermap_notification_epoch_extras,
              when=_when_ext(16), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL, key_content=Content.NAME,
              value=ValueKind.JSON, value_presence=Presence.OPTIONAL, value_content=Content.NAMES)),
-    # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider, and the users it should refresh
-    _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.JSON,
-                                   value_presence=Presence.REQUIRED, value_content=Content.DATA)),
+    # kv_engine docs/ExternalAuthProvider.md: a JSON request to the provider (its challenge is the client's SASL
+    # message, a password in PLAIN's: a secret as SASL_AUTH's is), and the users it should refresh
+    _spec(SREQ, "Authenticate", _x(name="authenticate", when=_when_ext(0), value=ValueKind.SECRET,
+                                   value_presence=Presence.REQUIRED, value_content=Content.SECRET)),
     _spec(SREQ, "ActiveExternalUsers", _x(name="active_external_users", when=_when_ext(0), value=ValueKind.JSON,
                                           value_presence=Presence.REQUIRED, value_content=Content.NAME)),
     _spec(SREQ, "GetAuthorization", _x(name="get_authorization", when=_when_ext(0), key=KeyKind.TEXT,

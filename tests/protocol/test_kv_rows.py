@@ -469,10 +469,16 @@ def test_observe_keys_and_states() -> None:
 @pytest.mark.parametrize(("opcode", "value"), [(2, b'{"step":false,"context":"","challenge":"AGZvbwBiYXI="}'),
                                                (3, b'["joe","smith"]')])
 def test_server_initiated_requests_and_their_answers(opcode: int, value: bytes) -> None:
+    """Authenticate's challenge is the client's SASL message (a password in PLAIN's): hidden as SASL_AUTH's
+    is, unless secrets are shown."""
     raw = packet(Magic.SERVER_REQUEST, opcode, value=value, datatype=DATATYPE_JSON)
-    record = record_of(decode(raw))
+    record = record_of(decode(raw, 0, DecodeOptions(show_secrets=True)))
     assert (record["opcode"], record["value"], record["diagnostics"]) == (
         {2: "Authenticate", 3: "ActiveExternalUsers"}[opcode], value.decode(), [])
+    assert encode(record, DCP) == raw
+    hidden = record_of(decode(raw))
+    assert (hidden["value"], hidden.get("value_redacted")) == ((None, len(value)) if opcode == 2
+                                                               else (value.decode(), None))
     answer = packet(Magic.SERVER_RESPONSE, opcode, value=b'{"rbac":{}}', datatype=DATATYPE_JSON)
     reply = record_of(decode(answer))
     assert (reply["status"], reply["value"], reply["diagnostics"]) == ("Success", '{"rbac":{}}', [])
