@@ -33,6 +33,7 @@ RESPONSE_FRAME_GRAMMARS: Final[Mapping[int, Mapping[int, Struct]]] = {
 # those whose data must be empty (barrier, preserve TTL).
 TEXT_FRAMES: Final = frozenset({3, 4, 6})
 EMPTY_FRAMES: Final = frozenset({0, 5})
+NAME_FRAMES: Final = frozenset({4, 6})  # of those, a name: the user a request acts for, a privilege
 DCP_STREAM_ID: Final = 2
 IMPERSONATE_USER: Final = 4  # a request's: the user name it acts for (``^name``: an external user)
 DURABILITY: Final = 1
@@ -79,6 +80,18 @@ def vocabulary(response: bool) -> Vocabulary:
 def declared(frame_id: int, response: bool) -> bool:
     """Whether a frame info id is one kv_engine defines for a request (or a response): its data has a meaning."""
     return frame_id in vocabulary(response).name_of
+
+
+def protocol_data(info: FrameInfo, response: bool) -> bool:
+    """Whether a frame info's data is the protocol's own, as kv_engine reads it: an id's data at a length its
+    grammar reads, an empty one where the id takes none, or a name (the impersonated user, an extra
+    privilege). The retired tracing context, an undeclared id or a length its id does not take: not."""
+    grammars = RESPONSE_FRAME_GRAMMARS if response else REQUEST_FRAME_GRAMMARS
+    if len(info.data) in grammars.get(info.id, {}):
+        return True
+    if response:
+        return False
+    return (info.id in EMPTY_FRAMES and not info.data) or info.id in NAME_FRAMES
 
 
 def encode_element(frame_id: int, data: bytes) -> bytes:

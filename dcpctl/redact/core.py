@@ -114,6 +114,11 @@ _ADDRESS_TEXT: Final = re.compile(
     rb"|(?<![0-9.])(?P<v4>[0-9]{1,3}(?:\.[0-9]{1,3}){3})(?![0-9.])(?::(?P<p4>[0-9]{1,5})(?![0-9]))?")
 # Contents whose text may hold names and addresses (what --hash-names and --map-addresses read).
 _NAMED: Final = frozenset({Content.NAME, Content.NAMES, Content.MENTIONS})
+_JSON_KINDS: Final = frozenset({ValueKind.JSON, ValueKind.STREAM_REQUEST_JSON})
+_DOCUMENT_KEYS: Final = frozenset({KeyKind.NONE, KeyKind.DOCUMENT})
+_DOCUMENT_VALUES: Final = frozenset({ValueKind.NONE, ValueKind.DOCUMENT})
+# Statuses whose value is data (a document, a scan's keys), whatever row decode found for them (reference 5)
+DATA_STATUSES: Final = frozenset({Status.SUCCESS, Status.RANGE_SCAN_MORE, Status.RANGE_SCAN_COMPLETE})
 # What separates a subdocument path's names (``a.b[2].c``): dots and array indexes. An index holds no bracket,
 # so a hostile path of brackets is split in one pass. A backquoted name may hold dots: it is hashed in
 # pieces, still the same length.
@@ -492,8 +497,9 @@ class Redactor:
             self.counts["sasl_values"] += 1
             return b"*" * len(value)
         if kind is None or kind is ValueKind.RAW or kind is ValueKind.NONE or (
-                variant is not None and variant.name in ERROR_ROWS and msg.status == Status.SUCCESS):
-            # undeclared: no row, a row that declares no value, or a success read as a failure's words
+                variant is not None and variant.name in ERROR_ROWS and msg.status in DATA_STATUSES):
+            # undeclared: no row, a row that declares no value, or a status that carries data (a success,
+            # a range scan's) read as a failure's words
             self.counts["values"] += 1
             return self.placeholder(b"value", value)
         if datatype & DATATYPE_SNAPPY and kind is not ValueKind.DOCUMENT:
@@ -521,6 +527,10 @@ class Redactor:
         if kind is ValueKind.DOCUMENT:
             assert variant is not None
             return self.document_value(value, datatype, variant.value_presence is Presence.REQUIRED)
+        if kind in _JSON_KINDS and not _parses(value):
+            # JSON the protocol's (a stream request's filter, a manifest) that is not JSON: not its words
+            self.counts["values"] += 1
+            return self.placeholder(b"value", value)
         if content in _NAMED and (self.policy.hash_names or self.addresses is not None):
             return self._named(value, content)
         # protocol text: a version, an error map; names and the text mentioning them too without --hash-names
@@ -539,15 +549,16 @@ class Redactor:
         return self.mentions(text)
 
     def _frame_infos(self, msg: Message, out: bytearray, every: bool = False) -> None:
-        """A message's frame infos: the data of ids kv_engine does not define (of all, ``every``), and bytes
-        that frame no element, replaced; the user a request impersonates hashed under --hash-names (a name,
+        """A message's frame infos: data that is not the protocol's own (``frameinfo.protocol_data``: an
+        undeclared id, a length its id does not take, free text; of all, ``every``), and bytes that frame no
+        element, replaced; the user a request impersonates hashed under --hash-names (a name,
         kept otherwise)."""
         response = msg.is_response
         parsed_end = HEADER_LENGTH
         for info in msg.frame_infos:
             start = info.offset + info.length - len(info.data)  # the data ends the element
             parsed_end = info.offset + info.length
-            if every or not frameinfo.declared(info.id, response):
+            if every or not frameinfo.protocol_data(info, response):
                 out[start:parsed_end] = self.placeholder(b"value", info.data)
             elif info.id == IMPERSONATE_USER and not response and self.policy.hash_names:
                 out[start:parsed_end] = self.name(info.data)
@@ -584,6 +595,28 @@ class Redactor:
                 out[value_at:end] = self.placeholder(b"value", value)
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)
 
+    def distrusted(self, msg: Message) -> bytes:
+        """A message of a direction whose framer skipped bytes before it (after the first, :meth:`untrusted`):
+        from a skip on, a header may be a document's bytes framed as a message, whose length swallows the real
+        messages after it, and whose row would keep them as the protocol's words (an error body, a stat). So
+        only a message whose key and value are a document's (or absent) is redacted by its row; any other as
+        untrusted, its text replaced."""
+        variant = msg.variant
+        if (variant is not None and not msg.diagnostics and variant.key in _DOCUMENT_KEYS
+                and variant.value in _DOCUMENT_VALUES and variant.name not in ERROR_ROWS):
+            return self.message(msg)
+        return self.untrusted(msg)
+
+    def stat_dump(self, msg: Message) -> bytes:
+        """A STAT answer in a private group (``_hash-dump``, ``_checkpoint-dump``: kv_engine prints documents'
+        keys and the first bytes of their values there): its value replaced whole, its stat name as usual."""
+        out = bytearray(self.message(msg))
+        value_at, end = msg.value_offset, msg.body_end
+        if end > value_at and len(out) == len(msg.raw):
+            self.counts["values"] += 1
+            out[value_at:end] = self.placeholder(b"value", msg.raw[value_at:end])
+        return bytes(out)
+
     def plain_item(self, msg: Message) -> bytes:
         """A plain stream item (the message a compiled plain reader, ``protocol.reader``, gave: a document
         key, after a one-byte collection id when collections are on; a raw or JSON value that parses, no snappy,
@@ -611,18 +644,20 @@ class Redactor:
             self.counts["truncated"] += 1
             return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
-        unknown = msg.spec is None and msg.extras_length > 0
-        if key_at == end == len(raw) and not msg.framing_extras_length and not unknown:
-            return raw  # no key, no value (an ack, a noop): nothing to replace
         variant = msg.variant
+        odd_extras = msg.extras_length > 0 and (variant is None or variant.layout is None
+                                                or variant.layout.size != msg.extras_length)
+        if key_at == end == len(raw) and not msg.framing_extras_length and not odd_extras:
+            return raw  # no key, no value (an ack, a noop): nothing to replace
         out = bytearray(raw)
         if msg.framing_extras_length:
             self._frame_infos(msg, out)
-        if unknown:  # extras of an opcode no row declares: nothing says they are the protocol's
+        layout = variant.layout if variant is not None else None
+        if odd_extras:  # extras no row declares at this length (an unknown opcode's, a malformed one's): nothing
+            # says they are the protocol's numbers
             extras_at = msg.extras_offset
             out[extras_at:key_at] = self.placeholder(b"value", raw[extras_at:key_at])
-        layout = variant.layout if variant is not None else None
-        if layout is not None and msg.extras_length == layout.size:
+        elif layout is not None:
             for name in DATA_EXTRAS:
                 if name in layout.names:
                     self.counts["values"] += 1
@@ -641,6 +676,14 @@ class Redactor:
         if tail:
             out[len(out) - tail:] = bytes(tail)
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)
+
+
+def _parses(value: bytes) -> bool:
+    try:
+        orjson.loads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _escaped(data: bytes, quote: int) -> bool:
@@ -680,6 +723,7 @@ class ByteStreamRedactor:
         self.redactor = redactor
         self.framer = Framer(max_body_length)
         self.skipped = False  # bytes were skipped: the next message is not trusted (Redactor.untrusted)
+        self.distrust = False  # bytes were skipped before: later messages neither (Redactor.distrusted)
 
     def feed(self, data: bytes, options: DecodeOptions) -> bytes:
         self.framer.feed(data)
@@ -687,10 +731,13 @@ class ByteStreamRedactor:
         for event in self.framer.events():
             if isinstance(event, Skipped):
                 out += bytes(event.length)
-                self.skipped = True
+                self.skipped = self.distrust = True
                 continue
             msg = decode(event.data, event.offset, options)
-            out += self.redactor.untrusted(msg) if self.skipped else self.redactor.message(msg)
+            if self.skipped:
+                out += self.redactor.untrusted(msg)
+            else:
+                out += self.redactor.distrusted(msg) if self.distrust else self.redactor.message(msg)
             self.skipped = False
         return bytes(out)
 

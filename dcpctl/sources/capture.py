@@ -64,6 +64,9 @@ Item = Observed | Skipped | Diagnostic
 # (no Observed made), ts, connection label, frames, the stream's vbucket (or None), the connection's tracker.
 ItemSink = Callable[[Message, float, str, list[int], int | None, ConnectionTracker], None]
 ItemSinks = Callable[[str], ItemSink]  # a connection's sink, given its label
+# Reassembly events after which a direction's framer starts again unsynchronised: bytes were lost (a gap), cut
+# by the snap length, or given up on (the out-of-order buffer full)
+RESYNC_EVENTS: Final = frozenset({"gap", "reassembly_overflow", "snaplen_truncated"})
 _CLIENT: Final = "client>server"
 _SERVER: Final = "server>client"
 
@@ -123,9 +126,11 @@ class CaptureDecoder:
             from_start = conn in self.opened
             self.opened.discard(conn)
             label = conn.label()
+            # a TLS hello opens a connection: one whose start was not captured is not looked at for one
+            probe = b"" if from_start else None
             found = _Connection(ConnectionTracker(self.options, from_start),
-                                {True: _Direction(self._framer(from_start)),
-                                 False: _Direction(self._framer(from_start))}, label,
+                                {True: _Direction(self._framer(from_start), probe=probe),
+                                 False: _Direction(self._framer(from_start), probe=probe)}, label,
                                 self.items(label) if self.items is not None else None,
                                 ItemReaders(self.max_body_length))
             self.connections[conn] = found
@@ -214,7 +219,7 @@ class CaptureDecoder:
             elif name == "overlap_conflict":
                 yield diagnostic("overlap_conflict", f"{event.conn.label()} "
                                  f"{_CLIENT if event.from_client else _SERVER}: frame {event.frame}: {event.message}")
-            if name not in ("gap", "reassembly_overflow", "snaplen_truncated") or event.from_client is None:
+            if name not in RESYNC_EVENTS or event.from_client is None:
                 return
             state = self._connection(event.conn)
             if state.tls:

@@ -175,8 +175,8 @@ def parse_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts: fl
             _PLAIN_TCP.unpack_from(data)
         # IPv4 ethertype, version 4 with a 20-byte header, not a fragment: IP and Ethernet codes, not DCP ones
         if ethertype == 0x0800 and version_ihl == 0x45 and protocol == TCP and not fragment & 0x1FFF:
-            start = 34 + (data_offset >> 4) * 4
             ip_end = 14 + total
+            start = min(34 + (data_offset >> 4) * 4, ip_end)  # a data offset past the datagram: no payload
             payload = data[start:ip_end]  # what the snap length left of it
             wire_payload = max(0, ip_end - start)
             return TcpSegment(ts, frame, (_address(src), sport), (_address(dst), dport), seq, ack, flags, payload,
@@ -225,7 +225,7 @@ def parse_any_frame(linktype: int, data: bytes, wire_length: int, frame: int, ts
     if len(data) < offset + 20:
         return "TCP header cut short"
     sport, dport, seq, ack, data_offset, flags = struct.unpack_from("!HHIIBB", data, offset)
-    start = offset + (data_offset >> 4) * 4
+    start = min(offset + (data_offset >> 4) * 4, ip_end)  # a data offset past the datagram: no payload there
     wire_payload = max(0, ip_end - start)
     payload = data[start:min(ip_end, len(data))]
     truncated = len(payload) < wire_payload and cut > 0

@@ -45,11 +45,12 @@ from typing import Any, BinaryIO, Final, Protocol
 
 from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.session import ConnectionTracker
+from dcpctl.protocol.constants import Opcode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
-from dcpctl.sources.capture import CaptureDecoder
+from dcpctl.sources.capture import RESYNC_EVENTS, CaptureDecoder
 from dcpctl.sources.compressed import compression, streamed
 from dcpctl.sources.pcap import (
     DLT_EN10MB,
@@ -104,6 +105,9 @@ NOT_TCP = "not TCP over IP"
 OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
+# STAT groups whose answers print documents: kv_engine's private ones (``_hash-dump``, ``_checkpoint-dump``)
+PRIVATE_STATS: Final = b"_"
+MAX_DUMPS: Final = 64  # private STAT requests remembered per connection (a client waits for each answer)
 EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
 SEQUENCE_SPACE: Final = 1 << 32
 
@@ -172,6 +176,11 @@ class _Stream:
     starts: list[int] = field(default_factory=list)  # their starts, to bisect
     shift: int = 0  # output minus input offset before the first edit kept
     resynced: bool = False  # the framer skipped bytes: its next message is checked before it is trusted
+    # it skipped bytes at some point: later messages are redacted by Redactor.distrusted, not their rows alone
+    distrusted: bool = False
+
+    def skipped(self) -> None:
+        self.resynced = self.distrusted = True
 
 
 @dataclass(slots=True)
@@ -179,6 +188,7 @@ class _Conn:
     label: str
     drop: str | None = None
     unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
+    dumps: dict[int, None] = field(default_factory=dict)  # opaques of its private STAT requests (_stat), oldest first
     midstream: bool = False  # its start was not seen: each direction's first message is checked before trusted
     # each direction's stream, made when first needed: a connection that only opens (a SYN flood, up to
     # --max-connections of them) has none
@@ -188,7 +198,7 @@ class _Conn:
     def stream(self, from_client: bool) -> _Stream:
         found = self.streams.get(from_client)
         if found is None:
-            found = self.streams[from_client] = _Stream(resynced=self.midstream)
+            found = self.streams[from_client] = _Stream(resynced=self.midstream, distrusted=self.midstream)
         return found
 
     def final_shift(self, from_client: bool) -> int:
@@ -292,7 +302,7 @@ class CaptureRedactor:
                 if event.name == "midstream":  # its first message may be found inside another's bytes
                     opened.midstream = True
                     for stream in opened.streams.values():
-                        stream.resynced = True
+                        stream.skipped()
         conn = self.conns.get(conn_id) if conn_id is not None else None
         if conn is not None and conn.drop is not None:
             frame.drop = conn.drop
@@ -379,10 +389,10 @@ class CaptureRedactor:
                 self._message(item)
             elif isinstance(item, Skipped):
                 self._skipped(event.conn, item.length, event.from_client)
-        if isinstance(event, StreamEvent) and event.name == "gap" and event.from_client is not None:
+        if isinstance(event, StreamEvent) and event.name in RESYNC_EVENTS and event.from_client is not None:
             conn = self.conns.get(event.conn)
-            if conn is not None:  # the framer resynchronises after a gap
-                conn.stream(event.from_client).resynced = True
+            if conn is not None:  # the framer resynchronises after a gap, a frame cut short, a full buffer
+                conn.stream(event.from_client).skipped()
         if isinstance(event, StreamEvent) and event.name == "connection_end":
             conn = self.conns.pop(event.conn, None)
             if conn is not None:
@@ -404,7 +414,7 @@ class CaptureRedactor:
             conn.unparsed = True
             self.summary.counts["unparsed_connections"] += 1
         if from_client is not None:
-            conn.stream(from_client).resynced = True
+            conn.stream(from_client).skipped()
 
     def _message(self, observed: Observed) -> None:
         first = observed.first
@@ -426,7 +436,26 @@ class CaptureRedactor:
             # it decodes, but may still be a document's bytes: its numbers kept, its text not trusted
             self._store(stream, msg.offset, self.redactor.untrusted(msg), len(msg.raw))
             return
-        self._store(stream, msg.offset, self.redactor.message(msg), len(msg.raw))
+        if msg.opcode == Opcode.STAT:
+            self._store(stream, msg.offset, self._stat(conn, msg, stream.distrusted), len(msg.raw))
+            return
+        redacted = self.redactor.distrusted(msg) if stream.distrusted else self.redactor.message(msg)
+        self._store(stream, msg.offset, redacted, len(msg.raw))
+
+    def _stat(self, conn: _Conn, msg: Message, distrusted: bool) -> bytes:
+        """A STAT request or answer. The answers to a request for a private group (a key that begins with an
+        underscore: ``_hash-dump``, ``_checkpoint-dump``) print documents: their values are replaced whole,
+        until the group's empty answer ends it."""
+        if not msg.is_response:
+            if msg.key.startswith(PRIVATE_STATS):
+                conn.dumps[msg.opaque] = None
+                while len(conn.dumps) > MAX_DUMPS:
+                    del conn.dumps[next(iter(conn.dumps))]
+        elif msg.opaque in conn.dumps:
+            if not msg.key and not msg.value:
+                del conn.dumps[msg.opaque]
+            return self.redactor.stat_dump(msg)
+        return self.redactor.distrusted(msg) if distrusted else self.redactor.message(msg)
 
     def _plain(self, msg: Message, _ts: float, label: str, _frames: list[int], _vbucket: int | None,
                _tracker: ConnectionTracker) -> None:
@@ -736,6 +765,8 @@ def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
         if addresses is not None:
             data[offset + 12:offset + 16] = addresses(bytes(data[offset + 12:offset + 16]))
             data[offset + 16:offset + 20] = addresses(bytes(data[offset + 16:offset + 20]))
+            # options (a recorded or source route, timestamps) may hold addresses: zeros, the end of the list
+            data[offset + 20:min(offset + ihl, len(data))] = bytes(max(0, min(offset + ihl, len(data)) - offset - 20))
         if ihl < 20 or total < ihl:
             return None  # a malformed header (a frame --keep-unparsed keeps): its addresses hidden, nothing to sum
         if addresses is not None or ip_checksum:
@@ -753,7 +784,12 @@ def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
         payload_length = struct.unpack_from("!H", data, offset + 4)[0]
         protocol, transport_at, end = data[offset + 6], offset + 40, offset + 40 + payload_length
         while protocol in IPV6_EXTENSIONS and transport_at + 8 <= len(data):
-            protocol, transport_at = data[transport_at], transport_at + (data[transport_at + 1] + 1) * 8
+            following = transport_at + (data[transport_at + 1] + 1) * 8
+            if addresses is not None:
+                # a routing header's addresses, a home address option: zeros (padding), the chain kept
+                stop = min(following, len(data))
+                data[transport_at + 2:stop] = bytes(stop - transport_at - 2)
+            protocol, transport_at = data[transport_at], following
         if end < transport_at:
             return None  # extension headers longer than the payload: malformed, nothing to sum
         return protocol, transport_at, end, bytes(data[offset + 8:offset + 40]) + struct.pack(

@@ -239,9 +239,13 @@ def _agree_field_by_field(runs: list[tuple[str, Path, Path, Run]], names: bool =
 
 def _undeclared(record: dict[str, object]) -> set[str]:
     """The fields of a record that no declaration says are the protocol's, replaced whole: the extras of an
-    opcode without a row, frame infos kv_engine does not define and bytes that frame none."""
+    opcode without a row or of a length no row declares, frame infos kv_engine does not define (or at a length
+    their id does not take) and bytes that frame none."""
+    names = {d["name"] for d in record["diagnostics"]}  # type: ignore[attr-defined]
     fields = {"extras"} if str(record.get("opcode")).startswith("0x") else set()
-    if {d["name"] for d in record["diagnostics"]} & {"unknown_frame_info", "bad_frame_info"}:  # type: ignore[attr-defined]
+    if names & {"illegal_extras_length", "extras_length_mismatch"}:
+        fields |= {"extras"}
+    if names & {"unknown_frame_info", "bad_frame_info", "illegal_frame_info_length"}:
         fields |= {"framing_extras", "frame_infos"}
     return fields
 

@@ -17,7 +17,7 @@ from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.value import snappy_compress, snappy_decompress
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import Environment
-from dcpctl.sources.pcapwriter import ACK, PSH, PcapWriter, TcpConversation
+from dcpctl.sources.pcapwriter import ACK, PSH, PcapWriter, TcpConversation, internet_checksum
 
 SALT = b"a salt for the leak tests"
 HEADER = struct.Struct("!BBHBBHIIQ")
@@ -164,7 +164,7 @@ def test_a_message_after_skipped_bytes_keeps_only_its_numbers() -> None:
     assert b"SECRET" not in out
     assert b"4111" not in out
     noop = build.request(Opcode.DCP_NOOP)
-    assert redactor.feed(noop, options) == noop  # the next is trusted again
+    assert redactor.feed(noop, options) == noop  # nothing but numbers: the same bytes
 
 
 def test_an_engine_capture_leaves_no_trailer_and_no_text_after_a_skip(tmp_path: Path) -> None:
@@ -194,3 +194,171 @@ def test_an_engine_capture_leaves_no_trailer_and_no_text_after_a_skip(tmp_path: 
     # the response found inside the value, and the noop found after the value's tail
     assert "only their header and extras kept: 2" in err
 
+
+
+def _mutation(key: bytes, value: bytes, seqno: int) -> bytes:
+    return build.request(Opcode.DCP_MUTATION, key=key, value=value, by_seqno=seqno, rev_seqno=1, flags=0,
+                         expiration=0, lock_time=0, nmeta=0, nru=0)
+
+
+def _redact_capture(tmp_path: Path, capture: bytes, *options: str) -> bytes:
+    """``capture`` redacted through the command (one process, then two: the output must not depend on it)."""
+    source, salt = tmp_path / "in.pcap", tmp_path / "salt"
+    source.write_bytes(capture)
+    salt.write_text("00" * 16)
+    outputs = []
+    for jobs in ("1", "2"):
+        target = tmp_path / f"out{jobs}.pcap"
+        code, _, err = _run(["redact", str(source), "-o", str(target), "--salt-file", str(salt), "--jobs", jobs,
+                             *options])
+        assert code == ExitCode.OK, err
+        outputs.append(target.read_bytes())
+    assert outputs[0] == outputs[1]
+    return outputs[0]
+
+
+def test_headers_a_crafted_document_holds_cannot_keep_the_messages_after_a_gap(tmp_path: Path) -> None:
+    """A document ending in a fake NOOP answer and a fake error header, and a segment of it lost: after the
+    gap the first fake is untrusted, and the second's body length swallows the next real mutation, whose key
+    and value an error body's row would keep as the server's words. From a skip on, no row keeps text."""
+    victim = _mutation(b"SECRETKEY-VICTIM", b'{"iban":"SECRETVAL-VICTIM"}', 11)
+    fake_noop = _packet(0x81, Opcode.NOOP)
+    fake_error = HEADER.pack(0x81, Opcode.GET, 0, 0, 0, Status.KEY_ENOENT, len(victim), 0, 0)
+    attacker = _mutation(b"attacker-doc", bytes(40) + fake_noop + fake_error, 10)
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    conversation.segment(False, build.request(Opcode.DCP_NOOP))
+    cut = len(attacker) - len(fake_noop) - len(fake_error) - 20
+    conversation.skip(False, cut)  # a segment inside the attacker's document lost
+    conversation.segment(False, attacker[cut:])
+    conversation.segment(False, victim)
+    conversation.close()
+    assert out.getvalue().count(b"SECRET") == 2
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue())
+
+
+def test_a_frame_the_snap_length_cut_is_a_skip_as_a_gap_is(tmp_path: Path) -> None:
+    """After a frame cut by the snap length the framer starts again unsynchronised: the message it finds
+    first is untrusted, as after a gap (a fake error header there swallowed the real mutation after it)."""
+    victim = _mutation(b"SECRETKEY-SNAP", b'{"x":"SECRETVAL-SNAP"}', 11)
+    fake_error = HEADER.pack(0x81, Opcode.GET, 0, 0, 0, Status.KEY_ENOENT, len(victim), 0, 0)
+    attacker = _mutation(b"attacker-doc", b"A" * 300 + fake_error, 10)
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out, snaplen=200))
+    conversation.handshake()
+    conversation.segment(False, build.request(Opcode.DCP_NOOP))
+    conversation.segment(False, attacker[:-len(fake_error)])  # cut by the snap length
+    conversation.segment(False, fake_error + victim)
+    conversation.close()
+    assert out.getvalue().count(b"SECRET") == 2
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue())
+
+
+def test_the_answers_of_a_private_stat_group_lose_their_values(tmp_path: Path) -> None:
+    """cbstats raw "_hash-dump 0": kv_engine prints each item's key and the start of its value there."""
+    dump = (b'SV @0x7f00 seq:12 rev:1 key:"\x00SECRETKEY-HD" exp:0 vallen:27 :"{\\"ssn\\":\\"SECRETVAL-HD\\"}"\n')
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    conversation.send(True, build.request(Opcode.STAT, key=b"_hash-dump 0", opaque=7))
+    conversation.send(False, _packet(0x81, Opcode.STAT, key=b"vb_0", value=dump)[:12] + struct.pack("!I", 7)
+                      + bytes(8) + b"vb_0" + dump)
+    conversation.send(False, build.response(Opcode.STAT, opaque=7))
+    conversation.send(True, build.request(Opcode.STAT, key=b"vbucket-seqno", opaque=8))
+    conversation.send(False, _packet(0x81, Opcode.STAT, key=b"vb_0:high_seqno", value=b"12")[:12]
+                      + struct.pack("!I", 8) + bytes(8) + b"vb_0:high_seqno12")
+    conversation.close()
+    redacted = _redact_capture(tmp_path, out.getvalue())
+    assert b"SECRET" not in redacted
+    assert b"_hash-dump 0" in redacted
+    assert b"vb_0:high_seqno12" in redacted  # a public group's answer is the protocol's words
+
+
+def test_an_authenticate_challenge_is_a_secret() -> None:
+    """ns_server's Authenticate carries the client's SASL message (PLAIN: the password): stars, as SASL's."""
+    challenge = b'{"mechanism":"PLAIN","challenge":"AGpvZQBUcjB1YjRkb3ImMw=="}'
+    raw = _packet(0x82, 0x02, value=challenge, datatype=DATATYPE_JSON)
+    out = _redacted(raw)
+    assert out[24:] == b"*" * len(challenge)
+
+
+def test_malformed_messages_of_declared_opcodes_keep_nothing_of_their_body() -> None:
+    """Extras of a length no row of the opcode declares, a range scan's data read as an error body, a stream
+    request's filter that is not JSON: nothing says these bytes are the protocol's."""
+    odd_extras = _packet(0x80, Opcode.SET, key=b"k", extras=b"SECRET-EXTRAS", value=b"v")
+    assert b"SECRET" not in _redacted(odd_extras)
+    counter = _packet(0x80, Opcode.INCREMENT, key=b"k", extras=struct.pack("!QQI", 1, 0, 0) + b"SECRET42")
+    assert b"SECRET" not in _redacted(counter)
+    scan = HEADER.pack(0x81, Opcode.RANGE_SCAN_CONTINUE, 0, 0, 0, Status.RANGE_SCAN_MORE, 14, 0, 0) + b"SECRET-RSC-KEY"
+    assert b"SECRET" not in _redacted(scan)
+    not_json = _packet(0x80, Opcode.DCP_STREAM_REQ, extras=struct.pack("!IIQQQQQ", 0, 0, 0, 1, 0, 0, 0),
+                       value=b"SECRET-FILTER")
+    assert b"SECRET" not in _redacted(not_json, collections=True)
+
+
+def test_frame_infos_keep_only_the_protocols_data() -> None:
+    """Known ids at lengths they do not take, and the retired tracing context's free text, are replaced; a
+    stream id, a durability requirement and a response's duration are the protocol's."""
+    for framing in (bytes([0x0A]) + b"SECRET-BAR", bytes([0x1A]) + b"SECRET-DUR", bytes([0x3A]) + b"SECRET-TRC"):
+        assert b"SECRET" not in _redacted(_packet(0x08, Opcode.GET, key=b"k", framing=framing)), framing
+    kept = _packet(0x08, Opcode.SET, key=b"k", extras=bytes(8), value=b"v", framing=bytes([0x13, 1, 0, 10]))
+    assert _redacted(kept)[24:28] == kept[24:28]
+    answer = _packet(0x18, Opcode.GET, extras=bytes(4), framing=bytes([0x02, 0, 9]))
+    assert _redacted(answer)[24:27] == answer[24:27]
+    wrong = _packet(0x18, Opcode.GET, extras=bytes(4), framing=bytes([0x0A]) + b"SECRET-RES")
+    assert b"SECRET" not in _redacted(wrong)
+
+
+def test_a_connection_begun_before_the_capture_is_not_taken_for_tls(tmp_path: Path) -> None:
+    """Its first captured bytes (a binary value's tail) may read as a TLS hello: a hello opens a connection,
+    so they are not looked at for one, and --keep-unparsed keeps nothing of its messages in clear."""
+    tail = bytes([0x16, 0x03, 0x03, 0x00, 0x40, 0x02]) + bytes(30)
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))  # no handshake
+    conversation.segment(False, tail + _mutation(b"SECRETKEY-TLS", b'{"card":"SECRETVAL-TLS"}', 9))
+    conversation.segment(True, build.request(Opcode.GET, key=b"SECRETKEY-GET"))
+    assert out.getvalue().count(b"SECRET") == 3
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue(), "--keep-unparsed")
+
+
+def _ipv4_checksummed(frame: bytearray) -> bytes:
+    frame[24:26] = bytes(2)
+    frame[24:26] = struct.pack("!H", internet_checksum(bytes(frame[14:14 + frame[14] % 16 * 4])))
+    return bytes(frame)
+
+
+def test_no_trailer_survives_a_tcp_header_longer_than_its_datagram(tmp_path: Path) -> None:
+    """A data offset of 60 bytes in a 40-byte datagram: the bytes after the datagram are a trailer, zeroed,
+    though the TCP header claims them."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer, client=("10.0.0.1", 41000), server=("10.0.0.2", 11210))
+    conversation.handshake()
+    conversation.send(True, build.request(Opcode.NOOP))
+    ack = bytearray(conversation._frame(False, conversation.next[False], conversation.next[True], ACK, b""))
+    ack[46] = 0xF0 | ack[46] % 16  # data offset 15 words
+    writer.write(1_700_000_001.0, bytes(ack) + b"SECRET-TRAILER" + bytes(40))
+    conversation.close()
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue(), "--keep-unparsed")
+
+
+def test_mapped_addresses_leave_none_in_ip_options(tmp_path: Path) -> None:
+    """--map-addresses: a recorded route in an IPv4 header's options holds addresses too: zeroed."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer, client=("10.9.8.7", 41000), server=("10.9.8.5", 11210))
+    conversation.handshake()
+    payload = build.request(Opcode.NOOP)
+    frame = bytearray(conversation._frame(True, conversation.next[True], conversation.next[False], PSH | ACK,
+                                          payload))
+    route = bytes([7, 11, 12]) + bytes([10, 9, 8, 7]) + bytes([10, 9, 8, 5]) + bytes(1)  # a record route, padded
+    frame[34:34] = route
+    frame[14] = 0x40 | (20 + len(route)) // 4
+    frame[16:18] = struct.pack("!H", struct.unpack_from("!H", frame, 16)[0] + len(route))
+    writer.write(1_700_000_001.0, _ipv4_checksummed(frame))
+    conversation.next[True] += len(payload)
+    conversation.close()
+    redacted = _redact_capture(tmp_path, out.getvalue(), "--map-addresses")
+    assert bytes([10, 9, 8, 7]) not in redacted
+    assert bytes([10, 9, 8, 5]) not in redacted
