@@ -82,16 +82,16 @@ def declared(frame_id: int, response: bool) -> bool:
     return frame_id in vocabulary(response).name_of
 
 
-def protocol_data(info: FrameInfo, response: bool) -> bool:
+def protocol_data(info: FrameInfo, response: bool, names: bool = True) -> bool:
     """Whether a frame info's data is the protocol's own, as kv_engine reads it: an id's data at a length its
-    grammar reads, an empty one where the id takes none, or a name (the impersonated user, an extra
-    privilege). The retired tracing context, an undeclared id or a length its id does not take: not."""
+    grammar reads, an empty one where the id takes none, or (``names``) a name (the impersonated user, an
+    extra privilege). The retired tracing context, an undeclared id or a length its id does not take: not."""
     grammars = RESPONSE_FRAME_GRAMMARS if response else REQUEST_FRAME_GRAMMARS
     if len(info.data) in grammars.get(info.id, {}):
         return True
     if response:
         return False
-    return (info.id in EMPTY_FRAMES and not info.data) or info.id in NAME_FRAMES
+    return (info.id in EMPTY_FRAMES and not info.data) or (names and info.id in NAME_FRAMES)
 
 
 def encode_element(frame_id: int, data: bytes) -> bytes:

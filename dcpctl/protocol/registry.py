@@ -417,6 +417,11 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
 # STAT groups whose first argument is a document's key (cbstats key and vkey: "key KEY VBUCKET [COLLECTION]",
 # "key-byid KEY VBUCKET CID"): the rest of a STAT key is the protocol's text
 DOCUMENT_KEY_STATS: Final = frozenset({b"key", b"key-byid", b"vkey", b"vkey-byid"})
+# STAT groups whose answers print documents' keys (and the first bytes of their values): kv_engine's private
+# groups, whose names begin with an underscore (_hash-dump, _checkpoint-dump), and the range scans' (each scan's
+# start and end keys)
+PRIVATE_STATS_PREFIX: Final = b"_"
+DOCUMENT_STATS: Final = frozenset({b"range-scans"})
 
 OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.FREE_TEXT,

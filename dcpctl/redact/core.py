@@ -86,7 +86,7 @@ _TO_NONZERO: Final = bytes(b"123456789"[i % 9] for i in range(256))
 _STRING: Final = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'
 _JSON_TOKEN: Final = re.compile(_STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
 # A number between strings, in groups: its integer digits and its fraction's digits (the exponent stays).
-_JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?\d+)?')
+_JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?(\d+))?')
 _WHITESPACE: Final = b" \t\r\n"
 # The keyed hash's domains: what a placeholder stands for, so equal bytes of two kinds get unrelated ones.
 _DOMAINS: Final = (b"key", b"value", b"json", b"name", b"field")
@@ -247,9 +247,10 @@ class Redactor:
             out[start:end] = stream[start:end]
         elif end - start > 1 or data[start] != _ZERO:
             out[start:end] = stream[start:start + 1].translate(_TO_NONZERO) + stream[start + 1:end].translate(_TO_DIGIT)
-        start, end = match.span(2)  # its fraction's digits
-        if start >= 0:
-            out[start:end] = stream[start:end] if stars else stream[start:end].translate(_TO_DIGIT)
+        for group in (2, 3):  # its fraction's and its exponent's digits (an exponent can hold data too)
+            start, end = match.span(group)
+            if start >= 0:
+                out[start:end] = stream[start:end] if stars else stream[start:end].translate(_TO_DIGIT)
 
     def addresses_in(self, data: bytes) -> bytes:
         """Text with the IPv4 and IPv6 addresses written in it mapped as the frames' addresses are (their
@@ -476,7 +477,12 @@ class Redactor:
                 flags = span.value
             if name in DATA_FIELDS and span.length:
                 part = value[span.offset:span.offset + span.length]
-                out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
+                if name == "key":  # a document's key, never read as JSON (a key may look like some)
+                    prefix = leb128_decode(part) if msg.options.collections else None
+                    out[span.offset:span.offset + span.length] = self.document_key(
+                        part, prefix[1] if prefix is not None else 0)
+                else:
+                    out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
                 changed = True
             elif name == "path" and span.length:  # a multi-path spec's path: the JSON names it holds
                 out[span.offset:span.offset + span.length] = self.path(value[span.offset:span.offset + span.length],
@@ -548,7 +554,7 @@ class Redactor:
             return self.name(text)
         return self.mentions(text)
 
-    def _frame_infos(self, msg: Message, out: bytearray, every: bool = False) -> None:
+    def _frame_infos(self, msg: Message, out: bytearray, every: bool = False, names: bool = True) -> None:
         """A message's frame infos: data that is not the protocol's own (``frameinfo.protocol_data``: an
         undeclared id, a length its id does not take, free text; of all, ``every``), and bytes that frame no
         element, replaced; the user a request impersonates hashed under --hash-names (a name,
@@ -558,7 +564,7 @@ class Redactor:
         for info in msg.frame_infos:
             start = info.offset + info.length - len(info.data)  # the data ends the element
             parsed_end = info.offset + info.length
-            if every or not frameinfo.protocol_data(info, response):
+            if every or not frameinfo.protocol_data(info, response, names=names):
                 out[start:parsed_end] = self.placeholder(b"value", info.data)
             elif info.id == IMPERSONATE_USER and not response and self.policy.hash_names:
                 out[start:parsed_end] = self.name(info.data)
@@ -578,6 +584,8 @@ class Redactor:
         out = bytearray(raw)
         self._frame_infos(msg, out, every=True)
         variant = msg.variant
+        if _odd_extras(msg):  # extras no row reads as numbers at this length: a document's bytes, maybe
+            out[msg.extras_offset:key_at] = self.placeholder(b"value", raw[msg.extras_offset:key_at])
         if value_at > key_at:
             if variant is not None and variant.key is KeyKind.DOCUMENT:
                 out[key_at:value_at] = self._key(msg, KeyKind.DOCUMENT, None)
@@ -604,7 +612,7 @@ class Redactor:
         variant = msg.variant
         if (variant is not None and not msg.diagnostics and variant.key in _DOCUMENT_KEYS
                 and variant.value in _DOCUMENT_VALUES and variant.name not in ERROR_ROWS):
-            return self.message(msg)
+            return self.message(msg, names=False)
         return self.untrusted(msg)
 
     def stat_dump(self, msg: Message) -> bytes:
@@ -635,9 +643,10 @@ class Redactor:
                                                  parsed=bool(datatype & DATATYPE_JSON))
         return bytes(out) if len(out) == len(data) else _with_body_length(out)
 
-    def message(self, msg: Message) -> bytes:
+    def message(self, msg: Message, *, names: bool = True) -> bytes:
         """The message's bytes with its keys, values and secrets replaced: the same length and header, unless
-        a snappy value compressed again or a dropped value changed its total body length."""
+        a snappy value compressed again or a dropped value changed its total body length. ``names`` false:
+        the names frame infos carry (a user, a privilege) are replaced too."""
         raw = msg.raw
         if len(raw) < HEADER_LENGTH or len(raw) < HEADER_LENGTH + msg.total_body_length:
             # cut short (the capture ended inside it): its body cannot be read by its layout, so none of it stays
@@ -645,13 +654,12 @@ class Redactor:
             return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
         variant = msg.variant
-        odd_extras = msg.extras_length > 0 and (variant is None or variant.layout is None
-                                                or variant.layout.size != msg.extras_length)
+        odd_extras = _odd_extras(msg)
         if key_at == end == len(raw) and not msg.framing_extras_length and not odd_extras:
             return raw  # no key, no value (an ack, a noop): nothing to replace
         out = bytearray(raw)
         if msg.framing_extras_length:
-            self._frame_infos(msg, out)
+            self._frame_infos(msg, out, names=names)
         layout = variant.layout if variant is not None else None
         if odd_extras:  # extras no row declares at this length (an unknown opcode's, a malformed one's): nothing
             # says they are the protocol's numbers
@@ -676,6 +684,13 @@ class Redactor:
         if tail:
             out[len(out) - tail:] = bytes(tail)
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)
+
+
+def _odd_extras(msg: Message) -> bool:
+    """Whether a message has extras that no row of its opcode declares at their length."""
+    variant = msg.variant
+    return msg.extras_length > 0 and (variant is None or variant.layout is None
+                                      or variant.layout.size != msg.extras_length)
 
 
 def _parses(value: bytes) -> bool:
@@ -735,7 +750,10 @@ class ByteStreamRedactor:
                 continue
             msg = decode(event.data, event.offset, options)
             if self.skipped:
-                out += self.redactor.untrusted(msg)
+                # the first header after a skip that does not decode cleanly: a document's bytes, zeroed (as a
+                # capture's are, sources/redaction.py)
+                out += bytes(len(event.data)) if msg.variant is None or msg.diagnostics \
+                    else self.redactor.untrusted(msg)
             else:
                 out += self.redactor.distrusted(msg) if self.distrust else self.redactor.message(msg)
             self.skipped = False

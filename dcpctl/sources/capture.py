@@ -216,6 +216,12 @@ class CaptureDecoder:
                 if self.dropped == 1:
                     yield diagnostic("connection_limit", f"{event.conn.label()}: {event.message} (raise "
                                      "--max-connections to follow more; further ones are counted at the end)")
+            elif name == "midstream" and event.from_client is not None:
+                # one side's start missed (its SYN-ACK lost): that side is framed as a connection begun
+                # before the capture is, from the first plausible header
+                state = self._connection(event.conn)
+                if not state.tls:
+                    state.directions[event.from_client] = _Direction(self._framer(synced=False), probe=None)
             elif name == "overlap_conflict":
                 yield diagnostic("overlap_conflict", f"{event.conn.label()} "
                                  f"{_CLIENT if event.from_client else _SERVER}: frame {event.frame}: {event.message}")

@@ -48,6 +48,7 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.constants import Opcode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
+from dcpctl.protocol.registry import DOCUMENT_STATS, PRIVATE_STATS_PREFIX
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import RESYNC_EVENTS, CaptureDecoder
@@ -105,9 +106,7 @@ NOT_TCP = "not TCP over IP"
 OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
-# STAT groups whose answers print documents: kv_engine's private ones (``_hash-dump``, ``_checkpoint-dump``)
-PRIVATE_STATS: Final = b"_"
-MAX_DUMPS: Final = 64  # private STAT requests remembered per connection (a client waits for each answer)
+MAX_STAT_REQUESTS: Final = 256  # STAT requests remembered per connection, until their group's end
 EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
 SEQUENCE_SPACE: Final = 1 << 32
 
@@ -188,7 +187,8 @@ class _Conn:
     label: str
     drop: str | None = None
     unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
-    dumps: dict[int, None] = field(default_factory=dict)  # opaques of its private STAT requests (_stat), oldest first
+    # its STAT requests by opaque, oldest first: whether their group prints documents (_stat)
+    stats: dict[int, bool] = field(default_factory=dict)
     midstream: bool = False  # its start was not seen: each direction's first message is checked before trusted
     # each direction's stream, made when first needed: a connection that only opens (a SYN flood, up to
     # --max-connections of them) has none
@@ -299,7 +299,9 @@ class CaptureRedactor:
         for event in events:
             if isinstance(event, StreamEvent) and event.name in ("connection_open", "midstream"):
                 opened = self._conn(event.conn)
-                if event.name == "midstream":  # its first message may be found inside another's bytes
+                if event.name == "midstream" and event.from_client is not None:  # one side's start missed
+                    opened.stream(event.from_client).skipped()
+                elif event.name == "midstream":  # its first message may be found inside another's bytes
                     opened.midstream = True
                     for stream in opened.streams.values():
                         stream.skipped()
@@ -425,6 +427,8 @@ class CaptureRedactor:
         self.summary.messages += 1
         stream = conn.stream(first["direction"] == "client>server")
         msg = observed.packet
+        if msg.opcode == Opcode.STAT and not msg.is_response:
+            _stat_request(conn, msg, trusted=not stream.distrusted)
         if stream.resynced:
             stream.resynced = False
             if msg.variant is None or msg.diagnostics:  # the packet's own, not its context's
@@ -436,26 +440,22 @@ class CaptureRedactor:
             # it decodes, but may still be a document's bytes: its numbers kept, its text not trusted
             self._store(stream, msg.offset, self.redactor.untrusted(msg), len(msg.raw))
             return
-        if msg.opcode == Opcode.STAT:
-            self._store(stream, msg.offset, self._stat(conn, msg, stream.distrusted), len(msg.raw))
+        if msg.opcode == Opcode.STAT and msg.is_response and not stream.distrusted:
+            self._store(stream, msg.offset, self._stat_answer(conn, msg), len(msg.raw))
             return
         redacted = self.redactor.distrusted(msg) if stream.distrusted else self.redactor.message(msg)
         self._store(stream, msg.offset, redacted, len(msg.raw))
 
-    def _stat(self, conn: _Conn, msg: Message, distrusted: bool) -> bytes:
-        """A STAT request or answer. The answers to a request for a private group (a key that begins with an
-        underscore: ``_hash-dump``, ``_checkpoint-dump``) print documents: their values are replaced whole,
-        until the group's empty answer ends it."""
-        if not msg.is_response:
-            if msg.key.startswith(PRIVATE_STATS):
-                conn.dumps[msg.opaque] = None
-                while len(conn.dumps) > MAX_DUMPS:
-                    del conn.dumps[next(iter(conn.dumps))]
-        elif msg.opaque in conn.dumps:
-            if not msg.key and not msg.value:
-                del conn.dumps[msg.opaque]
-            return self.redactor.stat_dump(msg)
-        return self.redactor.distrusted(msg) if distrusted else self.redactor.message(msg)
+    def _stat_answer(self, conn: _Conn, msg: Message) -> bytes:
+        """A STAT answer's text is the protocol's only when the capture showed its request, for a group that
+        does not print documents; the answers to one that does (``_hash-dump``, ``range-scans``), and those
+        whose request it does not show (lost, captured after them, found after a skip), have their values
+        replaced whole. The group's empty answer ends it."""
+        documents = conn.stats.get(msg.opaque)
+        if not msg.key and not msg.value:
+            conn.stats.pop(msg.opaque, None)
+            return self.redactor.message(msg)
+        return self.redactor.stat_dump(msg) if documents is None or documents else self.redactor.message(msg)
 
     def _plain(self, msg: Message, _ts: float, label: str, _frames: list[int], _vbucket: int | None,
                _tracker: ConnectionTracker) -> None:
@@ -709,6 +709,19 @@ def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
     at = offset + 2 if ethertype == ETHERTYPE_IPV4 else offset + 4 if ethertype == ETHERTYPE_IPV6 else None
     if at is not None and len(data) >= at + 2:
         struct.pack_into("!H", data, at, struct.unpack_from("!H", data, at)[0] + resized)
+
+
+def _stat_request(conn: _Conn, msg: Message, *, trusted: bool) -> None:
+    """Remember a STAT request's group for its answers (see ``_stat_answer``). One found after skipped bytes
+    may be a document's bytes: it can mark its opaque's answers as printing documents, never as not."""
+    group = msg.key.split(b" ", 1)[0]
+    documents = group.startswith(PRIVATE_STATS_PREFIX) or group in DOCUMENT_STATS
+    if documents or conn.stats.get(msg.opaque):
+        conn.stats[msg.opaque] = True
+    elif trusted:
+        conn.stats[msg.opaque] = False
+    while len(conn.stats) > MAX_STAT_REQUESTS:
+        del conn.stats[next(iter(conn.stats))]
 
 
 def rewrite_headers(linktype: int, data: bytearray, addresses: AddressMap | None, ip_checksum: bool = False,

@@ -205,6 +205,12 @@ class Reassembler:
             direction.next = (seg.seq + 1) % _MOD
         elif direction.next is None:
             direction.next = seg.seq
+            if state.directions[not from_client].isn is not None:
+                # the other side's SYN was seen, this side's not (its SYN-ACK lost): its first bytes seen may
+                # not be its first, and nothing would say so
+                out.append(StreamEvent(state.conn, from_client, seg.ts, seg.frame, "midstream",
+                                       "the capture missed this side's SYN: it is followed from its first "
+                                       "bytes seen"))
         if seg.payload or seg.truncated:
             out += self._data(state, from_client, direction, seg)
         if seg.flags & FIN and not direction.fin:

@@ -362,3 +362,120 @@ def test_mapped_addresses_leave_none_in_ip_options(tmp_path: Path) -> None:
     redacted = _redact_capture(tmp_path, out.getvalue(), "--map-addresses")
     assert bytes([10, 9, 8, 7]) not in redacted
     assert bytes([10, 9, 8, 5]) not in redacted
+
+
+def _behind_a_gap(fakes: bytes, victim: bytes, after: bytes = b"") -> bytes:
+    """A capture that lost a segment inside an attacker's document ending in ``fakes`` (headers made to be
+    found when the framer resynchronises), then the real ``victim`` message and ``after``."""
+    fake_noop = _packet(0x81, Opcode.NOOP)  # the first found: untrusted
+    attacker = _mutation(b"attacker-doc", bytes(40) + fake_noop + fakes, 10)
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    conversation.segment(False, build.request(Opcode.DCP_NOOP))
+    cut = len(attacker) - len(fake_noop) - len(fakes) - 20
+    conversation.skip(False, cut)
+    conversation.segment(False, attacker[cut:])
+    conversation.segment(False, victim)
+    if after:
+        conversation.segment(False, after)
+    conversation.close()
+    assert out.getvalue().count(b"SECRET") == 2
+    return out.getvalue()
+
+
+def test_after_a_gap_no_extras_and_no_frame_info_keeps_what_follows(tmp_path: Path) -> None:
+    """Behind the untrusted first fake: a header of an unknown opcode whose 255 bytes of extras swallow the
+    next real mutation, or a noop whose one frame info (a privilege name, 253 bytes) does."""
+    victim = _mutation(b"SECRETKEY-VICTIM", b'{"iban":"SECRETVAL-VICTIM"}', 11)
+    noops = build.request(Opcode.DCP_NOOP) * 20
+    extras = HEADER.pack(0x81, 0xEE, 0, 255, 0, 0, 255, 0, 0) + bytes(10)
+    assert b"SECRET" not in _redact_capture(tmp_path, _behind_a_gap(extras, victim, noops))
+    privilege = struct.pack("!BBBBBBHIIQ", 0x08, Opcode.DCP_NOOP, 255, 0, 0, 0, 0, 255, 0, 0) + bytes([0x6F, 238])
+    assert b"SECRET" not in _redact_capture(tmp_path, _behind_a_gap(privilege, victim, noops))
+
+
+def test_a_side_whose_syn_the_capture_missed_is_followed_as_if_begun_before_it(tmp_path: Path) -> None:
+    """The client's SYN captured, the server's SYN-ACK and first bytes lost: the server's first bytes seen
+    are not its first (here a fake error header in a document, swallowing the next mutation)."""
+    victim = _mutation(b"SECRETKEY-SYNACK", b'{"iban":"SECRETVAL-SYNACK"}', 11)
+    fake = HEADER.pack(0x81, Opcode.GET, 0, 0, 0, Status.KEY_ENOENT, len(victim), 0, 0)
+    attacker = _mutation(b"attacker-doc", b"A" * 1400 + fake, 10)
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer)
+    client, server = conversation.isn[True], conversation.isn[False]
+    writer.write(1_700_000_000.0, conversation._frame(True, client, 0, 0x02, b""))  # the SYN alone
+    writer.write(1_700_000_000.1, conversation._frame(True, client + 1, server + 1, ACK, b""))
+    conversation.next[True] = client + 1
+    conversation.next[False] = server + 1
+    conversation.segment(True, build.request(Opcode.HELLO, key=b"agent", features=[]))
+    conversation.skip(False, len(attacker) - len(fake))
+    conversation.segment(False, attacker[-len(fake):])
+    conversation.segment(False, victim)
+    conversation.segment(False, build.request(Opcode.DCP_NOOP))
+    conversation.close()
+    assert out.getvalue().count(b"SECRET") == 2
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue())
+
+
+def _stat_answer(opaque: int, key: bytes = b"", value: bytes = b"") -> bytes:
+    return HEADER.pack(0x81, Opcode.STAT, len(key), 0, 0, 0, len(key) + len(value), opaque, 0) + key + value
+
+
+def test_stat_answers_keep_their_text_only_when_their_public_request_was_seen(tmp_path: Path) -> None:
+    """kv_engine prints keys in _hash-dump and range-scans answers. An answer whose request the capture does
+    not show (lost, captured after it, found after a skip), or shares its opaque with a private one, keeps no
+    value; a seen public group's answers keep theirs."""
+    dump = b'SV seq:12 key:"\x00SECRETKEY-HD" vallen:27 :"{\\"ssn\\":\\"SECRETVAL-HD\\"}"\n'
+    request = build.request(Opcode.STAT, key=b"_hash-dump 0", opaque=7)
+    answers = _stat_answer(7, b"_hash-dump", dump) + _stat_answer(7)
+
+    def capture(steps: list[tuple[bool, bytes, int | None]]) -> bytes:
+        out = io.BytesIO()
+        conversation = TcpConversation(PcapWriter(out))
+        conversation.handshake()
+        for from_client, data, offset in steps:
+            if offset is None:
+                conversation.send(from_client, data)
+            elif offset < 0:
+                conversation.skip(from_client, len(data))
+            else:
+                conversation.segment(from_client, data, offset=offset)
+        conversation.send(True, build.request(Opcode.NOOP))
+        conversation.close()
+        return out.getvalue()
+
+    lost = capture([(True, request, -1), (False, answers, None)])
+    later = capture([(False, answers, None), (True, request, 0)])
+    pipelined = capture([(True, request + build.request(Opcode.STAT, key=b"_hash-dump 1", opaque=7), None),
+                         (False, _stat_answer(7, b"_hash-dump", b"x" * 20) + _stat_answer(7) + answers, None)])
+    behind = capture([(True, b"\x01" * 50, -1), (True, request, None), (False, answers, None)])
+    scans = capture([(True, build.request(Opcode.STAT, key=b"range-scans", opaque=4), None),
+                     (False, _stat_answer(4, b"vb_0:5cd8:start", b"cid:0x8:SECRETKEY-RS") + _stat_answer(4), None)])
+    for name, made in (("lost", lost), ("later", later), ("pipelined", pipelined), ("behind", behind),
+                       ("range-scans", scans)):
+        assert b"SECRET" in made, name
+        assert b"SECRET" not in _redact_capture(tmp_path, made), name
+    public = capture([(True, build.request(Opcode.STAT, key=b"vbucket-seqno", opaque=8), None),
+                      (False, _stat_answer(8, b"vb_0:high_seqno", b"12") + _stat_answer(8), None)])
+    assert b"vb_0:high_seqno12" in _redact_capture(tmp_path, public)
+
+
+def test_keys_in_declared_values_are_keys_even_when_they_look_like_json() -> None:
+    key = b'{"SECRETKEY-JSON@example.com":1}'
+    observe = _packet(0x80, Opcode.OBSERVE, value=struct.pack("!HH", 0, len(key)) + key)
+    assert b"SECRET" not in _redacted(observe)
+    get = _packet(0x80, Opcode.GET, key=key)
+    assert _redacted(observe)[-len(key):] == _redacted(get)[-len(key):]  # the same placeholder as elsewhere
+
+
+def test_a_numbers_exponent_digits_are_replaced_too() -> None:
+    document = b'{"a":0E987654321,"b":-0.0e-31415926}'  # JSON that parses: any run of exponent digits
+    out = Redactor(SALT).json(document)
+    assert out is not None
+    assert b"987654321" not in out
+    assert b"31415926" not in out
+    assert out[6:7] == b"E"
+    assert out[25:27] == b"e-"
+    assert json.loads(out).keys() == {"a", "b"}
