@@ -139,7 +139,9 @@ class Progress:
     done: bool = False  # --count reached, or a stop asked for
     stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     first_ts: float | None = None  # when the first stream message was read (--summary's time 0)
-    reroutes: dict[int, int] = field(default_factory=dict)  # vbucket -> times asked again since its last item
+    # vbucket -> times asked again since its stream last opened: only failures to open in a row count towards
+    # giving up, so a vbucket that moves again and again (rebalances) is followed however often it moves
+    reroutes: dict[int, int] = field(default_factory=dict)
     opaque: int = FIRST_OPAQUE
     past_until: set[int] = field(default_factory=set)  # vbuckets whose start was past --until: said once
 
@@ -159,10 +161,9 @@ class Progress:
     def counted(self, written: dict[int, list[int]], ts: float) -> None:
         """Items taken in place (written, or counted by the quiet path), per vbucket [items, first seqno, last
         seqno], read at ``ts``: their vbuckets' positions and counts move on, and ``written`` is emptied."""
-        positions, stats_of, reroutes = self.state.vbuckets, self.stats, self.reroutes
+        positions, stats_of = self.state.vbuckets, self.stats
         for vbucket, (count, first, last) in written.items():
             positions[vbucket].seqno = last
-            reroutes.pop(vbucket, None)
             stats = stats_of.get(vbucket)
             if stats is None:
                 stats = stats_of[vbucket] = new_stats(first, ts)
@@ -414,7 +415,6 @@ class Consumer:
             seqno = int(completed) if completed is not None else None
         if seqno is not None:
             self._uncommitted = (position, seqno)  # see commit
-            progress.reroutes.pop(vbucket, None)
         if opcode in CHANGE_OPCODES:
             progress.items += 1
             stats = progress.stats.get(vbucket)
@@ -439,6 +439,7 @@ class Consumer:
         position = self.progress.state.vbuckets[vbucket]
         if status == Status.SUCCESS:
             stream.open = True
+            self.progress.reroutes.pop(vbucket, None)  # it opened: the map pointed at its node (see Progress)
             log = failover_entries(msg)
             if log:
                 position.failover_log = log

@@ -9,12 +9,23 @@ leaves the old state or the new one, never half of either. A symlink is written 
 file goes in its target's directory and replaces the target, the link kept. A file that cannot be read or
 written is a :class:`StateError` naming it, never an ``OSError`` (which the caller could take for the
 network's).
+
+A kill -9 between the temporary file and the rename leaves the temporary file. So they do not pile up, a
+save holds a lock for its state file (``lockf`` on ``.FILE.lock`` beside it, by every dcpctl saving there)
+from before its temporary file is made until it is renamed, and the first save of a run removes, under the
+lock, the files of FILE's temporary-file pattern: no other save can be writing one then. The lock file is
+removed by its holder as the save ends (a waiter that then holds a removed file tries again), so a finished
+save leaves nothing beside the state file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +37,9 @@ from dcpctl.errortext import file_error, json_error
 from dcpctl.safetext import brief
 
 VERSION: Final = 1
+# The name tempfile.mkstemp gives a save's temporary file after its prefix ``.FILE.``: 8 characters of
+# [a-z0-9_] (CPython's tempfile._RandomNameSequence), the pattern stale ones are known by.
+_TEMPORARY_SUFFIX: Final = "[a-z0-9_]{8}"
 U64: Final = (1 << 64) - 1  # seqnos and uuids are u64 on the wire: anything else cannot be asked for
 
 
@@ -139,15 +153,74 @@ def check_writable(path: Path) -> None:
     Path(tmp).unlink(missing_ok=True)
 
 
-def save(path: Path, state: State) -> None:
+def save(path: Path, state: State, *, tidy: bool = False) -> None:
     """Write atomically: temporary file, fsync, rename (and fsync the directory). A failure (a full or
-    read-only disk) leaves the file as it was and is a :class:`StateError` naming it."""
+    read-only disk) leaves the file as it was and is a :class:`StateError` naming it. ``tidy``: first remove
+    the temporary files killed saves left (see the module docstring)."""
     target = _target(path)
     data = orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     try:
-        _save(target, target.parent, data)
+        with _save_lock(target) as locked:
+            if tidy and locked:
+                _remove_stale(target)
+            _save(target, target.parent, data)
     except OSError as exc:
         raise StateError(f"{path}: cannot save the state: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _save_lock(path: Path) -> Iterator[bool]:
+    """Hold the lock of ``path``'s saves (``.NAME.lock`` beside it); yields whether it is held: a file system
+    without locks saves as before, unlocked, and nothing is removed there."""
+    lock = path.with_name(f".{path.name}.lock")
+    fd = _lock(lock)
+    if fd is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            with contextlib.suppress(OSError):
+                lock.unlink()  # while held: whoever waits on this file finds it gone and tries again
+        finally:
+            os.close(fd)
+
+
+def _lock(lock: Path) -> int | None:
+    """The descriptor of ``lock``, locked, once it is the file at that path; None where locking fails (ENOLCK:
+    a network file system without a lock manager). POSIX locks (lockf) rather than flock: they belong to the
+    process, so a descriptor a signal leaked (stop at once) never locks dcpctl out of its own final save."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+            except OSError:
+                os.close(fd)
+                return None
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                    return fd
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # its holder removed it as it finished: the lock is the file there now
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove the temporary files of ``path``'s saves: regular files named by its pattern, readable by their
+    owner alone as mkstemp makes them (a file of the user's that happens to match the name is kept). Called
+    under the save lock, when no save can be writing one; one that cannot be removed stays, the save goes on."""
+    pattern = re.compile(re.escape(f".{path.name}.") + _TEMPORARY_SUFFIX)
+    with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
+        for entry in entries:
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False) \
+                    and entry.stat(follow_symlinks=False).st_mode & 0o077 == 0:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _save(path: Path, directory: Path, data: bytes) -> None:

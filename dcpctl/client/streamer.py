@@ -11,7 +11,9 @@ the consumer queued, and hands the caller the consumer's stream data (messages w
 captured message has it, or runs of lines the caller's LineMaker rendered). The consumer's requests for I/O are met
 here: a rollback is explained with the failover log and high seqno the server has now, and a vbucket
 answered NotMyVbucket, whose stream ended early, or that a node's high seqnos do not list, is asked again
-from the node the cluster map now names (with ``--until now``, its end lowered to that node's high seqno).
+from the node the cluster map now names (with ``--until now``, its end lowered to that node's high seqno);
+a retry that has to wait is due at a deadline the loop keeps, so the other vbuckets stream on and a stop is
+seen meanwhile.
 The position (``--state``) is saved atomically every second, every ``save_items`` items and at the
 end, after the caller's output is flushed, so a stop and a resume deliver every item exactly once; a
 kill -9 repeats at most the items written since the last save. When the output fails, nothing more is
@@ -74,11 +76,14 @@ SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = DEFAULT_WINDOW  # connection_buffer_size
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
-# A vbucket asked again (NotMyVbucket, a reopened stream) this many times in a row without an item is given
-# up on: the cluster map keeps pointing at a node that does not have it. The waits double from the first.
+# A vbucket asked again (NotMyVbucket, not listed, a stream that ended) this many times in a row without its
+# stream opening is given up on: the cluster map keeps pointing at a node that does not have it. A stream that
+# opens starts the count again: a vbucket that moves often (rebalances, failovers) is no fault of the map's.
 MAX_REROUTES: Final = 10
 ACTIVE: Final = VBUCKET_STATES.code_of["active"]  # GET_ALL_VB_SEQNOS's state filter for active vbuckets
-REROUTE_WAIT: Final = 0.1  # seconds before the second try; 0.1 * 2**9 = 51 s before the tenth
+# Seconds before the second try, doubling: 25.6 s before the tenth, 51 s in all, time for a rebalance's map to
+# reach every node. Only that vbucket waits (a deadline the loop keeps), never the others or a stop.
+REROUTE_WAIT: Final = 0.1
 
 
 @dataclass
@@ -143,6 +148,8 @@ class Streamer:
         self.interrupted = False  # stop() was called
         self.requested = False  # a stream request was sent: from then on a stop closes streams and saves state
         self._prepared: set[int] = set()
+        self._retry_at: dict[int, float] = {}  # vbucket -> when it is asked again (monotonic clock)
+        self._tidied = False  # a save removed the stale temporary files of the state file
         self._value = _stream_value(options)
         # a tap sees every message: the fast paths, which decode none, are for when nobody else looks
         self._quiet = options.quiet and tap is None
@@ -311,7 +318,7 @@ class Streamer:
         conn.queue_limit = queue_limit(options.buffer_size, conn.framer.max_body_length)
 
     def _active(self) -> bool:
-        return any(node.consumer.active for node in self.nodes.values())
+        return bool(self._retry_at) or any(node.consumer.active for node in self.nodes.values())
 
     @staticmethod
     def _send(node: _Node) -> None:
@@ -334,7 +341,7 @@ class Streamer:
                 ready = [n for n in self.nodes.values() if n.consumer.buffered() or _tls_pending(n.conn)]
                 if not ready:
                     self.before_wait()  # the output reaches its reader before dcpctl waits for the network
-                    ready = [key.data for key, _ in selector.select(WAKE_EVERY)]
+                    ready = [key.data for key, _ in selector.select(self._wait())]
                 now = time.monotonic()
                 for node in ready:  # one turn each: what one read brought, so no connection starves the rest
                     if quiet or not node.consumer.buffered():
@@ -346,6 +353,8 @@ class Streamer:
                 self._check_deadlines(now, dead_after)
                 if now - self._last_save > SAVE_EVERY or progress.items >= progress.save_at:
                     self.save()
+                if not progress.done:
+                    self._retry_due()
         finally:
             selector.close()
 
@@ -404,18 +413,34 @@ class Streamer:
                                          f"{timeout:g} s (--timeout)")
 
     def _reroute(self, vb: int) -> None:
-        """Ask a vbucket again, from the node the cluster map now says owns it; after a few tries without an
-        item, waiting longer each time, give up (MAX_REROUTES)."""
+        """Have a vbucket asked again, from the node the cluster map will then say owns it: at once the first
+        time, then waiting longer each try its stream does not open; after MAX_REROUTES of them, give up. The
+        wait is a deadline :meth:`_loop` keeps (:meth:`_retry_due`), never a sleep: it holds up nothing else."""
         reroutes = self.progress.reroutes
         tries = reroutes[vb] = reroutes.get(vb, 0) + 1
         if tries > MAX_REROUTES:
-            raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without an item (NotMyVbucket, "
-                              "ended streams or not listed): the cluster map keeps pointing at a node that does not "
+            raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without its stream opening "
+                              "(NotMyVbucket or not listed): the cluster map keeps pointing at a node that does not "
                               "serve it",
                               ExitCode.PROTOCOL)
-        if tries > 1:
-            self.before_wait()
-            time.sleep(REROUTE_WAIT * 2 ** (tries - 2))
+        wait = REROUTE_WAIT * 2 ** (tries - 2) if tries > 1 else 0.0
+        self._retry_at[vb] = time.monotonic() + wait
+
+    def _wait(self) -> float:
+        """How long the loop may wait for the network: WAKE_EVERY, or less when a vbucket's retry is due sooner."""
+        if not self._retry_at:
+            return WAKE_EVERY
+        return min(WAKE_EVERY, max(0.0, min(self._retry_at.values()) - time.monotonic()))
+
+    def _retry_due(self) -> None:
+        """Ask again the vbuckets whose retry is due (see :meth:`_reroute`)."""
+        now = time.monotonic()
+        for vb in sorted(vb for vb, at in self._retry_at.items() if at <= now):
+            del self._retry_at[vb]
+            self._ask_again(vb)
+
+    def _ask_again(self, vb: int) -> None:
+        """Read the cluster map again and ask the node it names for the vbucket."""
         # any node serves the map; before the first DCP connection (its vbuckets all unlisted), the seed does
         any_node = next(iter(self.nodes.values()), None)
         seed = self._connect(*((any_node.conn.host, any_node.conn.port) if any_node else (self.seed_host,
@@ -436,11 +461,15 @@ class Streamer:
         self.progress.done = True
 
     def save(self) -> None:
-        """Flush the caller's output (``before_save``), then save the positions: what they count is written."""
+        """Flush the caller's output (``before_save``), then save the positions: what they count is written.
+        Nothing is saved before a stream was asked for: a run that fails first (a wrong bucket, a refused
+        login) has nothing to save, and a state file it made would hold the wrong bucket for the next run."""
         progress = self.progress
-        if self.options.state_path is not None:
+        if self.options.state_path is not None and self.requested:
             self.before_save()
-            state_file.save(self.options.state_path, progress.state)
+            # the run's first save removes the temporary files killed runs left (state.py)
+            state_file.save(self.options.state_path, progress.state, tidy=not self._tidied)
+            self._tidied = True
         self._last_save = time.monotonic()
         progress.save_at = progress.items + self.options.save_items
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import ipaddress
+import select
 import signal
 import time
 from collections import Counter
@@ -29,12 +31,12 @@ from dcpctl.commands._live import (
     window_of,
 )
 from dcpctl.commands._options import (
+    STOP_SIGNALS,
     Base64Option,
     LocalTimeOption,
     Rotation,
     TemplateOption,
     env_of,
-    first_signal_stops,
     line_template_of,
     live_capture_path,
     option_groups,
@@ -46,7 +48,7 @@ from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions, redacted
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
-from dcpctl.render.env import OutputError
+from dcpctl.render.env import OutputError, discard_stdout
 from dcpctl.render.lines import ItemLines
 from dcpctl.render.output import Format, emit
 from dcpctl.render.summary import print_stream_summary
@@ -165,19 +167,34 @@ def stream(
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
         options.line_maker = _JsonLines()  # plain items go out as lines from a template (the JSON of their record)
     errors = env.error_console()
+    stopped_by: list[signal.Signals] = []
+
+    def stop(sig: signal.Signals) -> None:
+        stopped_by.append(sig)
+        streamer.stop()
+
+    signals = _StopSignals(stop, lambda: streamer.requested)  # still connecting: stops at once, nothing to save
 
     def notice(message: str) -> None:
-        with contextlib.suppress(OSError):  # standard error gone (its terminal closed): the stream still stops well
-            errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
+        closing = signals.closing
+        try:
+            # standard error gone (its terminal closed): the stream still stops well
+            with contextlib.suppress(OSError), signals.cutting(env.stderr):
+                errors.print(f"dcpctl: {shown(message)}", style="yellow", markup=False, highlight=False)
+        except KeyboardInterrupt:
+            if not closing:  # a stop at once, while streaming; while closing, the notice was cut short
+                raise
 
     capture = _Capture(write, redacting, file_size, rotation.file_count, rotation.rotate_seconds) \
         if write is not None else None
 
     def flush() -> None:
-        """Everything written so far reaches its file: before a save, the positions count only that."""
-        env.stdout.flush()
+        """Everything written so far reaches its file: before a save, the positions count only that. While
+        closing, a signal cuts it only if standard output is not taking more (KeyboardInterrupt: no save)."""
         if capture is not None:
             capture.flush()
+        with signals.cutting(env.stdout):
+            env.stdout.flush()
 
     try:
         streamer = Streamer(host, options, notice=notice, tap=capture.tap if capture is not None else None,
@@ -186,65 +203,158 @@ def stream(
         if capture is not None:
             capture.close()
         raise CommandError(str(exc), ExitCode.INPUT) from None
-    stopped_by: list[signal.Signals] = []
-
-    def stop(sig: signal.Signals) -> None:
-        if not streamer.requested:  # still connecting: nothing to close or save, so no wait for a timeout
-            raise KeyboardInterrupt
-        stopped_by.append(sig)
-        streamer.stop()
-
     saving = True  # nothing written was lost: the positions may be saved at the end
     failing = False
-    with client_errors(), first_signal_stops(stop):
-        try:
+    cut = False  # while closing, a signal cut short output the reader was not taking: the last save stands
+    with signals.installed():
+        with client_errors():
             try:
-                messages = streamer.messages()
-                if summary and fmt is None and template is None:
-                    for _ in messages:
-                        pass
-                elif line_template is not None:
-                    emit(messages, output, env, base64=base64, template=line_template)
-                elif options.line_maker is not None and binary is not None:
-                    # plain items come as their lines, written as they are; the rest is rendered as usual
-                    emit(_lines_written(messages, binary.write), output, env, base64=base64, local_time=local_time)
-                else:
-                    # flushed whenever the stream waits
-                    emit(messages, output, env, base64=base64, local_time=local_time)
-            except KeyboardInterrupt:
-                notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
-                       else "interrupted while connecting")
-            if stopped_by:
-                what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
-                notice(f"{what}: closing the streams and saving the state")
-            flush()
-        except BaseException as exc:
-            failing = True
-            # the output failed (or the state file): the last save, which counted only what had been flushed
-            # before it, stands; the connector's failures are ClientErrors, the state file's StateErrors
-            saving = not isinstance(exc, (OSError, _OutputError, StateError))
-            if isinstance(exc, StateError):
-                raise CommandError(str(exc), ExitCode.INPUT) from None
-            if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError, OutputError)):
-                # standard output's own failures are said once, at the top (the reader gone is quiet)
-                raise OutputError(exc.errno, exc.strerror or str(exc)) from None
-            raise
-        finally:
-            try:
-                streamer.close(save=saving)
-            except StateError as exc:
-                if not failing:
+                try:
+                    try:
+                        messages = streamer.messages()
+                        if summary and fmt is None and template is None:
+                            for _ in messages:
+                                pass
+                        elif line_template is not None:
+                            emit(messages, output, env, base64=base64, template=line_template)
+                        elif options.line_maker is not None and binary is not None:
+                            # plain items come as their lines, written as they are; the rest is rendered as usual
+                            emit(_lines_written(messages, binary.write), output, env, base64=base64,
+                                 local_time=local_time)
+                        else:
+                            # flushed whenever the stream waits
+                            emit(messages, output, env, base64=base64, local_time=local_time)
+                    finally:
+                        signals.closing = True  # from here on no signal cuts the save (see _StopSignals)
+                except KeyboardInterrupt:
+                    notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
+                           else "interrupted while connecting")
+                if stopped_by:
+                    what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
+                    notice(f"{what}: closing the streams and saving the state")
+                flush()
+            except KeyboardInterrupt:  # closing: only a write the reader was not taking is cut
+                cut = True
+            except BaseException as exc:
+                failing = True
+                # the output failed (or the state file): the last save, which counted only what had been flushed
+                # before it, stands; the connector's failures are ClientErrors, the state file's StateErrors
+                saving = not isinstance(exc, (OSError, _OutputError, StateError))
+                if isinstance(exc, StateError):
                     raise CommandError(str(exc), ExitCode.INPUT) from None
-                notice(str(exc))  # the first failure is the error; this one is said too
+                if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError, OutputError)):
+                    # standard output's own failures are said once, at the top (the reader gone is quiet)
+                    raise OutputError(exc.errno, exc.strerror or str(exc)) from None
+                raise
             finally:
-                if capture is not None:
-                    capture.close(quiet=failing)
-    if capture is not None and capture.redactor is not None:
-        mapped = capture.addresses.counts() if capture.addresses is not None else Counter[str]()
-        lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + mapped)]
-        env.stderr.write("".join(f"dcpctl: {shown(line)}\n" for line in lines))
-    if summary:
-        _print_summary(streamer, env)
+                try:
+                    streamer.close(save=saving and not cut)
+                except KeyboardInterrupt:  # the flush before the save was cut: the save was not made
+                    cut = True
+                except StateError as exc:
+                    if not failing:
+                        raise CommandError(str(exc), ExitCode.INPUT) from None
+                    notice(str(exc))  # the first failure is the error; this one is said too
+                finally:
+                    if capture is not None:
+                        capture.close(quiet=failing)
+        if cut:
+            discard_stdout()  # what it still holds would block the last flush again
+            notice("standard output was not taking more: what it had not taken is dropped, and the state keeps "
+                   "its last save (a resume delivers the items since it again)")
+        try:  # a signal may cut the last output short (a reader that stopped reading), never the exit status
+            with signals.cutting(env.stderr):
+                if capture is not None and capture.redactor is not None:
+                    mapped = capture.addresses.counts() if capture.addresses is not None else Counter[str]()
+                    lines = [f"redacted in {write}:", *replaced_lines(capture.redactor.counts + mapped)]
+                    env.stderr.write("".join(f"dcpctl: {shown(line)}\n" for line in lines))
+                if summary:
+                    _print_summary(streamer, env)
+            with signals.cutting(env.stdout):
+                env.stdout.flush()  # here, while a signal cannot kill dcpctl, not after the command returns
+        except KeyboardInterrupt:
+            discard_stdout()
+
+
+class _StopSignals:
+    """SIGINT, SIGTERM and SIGHUP from the start of ``dcpctl stream`` to its last output, through one handler
+    whose state says what a signal does, so that no signal finds Python's defaults (a kill, exit 130) or cuts
+    the save:
+
+    - connecting (no stream asked for yet): stop at once (KeyboardInterrupt): nothing to close or save;
+    - streaming: the first asks the streamer to stop at its next safe point; another stops at once
+      (KeyboardInterrupt: a write a reader that never reads has blocked) and closing begins;
+    - closing (the output flushed, the state saved, the streams closed, the summary written): noted, nothing
+      more, except that one cuts short a write (KeyboardInterrupt) to a descriptor that does not take more,
+      whose reader stopped reading: the caller then keeps the last save if that was output a save would count.
+    A change of state is one attribute set, so no signal falls between two handlers."""
+
+    def __init__(self, stop: Callable[[signal.Signals], None], started: Callable[[], bool]) -> None:
+        self.stop, self.started = stop, started
+        self.stopping = False  # the first signal came while streaming
+        self.closing = False
+        self.cuttable: int | None = None  # while closing, the descriptor being written: its blocked write is cut
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.closing:
+            if self.cuttable is not None and not _writable(self.cuttable):
+                raise KeyboardInterrupt
+            return
+        if self.stopping or not self.started():
+            self.closing = True  # set before the raise: the save that follows is never cut
+            raise KeyboardInterrupt
+        self.stopping = True
+        self.stop(signal.Signals(signum))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handler, from here to the end of the block; the caller's handlers back then (a test runs
+        commands in its own process), and at the process's exit the signals ignored (_ignored_at_exit)."""
+        try:
+            previous = {sig: signal.signal(sig, self) for sig in STOP_SIGNALS}
+        except ValueError:  # not the main thread, which alone can own signals: they stay as they are
+            yield
+            return
+        atexit.unregister(_ignored_at_exit)  # once, however many runs
+        atexit.register(_ignored_at_exit)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def cutting(self, stream: object) -> Iterator[None]:
+        """While closing, a signal may cut short what is written to ``stream`` inside, if it does not take more."""
+        outer, self.cuttable = self.cuttable, _descriptor(stream)
+        try:
+            yield
+        finally:
+            self.cuttable = outer
+
+
+def _ignored_at_exit() -> None:
+    """At exit, once ``dcpctl stream`` has saved and written everything: Python then puts its signal handlers
+    back to the defaults and spends tens of ms tearing down, when a second stop signal would kill dcpctl
+    (129, 130, 143) after a clean stop. Ignored signals stay ignored through the teardown."""
+    with contextlib.suppress(ValueError):  # not the main thread
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _descriptor(stream: object) -> int | None:
+    try:
+        return int(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+        return None
+
+
+def _writable(fd: int) -> bool:
+    """Whether ``fd`` takes a write now: a file always, a pipe or terminal while its reader reads."""
+    try:
+        return bool(select.select([], [fd], [], 0)[1])
+    except (OSError, ValueError):  # a descriptor that cannot be polled fails its writes, it does not block them
+        return True
 
 
 class _JsonLines:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections import Counter
@@ -530,6 +531,83 @@ def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pyt
     assert f"asked again {streamer.MAX_REROUTES} times" in err
     # each answer is reported; the one after the last try is reported, then given up on
     assert err.count(told) == streamer.MAX_REROUTES + 1
+
+
+
+def test_a_quiet_vbucket_that_moves_again_and_again_is_followed_every_time(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    """A vbucket with nothing new, moved more often than MAX_REROUTES: each move's stream opens on the new node,
+    and an opened stream starts the count of tries again (an item alone did, so this gave up with exit 8 and
+    "the cluster map keeps pointing at a node that does not serve it"). Waits made short: the count is tested."""
+    moves = streamer.MAX_REROUTES + 4
+    plan = tmp_path / "moves.toml"
+    plan.write_text("".join(f'[[event]]\naction = "move"\nvbucket = 0\nnode = {(i + 1) % 2}\n'
+                            f"after_seconds = {2 + 0.25 * i}\n" for i in range(moves))
+                    + f'[[event]]\naction = "mutate"\nvbucket = 1\ncount = 5\nafter_seconds = {2.5 + 0.25 * moves}\n')
+    monkeypatch.setattr(streamer, "REROUTE_WAIT", 0.001)
+    with serving("--nodes", "2", "--vbuckets", "2", "--items", "4", "--scenario", str(plan)) as server:
+        code, records, err = stream(server, "--count", "9")
+    assert code == ExitCode.OK, err
+    assert err.count("vbucket 0: stream ended (StateChanged)") > streamer.MAX_REROUTES
+    assert sorted(items(records)) == [(0, 1), (0, 2)] + [(1, s) for s in range(1, 8)]
+
+
+# Runs dcpctl with a cluster map that names the wrong node for vbucket 0 (that node answers NotMyVbucket for
+# ever) and REROUTE_WAIT from the command line: a vbucket in its backoff while vbucket 1 streams on.
+STALE_VBUCKET_0 = """
+import sys
+from dcpctl.client import streamer
+real = streamer.vbucket_map
+def stale(seed, host, port, *, tls):
+    count, owner = real(seed, host, port, tls=tls)
+    owner[0] = next(address for address in owner.values() if address != owner[0])
+    return count, owner
+streamer.vbucket_map = stale
+streamer.REROUTE_WAIT = float(sys.argv.pop(1))
+from dcpctl.cli import run
+run()
+"""
+
+
+def test_a_vbucket_waiting_to_be_asked_again_holds_up_neither_the_others_nor_a_stop(tmp_path: Path) -> None:
+    """The wait before asking a vbucket again was a sleep in the one loop: every other vbucket went unread and
+    a SIGTERM waited for it (up to 25.6 s). It is a deadline the loop keeps: vbucket 1's items are read as
+    they come all along, and a SIGTERM during vbucket 0's 6 s wait stops dcpctl at once (exit 0)."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    out = tmp_path / "out.jsonl"
+    with serving("--nodes", "2", "--vbuckets", "2", "--items", "2", "--mutation-rate", "100") as server, \
+            out.open("wb") as sink:
+        process = subprocess.Popen([sys.executable, "-c", STALE_VBUCKET_0, "1.5", "stream",
+                                    f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "5"],
+                                   stdout=sink, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "DCPCTL_PASSWORD": "password"})
+        try:
+            assert process.stderr is not None
+            told = 0
+            while told < 4:  # answered, asked again at once, after 1.5 s, after 3 s more: the next is 6 s away
+                line = process.stderr.readline()
+                assert line, "dcpctl stream ended early"
+                told += "vbucket 0:" in line and "answered NotMyVbucket" in line
+            time.sleep(1)
+            process.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            err = process.communicate(timeout=30)[1]
+            took = time.monotonic() - stopped
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)  # and the pipes closed
+    assert process.returncode == ExitCode.OK, err
+    assert took < 2, f"the stop waited {took:.1f} s for the retry"
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    seen = [r["ts"] for r in records if r["opcode"] in ITEMS and r["vbucket"] == 1]
+    assert len(seen) > 50  # new ones all along, more than five seconds
+    assert max(b - a for a, b in itertools.pairwise(seen)) < 1, "vbucket 1 went unread while 0 waited"
 
 
 def test_a_busy_node_does_not_starve_another(tmp_path: Path) -> None:

@@ -83,6 +83,65 @@ def test_a_symlinked_state_file_is_written_through_to_its_target(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "state.json"]
 
 
+
+
+def test_a_run_that_fails_before_streaming_writes_no_state_file(tmp_path: Path) -> None:
+    """-b other, which the server does not have: exit 8 and no state file. One was written for bucket 'other',
+    so every later run with the right bucket was refused (exit 3) until it was deleted."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "20") as server:
+        host = f"127.0.0.1:{server.port}"
+        code, _, err = run("stream", host, "-b", "other", "--state", str(state), "-F", "jsonl", "--timeout", "5")
+        assert code == ExitCode.PROTOCOL, err
+        assert "no such bucket" in err
+        assert list(tmp_path.iterdir()) == []
+        code, records, err = run("stream", host, "--state", str(state), "--from", "resume", "--until", "now",
+                                 "-F", "jsonl", "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert len([r for r in records if r["opcode"] in ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")]) == 20
+    assert json.loads(state.read_text())["bucket"] == "default"
+
+
+# Holds the save lock of the state file argv[1] as a save does while it writes its temporary file, then renames it.
+SAVING_ELSEWHERE = """
+import os, sys, time
+from pathlib import Path
+from dcpctl.client import state
+target = Path(sys.argv[1])
+with state._save_lock(target) as held:
+    assert held
+    temporary = target.with_name(f".{target.name}.inflight")
+    temporary.write_text("{}")
+    os.chmod(temporary, 0o600)
+    print("writing", flush=True)
+    time.sleep(1)
+    os.replace(temporary, target)
+"""
+
+
+def test_a_save_that_tidies_waits_for_another_process_s_save_in_progress(tmp_path: Path) -> None:
+    """Removing stale temporary files is safe with two processes on one state file: a save holds the lock from
+    its temporary file to its rename, and the tidying save waits for it instead of removing the file under it."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    state = tmp_path / "state.json"
+    other = subprocess.Popen([sys.executable, "-c", SAVING_ELSEWHERE, str(state)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None
+        assert other.stdout.readline() == "writing\n"
+        save(state, State("default", {0: VbucketPosition(7, 5, 1, 5)}), tidy=True)
+        _, err = other.communicate(timeout=30)
+    finally:
+        if other.poll() is None:
+            other.kill()
+        other.communicate(timeout=30)
+    assert other.returncode == 0, err  # its rename found its temporary file
+    assert load(state, "default").vbuckets[0].seqno == 5  # the later save
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # the lock file gone with the last save
+
+
 @pytest.mark.parametrize(("body", "says"), [
     (b'[{"vbucket": 0}]', "entry 0 has no failover_log, high_seqno, node"),
     (b"[]", "a dump is a non-empty JSON list"),

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -216,6 +217,122 @@ def test_sigterm_and_sighup_stop_as_ctrl_c_does(tmp_path: Path, sig: signal.Sign
     assert sorted(delivered) == every(2, 200000)
 
 
+
+# dcpctl with a slow disk under --state: each save takes 0.6 s, time for signals to come while it saves.
+SLOW_SAVE = """
+import time
+from dcpctl.client import state
+real = state.save
+def slow(*args, **kwargs):
+    time.sleep(0.6)
+    real(*args, **kwargs)
+state.save = slow
+from dcpctl.cli import run
+run()
+"""
+
+
+@pytest.mark.parametrize("then", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signals_while_the_state_is_saved_never_cut_the_save(tmp_path: Path, then: signal.Signals) -> None:
+    """A second and a third signal once the stream is over (here, while the state is being saved): the save is
+    made and counts every item written, exit 0. dcpctl's handlers stayed in place until the end: these signals
+    interrupted the save (exit 130, the state of a second before) or, after it, killed dcpctl (129, 143)."""
+    state, out = tmp_path / "state.json", tmp_path / "out.jsonl"
+    with serving("--vbuckets", "2", "--items", "2000", "--mutation-rate", "200") as server, out.open("wb") as sink:
+        process = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, *command(server, "-F", "jsonl", "--state",
+                                                                              str(state))[3:]],
+                                   stdout=sink, stderr=subprocess.PIPE, env=ENV)
+        try:
+            assert process.stderr is not None
+            while out.stat().st_size < 100_000:  # streaming
+                time.sleep(0.05)
+                assert process.poll() is None, process.stderr.read()
+            process.send_signal(signal.SIGTERM)
+            told = process.stderr.readline()
+            assert b"SIGTERM: closing the streams and saving the state" in told, told
+            process.send_signal(then)  # the stream is over: flushing or saving
+            time.sleep(0.2)
+            process.send_signal(signal.SIGINT)
+            err = told + process.communicate(timeout=60)[1]
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)  # and the pipes closed
+    assert process.returncode == ExitCode.OK, err
+    delivered = whole_items(out.read_bytes())
+    assert saved(state) == {vb: max(s for v, s in delivered if v == vb) for vb in range(2)}
+
+
+
+# dcpctl whose interpreter takes a second to end, saying when it begins: Python's own teardown, stretched. Its
+# exit function is registered first, so it runs after dcpctl's (atexit runs the last registered first).
+SLOW_EXIT = """
+import atexit, sys, time
+def ending():
+    sys.stderr.write("exiting\\n")
+    sys.stderr.flush()
+    time.sleep(1)
+atexit.register(ending)
+from dcpctl.cli import run
+run()
+"""
+
+
+def test_stop_signals_while_dcpctl_exits_change_nothing(tmp_path: Path) -> None:
+    """Once dcpctl stream has saved and written everything, Python puts its own signal handlers back to the
+    defaults and tears down: a SIGTERM or SIGHUP then killed it (143, 129) after a clean stop. Exit 0."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "20") as server:
+        process = subprocess.Popen([sys.executable, "-c", SLOW_EXIT, *command(server, "-F", "jsonl", "--state",
+                                                                              str(state), "--until", "now")[3:]],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+        try:
+            assert process.stderr is not None
+            assert process.stderr.readline() == b"exiting\n"
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                process.send_signal(sig)
+            err = process.communicate(timeout=30)[1]
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert saved(state) == {0: 10, 1: 10}
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["stderr apart", "2>&1"])
+def test_a_signal_cuts_output_its_reader_does_not_take_and_the_last_save_stands(tmp_path: Path,
+                                                                                 together: bool) -> None:
+    """A reader that stopped reading: the first signal cannot stop the blocked write, the second stops at once
+    and the flush blocks again, the next cuts it short (with 2>&1, the notices go to that reader too). Exit 0,
+    and the state is the last save, which counts only items the reader got: it was exit 130, the flush cut by
+    Python's KeyboardInterrupt."""
+    state = tmp_path / "state.json"
+    with serving("--vbuckets", "2", "--items", "200000", "--value-size", "10") as server:
+        # short lines, buffered: the write the second signal stops leaves some for the flush before the save
+        process = subprocess.Popen(command(server, "-f", "{opcode} {vbucket} {by_seqno}", "--state", str(state),
+                                           "--save-items", "1000"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT if together else subprocess.PIPE,
+                                   env=ENV)
+        try:
+            time.sleep(2)  # standard output is not read: its pipe is full, the write blocked
+            for sig in [signal.SIGTERM, signal.SIGINT, signal.SIGHUP] * 4:
+                if process.poll() is not None:
+                    break
+                process.send_signal(sig)
+                time.sleep(0.3)
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err or out[-2000:]
+    assert b"standard output was not taking more" in (out if together else err)
+    delivered = template_items(out)
+    for vb, seqno in saved(state).items():
+        assert set(range(1, seqno + 1)) <= {s for v, s in delivered if v == vb}, "counted, never written"
+
+
 def test_kill_9_repeats_at_most_save_items(tmp_path: Path) -> None:
     """No chance to save at the end: the state saved every 2,000 items bounds what a resume repeats."""
     state = tmp_path / "state.json"
@@ -231,6 +348,58 @@ def test_kill_9_repeats_at_most_save_items(tmp_path: Path) -> None:
     assert sorted(repeated) == every(2, 200000), "nothing lost"
     assert max(repeated.values()) <= 2
     assert sum(1 for n in repeated.values() if n == 2) <= 2000  # none when the kill came just after a save
+
+
+
+# dcpctl whose fsyncs take 0.5 s: a save's temporary file is there long enough for a kill -9 to find it.
+SLOW_FSYNC = """
+import os, time
+real = os.fsync
+def slow(fd):
+    time.sleep(0.5)
+    real(fd)
+os.fsync = slow
+from dcpctl.cli import run
+run()
+"""
+
+
+def test_temporary_files_a_kill_9_left_are_removed_by_the_next_run(tmp_path: Path) -> None:
+    """A kill -9 while the state was saved left its temporary file (.state.json. and 8 characters) for good,
+    one more each time. The next run's first save removes those, under the lock every save holds, and keeps
+    what is not one: other names, another state file's, a look-alike others may read (mkstemp's are 0600)."""
+    state = tmp_path / "state.json"
+    kept = {".state.json.backup", ".state.json.abcd12345", ".other.json.abcd1234", ".state.json.shared01"}
+    for name in kept:
+        (tmp_path / name).write_text("mine")
+    (tmp_path / ".state.json.shared01").chmod(0o644)
+    planted = tmp_path / ".state.json.old_1234"  # one an older run left
+    planted.write_text("{")
+    planted.chmod(0o600)
+
+    def temporary() -> set[str]:
+        return {p.name for p in tmp_path.iterdir() if len(p.name) == len(".state.json.") + 8
+                and p.name.startswith(".state.json.") and p.name not in kept}
+
+    with serving("--vbuckets", "2", "--items", "200000", "--value-size", "10") as server:
+        process = subprocess.Popen([sys.executable, "-c", SLOW_FSYNC, *command(server, "-F", "jsonl", "--state",
+                                                                               str(state))[3:]],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+        try:
+            for _ in range(200):
+                if temporary() - {planted.name}:
+                    break
+                time.sleep(0.02)
+            process.kill()
+        finally:
+            process.communicate(timeout=30)
+        left = temporary() - {planted.name}
+        assert left, "the kill came between saves"
+        assert planted.name not in temporary(), "the run's first save removed the older one"
+        resume(server, state)
+    assert temporary() == set()
+    assert {p.name for p in tmp_path.iterdir()} == kept | {"state.json"}  # and no lock file left
+    assert (tmp_path / ".state.json.shared01").read_text() == "mine"
 
 
 # --- item 5: a mutation whose body is shorter than its seqno -------------------------------------------------
