@@ -242,18 +242,23 @@ class ConnectionTracker:
         self.rollbacks: dict[int, RollbackStory] = {}  # vbucket -> a Rollback answer awaiting its retry
         self.stories: list[RollbackStory] = []  # negotiations seen through to the stream opening, or not
         self.failover_logs: dict[int, list[FailoverEntry]] = {}  # vbucket -> the last log the server sent
+        self._hello_seen = False  # a HELLO's answer said whether collections are on: it wins over --collections
         self._options = self._make_options()
         self._warned_unknown = False
         self.from_start = known_from_start  # every stream request of this connection was seen
         self.strays: set[int] = set()  # opaques an item came on without a stream (reported once each)
 
     def _make_options(self) -> DecodeOptions:
-        return DecodeOptions(self.base.dialect, self.collections if self.base.collections is None
-                             else self.base.collections, self.base.show_secrets, self.base.lenient)
+        """--collections (the base's) stands for a negotiation the capture does not show; one it shows wins (a
+        key's first bytes taken for a collection id that is not there would be shown, and kept by redact)."""
+        chosen = self.base.collections is None or self._hello_seen
+        return DecodeOptions(self.base.dialect, self.collections if chosen else self.base.collections,
+                             self.base.show_secrets, self.base.lenient)
 
     def negotiated(self, *, collections: bool) -> None:
         """What a HELLO the tracker did not see negotiated (a live connection's own bootstrap)."""
         self.collections = collections
+        self._hello_seen = True
         self._options = self._make_options()
 
     def options(self) -> DecodeOptions:
@@ -324,9 +329,9 @@ class ConnectionTracker:
         if msg.opcode == Opcode.HELLO and status == Status.SUCCESS:
             codes = msg.hello_features
             self.features = [HELLO_FEATURES.name(code, 4) for code in codes]
-            if self.base.collections is None:
-                self.collections = HelloFeature.COLLECTIONS in codes
-                self._options = self._make_options()
+            self.collections = HelloFeature.COLLECTIONS in codes
+            self._hello_seen = True
+            self._options = self._make_options()
         elif msg.opcode == Opcode.DCP_OPEN and status == Status.SUCCESS:
             self.dcp_open_flags = int(asked.field("flags") or 0)
             note.fields["dcp_open_flags"] = flag_names(DCP_OPEN_FLAGS, self.dcp_open_flags)

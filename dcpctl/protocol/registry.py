@@ -417,11 +417,15 @@ DCP_REQUESTS: Final[list[MessageSpec]] = [
 # STAT groups whose first argument is a document's key (cbstats key and vkey: "key KEY VBUCKET [COLLECTION]",
 # "key-byid KEY VBUCKET CID"): the rest of a STAT key is the protocol's text
 DOCUMENT_KEY_STATS: Final = frozenset({b"key", b"key-byid", b"vkey", b"vkey-byid"})
-# STAT groups whose answers print documents' keys (and the first bytes of their values): kv_engine's private
-# groups, whose names begin with an underscore (_hash-dump, _checkpoint-dump), and the range scans' (each scan's
-# start and end keys)
-PRIVATE_STATS_PREFIX: Final = b"_"
-DOCUMENT_STATS: Final = frozenset({b"range-scans"})
+# STAT groups whose answers are the protocol's words (counters, states, seqnos, uuids, and names, which
+# --hash-names hashes): the default group (no key) and those a DCP diagnosis reads (reference 4.8). Others may
+# print documents' keys and values (_hash-dump, _checkpoint-dump, range-scans), a HELLO agent and the packets in
+# flight (connections) or a key in a task's description (tasks): their answers' values are replaced.
+PUBLIC_STATS: Final = frozenset({
+    b"", b"vbucket-seqno", b"failovers", b"vbucket-details", b"vbucket", b"prev-vbucket", b"dcp", b"dcpagg",
+    b"dcp-vbtakeover", b"checkpoint", b"collections", b"scopes", b"collections-details", b"scopes-details",
+    b"memory", b"timings", b"warmup", b"uuid", b"config", b"kvstore", b"disk", b"key", b"key-byid", b"vkey",
+    b"vkey-byid"})
 
 OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "HELLO", _x(name="hello", when=_when_ext(0), key=KeyKind.TEXT, key_content=Content.FREE_TEXT,

@@ -99,9 +99,10 @@ FIELDS_KEPT: Final = 4096
 # bucket's name is made of but its dots and percent signs (a hyphen inside a word only: a replication's
 # "ns_1@A->ns_1@B" has an arrow), so "scope.collection" and "eventing:BUCKET:fn" keep their separators and one
 # word gets one placeholder in every name, stats key and URI that holds it.
-_NAME_WORD: Final = re.compile(rb"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*")
+# Bytes above ASCII are word characters: an external (LDAP) user's name may be any UTF-8 (josé, 李雷).
+_NAME_WORD: Final = re.compile(rb"[A-Za-z0-9_\x80-\xff]+(?:-[A-Za-z0-9_\x80-\xff]+)*")
 # The same in text that percent-encodes (a map's URIs): an escape is a separator, not the start of a word.
-_ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)")
+_ENCODED_WORD: Final = re.compile(rb"%[0-9A-Fa-f]{2}|([A-Za-z0-9_\x80-\xff]+(?:-[A-Za-z0-9_\x80-\xff]+)*)")
 # Name words remembered, for the text that mentions them (stats, a map's URIs): a cluster has far fewer; a
 # hostile stream of fresh names costs a hash each, and memory up to this many words.
 NAME_WORDS_KEPT: Final = 1 << 16
@@ -499,6 +500,8 @@ class Redactor:
 
     def _value_of(self, msg: Message, variant: Variant | None, value: bytes, datatype: int) -> bytes:
         kind, content = (variant.value, variant.value_content) if variant is not None else (None, None)
+        if variant is not None and variant.name in ERROR_ROWS and msg.status == Status.NOT_MY_VBUCKET:
+            content = Content.NAMES  # kv_engine answers with the bucket's cluster map (reference 5): its names
         if kind is ValueKind.SECRET or content is Content.SECRET:
             self.counts["sasl_values"] += 1
             return b"*" * len(value)
@@ -687,8 +690,12 @@ class Redactor:
 
 
 def _odd_extras(msg: Message) -> bool:
-    """Whether a message has extras that no row of its opcode declares at their length."""
+    """Whether a message has extras that no row of its opcode declares at their length, or that its row reads
+    at a length its header does not give (the UPR draft's stream messages: then they are the header's key and
+    value)."""
     variant = msg.variant
+    if msg.key_offset > msg.extras_offset and any(d.name == "extras_length_mismatch" for d in msg.diagnostics):
+        return True
     return msg.extras_length > 0 and (variant is None or variant.layout is None
                                       or variant.layout.size != msg.extras_length)
 

@@ -48,7 +48,7 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.protocol.constants import Opcode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, Skipped
 from dcpctl.protocol.message import DecodeOptions, Message
-from dcpctl.protocol.registry import DOCUMENT_STATS, PRIVATE_STATS_PREFIX
+from dcpctl.protocol.registry import PUBLIC_STATS
 from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.capture import RESYNC_EVENTS, CaptureDecoder
@@ -106,6 +106,9 @@ NOT_TCP = "not TCP over IP"
 OTHER_PORT = "TCP on a port not decoded"
 TLS = "TLS (encrypted: cannot be redacted)"
 MALFORMED = "malformed frame"
+# TCP options kept as they are: end, no-op, MSS, window scale, SACK permitted, SACK (its edges rewritten),
+# timestamps (RFC 9293, 7323, 2018); any other's data is zeroed (_scrub_tcp_options)
+KEPT_TCP_OPTIONS: Final = frozenset({0, 1, 2, 3, 4, TCP_OPTION_SACK, 8})
 MAX_STAT_REQUESTS: Final = 256  # STAT requests remembered per connection, until their group's end
 EMPTIED = "segment emptied: all its bytes removed, or an ACK of removed bytes only"
 SEQUENCE_SPACE: Final = 1 << 32
@@ -284,6 +287,8 @@ class CaptureRedactor:
         assert frame is not None
         frame.claimed = True
         frame.tcp_at = tcp_at = _tcp_header(frame.linktype, frame.data)
+        if tcp_at is not None and _scrub_tcp_options(frame.data, tcp_at):
+            frame.changed = True
         datagram_end = seg.payload_at + seg.wire_length
         if tcp_at is not None and not seg.truncated and datagram_end < len(frame.data):
             # bytes after the IP datagram (an Ethernet trailer, padding) are no protocol's, and padding has been
@@ -447,10 +452,10 @@ class CaptureRedactor:
         self._store(stream, msg.offset, redacted, len(msg.raw))
 
     def _stat_answer(self, conn: _Conn, msg: Message) -> bytes:
-        """A STAT answer's text is the protocol's only when the capture showed its request, for a group that
-        does not print documents; the answers to one that does (``_hash-dump``, ``range-scans``), and those
-        whose request it does not show (lost, captured after them, found after a skip), have their values
-        replaced whole. The group's empty answer ends it."""
+        """A STAT answer's text is the protocol's only when the capture showed its request, for one of the
+        PUBLIC_STATS groups; the answers to another (``_hash-dump``, ``range-scans``, ``connections``: they may
+        print documents or a client's agent), and those whose request it does not show (lost, captured after
+        them, found after a skip), have their values replaced whole. The group's empty answer ends it."""
         documents = conn.stats.get(msg.opaque)
         if not msg.key and not msg.value:
             conn.stats.pop(msg.opaque, None)
@@ -685,7 +690,7 @@ def _out_offset(stream: _Stream, offset: int) -> int:
 
 def _tcp_header(linktype: int, data: bytearray) -> int | None:
     """Where a frame's TCP header starts (IPv4 or IPv6 after its extension headers), None if it has none."""
-    network = network_layer(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
     if network is None:
         return None
     ethertype, offset = network
@@ -702,7 +707,7 @@ def _tcp_header(linktype: int, data: bytearray) -> int | None:
 
 def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
     """A frame whose TCP payload gained ``resized`` bytes: its IP length field says so."""
-    network = network_layer(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
     if network is None:
         return
     ethertype, offset = network
@@ -711,11 +716,35 @@ def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
         struct.pack_into("!H", data, at, struct.unpack_from("!H", data, at)[0] + resized)
 
 
+def _scrub_tcp_options(data: bytearray, tcp_at: int) -> bool:
+    """Zero the data of a TCP header's options other than KEPT_TCP_OPTIONS (and whatever follows one that
+    does not parse): a signature (TCP-MD5, TCP-AO) or an MPTCP data checksum covers the original payload, so
+    it would let a guess at the bytes replaced be tested, as a checksum left alone would. True if it changed."""
+    end = min(len(data), tcp_at + (data[tcp_at + 12] >> 4) * 4)
+    at, changed = tcp_at + 20, False
+    while at < end:
+        kind = data[at]
+        if kind == 0:
+            break
+        if kind == 1:
+            at += 1
+            continue
+        size = data[at + 1] if at + 1 < end else 0
+        if size < 2 or at + size > end:  # not an option: nothing after it is known to be the protocol's
+            changed |= any(data[at:end])
+            data[at:end] = bytes(end - at)
+            break
+        if kind not in KEPT_TCP_OPTIONS and any(data[at + 2:at + size]):
+            data[at + 2:at + size] = bytes(size - 2)
+            changed = True
+        at += size
+    return changed
+
+
 def _stat_request(conn: _Conn, msg: Message, *, trusted: bool) -> None:
     """Remember a STAT request's group for its answers (see ``_stat_answer``). One found after skipped bytes
     may be a document's bytes: it can mark its opaque's answers as printing documents, never as not."""
-    group = msg.key.split(b" ", 1)[0]
-    documents = group.startswith(PRIVATE_STATS_PREFIX) or group in DOCUMENT_STATS
+    documents = msg.key.split(b" ", 1)[0] not in PUBLIC_STATS
     if documents or conn.stats.get(msg.opaque):
         conn.stats[msg.opaque] = True
     elif trusted:
@@ -768,7 +797,7 @@ def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
     """The IP header's addresses mapped (when asked) and its IPv4 checksum recomputed (when it changed), then
     what the transport checksum covers: (protocol, where the transport header starts, where the datagram
     ends, the pseudo-header). None: no IP header, a malformed one, or a later IPv4 fragment."""
-    network = network_layer(linktype, bytes(data[:64]))
+    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
     if network is None:
         return None
     ethertype, offset = network

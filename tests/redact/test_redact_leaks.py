@@ -6,16 +6,21 @@ from __future__ import annotations
 import io
 import json
 import struct
+import subprocess
 import uuid
 from pathlib import Path
+
+from servekit import peer
 
 from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, Opcode, Status
 from dcpctl.protocol.message import DecodeOptions, decode
+from dcpctl.protocol.registry import DIALECTS
 from dcpctl.protocol.value import snappy_compress, snappy_decompress
-from dcpctl.redact.core import ByteStreamRedactor, Redactor
+from dcpctl.redact.address import AddressMap
+from dcpctl.redact.core import ByteStreamRedactor, Policy, Redactor
 from dcpctl.render.env import Environment
 from dcpctl.sources.pcapwriter import ACK, PSH, PcapWriter, TcpConversation, internet_checksum
 
@@ -479,3 +484,113 @@ def test_a_numbers_exponent_digits_are_replaced_too() -> None:
     assert out[6:7] == b"E"
     assert out[25:27] == b"e-"
     assert json.loads(out).keys() == {"a", "b"}
+
+
+def test_stat_groups_that_print_agents_packets_or_keys_lose_their_values(tmp_path: Path) -> None:
+    """kv_engine's "connections" answers hold each client's HELLO agent and the packets in flight (keys),
+    "tasks" a key in a background fetch's description: only the groups known to hold the protocol's words
+    keep their answers' text."""
+    agent = b'{"agent_name":"SECRET-AGENT/1.0","cookies":[{"packet":{"key":"<ud>SECRET-KEY</ud>"}}]}'
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for opaque, group, value in ((3, b"connections", agent), (4, b"tasks", b"vkey stat: key{SECRET-TASK}")):
+        conversation.send(True, build.request(Opcode.STAT, key=group, opaque=opaque))
+        conversation.send(False, _stat_answer(opaque, b"0", value) + _stat_answer(opaque))
+    conversation.close()
+    assert out.getvalue().count(b"SECRET") == 3
+    assert b"SECRET" not in _redact_capture(tmp_path, out.getvalue())
+
+
+def test_a_not_my_vbucket_answers_cluster_map_is_a_cluster_map() -> None:
+    """kv_engine answers NotMyVbucket with the bucket's cluster map: --hash-names and --map-addresses treat
+    its names and host names as a GET_CLUSTER_CONFIG answer's."""
+    cluster_map = json.dumps({"rev": 1, "name": "SECRETBUCKET", "nodesExt": [
+        {"services": {"kv": 11210}, "hostname": "node1.SECRETCORP.example"}]}).encode()
+    answer = HEADER.pack(0x81, Opcode.GET, 0, 0, DATATYPE_JSON, Status.NOT_MY_VBUCKET, len(cluster_map), 0, 0) \
+        + cluster_map
+    named = _redacted(answer, Redactor(SALT, Policy(hash_names=True)))
+    assert b"SECRETBUCKET" not in named
+    assert json.loads(named[24:]).keys() == {"rev", "name", "nodesExt"}
+    mapped = _redacted(answer, Redactor(SALT, addresses=AddressMap(SALT)))  # host names: --map-addresses's
+    assert b"SECRETCORP" not in mapped
+
+
+def test_a_stack_of_vlan_tags_hides_nothing_from_the_frames_rewriting(tmp_path: Path) -> None:
+    """Thirteen 802.1Q tags: the trailer is still zeroed, the addresses mapped and the checksum recomputed
+    (the checksum over the original bytes would let a guess at them be tested)."""
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    conversation = TcpConversation(writer, client=("10.1.2.3", 41000), server=("10.9.8.7", 11210))
+    conversation.handshake()
+    payload = build.request(Opcode.SET, key=b"SECRET-KEY", value=b"SECRET-VALUE", flags=0, expiration=0)
+    frame = conversation._frame(True, conversation.next[True], conversation.next[False], PSH | ACK, payload)
+    tagged = frame[:12] + struct.pack("!HH", 0x8100, 5) * 13 + frame[12:] + b"SECRET-TRAILER"
+    writer.write(1_700_000_001.0, tagged)
+    conversation.next[True] += len(payload)
+    conversation.close()
+    redacted = _redact_capture(tmp_path, out.getvalue(), "--map-addresses")
+    assert b"SECRET" not in redacted
+    assert bytes([10, 1, 2, 3]) not in redacted
+    assert bytes([10, 9, 8, 7]) not in redacted
+    target = tmp_path / "checked.pcap"
+    target.write_bytes(redacted)
+    statuses = subprocess.run([peer("tshark"), "-r", str(target), "-o", "tcp.check_checksum:TRUE", "-T", "fields",
+                               "-e", "tcp.checksum.status"], capture_output=True, text=True, check=True, timeout=60)
+    assert set(statuses.stdout.split()) == {"1"}  # every TCP checksum good
+
+
+def test_the_upr_drafts_layout_read_past_its_headers_extras_is_not_kept() -> None:
+    """The draft's stream messages are read by their 24-byte layout whatever the header says: with fewer
+    extras in the header, those bytes are, by the header, the key and the value."""
+    body = b"SECRET-UPR-KEY" + b"SECRET-UPR-VALUE-and-more"
+    raw = HEADER.pack(0x81, 0x04, 14, 0, 3, 0, len(body), 7, 0) + body
+    out = Redactor(SALT).message(decode(raw, 0, DecodeOptions(DIALECTS["upr-draft"])))
+    assert b"SECRET" not in out
+
+
+def test_names_hashed_word_by_word_take_every_letter_of_a_non_ascii_name() -> None:
+    user = "^李雷.josé".encode()
+    impersonating = _packet(0x08, Opcode.GET, key=b"k", framing=bytes([0x40 | len(user)]) + user)
+    out = _redacted(impersonating, Redactor(SALT, Policy(hash_names=True)))
+    assert "李".encode() not in out
+    assert "é".encode() not in out
+    assert out[25:26] == b"^"  # the external user's mark and the separators stay
+
+
+def test_a_hello_the_capture_shows_wins_over_collections(tmp_path: Path) -> None:
+    """--collections stands for a negotiation the capture does not show: where it shows a HELLO without
+    Collections, a key's first byte is not taken for a collection id (and kept)."""
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    conversation.send(True, build.request(Opcode.HELLO, key=b"agent", features=[]))
+    conversation.send(False, build.response(Opcode.HELLO, features=[]))
+    conversation.send(True, build.request(Opcode.SET, key=b"Zsecret-key", value=b"v", flags=0, expiration=0))
+    conversation.close()
+    assert _redact_capture(tmp_path, out.getvalue(), "--collections") == _redact_capture(tmp_path, out.getvalue())
+
+
+def test_tcp_options_that_sign_or_sum_the_payload_are_zeroed(tmp_path: Path) -> None:
+    """A TCP-MD5 or TCP-AO signature and an MPTCP data checksum cover the original payload: each would let a
+    guess at the bytes replaced be tested. Their data is zeroed; timestamps stay, and the checksum is good."""
+    signature, checksum = bytes(range(160, 176)), bytes([0xA2, 0x3C])
+    timestamps = bytes([1, 1, 8, 10]) + struct.pack("!II", 123456, 654321)
+    md5 = bytes([19, 18]) + signature + bytes([1, 1])
+    dss = bytes([30, 16, 0x20, 0x04]) + struct.pack("!IIH", 5000, 1, 56) + checksum
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for options in (md5, dss + timestamps):
+        conversation.segment(True, build.request(Opcode.SET, key=b"SECRET-KEY", value=b"SECRET-VALUE", flags=0,
+                                                 expiration=0), options=options)
+    conversation.close()
+    redacted = _redact_capture(tmp_path, out.getvalue())
+    assert signature not in redacted
+    assert struct.pack("!IH", 1, 56) + checksum not in redacted
+    assert timestamps in redacted
+    target = tmp_path / "checked.pcap"
+    target.write_bytes(redacted)
+    statuses = subprocess.run([peer("tshark"), "-r", str(target), "-o", "tcp.check_checksum:TRUE", "-T", "fields",
+                               "-e", "tcp.checksum.status"], capture_output=True, text=True, check=True, timeout=60)
+    assert set(statuses.stdout.split()) == {"1"}
