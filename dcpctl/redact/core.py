@@ -85,7 +85,7 @@ _TO_NONZERO: Final = bytes(b"123456789"[i % 9] for i in range(256))
 # A JSON string, its text in a group; unrolled, so the matcher steps once per run of plain characters.
 _STRING: Final = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'
 _JSON_TOKEN: Final = re.compile(_STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
-# A number between strings, in groups: its integer digits and its fraction's digits (the exponent stays).
+# A number between strings, in groups: its integer digits, its fraction's and its exponent's digits.
 _JSON_NUMBER: Final = re.compile(rb'-?(\d+)(?:\.(\d+))?(?:[eE][+-]?(\d+))?')
 _WHITESPACE: Final = b" \t\r\n"
 # The keyed hash's domains: what a placeholder stands for, so equal bytes of two kinds get unrelated ones.
@@ -619,8 +619,8 @@ class Redactor:
         return self.untrusted(msg)
 
     def stat_dump(self, msg: Message) -> bytes:
-        """A STAT answer in a private group (``_hash-dump``, ``_checkpoint-dump``: kv_engine prints documents'
-        keys and the first bytes of their values there): its value replaced whole, its stat name as usual."""
+        """A STAT answer whose group may print documents (``_hash-dump``: keys and the first bytes of values)
+        or is not known (its request not seen): its value replaced whole, its stat name as usual."""
         out = bytearray(self.message(msg))
         value_at, end = msg.value_offset, msg.body_end
         if end > value_at and len(out) == len(msg.raw):
@@ -668,7 +668,7 @@ class Redactor:
             # says they are the protocol's numbers
             extras_at = msg.extras_offset
             out[extras_at:key_at] = self.placeholder(b"value", raw[extras_at:key_at])
-        elif layout is not None:
+        elif layout is not None and msg.extras_length == layout.size:
             for name in DATA_EXTRAS:
                 if name in layout.names:
                     self.counts["values"] += 1

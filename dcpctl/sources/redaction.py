@@ -190,7 +190,7 @@ class _Conn:
     label: str
     drop: str | None = None
     unparsed: bool = False  # some of its bytes were skipped by the framer (counted once per connection)
-    # its STAT requests by opaque, oldest first: whether their group prints documents (_stat)
+    # its STAT requests by opaque, oldest first: whether their group may print documents (_stat_request)
     stats: dict[int, bool] = field(default_factory=dict)
     midstream: bool = False  # its start was not seen: each direction's first message is checked before trusted
     # each direction's stream, made when first needed: a connection that only opens (a SYN flood, up to
