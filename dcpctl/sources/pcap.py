@@ -127,7 +127,7 @@ def _address(raw: bytes) -> str:
     return text
 
 
-def network_layer(linktype: int, data: bytes) -> tuple[int, int] | None:
+def network_layer(linktype: int, data: bytes | bytearray) -> tuple[int, int] | None:
     """(ethertype-like protocol, offset of the IP header) for a frame, or None when not IP."""
     if linktype == DLT_EN10MB:
         offset, ethertype = 14, struct.unpack_from("!H", data, 12)[0] if len(data) >= 14 else 0

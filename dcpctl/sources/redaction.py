@@ -690,7 +690,7 @@ def _out_offset(stream: _Stream, offset: int) -> int:
 
 def _tcp_header(linktype: int, data: bytearray) -> int | None:
     """Where a frame's TCP header starts (IPv4 or IPv6 after its extension headers), None if it has none."""
-    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
+    network = network_layer(linktype, data)  # the whole frame, not a copy of a prefix a stack of tags outruns
     if network is None:
         return None
     ethertype, offset = network
@@ -707,7 +707,7 @@ def _tcp_header(linktype: int, data: bytearray) -> int | None:
 
 def _resize_ip(linktype: int, data: bytearray, resized: int) -> None:
     """A frame whose TCP payload gained ``resized`` bytes: its IP length field says so."""
-    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
+    network = network_layer(linktype, data)  # the whole frame, not a copy of a prefix a stack of tags outruns
     if network is None:
         return
     ethertype, offset = network
@@ -797,7 +797,7 @@ def _transport(linktype: int, data: bytearray, addresses: AddressMap | None, *,
     """The IP header's addresses mapped (when asked) and its IPv4 checksum recomputed (when it changed), then
     what the transport checksum covers: (protocol, where the transport header starts, where the datagram
     ends, the pseudo-header). None: no IP header, a malformed one, or a later IPv4 fragment."""
-    network = network_layer(linktype, bytes(data))  # the whole frame: a stack of tags runs past any prefix
+    network = network_layer(linktype, data)  # the whole frame, not a copy of a prefix a stack of tags outruns
     if network is None:
         return None
     ethertype, offset = network
