@@ -1,3 +1,3 @@
-from dcpctl.cli import run
+from dcpctl.start import run
 
 run()

@@ -16,6 +16,7 @@ from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.nearest import closest
 from dcpctl.render.env import Environment, OutputError, checked_stdout, discard_stdout
 from dcpctl.safetext import shown
+from dcpctl.stopsignal import CLEAN_STOPS
 
 # Help read through a pipe (| less, | grep) or in a file: rich would render it at 80 columns, which cut option
 # names (serve's --max-unauthenticated-packet-size) and squeezed descriptions into 15 columns. 120 is the
@@ -139,8 +140,8 @@ def _no_type(ctx: object) -> None:  # typer passes ctx by name
 
 
 def _main(args: list[str], environment: Environment) -> int:
-    command = _name_the_values(typer.main.get_command(make_app(commands_for(args))))
     try:
+        command = _name_the_values(typer.main.get_command(make_app(commands_for(args))))  # the command's imports
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:
             result = command.invoke(ctx)
@@ -156,8 +157,10 @@ def _main(args: list[str], environment: Environment) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
+        # a command whose own handlers make its stop signals a clean stop (stream, serve, capture) can still be
+        # interrupted before it installs them, or after it gave them back: nothing begun, or all done, so exit 0
         environment.stderr.write("dcpctl: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
+        return int(ExitCode.OK if args[:1] and args[0] in CLEAN_STOPS else ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (| head): stop quietly. Point stdout at devnull so the interpreter's final
         # flush does not raise again.
@@ -218,10 +221,17 @@ def quiet_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
     sys.__unraisablehook__(unraisable)
 
 
-def run() -> None:
+def launch() -> int:
+    """The command line of this process run: its exit code."""
     sys.unraisablehook = quiet_interrupts
     checked_stdout()
-    sys.exit(main())
+    return main()
+
+
+def run() -> None:
+    """The command line run and exited with (the console script is :func:`dcpctl.start.run`, which owns the
+    stop signals while this module is imported)."""
+    sys.exit(launch())
 
 
 def __getattr__(name: str) -> Any:

@@ -55,6 +55,7 @@ from dcpctl.render.summary import print_stream_summary
 from dcpctl.safetext import shown
 from dcpctl.sources.pcapwriter import TcpConversation
 from dcpctl.sources.savefiles import Savefiles, buffered
+from dcpctl.stopsignal import starting
 
 _T = TypeVar("_T")
 
@@ -321,7 +322,9 @@ class _StopSignals:
             yield
         finally:
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                # the handler dcpctl.start installed means the process ends with this command: the
+                # signals stay ignored from here, not only from the atexit hook on
+                signal.signal(sig, signal.SIG_IGN if handler is starting else handler)
 
     @contextlib.contextmanager
     def cutting(self, stream: object) -> Iterator[None]:
