@@ -142,6 +142,9 @@ class Progress:
     # vbucket -> times asked again since its stream last opened: only failures to open in a row count towards
     # giving up, so a vbucket that moves again and again (rebalances) is followed however often it moves
     reroutes: dict[int, int] = field(default_factory=dict)
+    # vbucket -> its position when it was last asked again, and how many times in a row it was asked again at
+    # that position: a stream that opens and ends again delivering nothing is asked again later each time
+    stalls: dict[int, tuple[int, int]] = field(default_factory=dict)
     opaque: int = FIRST_OPAQUE
     past_until: set[int] = field(default_factory=set)  # vbuckets whose start was past --until: said once
 

@@ -84,6 +84,10 @@ ACTIVE: Final = VBUCKET_STATES.code_of["active"]  # GET_ALL_VB_SEQNOS's state fi
 # Seconds before the second try, doubling: 25.6 s before the tenth, 51 s in all, time for a rebalance's map to
 # reach every node. Only that vbucket waits (a deadline the loop keeps), never the others or a stop.
 REROUTE_WAIT: Final = 0.1
+# The longest a vbucket waits before it is asked again: a stream that opens and then ends again, time after
+# time, with nothing delivered in between (a faulty or overloaded server) is followed for ever, but with the
+# same doubling wait from its second time on, up to this, not at once each time: no spin on a server's fault.
+MAX_REROUTE_WAIT: Final = REROUTE_WAIT * 2 ** (MAX_REROUTES - 2)
 
 
 @dataclass
@@ -414,16 +418,24 @@ class Streamer:
 
     def _reroute(self, vb: int) -> None:
         """Have a vbucket asked again, from the node the cluster map will then say owns it: at once the first
-        time, then waiting longer each try its stream does not open; after MAX_REROUTES of them, give up. The
+        time, then waiting longer each try its stream does not open; after MAX_REROUTES of them, give up. A
+        stream that opened and ended again with nothing delivered since the last time it was asked again waits
+        as long as the times it did so in a row say (at most MAX_REROUTE_WAIT), and is never given up on. The
         wait is a deadline :meth:`_loop` keeps (:meth:`_retry_due`), never a sleep: it holds up nothing else."""
-        reroutes = self.progress.reroutes
-        tries = reroutes[vb] = reroutes.get(vb, 0) + 1
+        progress = self.progress
+        tries = progress.reroutes[vb] = progress.reroutes.get(vb, 0) + 1
         if tries > MAX_REROUTES:
             raise ClientError(f"vbucket {vb}: asked again {MAX_REROUTES} times without its stream opening "
                               "(NotMyVbucket or not listed): the cluster map keeps pointing at a node that does not "
                               "serve it",
                               ExitCode.PROTOCOL)
-        wait = REROUTE_WAIT * 2 ** (tries - 2) if tries > 1 else 0.0
+        position = progress.state.vbuckets.get(vb)  # none yet: not listed by the node asked at the start
+        stalled = 0
+        if position is not None:
+            before, stalled = progress.stalls.get(vb, (None, 0))
+            stalled = stalled + 1 if before == position.seqno else 0
+            progress.stalls[vb] = (position.seqno, stalled)
+        wait = max(_doubled(tries - 1), _doubled(stalled))
         self._retry_at[vb] = time.monotonic() + wait
 
     def _wait(self) -> float:
@@ -616,3 +628,9 @@ def _is_port(value: object) -> bool:
 def _tls_pending(conn: Connection) -> bool:
     pending = getattr(conn.sock, "pending", None)
     return bool(pending()) if callable(pending) else False
+
+
+def _doubled(times: int) -> float:
+    """The wait before asking a vbucket again after ``times`` tries that came to nothing: none for the first,
+    then REROUTE_WAIT doubling, at most MAX_REROUTE_WAIT."""
+    return min(REROUTE_WAIT * 2 ** (times - 1), MAX_REROUTE_WAIT) if times > 0 else 0.0

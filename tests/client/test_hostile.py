@@ -4,6 +4,7 @@ line, the documented exit code, bounded memory and time; IPv6 against ``dcpctl s
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from hostilekit import (
+    Script,
     cluster_config,
     flood,
     hostile,
@@ -30,7 +32,8 @@ from dcpctl.client.connection import BOOTSTRAP_QUEUE_LIMIT, queue_limit
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import Opcode
+from dcpctl.protocol.constants import Opcode, StreamEndStatus
+from dcpctl.protocol.encode import encode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.registry import HEADER_LAYOUT
@@ -291,3 +294,43 @@ def test_ipv6_stream_and_failover_follow_the_cluster_map() -> None:
         rows = json.loads(out)
         assert len(rows) == 4
         assert {r["node"] for r in rows} == {f"[::1]:{p}" for p in server.ports}
+
+
+def ends_every_stream(requests: list[float]) -> Script:
+    """One vbucket with items to come; its stream opens and at once ends (StateChanged), every time, with
+    nothing delivered: a faulty server. ``requests`` gets the time of each stream request."""
+
+    def script(request: Message, sock: socket.socket) -> bytes | None:
+        name = request.opcode_name
+        if name == "GET_ALL_VB_SEQNOS":
+            return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+        if name == "DCP_STREAM_REQ":
+            requests.append(time.monotonic())
+            return response(request, failover_log=[{"vbucket_uuid": 1, "seqno": 0}]) + encode(
+                {"magic": "ClientRequest", "opcode": "DCP_STREAM_END", "opaque": request.opaque, "vbucket": 0,
+                 "stream_end_status": int(StreamEndStatus.STATE_CHANGED)}, fix_lengths=True)
+        return None
+
+    return script
+
+
+def test_a_stream_that_ends_again_and_again_is_asked_again_later_each_time() -> None:
+    """A stream that opens starts the count of tries again (a vbucket that moves often is followed), so one
+    that opened and ended at once was asked again at once, for ever: stream spun, a seed connection and a
+    stream request each round, thousands a second. With nothing delivered between two ends the wait doubles
+    (REROUTE_WAIT, at most MAX_REROUTE_WAIT): a handful of requests in four seconds, never given up on, and
+    a stop still exits 0."""
+    requests: list[float] = []
+    with hostile(ends_every_stream(requests)) as server:
+        process = subprocess.Popen([sys.executable, "-m", "dcpctl", "stream", f"127.0.0.1:{server.port}",
+                                    "--timeout", "5", "-F", "jsonl"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True, env={**os.environ, "DCPCTL_PASSWORD": "x"})
+        time.sleep(4)
+        process.terminate()
+        err = process.communicate(timeout=30)[1]
+    assert process.returncode == ExitCode.OK, err
+    assert "Traceback" not in err
+    assert 4 <= len(requests) <= 8, err  # at once, then after 0.1, 0.2, 0.4, 0.8, 1.6 s
+    gaps = [later - earlier for earlier, later in itertools.pairwise(requests)]
+    assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), gaps
+    assert err.count("vbucket 0: stream ended (StateChanged)") == len(requests), err
