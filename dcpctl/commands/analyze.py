@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from dcpctl.commands._options import env_of
-from dcpctl.errortext import file_error
+from dcpctl.errortext import os_reason
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.pipeline import analyses, job, jvmcache, plots
 from dcpctl.protocol.message import DecodeOptions
@@ -26,7 +26,7 @@ from dcpctl.render.output import notice_text
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
 from dcpctl.sources.compressed import compressed, streamed
-from dcpctl.sources.files import expand
+from dcpctl.sources.files import expand, unreadable
 from dcpctl.sources.pcap import CaptureError, port_hint_of
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, check
 
@@ -77,6 +77,7 @@ def analyze(
     if master is not None:  # before Spark starts: Spark's launcher and client fail slowly, in stack traces
         job.reach_master(master, master_timeout)
     ports = frozenset(port or [11210])
+    failures: list[tuple[str, str]] = []  # files that do not open: every one named in the one error line
     for path in paths:  # before Spark starts: a bad input is a one-line error at once
         if path == "-":
             raise CommandError("analyze reads capture files, which Spark cuts into pieces: not standard input "
@@ -91,11 +92,13 @@ def analyze(
         try:
             check(path)
         except FileNotFoundError:
-            raise CommandError(f"{path}: no such file", ExitCode.INPUT) from None
+            failures.append((path, "no such file"))
         except CaptureError as exc:
-            raise CommandError(f"{path}: {exc}", ExitCode.INPUT) from None
+            failures.append((path, str(exc)))
         except OSError as exc:
-            raise CommandError(file_error(str(path), exc), ExitCode.INPUT) from None
+            failures.append((path, os_reason(exc)))
+    if failures:
+        raise unreadable(failures)
     refusal = job.replace_refusal(out, paths)  # where the results go: checked before Spark starts
     if refusal is not None:
         raise CommandError(refusal, ExitCode.INPUT)

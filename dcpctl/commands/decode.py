@@ -45,7 +45,7 @@ from dcpctl.render.summary import print_summary
 from dcpctl.render.template import Template
 from dcpctl.sources.capture import decode_segments
 from dcpctl.sources.compressed import compressed
-from dcpctl.sources.files import expand
+from dcpctl.sources.files import after, expand, unreadable
 from dcpctl.sources.parallel import ChildError, decode_files, usable_cores
 from dcpctl.sources.pcap import CaptureError, read_files
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -177,7 +177,7 @@ def decode(
                 else:
                     yield item
         except (CaptureError, FileNotFoundError) as exc:
-            raise CommandError(f"{current[0]}: {exc}", ExitCode.INPUT) from None
+            raise unreadable([(current[0], str(exc))], after(paths, current[0])) from None
         except ChildError as exc:
             raise CommandError(str(exc), ExitCode.FAILURE) from None
 

@@ -26,7 +26,6 @@ from dcpctl.commands._options import (
     env_of,
     option_groups,
 )
-from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
@@ -36,10 +35,10 @@ from dcpctl.render.env import Environment, OutputError
 from dcpctl.render.progress import file_progress
 from dcpctl.safetext import shown
 from dcpctl.sources.capture import notice_diagnostic
-from dcpctl.sources.compressed import SUFFIXES, compressed, compressing, missing_program, streamed
-from dcpctl.sources.files import expand
+from dcpctl.sources.compressed import SUFFIXES, compressed, compressing, missing_program
+from dcpctl.sources.files import expand, unreadable
 from dcpctl.sources.parallel import ChildError, usable_cores
-from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, open_offline
+from dcpctl.sources.pcap import TLS_PORTS, CaptureError, CaptureNotice, open_error
 from dcpctl.sources.redaction import DEFAULT_MAX_HELD_BYTES, Summary, redact_capture, redact_captures
 from dcpctl.sources.redactjobs import MAX_JOBS, redact_jobs, shareable
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -142,20 +141,10 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
 
 def _openable(paths: list[str]) -> None:
     """Each input file opens as a capture (only its file header is read; a compressed one opens), else the
-    one-line error its redaction would end with."""
-    for path in paths:
-        if streamed(path):  # a look would take its first bytes from the reader
-            continue
-        try:
-            if compressed(path):
-                with open(path, "rb"):
-                    pass
-            else:
-                open_offline(path)
-        except CaptureError as exc:
-            raise CommandError(f"{shown(path)}: {exc}", ExitCode.INPUT) from None
-        except OSError as exc:
-            raise CommandError(file_error(shown(path), exc), ExitCode.INPUT) from None
+    one-line error its redaction would end with, naming every file that does not."""
+    failures = [(path, why) for path in paths if (why := open_error(path)) is not None]
+    if failures:
+        raise unreadable(failures)
 
 
 @option_groups

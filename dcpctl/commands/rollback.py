@@ -33,7 +33,7 @@ from dcpctl.render.env import Environment
 from dcpctl.render.output import notice_text
 from dcpctl.render.wrap import Hanging
 from dcpctl.sources.capture import notice_diagnostic, rollback_stories
-from dcpctl.sources.files import expand, open_input
+from dcpctl.sources.files import after, expand, open_input, unreadable
 from dcpctl.sources.pcap import CaptureError, CaptureNotice, FileStart, TcpSegment, read_files
 
 rollback_app = typer.Typer(help="Explain and negotiate DCP rollbacks.", no_args_is_help=True)
@@ -199,7 +199,7 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
         found = rollback_stories(watched(read_files(paths, frozenset(ports), tap=opening)), DecodeOptions(),
                                  frozenset(ports))
     except (CaptureError, FileNotFoundError) as exc:
-        raise CommandError(f"{current[0]}: {exc}", ExitCode.INPUT) from None
+        raise unreadable([(current[0], str(exc))], after(paths, current[0])) from None
     stories = [(story.source or current[0], label, story) for label, story in found
                if vbucket in (None, story.vbucket)]
     errors = env.error_console()

@@ -8,7 +8,7 @@ import itertools
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -77,3 +77,18 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
+
+
+def unreadable(failures: list[tuple[str, str]], rest: Sequence[str] = ()) -> CommandError:
+    """The error a read of capture files ends with: each file of ``failures`` (path, reason) and of ``rest``
+    (the files not read yet) that does not open either, so that one run names every file to mend."""
+    from dcpctl.sources.pcap import open_error  # noqa: PLC0415 - libpcap only for those reading captures
+
+    found = [*failures, *((path, why) for path in rest if (why := open_error(path)) is not None)]
+    named = "; ".join(f"{path}: {why}" for path, why in found)
+    return CommandError(named if len(found) == 1 else f"{len(found)} files cannot be read: {named}", ExitCode.INPUT)
+
+
+def after(paths: list[str], path: str) -> list[str]:
+    """The files of ``paths`` after ``path`` (those a read that stopped at it did not reach)."""
+    return paths[paths.index(path) + 1:] if path in paths else []

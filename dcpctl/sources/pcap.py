@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Final
 
 import pcapy
 
+from dcpctl.errortext import os_reason
 from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGICS
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
@@ -556,6 +557,27 @@ def in_time_order(paths: list[str]) -> list[str]:
     if len(paths) < 2 or any(map(streamed, paths)):
         return paths
     return sorted(paths, key=_first_time)
+
+
+def open_error(path: str) -> str | None:
+    """Why the file at ``path`` does not open as a capture (its file header read; a compressed file only
+    opened, no decompressor started), or None: it opens, or it is standard input or a pipe, which a look
+    would take the first bytes of."""
+    if streamed(path):
+        return None
+    try:
+        if compression(path) is not None:
+            with open(path, "rb"):
+                pass
+        else:
+            open_offline(path)
+    except (CaptureError, FileNotFoundError) as exc:
+        return str(exc)
+    except ValueError as exc:  # compressed by a program that is not installed (compression())
+        return str(exc)
+    except OSError as exc:
+        return os_reason(exc)
+    return None
 
 
 def _first_time(path: str) -> float:

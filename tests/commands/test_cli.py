@@ -291,3 +291,21 @@ def test_a_file_named_twice_is_read_once_and_said(tmp_path: Path) -> None:
     both = Run(["decode", "-F", "jsonl", str(capture), str(copy)])
     assert len(both.records) == 2 * len(once.records)
     assert both.err.getvalue() == ""
+
+
+@pytest.mark.parametrize("command", [["decode", "-F", "jsonl"], ["decode", "-F", "jsonl", "--jobs", "1"],
+                                     ["rollback", "explain"], ["redact", "-o", "OUT"], ["analyze", "--out", "OUT"]])
+def test_every_file_that_cannot_be_read_is_named_in_the_one_line(command: list[str], tmp_path: Path) -> None:
+    """Three bad files among good ones: the one error line names all three, with why, so that one run tells
+    every file to mend (it named the first alone, and each run after a fix found the next)."""
+    empty, text, missing = tmp_path / "empty.pcap", tmp_path / "notes.pcap", tmp_path / "gone.pcap"
+    empty.write_bytes(b"")
+    text.write_text("not a capture\n")
+    args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in command]
+    run = Run([*args, str(text), str(ROOT / "samples" / "dcp-session.pcap"), str(missing), str(empty)])
+    assert run.code == ExitCode.INPUT, run.err.getvalue()
+    err = run.err.getvalue()
+    assert err.count("\n") == 1, err
+    assert err.startswith("dcpctl: error: 3 files cannot be read: "), err
+    for path, why in ((text, "not a pcap or pcapng capture"), (missing, "no such file"), (empty, "an empty file")):
+        assert f"{path}: {why}" in err, err
