@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
@@ -208,15 +209,19 @@ def _spark_failed(exc: Exception, *, starting: bool = False) -> CommandError:
 
 
 def _not_creatable(directory: Path) -> str | None:
-    """Why ``directory`` could not be made (None: it exists as a directory, or its nearest existing
-    ancestor is a directory dcpctl may write in); nothing is created."""
+    """Why ``directory`` could not be made (None: it exists as a directory, or a directory can be made in its
+    nearest existing ancestor). Tried, not judged by the permission bits, which root passes where no one may
+    write (/proc) and which do not tell a read-only file system: a directory is made there and removed."""
     path = directory.resolve()
     while not path.exists():
         path = path.parent
     if not path.is_dir():
         return f"{path} is not a directory"
-    if path != directory.resolve() and not os.access(path, os.W_OK | os.X_OK):
-        return f"cannot create a directory in {path} (permission denied)"
+    if path != directory.resolve():
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".dcpctl-", dir=path))
+        except OSError as exc:
+            return f"cannot create a directory in {path} ({os_reason(exc)})"
     return None
 
 

@@ -693,3 +693,20 @@ def test_a_task_that_cannot_write_its_file_names_the_output() -> None:
                  "No space left on device\n")
     assert job.failure(Exception(traceback)) == (
         "--out /data/case: cannot write part-00003.parquet: No space left on device", True)
+
+
+@pytest.mark.parametrize("option", ["--out", "--plots"])
+def test_a_directory_no_one_can_make_is_refused_before_spark_starts(option: str, tmp_path: Path) -> None:
+    """/proc takes no new directory, even from root, whose permission bits pass everywhere: that was found
+    only after Spark had started, ten seconds in. A directory is now tried and removed where it would go."""
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    others = ["--out", str(tmp_path / "out")] if option == "--plots" else []
+    started = time.monotonic()
+    code = main(["analyze", str(SAMPLE), *others, option, "/proc/dcpctl-test/dataset"], env)
+    assert code == ExitCode.INPUT, err.getvalue()
+    assert err.getvalue() == f"dcpctl: error: {option} /proc/dcpctl-test/dataset: cannot create a directory in /proc " \
+        "(no such file)\n"
+    assert time.monotonic() - started < 5
+    assert not (tmp_path / "out").exists()
