@@ -367,14 +367,20 @@ def test_ctrl_c_is_one_line_and_exit_130(spark_module: None, tmp_path: Path) -> 
     traceback of the call it interrupted, no JVM errors about the tasks it cancelled."""
     big = tmp_path / "big.pcap"
     big.write_bytes(write_capture(session_packets() * 2000))
+    scratch = tmp_path / "tmp"  # TMPDIR, where Spark's scratch directory goes (job.scratch_directory)
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "analyze", str(big), "--out", str(tmp_path / "ds"),
                              "--master", "local[2]", "-F", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})
     time.sleep(9)
+    made = list(scratch.glob("dcpctl-spark-*"))
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the whole process group
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED, err.decode()[-2000:]
     assert err.decode().splitlines() == ["dcpctl: interrupted"]
+    assert made, "no scratch directory while Spark ran"
+    # the man page's promise: the scratch directory goes after a Ctrl-C too, not only after a timeout's kill
+    assert not list(scratch.glob("dcpctl-spark-*"))
 
 
 def test_after_ctrl_c_the_jvm_says_nothing_more(spark_module: None) -> None:
