@@ -1,7 +1,10 @@
-"""Peers the tests start themselves: ``dcpctl serve`` and Debian's memcached, and a test certificate."""
+"""Peers the tests start themselves: ``dcpctl serve`` and Debian's memcached, and a test certificate; and a live
+command run in this process, its JSON lines read."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shutil
@@ -13,8 +16,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from dcpctl.cli import main
+from dcpctl.render.env import Environment
 
 
 class Server:
@@ -48,6 +55,15 @@ class Server:
         self.process.terminate()
         _, err = self.process.communicate(timeout=10)
         return err
+
+
+def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    """A command run in this process, output piped: its exit code, its JSON records, its standard error."""
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                      color=False, width=200)
+    code = main(list(args), env)
+    return code, [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")], err.getvalue()
 
 
 @contextmanager

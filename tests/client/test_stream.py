@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from capturekit import within_size
-from servekit import Server, self_signed, serving
+from servekit import Server, run, self_signed, serving
 
 from dcpctl.cli import main
 from dcpctl.client import streamer
@@ -25,16 +25,6 @@ ITEMS = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
 @pytest.fixture(autouse=True)
 def _password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DCPCTL_PASSWORD", "password")
-
-
-def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
-                      color=False, width=200)
-    code = main(list(args), env)
-    lines = out.getvalue().splitlines()
-    records = [json.loads(line) for line in lines if line.startswith("{")]
-    return code, records, err.getvalue()
 
 
 def stream(server: Server, *args: str, port: int | None = None) -> tuple[int, list[dict[str, Any]], str]:
@@ -531,7 +521,6 @@ def test_a_stale_cluster_map_is_asked_a_bounded_number_of_times(monkeypatch: pyt
     assert f"asked again {streamer.MAX_REROUTES} times" in err
     # each answer is reported; the one after the last try is reported, then given up on
     assert err.count(told) == streamer.MAX_REROUTES + 1
-
 
 
 def test_a_quiet_vbucket_that_moves_again_and_again_is_followed_every_time(monkeypatch: pytest.MonkeyPatch,

@@ -3,18 +3,14 @@ not a failover dump."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from servekit import free_port, serving
+from servekit import free_port, run, serving
 
-from dcpctl.cli import main
 from dcpctl.client.state import State, StateError, VbucketPosition, check_writable, load, save
 from dcpctl.exitcode import ExitCode
-from dcpctl.render.env import Environment
 
 PAST = "starts at 40, past --until 10: nothing to stream"
 
@@ -22,14 +18,6 @@ PAST = "starts at 40, past --until 10: nothing to stream"
 @pytest.fixture(autouse=True)
 def _password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DCPCTL_PASSWORD", "password")
-
-
-def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
-                      color=False, width=200)
-    code = main(list(args), env)
-    return code, [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")], err.getvalue()
 
 
 @pytest.mark.parametrize("summary", [False, True])
@@ -81,8 +69,6 @@ def test_a_symlinked_state_file_is_written_through_to_its_target(tmp_path: Path)
     assert json.loads(target.read_text())["vbuckets"]["0"]["seqno"] == 9
     assert sorted(p.name for p in elsewhere.iterdir()) == ["state.json"]  # no temporary file left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "state.json"]
-
-
 
 
 def test_a_run_that_fails_before_streaming_writes_no_state_file(tmp_path: Path) -> None:

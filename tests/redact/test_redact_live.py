@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -14,22 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servekit import serving
+from servekit import run, serving
 
-from dcpctl.cli import main
 from dcpctl.exitcode import ExitCode
-from dcpctl.render.env import Environment
 
 SALT = "a salt for the live tests"
 ITEMS = ("DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION")
-
-
-def run(*args: str) -> tuple[int, list[dict[str, Any]], str]:
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
-                      color=False, width=200)
-    code = main(list(args), env)
-    return code, [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")], err.getvalue()
 
 
 def _items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
