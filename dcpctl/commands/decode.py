@@ -6,7 +6,7 @@ import contextlib
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,6 +26,7 @@ from dcpctl.commands._options import (
     line_template_of,
     parse_ranges,
 )
+from dcpctl.dcp.exchange import Exchanges
 from dcpctl.dcp.filterexpr import FilterError, compile_filter
 from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.summary import Summary
@@ -110,15 +111,26 @@ def decode(
     tally = Summary() if summary else None
     line_template = line_template_of(template, fmt)
 
+    # --vbucket and --key keep a response with its request: a response's header names neither
+    kept_requests = Exchanges[bool]()
+
+    def placed(record: dict[str, Any]) -> bool:
+        answering, kept = kept_requests.answered(record)
+        if answering:
+            return bool(kept)
+        key = record.get("key")
+        found = (vbuckets is None or record.get("stream_vbucket", record.get("vbucket")) in vbuckets) and (
+            key_match is None or (isinstance(key, str) and bool(key_match(key))))
+        kept_requests.asked(record, found)
+        return found
+
     def wanted(msg: Observed) -> bool:
         record = record_of(msg)
         if line_template is not None and not line_template.fits(as_written(record, base64)):
             return False
-        if vbuckets is not None and record.get("stream_vbucket", record.get("vbucket")) not in vbuckets:
+        if (vbuckets is not None or key_match is not None) and not placed(record):
             return False
         if opcodes is not None and not opcodes(record["opcode"]):
-            return False
-        if key_match is not None and not (isinstance(record.get("key"), str) and key_match(record["key"])):
             return False
         if stream_ids is not None and record.get("stream_id") not in stream_ids:
             return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from dcpctl.dcp.exchange import Exchanges
 from dcpctl.protocol.constants import Opcode, Status
 from dcpctl.protocol.registry import (
     DOCUMENT_ITEM_OPCODES,
@@ -18,22 +19,29 @@ from dcpctl.protocol.registry import (
 ITEM_OPCODES: Final = names(DOCUMENT_ITEM_OPCODES)
 MARKER: Final = Opcode.DCP_SNAPSHOT_MARKER.name
 # Statuses that are a step or a result, never a failure of the connection: a SASL exchange that goes on, a
-# range scan's progress, and the rollback a stream request may get (counted as a rollback).
+# range scan's progress, the rollback a stream request may get (counted as a rollback), and a subdocument
+# success on a deleted document (kv_engine's error map: attrs success, item-deleted).
 NOT_ERRORS: Final = frozenset(s.kv_name for s in (Status.SUCCESS, Status.AUTH_CONTINUE, Status.RANGE_SCAN_MORE,
-                                                  Status.RANGE_SCAN_COMPLETE, Status.ROLLBACK))
+                                                  Status.RANGE_SCAN_COMPLETE, Status.ROLLBACK,
+                                                  Status.SUBDOC_SUCCESS_DELETED))
 # What a document operation answers about its document (the SDKs' DocumentNotFound, DocumentExists or
-# CasMismatch, DocumentLocked, NotStored): the application's business, not an error of the connection. For
-# anything else (KeyEexists to a stream request: the stream is already open) they are errors.
-DOCUMENT_OUTCOMES: Final = frozenset(s.kv_name for s in (Status.KEY_ENOENT, Status.KEY_EEXISTS, Status.NOT_STORED,
-                                                         Status.LOCKED, Status.NOT_LOCKED))
+# CasMismatch, DocumentLocked, NotStored), and a subdocument operation about its content (PathNotFound,
+# PathExists, PathMismatch, a document not JSON or too deep for the path, a number out of range, some paths
+# of a multi-path command failing so): the application's business, not an error of the connection. What says
+# the request itself was wrong (a path that does not parse, an invalid combination, an unknown macro) is
+# one. For anything else (KeyEexists to a stream request: the stream is already open) they are errors.
+DOCUMENT_OUTCOMES: Final = frozenset(s.kv_name for s in (
+    Status.KEY_ENOENT, Status.KEY_EEXISTS, Status.NOT_STORED, Status.LOCKED, Status.NOT_LOCKED,
+    Status.SUBDOC_PATH_ENOENT, Status.SUBDOC_PATH_MISMATCH, Status.SUBDOC_PATH_EEXISTS, Status.SUBDOC_DOC_NOT_JSON,
+    Status.SUBDOC_DOC_E2DEEP, Status.SUBDOC_NUM_ERANGE, Status.SUBDOC_VALUE_CANTINSERT,
+    Status.SUBDOC_MULTI_PATH_FAILURE, Status.SUBDOC_MULTI_PATH_FAILURE_DELETED,
+    Status.SUBDOC_CAN_ONLY_REVIVE_DELETED_DOCUMENTS))
+# Diagnostics that are dcpctl's own doing, not a finding about the traffic: SASL bytes it hid
+OWN_NOTES: Final = frozenset({"redacted"})
 DOCUMENT_OPERATIONS: Final = names(request_opcodes(lambda spec: spec.document_key) - PUSHED_OPCODES)
-# Requests remembered until their response, per summary, so that a response counts where its request did;
-# beyond this many unanswered ones the oldest are forgotten (the session tracker's own bound is similar).
-MAX_PENDING: Final = 4096
 # Requests counted in the row of the vbucket their header names: stream setup and document operations, and
 # what a producer pushes on a stream (when the capture missed the stream request that says which stream).
 VBUCKET_REQUESTS: Final = names(VBUCKET_OPCODES | STREAM_OPCODES)
-_OTHER: Final = {"client>server": "server>client", "server>client": "client>server"}
 
 
 @dataclass
@@ -64,8 +72,7 @@ class Summary:
     def __init__(self) -> None:
         self.rows: dict[tuple[str, int | None], Row] = {}
         self.first_ts: float | None = None  # the first message's: the table's times count from it
-        # (connection, direction, offset) of a request -> the vbucket of the row it counted in
-        self.requests: dict[tuple[str, str, int], int | None] = {}
+        self.requests = Exchanges[int | None]()  # a request's row's vbucket, for its response's row
 
     def add(self, record: dict[str, Any], size: int) -> None:
         connection = str(record.get("connection", "-"))
@@ -96,7 +103,7 @@ class Summary:
         elif status is not None and status not in NOT_ERRORS and not (
                 status in DOCUMENT_OUTCOMES and opcode in DOCUMENT_OPERATIONS):
             row.errors += 1
-        row.diagnostics += len(record.get("diagnostics", ()))
+        row.diagnostics += sum(1 for found in record.get("diagnostics", ()) if found.get("name") not in OWN_NOTES)
 
     def _vbucket_of(self, connection: str, record: dict[str, Any]) -> int | None:
         """The vbucket row a message counts in: its stream's, for what belongs to a stream; a response's
@@ -104,21 +111,16 @@ class Summary:
         document operation, a stream's item); else the connection's own row (HELLO, SASL, DCP_OPEN,
         controls, noops), whose requests say vbucket 0 and whose responses say none."""
         stream = record.get("stream_vbucket")
-        asked = record.get("request_offset")  # in the other direction: offsets count per direction
-        direction = str(record.get("direction", ""))
-        if isinstance(asked, int) and (connection, _OTHER.get(direction, ""), asked) in self.requests:
-            return self.requests.pop((connection, _OTHER.get(direction, ""), asked))
+        answering, asked = self.requests.answered(record)
+        if answering:
+            return asked
         if isinstance(stream, int):
             return stream
         if "status" in record:
             return None
         vbucket = record.get("vbucket")
         found = vbucket if isinstance(vbucket, int) and record.get("opcode") in VBUCKET_REQUESTS else None
-        offset = record.get("offset")
-        if isinstance(offset, int):
-            if len(self.requests) >= MAX_PENDING:
-                self.requests.pop(next(iter(self.requests)))
-            self.requests[connection, direction, offset] = found
+        self.requests.asked(record, found)
         return found
 
     def sorted_rows(self) -> list[Row]:

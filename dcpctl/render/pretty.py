@@ -48,6 +48,10 @@ class Named:
 
 
 _STREAM_REQUESTS: Final = frozenset({"DCP_STREAM_REQ", "UPR_REQUEST"})
+_ARITHMETIC: Final = frozenset({"INCREMENT", "INCREMENTQ", "DECREMENT", "DECREMENTQ"})
+# An arithmetic command's expiration of all one-bits: fail with KeyEnoent rather than create the counter from
+# its initial value (the memcached binary protocol's Increment/Decrement, kept by kv_engine): not a date in 2106
+NO_CREATE_EXPIRATION: Final = 0xFFFFFFFF
 # The special values of the reference (dcp-reference.md) a person would otherwise read as a number: an end
 # seqno of 18446744073709551615 looks like a seqno, a uuid of 0 like a uuid. Keyed by the JSON field name.
 NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
@@ -55,7 +59,9 @@ NAMED_VALUES: Final[Mapping[str, tuple[Named, ...]]] = {
     "start_seqno": (Named(0, "0 (from the beginning)", _STREAM_REQUESTS),),  # the client has no item yet
     "vbucket_uuid": (Named(0, "0 (no history)", _STREAM_REQUESTS),),  # §3.4.1: 0 = "I have nothing"
     "rollback_seqno": (Named(0, "0 (everything: start again from the beginning)"),),  # §9: purged past start
-    "expiration": (Named(0, "0 (never)"),),  # §3.9: absolute epoch seconds, 0 = none
+    "expiration": (Named(0, "0 (never)"),  # §3.9: absolute epoch seconds, 0 = none
+                   Named(NO_CREATE_EXPIRATION, f"{NO_CREATE_EXPIRATION} (do not create: fails if missing)",
+                         _ARITHMETIC)),
     "lock_time": (Named(0, "0 (not locked)"),),  # §3.9: the server sends 0
 }
 # Fields holding absolute epoch seconds (§3.9, §3.10): shown with their time, as ts is.
@@ -196,12 +202,15 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         out = line()
         for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
-            if name == "expiration" and relative and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
+            called = named(record["opcode"], name, value)  # a value of its own meaning is no time either
+            if called is not None:
+                pass
+            elif name == "expiration" and relative and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
                 meaning = f"in {value} s"
             elif name in EPOCH_SECONDS and isinstance(value, int) and value:
                 meaning = iso_time(value, local=local_time).replace(".000000", "")
             out.append(f"{' ' if number else ''}{shown(name)}=", style="dim")
-            out.append(named(record["opcode"], name, value) or _shown(value, max_field_bytes))
+            out.append(called or _shown(value, max_field_bytes))
             if meaning:
                 out.append(f" ({shown(meaning)})", style="dim")
     # a request's stream id is in the headline already

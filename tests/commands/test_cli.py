@@ -309,3 +309,41 @@ def test_every_file_that_cannot_be_read_is_named_in_the_one_line(command: list[s
     assert err.startswith("dcpctl: error: 3 files cannot be read: "), err
     for path, why in ((text, "not a pcap or pcapng capture"), (missing, "no such file"), (empty, "an empty file")):
         assert f"{path}: {why}" in err, err
+
+
+def _document_operations(tmp_path: Path) -> Path:
+    """An SDK's connection: HELLO (no collections), a GET of doc2 on vbucket 5 that finds nothing, a SET of
+    other on vbucket 6, an INCREMENT that must not create its counter; each answered."""
+    from capturekit import write_capture  # noqa: PLC0415
+
+    from dcpctl.protocol.encode import encode  # noqa: PLC0415
+
+    def exchange(opcode: str, opaque: int, status: str, **fields: object) -> list[tuple[bool, bytes]]:
+        return [(True, encode({"magic": "ClientRequest", "opcode": opcode, "opaque": opaque, **fields},
+                              fix_lengths=True)),
+                (False, encode({"magic": "ClientResponse", "opcode": opcode, "opaque": opaque, "status": status},
+                               fix_lengths=True))]
+
+    packets = [*exchange("HELLO", 1, "Success", key="sdk"),
+               *exchange("GET", 2, "KeyEnoent", vbucket=5, key="doc2"),
+               *exchange("SET", 3, "Success", vbucket=6, key="other", value="1", flags=0, expiration=0),
+               *exchange("INCREMENT", 4, "KeyEnoent", vbucket=6, key="counter", delta=1, initial=0,
+                         expiration=0xFFFFFFFF)]
+    path = tmp_path / "sdk.pcap"
+    path.write_bytes(write_capture(packets))
+    return path
+
+
+@pytest.mark.parametrize("selection", [["--vbucket", "5"], ["--key", "doc2"], ["--key", "/^doc/"]])
+def test_a_response_is_kept_with_its_request_by_vbucket_and_key(selection: list[str], tmp_path: Path) -> None:
+    """A response's header names neither vbucket nor key (its vbucket field is its status): --vbucket and
+    --key dropped every answer to a document operation, and with it the status an SDK got."""
+    run = Run(["decode", "-F", "jsonl", *selection, str(_document_operations(tmp_path))])
+    assert run.code == ExitCode.OK, run.err.getvalue()
+    assert [(r["opcode"], r.get("status")) for r in run.records] == [("GET", None), ("GET", "KeyEnoent")]
+
+
+def test_an_increment_that_must_not_create_says_so_not_a_date(tmp_path: Path) -> None:
+    run = Run(["decode", "-F", "pretty", "--opcode", "INCREMENT", str(_document_operations(tmp_path))])
+    assert "expiration=4294967295 (do not create: fails if missing)" in run.out.getvalue()
+    assert "2106" not in run.out.getvalue()

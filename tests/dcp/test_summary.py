@@ -75,3 +75,31 @@ def test_vbucket_0s_stream_is_vbucket_0s_row_and_an_item_of_an_unseen_stream_its
     item = {**request("DCP_MUTATION", 200, vbucket=9, by_seqno=5), "direction": "server>client"}
     got = rows([request("DCP_STREAM_REQ", 0, vbucket=0), response("DCP_STREAM_REQ", 0, 0, "Success"), item])
     assert got == {0: (2, 0), 9: (1, 0)}
+
+
+@pytest.mark.parametrize(("opcode", "status", "error"), [
+    ("SUBDOC_MULTI_LOOKUP", "SubdocSuccessDeleted", 0),  # a success, on a deleted document (access_deleted)
+    ("SUBDOC_MULTI_LOOKUP", "SubdocMultiPathFailure", 0),  # a looked-up path absent: the results say which
+    ("SUBDOC_MULTI_MUTATION", "SubdocMultiPathFailureDeleted", 0),
+    ("SUBDOC_GET", "SubdocPathEnoent", 0),
+    ("SUBDOC_DICT_ADD", "SubdocPathEexists", 0),
+    ("SUBDOC_GET", "SubdocPathEinval", 1),  # the path does not parse: the request was wrong
+    ("SUBDOC_MULTI_MUTATION", "SubdocXattrUnknownMacro", 1),
+    ("DCP_STREAM_REQ", "SubdocPathEnoent", 1),  # no document operation: whatever it means, not an outcome
+])
+def test_a_subdocument_outcome_is_the_applications_not_an_error(opcode: str, status: str, error: int) -> None:
+    """A subdocument command answers about the document's content as a GET answers about the document: a
+    path absent or present is the application's business (SubdocSuccessDeleted is even a success); a request
+    that is wrong is an error. All of them were counted as errors."""
+    got = rows([request(opcode, 0, vbucket=4, key="doc"), response(opcode, 0, 0, status)])
+    assert got == {4: (2, error)}
+
+
+def test_the_note_that_dcpctl_hid_secret_bytes_is_no_finding() -> None:
+    """Every SCRAM connection showed 2 diagnostics because dcpctl hid its SASL bytes (a note of its own)."""
+    hidden = {"name": "redacted", "severity": "note", "message": "secret bytes hidden"}
+    found = {"name": "unknown_opcode", "severity": "note", "message": "opcode unknown"}
+    summary = Summary()
+    summary.add({**request("SASL_AUTH", 0), "diagnostics": [hidden]}, 24)
+    summary.add({**request("SASL_STEP", 60), "diagnostics": [hidden, found]}, 24)
+    assert summary.total().diagnostics == 1
