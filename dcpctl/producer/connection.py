@@ -37,7 +37,7 @@ from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer import errormap, kv, subdoc
-from dcpctl.producer.store import Bucket, Encoding, VBucket
+from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
@@ -78,14 +78,19 @@ NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
 # Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
 ANY_DATATYPE: Final = functools.reduce(operator.or_, Datatype)
 # Commands whose kv_engine validator asks for exactly the extras length, key and value their registry row
-# declares (reference 3.1's table, 3.2, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1), with the datatype bits each one takes
+# declares (reference 3.1's table, 3.2, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1, 4.6), with the datatype bits each one takes
 # (DCP_CONTROL raw only, 3.15; DCP_OPEN's value is JSON, 3.2). The row's diagnostics (MALFORMED) are then
 # Einval before the command runs, so a malformed acknowledgement is answered rather than ignored.
 VALIDATED_ROWS: Final[dict[int, int]] = {
     Opcode.HELLO: ANY_DATATYPE, Opcode.DCP_OPEN: Datatype.JSON, Opcode.DCP_CONTROL: 0,
     Opcode.DCP_CLOSE_STREAM: ANY_DATATYPE, Opcode.DCP_GET_FAILOVER_LOG: ANY_DATATYPE,
     Opcode.GET_FAILOVER_LOG: ANY_DATATYPE, Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ANY_DATATYPE,
-    Opcode.DCP_SEQNO_ACKNOWLEDGED: ANY_DATATYPE}
+    Opcode.DCP_SEQNO_ACKNOWLEDGED: ANY_DATATYPE, Opcode.GET_ALL_VB_SEQNOS: ANY_DATATYPE}
+# GET_ALL_VB_SEQNOS's requested vbucket state (kv_engine's RequestedVBState, reference 4.6): 0 Alive (active,
+# replica and pending), 1 Active ... 4 Dead; anything outside is Einval.
+VBUCKET_STATE_ALIVE: Final = 0
+VBUCKET_STATE_ACTIVE: Final = 1
+VBUCKET_STATE_DEAD: Final = 4
 MALFORMED: Final = frozenset({"illegal_extras_length", "extras_length_mismatch", "must_have_key", "must_not_have_key",
                               "must_have_value", "must_not_have_value", "odd_feature_list", "invalid_datatype"})
 # Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command, and the plain
@@ -144,6 +149,9 @@ _COLLECTION_END_STATUSES: Final = frozenset({StreamEndStatus.FILTER_EMPTY, Strea
 # The opaque of the server's first noop is one above this, and each next one one more (reference 3.13:
 # ep-engine's noopCtx.opaque, pre-incremented).
 NOOP_OPAQUE_BASE: Final = 10_000_000
+# The server counts a DCP_PREPARE it sends as 2 bytes more than its wire size (reference 3.17, 8.1: response.h's
+# prepareBaseMsgBytes = 57 for 24 + 31 bytes, MB-46634), so its window fills 2 bytes sooner per prepare.
+PREPARE_FLOW_CONTROL_EXTRA: Final = 2
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
@@ -173,6 +181,9 @@ class Cluster:
     tls_ports: list[int] | None = None
     requests_hang_until: float = 0.0  # stream requests received before this (loop time) are never answered
     writes: int = 0  # documents written by clients: the server pumps every stream when it moves
+    # Each node's DCP connections by DCP_OPEN name: a second open of a name disconnects the first (reference
+    # 3.2, kv_engine's DcpConnMap, one per bucket on a node)
+    dcp_names: dict[tuple[int, str], ProducerConnection] = field(default_factory=dict)
 
     def config(self, host: str, *, bucket: bool = True) -> dict[str, Any]:
         """GET_CLUSTER_CONFIG's JSON for the bucket (reference 4.5), ``$HOST`` replaced by ``host``; without
@@ -221,14 +232,28 @@ class _Stream:
     items: int = 0
     last_seqno: int = 0
     ending: int | None = None  # a STREAM_END status waiting to be sent
+    advanced: int = 0  # the last snapshot end whose seqno was reported (its item or a DCP_SEQNO_ADVANCED)
     # enable_sync_writes with a consumer_name (kv_engine's SyncReplication): markers are v2.0, with the
     # max visible and high completed seqnos
     sync_replication: bool = False
+    # DCP_OPEN SkipDeletesInInitialBackfill on a stream from seqno 0: its first (disk) snapshot has no
+    # tombstones (kv_engine's backfill without deletes; a stream from any other seqno gets them)
+    skip_deletes: bool = False
+
+    @property
+    def backfill_without_deletes(self) -> bool:
+        return self.skip_deletes and self.markers == 1
 
     @property
     def plain(self) -> bool:
         """Whether the store's encoded image serves this stream (the fast path)."""
-        return self.filter_ids is None and not self.stream_id and not self.encoding.no_value
+        return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and (
+            not self.backfill_without_deletes) and not self.encoding.sync_writes  # prepares count more (_each_item)
+
+    def sees(self, bucket: Bucket, item: Item) -> bool:
+        """Whether this stream sends the item."""
+        return bucket.visible(item, self.encoding, self.filter_ids) and not (
+            self.backfill_without_deletes and bucket.tombstone(item))
 
 
 @dataclass
@@ -299,7 +324,9 @@ class ProducerConnection:
                         xattrs=bool(flags & DcpOpenFlag.INCLUDE_XATTRS),
                         sync_writes=self.controls.get("enable_sync_writes") == "true",
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
-                        no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)))
+                        no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)),
+                        underlying_datatype=bool(flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE),
+                        compressed=self.controls.get("force_value_compression") == "true")
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
@@ -359,6 +386,12 @@ class ProducerConnection:
     def close(self, reason: str) -> None:
         if self.closed is None:
             self.closed = reason
+
+    def release(self) -> None:
+        """The connection is gone: its DCP_OPEN name is free again."""
+        names = self.node.cluster.dcp_names
+        if names.get((self.node.index, self.name)) is self:
+            del names[(self.node.index, self.name)]
 
     def _reply(self, msg: Message, status: int = Status.SUCCESS, *, datatype: int = 0, key: bytes = b"",
                value: bytes = b"", **fields: Any) -> None:
@@ -563,11 +596,20 @@ class ProducerConnection:
         return None
 
     def _all_vb_seqnos(self, msg: Message) -> None:
+        """Each active vbucket's seqno (reference 4.6, kv_engine's getAllVBucketSequenceNumbers): with a
+        collection id that collection's high seqno; a client without Collections gets the default
+        collection's; without Collections or SyncReplication the max visible seqno (no pending prepare)."""
+        extras = msg.extras or {}
+        state = extras.get("vbucket_state_filter", VBUCKET_STATE_ALIVE)
+        if msg.cas:  # the validator's checks, before the command runs (VALIDATED_ROWS has the shape's)
+            self._error(msg, Status.EINVAL, "Request CAS must be 0")
+            return
+        if not VBUCKET_STATE_ALIVE <= state <= VBUCKET_STATE_DEAD:
+            self._error(msg, Status.EINVAL, "Request vbucket state invalid")
+            return
         bucket = self._needs_bucket(msg)
         if bucket is None:
             return
-        extras = msg.extras or {}
-        state = extras.get("vbucket_state_filter", 0)
         collection = extras.get("collection_id")
         if collection is not None and not self.collections:
             self._reply(msg, Status.EINVAL)
@@ -575,13 +617,19 @@ class ProducerConnection:
         if collection is not None and collection not in bucket.manifest.collections:
             self._error(msg, Status.UNKNOWN_COLLECTION)
             return
+        if collection is None and not self.collections:
+            collection = DEFAULT_COLLECTION  # a legacy client sees the default collection only
+        visible = not (self.collections or HelloFeature.SYNC_REPLICATION in self.features)
         entries = []
-        if state in (0, 1):  # every vbucket here is active: "alive" and "active" list them, others none
+        if state in (VBUCKET_STATE_ALIVE, VBUCKET_STATE_ACTIVE):  # every vbucket here is active: no other state
             for vb in bucket.vbuckets:
-                if self._vbucket(vb.vbucket) is not None:
-                    seqno = vb.high_seqno if collection is None else _collection_high(bucket, vb, collection)
-                    if seqno is not None:
-                        entries.append((vb.vbucket, seqno))
+                if self._vbucket(vb.vbucket) is None:
+                    continue
+                if collection is not None:
+                    seqno = bucket.collection_high_seqno(vb, frozenset({collection}), visible=visible)
+                else:
+                    seqno = bucket.marker_seqnos(vb, vb.high_seqno)[0] if visible else vb.high_seqno
+                entries.append((vb.vbucket, seqno))
         self._reply(msg, vbucket_seqnos=entries)
 
     def _active_vbucket(self, msg: Message) -> VBucket | None:
@@ -683,6 +731,10 @@ class ProducerConnection:
             return
         self.dcp_flags = flags
         self.name = name
+        older = self.node.cluster.dcp_names.get((self.node.index, name))
+        if older is not None and older is not self:
+            older.close(f"DCP_OPEN of the name {name!r} on another connection: the server disconnects the older one")
+        self.node.cluster.dcp_names[(self.node.index, name)] = self
         if HelloFeature.JSON not in self.features:
             self.features.append(HelloFeature.JSON)  # DCP_OPEN turns on JSON (reference 3.2)
         self._reply(msg)
@@ -722,8 +774,12 @@ class ProducerConnection:
         vb = self._vbucket(number)
         if number < len(bucket.vbuckets) and self.node.cluster.owner[number] == self.node.index and vb is None:
             vb = None  # a dead vbucket here is as absent as one on another node
+        # a filtered stream's view has its collections' high seqno: ToLatest ends there, and the purge rule may
+        # exempt it (reference 3.4.2, 9.1 step 2); pass-through and legacy streams have none
+        collection_high = bucket.collection_high_seqno(vb, filter_ids) if vb is not None and filter_ids is not None \
+            else None
         answer = rollback.check_stream_request(
-            req, vb.view() if vb is not None else None,
+            req, vb.view(collection_high) if vb is not None else None,
             stream_exists=(number, stream_id) in self.streams,
             noop_enabled=self.noop_enabled,
             xattrs_or_collections=bool(self.collections or (self.dcp_flags or 0) & DcpOpenFlag.INCLUDE_XATTRS),
@@ -739,7 +795,9 @@ class ProducerConnection:
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
         stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
-                         sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls)
+                         sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
+                         skip_deletes=start == 0 and bool(
+                             (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL))
         if start >= end:
             stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
@@ -754,6 +812,10 @@ class ProducerConnection:
                     None, 0, None
             if frame_sid is not None:
                 return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
+            if not self.collections and DEFAULT_COLLECTION not in bucket.manifest.collections:
+                # a legacy stream is the default collection's: once dropped there is nothing to stream (3.4.4)
+                return Answer("UnknownCollection", "unknown_collection", "the default collection was dropped"), \
+                    None, 0, None
             return None, None, 0, None
         _, diags = srv.validate(msg.value)
         if any(d.name not in IGNORED_VALUE_DIAGNOSTICS for d in diags):
@@ -885,6 +947,9 @@ class ProducerConnection:
                     sent += len(data)
                     stream.ending = -1
                 return sent
+            if stream.snapshot_end > stream.advanced and stream.next_seqno > stream.snapshot_end:
+                sent += self._seqno_advanced(stream, vb, parts)
+                continue
             last = min(vb.high_seqno, stream.end_seqno)
             if stream.next_seqno > stream.end_seqno:
                 stream.ending = StreamEndStatus.OK
@@ -914,6 +979,20 @@ class ProducerConnection:
             else:
                 sent += self._each_item(stream, vb, upto, parts, budget - sent)
         return sent
+
+    def _seqno_advanced(self, stream: _Stream, vb: VBucket, parts: list[bytes]) -> int:
+        """A snapshot's items are all processed: if the stream does not see the item at its end (another
+        collection, a prepare or abort without sync writes), a DCP_SEQNO_ADVANCED to the end, so the client
+        knows the snapshot is complete (reference 3.8, 3.18; only with HELLO Collections); the bytes sent."""
+        end = stream.snapshot_end
+        stream.advanced = end
+        bucket = self.node.cluster.bucket
+        if not self.collections or stream.sees(bucket, bucket.item(vb, end)):
+            return 0
+        data = self._message(stream, Opcode.DCP_SEQNO_ADVANCED, by_seqno=end)
+        parts.append(data)
+        self._count(len(data))
+        return len(data)
 
     def _message(self, stream: _Stream, opcode: Opcode, **fields: Any) -> bytes:
         return build.request(opcode, vbucket=stream.vbucket, opaque=stream.opaque,
@@ -966,11 +1045,11 @@ class ProducerConnection:
                 break
             item = bucket.item(vb, stream.next_seqno)
             stream.next_seqno += 1
-            if not bucket.visible(item, stream.encoding, stream.filter_ids):
+            if not stream.sees(bucket, item):
                 continue
             data = bucket.encode_item(item, stream.encoding, stream.opaque, stream.stream_id or None)
             parts.append(data)
-            self._count(len(data))
+            self._count(len(data) + (PREPARE_FLOW_CONTROL_EXTRA if item.opcode == PREPARE else 0))
             sent += len(data)
             stream.items += 1
             stream.last_seqno = item.seqno
@@ -984,14 +1063,6 @@ def _json(value: Any) -> bytes:
     """A JSON body as the server sends one (ASCII, as ``json.dumps`` writes it)."""
     return json.dumps(value).encode()
 
-
-
-def _collection_high(bucket: Bucket, vb: VBucket, collection: int) -> int | None:
-    """The newest seqno of a collection in a vbucket (items are spread, so the scan is short)."""
-    for seqno in range(vb.high_seqno, max(0, vb.high_seqno - 10_000), -1):
-        if bucket.item(vb, seqno).collection_id == collection:
-            return seqno
-    return None
 
 
 def request_error(msg: Message, datatypes: int) -> tuple[Status, str] | None:

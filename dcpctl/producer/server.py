@@ -214,6 +214,7 @@ class _Client(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.emulator.clients.discard(self)
+        self.conn.release()
         self.emulator.log(f"connection closed{': ' + self.conn.closed if self.conn.closed else ''}")
 
     def data_received(self, data: bytes) -> None:

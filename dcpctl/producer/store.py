@@ -32,8 +32,8 @@ from typing import Final
 
 from dcpctl.dcp.rollback import FailoverEntry, VbucketState
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import DATATYPE_XATTR, Magic, Opcode
-from dcpctl.protocol.value import leb128_encode, parse_xattrs
+from dcpctl.protocol.constants import DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode
+from dcpctl.protocol.value import leb128_encode, parse_xattrs, snappy_compress
 
 MUTATION: Final = Opcode.DCP_MUTATION
 DELETION: Final = Opcode.DCP_DELETION
@@ -125,8 +125,10 @@ class Encoding:
     collections: bool = False
     delete_times: bool = False  # DCP_OPEN IncludeDeleteTimes: deletion v2 extras
     expiry_opcode: bool = False  # enable_expiry_opcode (needs delete times), else expiries are deletions
-    no_value: bool = False
+    no_value: bool = False  # DCP_OPEN NoValue or NoValueWithUnderlyingDatatype: no body
     xattrs: bool = False  # DCP_OPEN IncludeXattrs: values keep their xattrs, else only the body goes
+    underlying_datatype: bool = False  # DCP_OPEN NoValueWithUnderlyingDatatype: the stored datatype stays
+    compressed: bool = False  # DCP_CONTROL force_value_compression: values go snappy-compressed
     sync_writes: bool = False  # enable_sync_writes: durable writes as PREPARE and COMMIT, else as what commits
 
 
@@ -159,6 +161,11 @@ class VBucket:
     # Synchronous writes waiting for acknowledgements no replica sends (--silent-replicas): (collection, key)
     # -> the prepare's seqno and the unix time it aborts at.
     pending: dict[tuple[int, bytes], Pending] = field(default_factory=dict)
+    # The newest seqno of each collection among seqnos 1..collections_scanned (kv_engine keeps a collection's
+    # high seqno in the vbucket's manifest; here it is found by one scan, then kept up as seqnos are added).
+    collection_highs: dict[int, int] = field(default_factory=dict)
+    collection_visible_highs: dict[int, int] = field(default_factory=dict)  # the same without prepares, aborts
+    collections_scanned: int = 0
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -263,10 +270,10 @@ class Bucket:
         if opcode == ABORT:
             return self._pack(_ABORT, item, key, 0, b"", (item.prepared_seqno, item.seqno), stream_id, opaque)
         if opcode == PREPARE:
-            value = b"" if encoding.no_value else self._value(item, encoding)
+            value, datatype = self._payload(item, encoding)
             prepare = (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, int(item.deleted),
                        item.durability_level)
-            return self._pack(_PREPARE, item, key, item.datatype if value else 0, value, prepare, stream_id, opaque)
+            return self._pack(_PREPARE, item, key, datatype, value, prepare, stream_id, opaque)
         if opcode == COMMIT:
             opcode = DELETION if item.deleted else MUTATION
         if opcode == EXPIRATION and not (encoding.expiry_opcode and encoding.delete_times):
@@ -275,9 +282,7 @@ class Bucket:
         extras: tuple[int, ...]
         if opcode == MUTATION:
             shape, extras = _MUTATION, (item.seqno, item.rev_seqno, item.flags, item.expiry, 0, 0, 0)
-            if not encoding.no_value:
-                value = self._value(item, encoding)
-                datatype = item.datatype if encoding.xattrs else item.datatype & ~DATATYPE_XATTR
+            value, datatype = self._payload(item, encoding)
         elif opcode == EXPIRATION:
             shape, extras = _EXPIRATION, (item.seqno, item.rev_seqno, item.cas // 1_000_000_000)
         elif encoding.delete_times:
@@ -295,12 +300,32 @@ class Bucket:
         return shape.pack(Magic.CLIENT_REQUEST, item.vbucket, opaque, item.cas, datatype, key, value, extras)
 
     @staticmethod
-    def _value(item: Item, encoding: Encoding) -> bytes:
-        """The value a stream sends: the xattrs stay only with IncludeXattrs."""
-        if item.datatype & DATATYPE_XATTR and not encoding.xattrs:
-            parsed = parse_xattrs(item.value)
-            return item.value[parsed[1]:] if not isinstance(parsed, str) else item.value
-        return item.value
+    def _payload(item: Item, encoding: Encoding) -> tuple[bytes, int]:
+        """The value a stream sends and its datatype, which describes what is sent (reference 6.1): the xattrs
+        stay only with IncludeXattrs; NoValue strips the body (with IncludeXattrs the xattr section is the
+        value, datatype XATTR); NoValueWithUnderlyingDatatype keeps the stored document's datatype."""
+        value = item.value
+        body = 0
+        if item.datatype & DATATYPE_XATTR:
+            parsed = parse_xattrs(value)
+            body = parsed[1] if not isinstance(parsed, str) else 0
+        if encoding.no_value:
+            value = value[:body] if encoding.xattrs else b""
+            datatype = item.datatype if encoding.underlying_datatype else DATATYPE_XATTR if value else 0
+        elif not encoding.xattrs:
+            value = value[body:]
+            datatype = item.datatype & ~DATATYPE_XATTR if value else 0
+        else:
+            datatype = item.datatype if value else 0
+        if encoding.compressed and value:  # the whole value, xattrs and body (reference 6.1)
+            return snappy_compress(value), datatype | DATATYPE_SNAPPY
+        return value, datatype
+
+    @staticmethod
+    def tombstone(item: Item) -> bool:
+        """Whether the item is kept deleted on disk: deletions, expirations, aborts, and commits and prepares
+        of a deletion (what kv_engine's backfill without deletes leaves out)."""
+        return item.opcode in (DELETION, EXPIRATION, ABORT) or (item.opcode in (COMMIT, PREPARE) and item.deleted)
 
     def image(self, vb: VBucket, encoding: Encoding, upto: int) -> _Image:
         """The encoded items 1..upto of a vbucket for an unfiltered stream without stream ids (opaque 0)."""
@@ -315,6 +340,29 @@ class Bucket:
             if self.visible(item, encoding, None):
                 data += self.encode_item(item, encoding, 0)
         return image
+
+    def collection_high_seqno(self, vb: VBucket, collections: frozenset[int], *, visible: bool = False) -> int:
+        """The newest seqno of any of ``collections`` in a vbucket (0 when none has an item), as kv_engine's
+        collection high seqno: what ToLatest ends a filtered stream at and the purge rule's max_coll_high;
+        ``visible``: the newest that is not a prepare or abort (a collection's max visible seqno)."""
+        first, last = vb.collections_scanned + 1, vb.high_seqno
+        if first <= last:
+            highs, visibles, written = vb.collection_highs, vb.collection_visible_highs, vb.written
+            slots = self.collection_ids
+            base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
+            for start, end, uuid in _branches(vb.failover_log, first, last):
+                branch = base + uuid
+                for seqno in range(start, end + 1):
+                    item = written.get(seqno)
+                    # a generated item's collection from its hash alone, as Bucket.item draws it
+                    collection = item.collection_id if item is not None else slots[
+                        (((branch + seqno * _H_SEQNO) & _H_MASK) >> _COLLECTION_SHIFT) % len(slots)]
+                    highs[collection] = seqno
+                    if item is None or item.opcode not in _NOT_VISIBLE:
+                        visibles[collection] = seqno
+            vb.collections_scanned = last
+        found = vb.collection_visible_highs if visible else vb.collection_highs
+        return max((found.get(collection, 0) for collection in collections), default=0)
 
     # --- changes over time ------------------------------------------------------------------------
     def mutate(self, vb: VBucket, count: int = 1) -> None:
@@ -336,6 +384,10 @@ class Bucket:
             del vb.pending[name]  # its prepare is gone with the history: its client is answered ambiguous
         kept = bisect.bisect_right(vb.completions, at)
         del vb.completions[kept:], vb.completed_prepares[kept:]
+        if vb.collections_scanned > at:  # so are the collections' high seqnos above it: scan again
+            vb.collection_highs.clear()
+            vb.collection_visible_highs.clear()
+            vb.collections_scanned = 0
         if vb.indexed > at:  # documents written above the branch point are gone: index again
             vb.docs.clear()
             vb.generated = None

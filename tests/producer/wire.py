@@ -6,6 +6,7 @@ so each test reads as the conversation it checks.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import ssl
 from typing import Any
@@ -18,6 +19,7 @@ from dcpctl.render.record import record as record_of
 
 END: int = (1 << 64) - 1
 OPEN: list[Client] = []  # closed after each test (conftest)
+_NAMES = itertools.count(1)  # DCP_OPEN names, one per connection
 
 
 def close_all() -> None:
@@ -103,7 +105,9 @@ class Client:
         assert self.hello("Xerror", *features)["status"] == "Success"
         assert self.plain()["status"] == "Success"
         assert self.call(opcode="SELECT_BUCKET", key=bucket)["status"] == "Success"
-        assert self.call(opcode="DCP_OPEN", key="tests", seqno=0, flags=flags)["status"] == "Success"
+        # a name of its own: a second open of a name disconnects the first connection (reference 3.2)
+        name = f"tests-{next(_NAMES)}"
+        assert self.call(opcode="DCP_OPEN", key=name, seqno=0, flags=flags)["status"] == "Success"
         for key, value in (controls if controls is not None else {"enable_noop": "true"}).items():
             assert self.call(opcode="DCP_CONTROL", key=key, value=value)["status"] == "Success", key
 

@@ -1,0 +1,345 @@
+"""``dcpctl serve`` where a data node's behaviour is easy to get wrong: what kv_engine sends, not what is convenient.
+
+The sans-IO :class:`ProducerConnection` is driven directly (bytes in, bytes out); expectations are computed
+from the bucket's own items, so they hold for any seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcpctl.dcp.sasl import plain_message
+from dcpctl.producer.connection import Cluster, Node, ProducerConnection
+from dcpctl.producer.store import Bucket, Manifest
+from dcpctl.protocol.constants import Opcode
+from dcpctl.protocol.encode import encode
+from dcpctl.protocol.framer import Frame, Framer
+from dcpctl.protocol.message import DecodeOptions, Message, decode
+from dcpctl.protocol.value import Xattr, build_xattrs, snappy_decompress
+from dcpctl.render.record import record as record_of
+
+END = (1 << 64) - 1
+AIRLINE, HOTEL = 9, 10
+MANIFEST = Manifest(5, {0: (0, "_default"), AIRLINE: (8, "airline"), HOTEL: (8, "hotel")},
+                    {0: "_default", 8: "inventory"})
+ITEMS = 60  # one vbucket
+ITEM_OPCODES = frozenset({"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION", "DCP_PREPARE", "DCP_COMMIT",
+                          "DCP_ABORT"})
+TO_LATEST = 0x04
+PRODUCER, INCLUDE_XATTRS, NO_VALUE = 0x01, 0x04, 0x08  # DCP_OPEN flags (reference 7.1)
+NO_VALUE_WITH_UNDERLYING_DATATYPE, SKIP_DELETES_IN_INITIAL_BACKFILL = 0x40, 0x200
+JSON, SNAPPY, XATTR = 0x01, 0x02, 0x04  # datatype bits (reference 6.1)
+
+
+def cluster(bucket: Bucket | None = None) -> Cluster:
+    bucket = bucket or Bucket("default", 1, ITEMS, 20, 7, MANIFEST)
+    return Cluster(bucket, [("127.0.0.1", 11210)], [0] * len(bucket.vbuckets), {"Administrator": "password"})
+
+
+def packet(**record: Any) -> bytes:
+    record.setdefault("magic", "ClientRequest")
+    record.setdefault("opaque", 1)
+    return encode(record, fix_lengths=True)
+
+
+def messages(conn: ProducerConnection, data: bytes) -> list[Message]:
+    framer = Framer()
+    framer.feed(data)
+    out = []
+    for event in framer.events():
+        assert isinstance(event, Frame)
+        out.append(decode(event.data, event.offset, DecodeOptions(collections=conn.collections)))
+    return out
+
+
+def records(conn: ProducerConnection, data: bytes) -> list[dict[str, Any]]:
+    return [record_of(message) for message in messages(conn, data)]
+
+
+def call(conn: ProducerConnection, **record: Any) -> list[dict[str, Any]]:
+    """The answers to one request (stream data left for :func:`drain`)."""
+    conn.receive(packet(**record), 0)
+    return records(conn, conn.produce(1 << 20, 0))
+
+
+def drain(conn: ProducerConnection) -> list[dict[str, Any]]:
+    """Every stream message until the connection has nothing more to send."""
+    out: list[dict[str, Any]] = []
+    while data := conn.produce(1 << 20):
+        out += records(conn, data)
+    return out
+
+
+def session(*features: str, flags: int = 1, controls: dict[str, str] | None = None,
+            on: Cluster | None = None, name: str = "t", xerror: bool = True) -> ProducerConnection:
+    conn = ProducerConnection(Node(0, on or cluster()))
+    steps = [{"opcode": "HELLO", "key": "t", "features": [*(["Xerror"] if xerror else []), "JSON", *features]},
+             {"opcode": "SASL_AUTH", "key": "PLAIN", "value": plain_message("Administrator", "password").hex(),
+                  "value_encoding": "hex"},
+             {"opcode": "SELECT_BUCKET", "key": "default"},
+             {"opcode": "DCP_OPEN", "key": name, "seqno": 0, "flags": flags}]
+    steps += [{"opcode": "DCP_CONTROL", "key": k, "value": v}
+              for k, v in (controls if controls is not None else {"enable_noop": "true"}).items()]
+    for step in steps:
+        assert [a["status"] for a in call(conn, **step)] == ["Success"], step
+    return conn
+
+
+def stream(conn: ProducerConnection, *, start: int = 0, end: int = END, uuid: int = 0, flags: int = 0,
+           value: str | None = None, vbucket: int = 0) -> tuple[str, list[dict[str, Any]]]:
+    """A stream request's status and the stream's messages."""
+    record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "flags": flags, "reserved": 0,
+                              "start_seqno": start, "end_seqno": end, "vbucket_uuid": uuid,
+                              "snap_start_seqno": start, "snap_end_seqno": start}
+    if value is not None:
+        record["value"] = value
+    answer = call(conn, **record)
+    return answer[0]["status"], drain(conn)
+
+
+def collection_seqnos(bucket: Bucket, collection: int) -> list[int]:
+    vb = bucket.vbuckets[0]
+    return [s for s in range(1, vb.high_seqno + 1) if bucket.item(vb, s).collection_id == collection]
+
+
+# --- 1. DCP_SEQNO_ADVANCED at the end of a snapshot the filter hides the end of ------------------------
+def test_a_filtered_snapshot_ending_on_a_hidden_seqno_is_completed_by_seqno_advanced() -> None:
+    conn = session("Collections")
+    bucket = conn.node.cluster.bucket
+    airline = collection_seqnos(bucket, AIRLINE)
+    assert airline[-1] < ITEMS  # the seed puts the vbucket's last item in another collection
+    status, got = stream(conn, value='{"collections":["9"]}')
+    assert status == "Success"
+    assert next(r["opcode"] for r in got) == "DCP_SNAPSHOT_MARKER"
+    assert got[0]["snap_end_seqno"] == ITEMS
+    assert [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES] == airline
+    # reference 3.8: the snapshot is consistent once a SeqnoAdvanced to its end is processed (3.18)
+    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", ITEMS)
+    assert all(r["diagnostics"] == [] for r in got)
+
+
+def test_seqno_advanced_only_where_the_snapshot_end_is_hidden_and_only_with_collections() -> None:
+    conn = session("Collections")
+    bucket = conn.node.cluster.bucket
+    last = bucket.item(bucket.vbuckets[0], ITEMS).collection_id
+    _, seen = stream(conn, value=f'{{"collections":["{last:x}"]}}')
+    assert "DCP_SEQNO_ADVANCED" not in [r["opcode"] for r in seen]  # its last item is the snapshot's end
+    legacy = session()
+    _, default = stream(legacy)  # the default collection only, but a legacy client is never sent one (3.18)
+    assert "DCP_SEQNO_ADVANCED" not in [r["opcode"] for r in default]
+
+
+# --- 2. a filtered stream's collection high seqno: ToLatest and the purge rule ------------------------
+def test_to_latest_ends_a_filtered_stream_at_its_collections_high_seqno() -> None:
+    conn = session("Collections")
+    airline = collection_seqnos(conn.node.cluster.bucket, AIRLINE)
+    status, got = stream(conn, flags=TO_LATEST, value='{"collections":["9"]}')
+    assert status == "Success"
+    assert got[0]["snap_end_seqno"] == airline[-1]  # reference 3.4.2: not the vbucket's high seqno
+    assert [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES] == airline
+    assert [r["opcode"] for r in got][-1] == "DCP_STREAM_END"
+
+
+def test_the_purge_rule_exempts_a_filtered_stream_at_its_collections_high_seqno() -> None:
+    on = cluster()
+    bucket = on.bucket
+    vb = bucket.vbuckets[0]
+    bucket.purge(vb, vb.high_seqno)  # the whole history purged
+    airline = collection_seqnos(bucket, AIRLINE)[-1]
+    uuid = vb.failover_log[0].vbucket_uuid
+    conn = session("Collections", on=on)
+    # reference 9.1 step 2: start >= max_coll_high and max_coll_high <= purge: nothing of it was purged
+    status, _ = stream(conn, start=airline, uuid=uuid, value='{"collections":["9"]}')
+    assert status == "Success"
+    status, _ = stream(session("Collections", on=on), start=airline - 1, uuid=uuid, value='{"collections":["9"]}')
+    assert status == "Rollback"  # below its collection's high seqno: purged items it has not seen
+    status, _ = stream(session("Collections", on=on), start=airline, uuid=uuid)
+    assert status == "Rollback"  # a pass-through stream is never exempt
+
+
+def test_a_prepare_hidden_from_a_client_without_sync_writes_is_advanced_over() -> None:
+    bucket = Bucket("default", 1, ITEMS, 20, 7, MANIFEST, silent_replicas=1)
+    bucket.write(bucket.vbuckets[0], 0, b"pending", b"{}", 1, 0, 0, None, durability_level=1)  # never commits
+    conn = session("Collections", on=cluster(bucket))
+    _, got = stream(conn)
+    assert got[0]["snap_end_seqno"] == ITEMS + 1
+    assert "DCP_PREPARE" not in [r["opcode"] for r in got]
+    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", ITEMS + 1)  # reference 3.18
+
+
+# --- 3. DCP_OPEN flags that shape the items ----------------------------------------------------------
+XATTRS = build_xattrs([Xattr("_sys", '{"x":1}')])
+BODY = b'{"body":true}'
+
+
+def xattr_cluster() -> Cluster:
+    """A bucket with one document with xattrs, at seqno 1 of vbucket 0."""
+    bucket = Bucket("default", 1, 0, 20, 7)
+    bucket.write(bucket.vbuckets[0], 0, b"xk", XATTRS + BODY, JSON | XATTR, 0, 0, None)
+    return cluster(bucket)
+
+
+def first_mutation(flags: int, on: Cluster) -> Message:
+    """The first DCP_MUTATION of a stream from 0 on a connection opened with ``flags``."""
+    conn = session("Xattr", flags=flags, on=on)
+    assert call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+                vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)[0]["status"] == "Success"
+    return next(m for m in messages(conn, conn.produce(1 << 20)) if m.opcode == Opcode.DCP_MUTATION)
+
+
+def test_no_value_with_underlying_datatype_keeps_the_documents_datatype() -> None:
+    on = xattr_cluster()
+    stripped = first_mutation(PRODUCER | NO_VALUE_WITH_UNDERLYING_DATATYPE, on)
+    assert (stripped.value, stripped.datatype) == (b"", JSON | XATTR)  # reference 6.1, 7.1
+    plain = first_mutation(PRODUCER | NO_VALUE, on)
+    assert (plain.value, plain.datatype) == (b"", 0)
+
+
+def test_no_value_with_include_xattrs_sends_the_xattr_section() -> None:
+    on = xattr_cluster()
+    got = first_mutation(PRODUCER | INCLUDE_XATTRS | NO_VALUE, on)
+    assert (got.value, got.datatype) == (XATTRS, XATTR)  # reference 7.1: values stripped, xattrs still sent
+    whole = first_mutation(PRODUCER | INCLUDE_XATTRS, on)
+    assert (whole.value, whole.datatype) == (XATTRS + BODY, JSON | XATTR)
+    body = first_mutation(PRODUCER, on)
+    assert (body.value, body.datatype) == (BODY, JSON)
+
+
+def test_skip_deletes_in_initial_backfill_leaves_tombstones_out_of_a_stream_from_zero() -> None:
+    bucket = Bucket("default", 1, ITEMS, 20, 7)
+    vb = bucket.vbuckets[0]
+    tombstones = [s for s in range(1, ITEMS + 1) if bucket.item(vb, s).opcode != 0x57]
+    assert tombstones  # the seed has deletions among its items
+    on = cluster(bucket)
+    _, got = stream(session(flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=on))
+    sent = [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
+    assert sent == [s for s in range(1, ITEMS + 1) if s not in tombstones]
+    # a stream from any other seqno is not an initial backfill: its tombstones are sent (kv_engine's MB-26074)
+    uuid = vb.failover_log[0].vbucket_uuid
+    _, later = stream(session(flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=on), start=1, uuid=uuid)
+    assert [r["by_seqno"] for r in later if r["opcode"] in ITEM_OPCODES] == list(range(2, ITEMS + 1))
+    # and only the disk snapshot: a deletion after it, in a memory snapshot, goes out
+    conn = session(flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=on)
+    stream(conn)
+    doc = bucket.document(vb, 0, b"doc-x") or bucket.write(vb, 0, b"doc-x", b"{}", JSON, 0, 0, None)
+    bucket.write(vb, 0, b"doc-x", b"", 0, 0, 0, doc, opcode=0x58)
+    assert [r["opcode"] for r in drain(conn) if r["opcode"] in ITEM_OPCODES][-1] == "DCP_DELETION"
+
+
+def test_a_skipped_tombstone_at_the_snapshot_end_is_advanced_over() -> None:
+    bucket = Bucket("default", 1, ITEMS, 20, 7, MANIFEST)
+    vb = bucket.vbuckets[0]
+    doc = bucket.write(vb, 0, b"gone", b"{}", JSON, 0, 0, None)
+    bucket.write(vb, 0, b"gone", b"", 0, 0, 0, doc, opcode=0x58)  # the snapshot ends on a tombstone
+    _, got = stream(session("Collections", flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=cluster(bucket)))
+    assert "DCP_DELETION" not in [r["opcode"] for r in got]
+    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", vb.high_seqno)  # reference 7.1
+
+
+# --- 4. GET_ALL_VB_SEQNOS -----------------------------------------------------------------------------
+def kv_session(*features: str, on: Cluster) -> ProducerConnection:
+    """A connection that authenticated and selected the bucket (no DCP_OPEN)."""
+    conn = ProducerConnection(Node(0, on))
+    for step in ({"opcode": "HELLO", "key": "t", "features": ["Xerror", *features]},
+                 {"opcode": "SASL_AUTH", "key": "PLAIN", "value": plain_message("Administrator", "password").hex(),
+                      "value_encoding": "hex"},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert [a["status"] for a in call(conn, **step)] == ["Success"], step
+    return conn
+
+
+def all_vb_seqnos(conn: ProducerConnection, **fields: Any) -> list[tuple[int, int]]:
+    answer = call(conn, opcode="GET_ALL_VB_SEQNOS", **fields)[0]
+    assert answer["status"] == "Success", answer
+    return [(entry["vbucket"], entry["seqno"]) for entry in answer["vbucket_seqnos"]]
+
+
+def test_get_all_vb_seqnos_gives_a_legacy_client_the_default_collections_seqno() -> None:
+    on = cluster()
+    default = collection_seqnos(on.bucket, 0)[-1]
+    assert default < ITEMS
+    assert all_vb_seqnos(kv_session(on=on)) == [(0, default)]  # reference 4.6: implicitly the default collection
+    collections = kv_session("Collections", on=on)
+    assert all_vb_seqnos(collections) == [(0, ITEMS)]
+    assert all_vb_seqnos(collections, vbucket_state_filter=0, collection_id=AIRLINE) == [
+        (0, collection_seqnos(on.bucket, AIRLINE)[-1])]
+
+
+def test_get_all_vb_seqnos_hides_a_pending_prepare_from_a_client_without_sync_writes() -> None:
+    bucket = Bucket("default", 1, ITEMS, 20, 7, silent_replicas=1)
+    bucket.write(bucket.vbuckets[0], 0, b"pending", b"{}", JSON, 0, 0, None, durability_level=1)
+    on = cluster(bucket)
+    assert all_vb_seqnos(kv_session(on=on)) == [(0, ITEMS)]  # the max visible seqno (reference 4.6)
+    assert all_vb_seqnos(kv_session("SyncReplication", on=on)) == [(0, ITEMS + 1)]
+    assert all_vb_seqnos(kv_session("Collections", on=on)) == [(0, ITEMS + 1)]
+
+
+def test_get_all_vb_seqnos_is_validated_as_kv_engine_validates_it() -> None:
+    conn = kv_session("Collections", on=cluster())
+    for record in ({"extras": "0000"}, {"extras": "000000000000"}, {"extras": "00" * 12},
+                   {"vbucket_state_filter": 1, "key": "k"}, {"vbucket_state_filter": 1, "cas": 5},
+                   {"vbucket_state_filter": 5}, {"vbucket_state_filter": 0xFFFF_FFFF}):  # a BE i32: -1
+        assert call(conn, opcode="GET_ALL_VB_SEQNOS", **record)[0]["status"] == "Einval", record
+    for state in range(5):  # Alive, Active, Replica, Pending, Dead: only the first two list this node's copies
+        assert len(all_vb_seqnos(conn, vbucket_state_filter=state)) == (1 if state <= 1 else 0)
+
+
+# --- 5. force_value_compression -----------------------------------------------------------------------
+def test_force_value_compression_sends_snappy_values() -> None:
+    on = xattr_cluster()
+    conn = session("Snappy", "Xattr", flags=PRODUCER | INCLUDE_XATTRS,
+                   controls={"enable_noop": "true", "force_value_compression": "true"}, on=on)
+    assert call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+                vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)[0]["status"] == "Success"
+    mutation = next(m for m in messages(conn, conn.produce(1 << 20)) if m.opcode == Opcode.DCP_MUTATION)
+    assert mutation.datatype == SNAPPY | JSON | XATTR  # reference 6.1: the whole value, xattrs included
+    assert snappy_decompress(mutation.value) == XATTRS + BODY
+    plain = session("Snappy", "Xattr", flags=PRODUCER | INCLUDE_XATTRS, on=on)
+    assert first_mutation(PRODUCER | INCLUDE_XATTRS, on).datatype == JSON | XATTR  # not without the control
+    assert plain.encoding().compressed is False
+
+
+# --- 6. flow control counts a prepare as the server does ----------------------------------------------
+def test_a_prepare_counts_two_bytes_more_against_the_window() -> None:
+    bucket = Bucket("default", 1, 0, 20, 7)
+    bucket.write(bucket.vbuckets[0], 0, b"durable", b"{}", JSON, 0, 0, None, durability_level=1)
+    conn = session(controls={"enable_noop": "true", "connection_buffer_size": "100000",
+                             "enable_sync_writes": "true"}, on=cluster(bucket))
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    data = conn.produce(1 << 20)
+    sent = messages(conn, data)
+    assert [m.opcode for m in sent] == [Opcode.DCP_SNAPSHOT_MARKER, Opcode.DCP_PREPARE, Opcode.DCP_COMMIT]
+    assert conn.outstanding == len(data) + 2  # reference 3.17: prepareBaseMsgBytes, MB-46634
+
+
+# --- 7. a legacy stream once the default collection is dropped ----------------------------------------
+def test_a_legacy_stream_request_without_a_default_collection_is_unknown_collection() -> None:
+    dropped = Manifest(6, {AIRLINE: (8, "airline")}, {0: "_default", 8: "inventory"})
+    on = cluster(Bucket("default", 1, ITEMS, 20, 7, dropped))
+    status, got = stream(session(on=on))
+    assert (status, got) == ("UnknownCollection", [])  # reference 3.4.4: no stream opens
+    assert stream(session(on=on, xerror=False))[0] == "Einval"  # reference 5: as a legacy client is told it
+    assert stream(session("Collections", on=on))[0] == "Success"  # a pass-through stream of what there is
+
+
+# --- 8. a DCP_OPEN name in use ------------------------------------------------------------------------
+def test_reusing_a_dcp_open_name_disconnects_the_older_connection() -> None:
+    on = cluster()
+    first = session(on=on, name="same")
+    other = session(on=on, name="other")
+    second = session(on=on, name="same")
+    assert first.closed is not None  # reference 3.2: re-using a name kills the older connection
+    assert (other.closed, second.closed) == (None, None)
+    assert stream(second)[0] == "Success"
+    elsewhere = ProducerConnection(Node(1, on))  # names are per node, as kv_engine's DcpConnMap is
+    for step in ({"opcode": "HELLO", "key": "t", "features": ["Xerror"]},
+                 {"opcode": "SASL_AUTH", "key": "PLAIN", "value": plain_message("Administrator", "password").hex(),
+                  "value_encoding": "hex"},
+                 {"opcode": "SELECT_BUCKET", "key": "default"},
+                 {"opcode": "DCP_OPEN", "key": "same", "seqno": 0, "flags": PRODUCER}):
+        call(elsewhere, **step)
+    assert second.closed is None
+    second.release()  # gone: the name is free, and a new open of it closes nothing
+    third = session(on=on, name="same")
+    assert (other.closed, third.closed) == (None, None)
