@@ -38,7 +38,7 @@ from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer import errormap, kv, subdoc
 from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, VBucket
-from dcpctl.protocol import build
+from dcpctl.protocol import build, frameinfo
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
     REQUEST_FRAMES,
@@ -61,7 +61,7 @@ from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
 FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
-    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION, HelloFeature.DUPLEX,
+    HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION, HelloFeature.DUPLEX, HelloFeature.TRACING,
     HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF})
 # HELLO features the server pushes cluster maps for; each needs Duplex (hello_packet_executor.cc), and a
 # client asking for both gets the brief one (the revision without the map).
@@ -293,6 +293,8 @@ class ProducerConnection:
         # A synchronous write this connection waits for (vbucket, prepare seqno, request): no further
         # request runs until it completes, as a command blocked in kv_engine holds its connection.
         self.sync_write: tuple[int, int, Message] | None = None
+        self.request_started = 0  # the bucket clock's nanoseconds when the request being answered was received
+        self.sync_write_started = 0  # the same for the synchronous write waited for
         # The map revision this connection last saw change, and the newest one it was given (a push or
         # GET_CLUSTER_CONFIG, as kv_engine's pushed_clustermap): a change is pushed once, and not at all to
         # a connection that already fetched it.
@@ -358,10 +360,12 @@ class ProducerConnection:
                     self.close("the client sent bytes that are not a packet")
                 return
             msg = decode(event.data, event.offset, DecodeOptions(collections=self.collections, show_secrets=True))
+            self.request_started = self.node.cluster.bucket.clock()
             self._handle(msg)
 
     def wait_for_sync_write(self, vbucket: int, seqno: int, msg: Message) -> None:
         self.sync_write = (vbucket, seqno, msg)
+        self.sync_write_started = self.request_started  # its answer's server duration counts from its receipt
 
     def _settle(self) -> None:
         """The answer to the synchronous write waited for, once it is no longer pending: aborted when its
@@ -373,6 +377,7 @@ class ProducerConnection:
         if any(pending.seqno == seqno for pending in vb.pending.values()):
             return
         self.sync_write = None
+        self.request_started = self.sync_write_started
         self._error(msg, Status.SYNC_WRITE_AMBIGUOUS, "the durability timeout passed before a majority acknowledged")
 
     def _queue(self, data: bytes) -> None:
@@ -395,8 +400,13 @@ class ProducerConnection:
 
     def _reply(self, msg: Message, status: int = Status.SUCCESS, *, datatype: int = 0, key: bytes = b"",
                value: bytes = b"", **fields: Any) -> None:
+        # HELLO Tracing: every response says how long the server took, from the request's receipt (reference
+        # 1.4, 2.3: magic AltClientResponse, frame id 0); the bucket's clock, which the tests can set
+        infos = (build.FrameInfo(frameinfo.SERVER_DURATION, frameinfo.encode_micros(
+            (self.node.cluster.bucket.clock() - self.request_started) // 1000).to_bytes(2, "big")),) \
+            if HelloFeature.TRACING in self.features else ()
         self._queue(build.response(msg.opcode, status=status, opaque=msg.opaque, datatype=datatype, key=key,
-                                   value=value, **fields))
+                                   value=value, frame_infos=infos, **fields))
 
     def _error(self, msg: Message, status: int, context: str = "") -> None:
         """An error status, as kv_engine's remapErrorCode and error JSON give it (reference 5): without XERROR

@@ -7,6 +7,7 @@ that runs past the end becomes a ``bad_frame_info`` diagnostic and the rest is k
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -41,6 +42,17 @@ DURABILITY: Final = 1
 ENCODED_DURATIONS: Final = ("server_duration_encoded", "throttle_duration_encoded")
 # A durability timeout of 0 or 0xffff is reserved: kv_engine answers Einval (docs/BinaryProtocol.md, ID:1).
 RESERVED_DURABILITY_TIMEOUTS: Final = frozenset({0, 0xFFFF})
+
+
+# The largest encoded duration: the frame's two bytes (about 120 seconds; longer durations say this).
+MAX_ENCODED_DURATION: Final = 0xFFFF
+SERVER_DURATION: Final = 0  # a response's frame id: the server's receive-to-send time (HELLO Tracing)
+
+
+def encode_micros(micros: int) -> int:
+    """A duration in microseconds as kv_engine's ``Tracer::encodeMicros`` sends it, ``(µs * 2) ** (1 / 1.74)``
+    rounded, at most :data:`MAX_ENCODED_DURATION` (reference 2.3)."""
+    return min(MAX_ENCODED_DURATION, round(math.pow(max(0, micros) * 2, 1 / 1.74)))
 
 
 def decode_micros(encoded: int) -> int:

@@ -343,3 +343,28 @@ def test_reusing_a_dcp_open_name_disconnects_the_older_connection() -> None:
     second.release()  # gone: the name is free, and a new open of it closes nothing
     third = session(on=on, name="same")
     assert (other.closed, third.closed) == (None, None)
+
+
+# --- HELLO Tracing: the server's receive-to-send duration on every response (reference 1.4, 2.3) ------------
+def test_a_tracing_client_gets_each_responses_server_duration() -> None:
+    """The SDKs ask HELLO Tracing and a data node grants it: every response then comes as AltClientResponse
+    with frame id 0, the time from the request's receipt to its answer. serve dropped the feature, so its SDK
+    traffic never had one. The bucket's clock here moves 1,509 µs a reading: encoded 100 (reference 2.3)."""
+    readings = iter(range(0, 10**12, 1_509_000))
+    bucket = Bucket("default", 1, ITEMS, 20, 7, MANIFEST, clock=lambda: next(readings))
+    conn = ProducerConnection(Node(0, cluster(bucket)))
+    hello = call(conn, opcode="HELLO", key="sdk", features=["Xerror", "JSON", "Tracing"])
+    assert hello[0]["magic"] == "AltClientResponse"
+    assert "Tracing" in hello[0]["features"]
+    assert [(f["name"], f["server_duration_encoded"], f["server_duration_us"]) for f in hello[0]["frame_infos"]] == \
+        [("ServerRecvSendDuration", 100, 1509)]
+    refused = call(conn, opcode="GET", key="doc", vbucket=0)  # not authenticated: answered all the same
+    assert refused[0]["status"] == "Eaccess"
+    assert refused[0]["frame_infos"][0]["server_duration_us"] == 1509
+
+
+def test_without_tracing_responses_have_no_frame_infos() -> None:
+    conn = ProducerConnection(Node(0, cluster()))
+    hello = call(conn, opcode="HELLO", key="sdk", features=["Xerror", "JSON"])
+    assert hello[0]["magic"] == "ClientResponse"
+    assert "frame_infos" not in hello[0]

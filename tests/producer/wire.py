@@ -74,7 +74,7 @@ class Client:
         opaque = self.send(**record)
         while True:
             reply = record_of(self.read_message())
-            if reply.get("opaque") == opaque and reply["magic"] == "ClientResponse":
+            if reply.get("opaque") == opaque and reply["magic"] in ("ClientResponse", "AltClientResponse"):
                 return reply
             self.backlog.append(reply)
 

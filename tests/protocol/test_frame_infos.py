@@ -7,11 +7,14 @@ import struct
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dcpctl.protocol import frameinfo
 from dcpctl.protocol.constants import Magic, Opcode, Status
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.fields import catalogue
+from dcpctl.protocol.frameinfo import MAX_ENCODED_DURATION, decode_micros, encode_micros
 from dcpctl.protocol.message import decode
 from dcpctl.render.record import record as record_of
 
@@ -86,3 +89,19 @@ def test_fields_lists_each_frame_info_field() -> None:
                  "read_units", "write_units", "throttle_duration_us"):
         assert rows[f"frame_infos[].{name}"].meaning, name
     assert rows["frame_infos[].text"].messages == ("OpenTracingContext", "Impersonate", "ImpersonateExtraPrivilege")
+
+
+@given(st.integers(min_value=0, max_value=120_000_000))
+def test_an_encoded_duration_reads_back_within_its_precision(micros: int) -> None:
+    """encode_micros is kv_engine's Tracer::encodeMicros, decode_micros its decodeMicros: the two bytes keep
+    a duration to within one step of the encoding, under 0.1% above a second and 1 µs below 50 µs."""
+    encoded = encode_micros(micros)
+    assert 0 <= encoded <= MAX_ENCODED_DURATION
+    step = decode_micros(encoded + 1) - decode_micros(max(0, encoded - 1))
+    assert abs(decode_micros(encoded) - micros) <= max(1, step)
+
+
+def test_a_duration_past_the_two_bytes_is_the_largest_they_say() -> None:
+    assert encode_micros(1509) == 100  # 100 ** 1.74 / 2 = 1509.98
+    assert decode_micros(100) == 1509
+    assert encode_micros(10**10) == MAX_ENCODED_DURATION
