@@ -155,6 +155,7 @@ PREPARE_FLOW_CONTROL_EXTRA: Final = 2
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
 MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
+MARKER_V2_2: Final = 2  # and for v2.2 (a disk snapshot's purge and high prepared seqnos, reference 3.8)
 # Where a pushed item's opaque sits: a stream's cached items are patched with its stream's opaque there.
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
@@ -969,10 +970,19 @@ class ProducerConnection:
             if stream.next_seqno > stream.snapshot_end:
                 flags = MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
                 marker: dict[str, int] = {}
-                if stream.sync_replication:  # the high completed seqno is sent with disk snapshots only
+                disk = bool(flags & SnapshotMarkerFlag.DISK)
+                prepared = bucket.high_prepared_seqno(vb, last) if disk and stream.sync_replication else 0
+                if disk and self.controls.get("max_marker_version") == "2.2" and (vb.purge_seqno or prepared):
+                    # v2.2: a disk snapshot with a purge seqno or a high prepared seqno to send (3.8); the
+                    # client's next stream request may name the purge seqno it learnt (9.1)
+                    visible, completed = bucket.marker_seqnos(vb, last)
+                    marker = {"marker_version": MARKER_V2_2, "max_visible_seqno": visible,
+                              "high_completed_seqno": completed, "purge_seqno": vb.purge_seqno,
+                              "high_prepared_seqno": prepared}
+                elif stream.sync_replication:  # the high completed seqno is sent with disk snapshots only
                     visible, completed = bucket.marker_seqnos(vb, last)
                     marker = {"marker_version": MARKER_V2_0, "max_visible_seqno": visible,
-                              "high_completed_seqno": completed if flags & SnapshotMarkerFlag.DISK else 0}
+                              "high_completed_seqno": completed if disk else 0}
                 # the first marker starts at the requested start, though its first item is the next seqno
                 first = stream.start_seqno if stream.markers == 0 else stream.next_seqno
                 data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=first,

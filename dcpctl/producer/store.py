@@ -408,6 +408,13 @@ class Bucket:
         index = bisect.bisect_right(vb.completions, upto)
         return visible, vb.completed_prepares[index - 1] if index else 0
 
+    @staticmethod
+    def high_prepared_seqno(vb: VBucket, upto: int) -> int:
+        """The newest prepare at or below ``upto`` (a v2.2 disk marker's high prepared seqno); prepares are
+        clients' durable writes, so only written items hold them."""
+        return max((seqno for seqno, item in vb.written.items() if seqno <= upto and item.opcode == PREPARE),
+                   default=0)
+
     def purge(self, vb: VBucket, seqno: int) -> None:
         vb.purge_seqno = max(vb.purge_seqno, min(seqno, vb.high_seqno))
 

@@ -368,3 +368,26 @@ def test_without_tracing_responses_have_no_frame_infos() -> None:
     hello = call(conn, opcode="HELLO", key="sdk", features=["Xerror", "JSON"])
     assert hello[0]["magic"] == "ClientResponse"
     assert "frame_infos" not in hello[0]
+
+
+# --- v2.2 snapshot markers: a disk snapshot's purge seqno, for the client's next request (reference 3.8) ------
+def test_a_disk_snapshot_says_its_purge_seqno_to_a_client_that_allows_v2_2_markers() -> None:
+    """max_marker_version=2.2 was accepted, but every marker stayed v1: a client could never learn the purge
+    seqno that the 8.0 stream request's purge_seqno gives back (9.1). The disk snapshot's marker is now v2.2
+    when there is a purge seqno to say; the memory snapshots after it, and any without the control, v1."""
+    controls = {"enable_noop": "true", "max_marker_version": "2.2"}
+    conn = session("Collections", controls=controls)
+    bucket = conn.node.cluster.bucket
+    bucket.purge(bucket.vbuckets[0], 10)
+    status, got = stream(conn)
+    assert status == "Success"
+    marker = got[0]
+    assert (marker["opcode"], marker["extras_length"], marker["purge_seqno"]) == ("DCP_SNAPSHOT_MARKER", 1, 10)
+    assert (marker["snap_start_seqno"], marker["snap_end_seqno"], marker["max_visible_seqno"]) == (0, ITEMS, ITEMS)
+    assert marker["high_prepared_seqno"] == 0  # not a sync-replication consumer
+    assert marker["diagnostics"] == []
+    plain = session("Collections")
+    plain.node.cluster.bucket.purge(plain.node.cluster.bucket.vbuckets[0], 10)
+    assert stream(plain)[1][0]["extras_length"] == 20  # v1 without the control
+    unpurged = session("Collections", controls=controls)
+    assert stream(unpurged)[1][0]["extras_length"] == 20  # nothing to say: v1
