@@ -240,6 +240,9 @@ class _Stream:
     # DCP_OPEN SkipDeletesInInitialBackfill on a stream from seqno 0: its first (disk) snapshot has no
     # tombstones (kv_engine's backfill without deletes; a stream from any other seqno gets them)
     skip_deletes: bool = False
+    # the vbucket's purge seqno as the first (disk) snapshot began: the tombstones at or below it are purged
+    # from disk, so that snapshot does not have them (reference 9.1: what a rollback to 0 protects against)
+    purged: int = 0
 
     @property
     def backfill_without_deletes(self) -> bool:
@@ -249,12 +252,14 @@ class _Stream:
     def plain(self) -> bool:
         """Whether the store's encoded image serves this stream (the fast path)."""
         return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and (
-            not self.backfill_without_deletes) and not self.encoding.sync_writes  # prepares count more (_each_item)
+            not self.backfill_without_deletes) and not (self.markers == 1 and self.purged) and (
+            not self.encoding.sync_writes)  # prepares count more (_each_item)
 
     def sees(self, bucket: Bucket, item: Item) -> bool:
         """Whether this stream sends the item."""
         return bucket.visible(item, self.encoding, self.filter_ids) and not (
-            self.backfill_without_deletes and bucket.tombstone(item))
+            (self.backfill_without_deletes or (self.markers == 1 and item.seqno <= self.purged))
+            and bucket.tombstone(item))
 
 
 @dataclass
@@ -991,6 +996,8 @@ class ProducerConnection:
                 self._count(len(data))
                 sent += len(data)
                 stream.snapshot_end = last
+                if not stream.markers:
+                    stream.purged = vb.purge_seqno
                 stream.markers += 1
                 continue
             upto = stream.snapshot_end

@@ -391,3 +391,23 @@ def test_a_disk_snapshot_says_its_purge_seqno_to_a_client_that_allows_v2_2_marke
     assert stream(plain)[1][0]["extras_length"] == 20  # v1 without the control
     unpurged = session("Collections", controls=controls)
     assert stream(unpurged)[1][0]["extras_length"] == 20  # nothing to say: v1
+
+
+# --- a purge removes tombstones from disk: a backfill does not have them (reference 9.1) --------------------
+def test_a_backfill_has_no_tombstone_at_or_below_the_purge_seqno() -> None:
+    """Purging moved only the purge seqno: a stream from 0 still got the tombstones the purge removed, which
+    is what makes a client that resumes below the purge seqno roll back to 0 on a real node."""
+    items = 400
+    conn = session(on=cluster(Bucket("default", 1, items, 20, 7)))  # the default collection alone
+    bucket = conn.node.cluster.bucket
+    vb = bucket.vbuckets[0]
+    tombstones = [s for s in range(1, items + 1) if bucket.tombstone(bucket.item(vb, s))]
+    assert len(tombstones) >= 4
+    cut = tombstones[len(tombstones) // 2]  # some tombstones below it, some above
+    bucket.purge(vb, cut)
+    status, got = stream(conn)
+    assert status == "Success"
+    sent = [r["by_seqno"] for r in got if r["opcode"] in ("DCP_DELETION", "DCP_EXPIRATION")]
+    assert sent == [s for s in tombstones if s > cut]
+    assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [
+        s for s in range(1, items + 1) if s not in tombstones]
