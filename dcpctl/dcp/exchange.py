@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Final, Generic, TypeVar
 
+from dcpctl.protocol.registry import ANSWERED_OPCODES, PUSHED_OPCODES, names
+
 # Requests remembered until their response; beyond this many unanswered ones the oldest are forgotten (the
 # session tracker's own bound on requests it pairs is the same order).
 MAX_PENDING: Final = 4096
+# What a producer pushes that no one answers (a stream's items, seqno advances, its end): never waited for, so a
+# stream's flood does not push out the requests of the capture's other connections
+UNANSWERED: Final = names(PUSHED_OPCODES - ANSWERED_OPCODES)
 _OTHER: Final = {"client>server": "server>client", "server>client": "client>server"}
 
 _T = TypeVar("_T")
@@ -29,7 +34,7 @@ class Exchanges(Generic[_T]):
     def asked(self, record: dict[str, Any], decided: _T) -> None:
         """A request's record and what was decided about it (a response's is not kept: it answers one)."""
         offset = record.get("offset")
-        if "status" in record or not isinstance(offset, int):
+        if "status" in record or not isinstance(offset, int) or record.get("opcode") in UNANSWERED:
             return
         if len(self.pending) >= self.limit:
             self.pending.pop(next(iter(self.pending)))

@@ -347,3 +347,35 @@ def test_an_increment_that_must_not_create_says_so_not_a_date(tmp_path: Path) ->
     run = Run(["decode", "-F", "pretty", "--opcode", "INCREMENT", str(_document_operations(tmp_path))])
     assert "expiration=4294967295 (do not create: fails if missing)" in run.out.getvalue()
     assert "2106" not in run.out.getvalue()
+
+
+def test_a_stream_on_another_connection_does_not_push_a_request_out(tmp_path: Path) -> None:
+    """Requests wait for their response in a bounded table: a DCP stream's items on another connection, which
+    no one answers, filled it between an SDK's GET and its answer, and the answer was dropped by --vbucket."""
+    from dcpctl.protocol.encode import encode  # noqa: PLC0415
+    from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
+
+    def packet(**record: object) -> bytes:
+        return encode(record, fix_lengths=True)
+
+    out = io.BytesIO()
+    writer = PcapWriter(out)
+    sdk = TcpConversation(writer, ("127.0.0.1", 50001), ("127.0.0.1", 11210))
+    dcp = TcpConversation(writer, ("127.0.0.1", 50002), ("127.0.0.1", 11210))
+    for conversation in (sdk, dcp):
+        conversation.handshake()
+    sdk.send(True, packet(magic="ClientRequest", opcode="GET", opaque=2, vbucket=5, key="doc2"))
+    items = b"".join(packet(magic="ClientRequest", opcode="DCP_MUTATION", opaque=9, vbucket=7, key=f"k{n}",
+                            value="1", by_seqno=n + 1, rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0,
+                            nru=0) for n in range(5000))
+    dcp.send(False, items)
+    sdk.send(False, packet(magic="ClientResponse", opcode="GET", opaque=2, status="KeyEnoent"))
+    path = tmp_path / "mixed.pcap"
+    path.write_bytes(out.getvalue())
+    run = Run(["decode", "-F", "jsonl", "--vbucket", "5", str(path)])
+    assert [(r["opcode"], r.get("status")) for r in run.records] == [("GET", None), ("GET", "KeyEnoent")]
+    # the summary pairs them through the same table: the answer counts in its request's row
+    table = Run(["decode", "--summary", str(path)]).out.getvalue()
+    cells = [[cell.strip() for cell in line.split("│")[1:4]]
+             for line in table.splitlines() if "127.0.0.1:50001" in line]
+    assert cells == [["127.0.0.1:50001 > 127.0.0.1:11210", "5", "2"]], table
