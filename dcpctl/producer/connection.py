@@ -38,7 +38,7 @@ from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer import errormap, kv, subdoc
 from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, VBucket
-from dcpctl.protocol import build, frameinfo
+from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
     REQUEST_FRAMES,
@@ -240,26 +240,20 @@ class _Stream:
     # DCP_OPEN SkipDeletesInInitialBackfill on a stream from seqno 0: its first (disk) snapshot has no
     # tombstones (kv_engine's backfill without deletes; a stream from any other seqno gets them)
     skip_deletes: bool = False
-    # the vbucket's purge seqno as the first (disk) snapshot began: the tombstones at or below it are purged
-    # from disk, so that snapshot does not have them (reference 9.1: what a rollback to 0 protects against)
-    purged: int = 0
-
-    @property
-    def backfill_without_deletes(self) -> bool:
-        return self.skip_deletes and self.markers == 1
+    # the first (disk) snapshot has no tombstone at or below this seqno, set as it begins: the vbucket's purge
+    # seqno (a purge takes them off disk, reference 9.1), or the snapshot's end with skip_deletes
+    no_tombstones_upto: int = 0
 
     @property
     def plain(self) -> bool:
         """Whether the store's encoded image serves this stream (the fast path)."""
-        return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and (
-            not self.backfill_without_deletes) and not (self.markers == 1 and self.purged) and (
-            not self.encoding.sync_writes)  # prepares count more (_each_item)
+        return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and not (
+            self.markers == 1 and self.no_tombstones_upto) and not self.encoding.sync_writes  # prepares count more
 
     def sees(self, bucket: Bucket, item: Item) -> bool:
         """Whether this stream sends the item."""
         return bucket.visible(item, self.encoding, self.filter_ids) and not (
-            (self.backfill_without_deletes or (self.markers == 1 and item.seqno <= self.purged))
-            and bucket.tombstone(item))
+            self.markers == 1 and item.seqno <= self.no_tombstones_upto and bucket.tombstone(item))
 
 
 @dataclass
@@ -408,8 +402,7 @@ class ProducerConnection:
                value: bytes = b"", **fields: Any) -> None:
         # HELLO Tracing: every response says how long the server took, from the request's receipt (reference
         # 1.4, 2.3: magic AltClientResponse, frame id 0); the bucket's clock, which the tests can set
-        infos = (build.FrameInfo(frameinfo.SERVER_DURATION, frameinfo.encode_micros(
-            (self.node.cluster.bucket.clock() - self.request_started) // 1000).to_bytes(2, "big")),) \
+        infos = (build.server_duration_frame((self.node.cluster.bucket.clock() - self.request_started) // 1000),) \
             if HelloFeature.TRACING in self.features else ()
         self._queue(build.response(msg.opcode, status=status, opaque=msg.opaque, datatype=datatype, key=key,
                                    value=value, frame_infos=infos, **fields))
@@ -641,11 +634,9 @@ class ProducerConnection:
             for vb in bucket.vbuckets:
                 if self._vbucket(vb.vbucket) is None:
                     continue
-                if collection is not None:
-                    seqno = bucket.collection_high_seqno(vb, frozenset({collection}), visible=visible)
-                else:
-                    seqno = bucket.marker_seqnos(vb, vb.high_seqno)[0] if visible else vb.high_seqno
-                entries.append((vb.vbucket, seqno))
+                # no collection: a collections client, whose seqno is the vbucket's high seqno (visible or not)
+                entries.append((vb.vbucket, vb.high_seqno if collection is None else bucket.collection_high_seqno(
+                    vb, frozenset({collection}), visible=visible)))
         self._reply(msg, vbucket_seqnos=entries)
 
     def _active_vbucket(self, msg: Message) -> VBucket | None:
@@ -997,7 +988,7 @@ class ProducerConnection:
                 sent += len(data)
                 stream.snapshot_end = last
                 if not stream.markers:
-                    stream.purged = vb.purge_seqno
+                    stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
                 stream.markers += 1
                 continue
             upto = stream.snapshot_end

@@ -24,6 +24,7 @@ from typing import Any, Final
 from construct import Const, Construct, Container, GreedyRange
 
 from dcpctl.protocol import frameinfo, walk
+from dcpctl.protocol import grammar as g
 from dcpctl.protocol.constants import Magic, Status
 from dcpctl.protocol.message import HEADER
 from dcpctl.protocol.registry import DCP, Dialect, KeyKind, MessageSpec, Variant
@@ -135,6 +136,13 @@ def server_response(opcode: int, *, status: int = Status.SUCCESS, opaque: int = 
 def stream_id_frame(stream_id: int) -> bytes:
     """The frame info that carries a DCP stream id, encoded."""
     return frameinfo.encode_element(frameinfo.DCP_STREAM_ID, _STREAM_ID.pack(stream_id))
+
+
+def server_duration_frame(micros: int) -> FrameInfo:
+    """A response's frame info with the server's receive-to-send time (HELLO Tracing, reference 2.3), its
+    data built by its declared grammar from the duration encoded as kv_engine encodes it."""
+    data = g.server_duration_frame.build({"server_duration_encoded": frameinfo.encode_micros(micros)})
+    return FrameInfo(frameinfo.SERVER_DURATION, data)
 
 
 def _framing(frame_infos: Sequence[FrameInfo], stream_id: int | None) -> bytes:
