@@ -92,11 +92,11 @@ def request(opcode: int, *, vbucket: int = 0, opaque: int = 0, cas: int = 0, dat
             key: bytes = b"", value: bytes = b"", collection_id: int | None = None, stream_id: int | None = None,
             frame_infos: Sequence[FrameInfo] = (), dialect: Dialect = DCP, **fields: FieldValue) -> bytes:
     """A request (magic 0x80, or 0x08 with frame infos): ``stream_id`` adds the DCP stream-id frame info,
-    ``collection_id`` the LEB128 prefix of a document key, or the extras field of that name of a request
-    without one (GET_RANDOM_KEY), as decode names both."""
+    ``collection_id`` the LEB128 prefix of a document key, or the extras or value field of that name of a
+    request without one (GET_RANDOM_KEY, DCP_SYSTEM_EVENT), as decode names both."""
     spec = dialect.spec(Magic.CLIENT_REQUEST, int(opcode))
     if collection_id is not None and spec is not None and not spec.document_key and any(
-            v.layout is not None and "collection_id" in v.layout.names for v in spec.variants):
+            "collection_id" in _field_names(v) for v in spec.variants):
         fields = {**fields, "collection_id": collection_id}
         collection_id = None
     plan = _plan(dialect, Magic.CLIENT_REQUEST, int(opcode), None, tuple(sorted(fields)))
@@ -213,6 +213,15 @@ def _new_plan(dialect: Dialect, magic_class: int, opcode: int, status: int | Non
 def _status_fits(variant: Variant, status: int | None) -> bool:
     return all(status is None or status in (wanted if isinstance(wanted, tuple) else (wanted,))
                for name, wanted in variant.when if name == "status")
+
+
+def _field_names(variant: Variant) -> set[str]:
+    """The names of a row's extras fields and of its value grammars' fields."""
+    names = set(variant.layout.names) if variant.layout is not None else set()
+    grammars = [variant.value_grammar] if variant.value_grammar is not None else []
+    for grammar in [*grammars, *variant.value_grammars.values()]:
+        names.update(name for name, _ in walk.top_fields(grammar))
+    return names
 
 
 def _grammar_for(variant: Variant, names: set[str]) -> Construct | None:

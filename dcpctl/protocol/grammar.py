@@ -10,16 +10,21 @@ from __future__ import annotations
 from construct import (
     Bytes,
     Const,
+    Flag,
     GreedyRange,
     Int8ub,
     Int16ub,
     Int32ub,
+    Int32ul,
     Int64ub,
+    Int64ul,
     StringEncoded,
     Struct,
     VarInt,
     this,
 )
+
+from dcpctl.protocol.flat import FlatString, FlatTable
 
 # --- 1. headers -------------------------------------------------------------------------------------
 request_header = Struct(
@@ -186,6 +191,26 @@ begin_collection_v1_value = Struct(
 end_collection_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub, "collection_id" / Int32ub)
 create_scope_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
 drop_scope_value = Struct("manifest_uid" / Int64ub, "scope_id" / Int32ub)
+# Version 2 (DCP_CONTROL flatbuffers_system_events): FlatBuffers tables, little-endian, slots in the order of
+# kv_engine's events.fbs (Collection for a create, a flush and a modify); a field that says what a version-0
+# field says has its name ("uid" is the manifest uid).
+collection_v2_value = FlatTable(
+    "manifest_uid" / Int64ul,
+    "scope_id" / Int32ul,
+    "collection_id" / Int32ul,
+    "ttl_valid" / Flag,
+    "max_ttl" / Int32ul,
+    "name" / FlatString,
+    "history" / Flag,  # 7.2
+    "default_collection_mvs" / Int64ul,  # 7.2.4
+    "metered" / Flag,  # 7.6
+    "flush_uid" / Int64ul,  # 8.0
+)
+dropped_collection_v2_value = FlatTable(
+    "manifest_uid" / Int64ul, "scope_id" / Int32ul, "collection_id" / Int32ul, "system_collection" / Flag
+)
+scope_v2_value = FlatTable("manifest_uid" / Int64ul, "scope_id" / Int32ul, "name" / FlatString)
+dropped_scope_v2_value = FlatTable("manifest_uid" / Int64ul, "scope_id" / Int32ul, "system_scope" / Flag)
 cache_transfer_record = Struct(
     "cas" / Int64ub,
     "by_seqno" / Int64ub,

@@ -1024,7 +1024,7 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
     if grammar is None:
         if msg.opcode == Opcode.DCP_SYSTEM_EVENT:
             return None, False, diagnostic("unknown_system_event", "system event id/version without a declared "
-                                           "value layout (version 2 is FlatBuffers); value kept raw", start,
+                                           "value layout; value kept raw", start,
                                            len(value))
         return None, False, diagnostic("illegal_value_length", f"no value layout of {variant.name} has "
                                        f"{len(value)} bytes", start, len(value))

@@ -3,7 +3,7 @@
 These are the derivations house rule 1 asks for: given a declaration, produce what a renderer or an encoder
 needs without restating the layout. Supported building blocks are the ones ``grammar.py`` uses: Struct,
 GreedyRange, FormatField integers, VarInt (unsigned LEB128), Bytes, StringEncoded (UTF-8 text of a given length)
-and Const (through Renamed wrappers).
+and Const (through Renamed wrappers), and ``flat.FlatTable`` (a Struct read through offsets, not in order).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from construct import (
     Const,
     Construct,
     Container,
+    Flag,
     FormatField,
     GreedyRange,
     Renamed,
@@ -27,6 +28,7 @@ from construct import (
 )
 
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUSES, Vocabulary
+from dcpctl.protocol.flat import FlatTable
 
 # Grammar fields whose JSON form is a list of names rather than numbers.
 NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
@@ -70,6 +72,9 @@ def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
 def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
     """The inverse of :func:`to_json`, ready for ``grammar.build``."""
     inner = unwrap(grammar)
+    if isinstance(inner, FlatTable):  # a slot left out takes its default
+        return Container((sub.name, from_json(sub, data[sub.name], sub.name) if data.get(sub.name) is not None
+                          else None) for sub in inner.subcons)
     if isinstance(inner, Struct):
         out = Container()
         for sub in inner.subcons:
@@ -126,6 +131,11 @@ def spans(grammar: Construct, data: bytes, base: int = 0, prefix: str = "") -> I
 def _spans(grammar: Construct, stream: io.BytesIO, context: Container, base: int,
            prefix: str) -> Iterator[Span]:
     inner = unwrap(grammar)
+    if isinstance(inner, FlatTable):  # read through offsets: its slots and structure in the order of the bytes
+        start = stream.tell()
+        yield from (Span(f"{prefix}.{name}" if prefix else name, base + start + at, size, value)
+                    for at, size, name, value in inner.parts(stream.read()))
+        return
     if isinstance(inner, Struct):
         ctx = Container(_=context)
         for sub in inner.subcons:
@@ -188,6 +198,8 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
             out.append((sub.name, "str" if sub.name in NAMED_FIELDS else f"u{8 * leaf.length}"))
         elif isinstance(leaf, Const):
             out.append((sub.name, f"u{8 * int(leaf.sizeof())}"))
+        elif leaf is Flag:
+            out.append((sub.name, "bool"))
         elif isinstance(leaf, StringEncoded):
             out.append((sub.name, "str"))
         elif leaf is VarInt:

@@ -485,6 +485,10 @@ class Redactor:
                 else:
                     out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
                 changed = True
+            elif name == "name" and span.length and (self.policy.hash_names or self.addresses is not None):
+                # a version-2 system event's collection or scope name, as its key is: in place, the same length
+                part = value[span.offset:span.offset + span.length]
+                out[span.offset:span.offset + span.length] = self._named(part, Content.NAME)
             elif name == "path" and span.length:  # a multi-path spec's path: the JSON names it holds
                 out[span.offset:span.offset + span.length] = self.path(value[span.offset:span.offset + span.length],
                                                                        flags)

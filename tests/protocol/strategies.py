@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from construct import Bytes, Const, Construct, FormatField, GreedyRange, StringEncoded, Struct
+from construct import Bytes, Const, Construct, Flag, FormatField, GreedyRange, StringEncoded, Struct
 from hypothesis import strategies as st
 
 from dcpctl.protocol.constants import MAGICS, RESPONSE_MAGICS, STATUSES
@@ -46,6 +46,10 @@ def grammar_values(grammar: Construct) -> st.SearchStrategy[Any]:
         return st.integers(min_value=0, max_value=(1 << (8 * inner.length)) - 1)
     if isinstance(inner, Bytes):
         return st.binary(min_size=inner.sizeof(), max_size=inner.sizeof()).map(bytes.hex)
+    if inner is Flag:
+        return st.booleans()
+    if isinstance(inner, StringEncoded):  # a FlatBuffers string slot: left out (None) or any text
+        return st.none() | st.text(max_size=20)
     raise TypeError(f"no strategy for {inner!r}")
 
 

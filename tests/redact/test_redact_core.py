@@ -385,6 +385,35 @@ def test_hash_names_hashes_names_in_values_too() -> None:
     assert b"bob" not in users
 
 
+def _collection_event(version: int) -> bytes:
+    fields = {"manifest_uid": 0x1F, "scope_id": 8, "collection_id": 9}
+    if version == 2:
+        fields |= {"ttl_valid": True, "max_ttl": 60, "name": "orders", "history": True,
+                   "default_collection_mvs": 0, "metered": False, "flush_uid": 0}
+    return build.request(Opcode.DCP_SYSTEM_EVENT, vbucket=3, key=b"orders", by_seqno=4, event_id=0,
+                         event_version=version, **fields)
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_a_collection_event_keeps_its_ids_and_its_name_unless_names_are_hashed(version: int) -> None:
+    """A BeginCollection event, legacy or FlatBuffers: the manifest uid, scope and collection ids always
+    stay; its name, in the key and (version 2) in the table, is kept, or hashed to one placeholder."""
+    raw = _collection_event(version)
+    assert Redactor(b"salt").message(decode(raw, 0, DecodeOptions(collections=True))) == raw
+    redactor = Redactor(b"salt", Policy(hash_names=True))
+    out = redactor.message(decode(raw, 0, DecodeOptions(collections=True)))
+    assert len(out) == len(raw)
+    assert b"orders" not in out
+    seen = decode(out, 0, DecodeOptions(collections=True))
+    assert not seen.diagnostics
+    fields = seen.value_fields
+    assert (fields["manifest_uid"], fields["scope_id"], fields["collection_id"]) == (0x1F, 8, 9)
+    assert seen.key == redactor.name(b"orders")
+    if version == 2:
+        assert fields["name"].encode() == seen.key
+        assert (fields["ttl_valid"], fields["max_ttl"], fields["history"]) == (True, 60, True)
+
+
 @pytest.mark.parametrize("opcode", [Opcode.GET, Opcode.GET_CLUSTER_CONFIG])
 def test_hash_names_hashes_the_user_a_request_impersonates(opcode: int) -> None:
     # frame info 4: the user a request acts for (``^name``: an external user), kept in clear by default
