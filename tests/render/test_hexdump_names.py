@@ -114,3 +114,21 @@ def test_flags_and_codes_are_named_as_pretty_names_them(msg: Message) -> None:
 def test_the_comparison_sees_flags_and_stream_end_statuses() -> None:
     named = {name for msg in _session_messages() for name in _pretty_names(msg)}
     assert {"flags", "snapshot_flags", "stream_end_status"} <= named
+
+
+def test_a_flatbuffers_table_is_annotated_byte_for_byte_in_the_order_of_its_bytes() -> None:
+    """A version-2 system event: every byte of its table is on one annotation line (fields and structure, none
+    called trailing), in offset order, and a little-endian slot shows its bytes without the 0x of a number."""
+    vector = next(v for v in all_vectors() if v.name == "begin_collection_v2")
+    msg = _vector_message(vector)
+    value = [s for s in spans(msg, walk_limit=MAX_FIELD_BYTES) if s.section == "value"]
+    assert [s.offset for s in value] == sorted(s.offset for s in value)
+    assert sum(s.length for s in value) == len(msg.value)
+    assert value[0].offset == msg.value_offset
+    assert {"_root_offset", "_vtable", "_vtable_offset", "_name_offset", "_name_length", "name",
+            "collection_id"} <= {s.name for s in value}
+    assert "value_trailing" not in {s.name for s in value}
+    text = hexdump.render(msg, MAX_FIELD_BYTES).plain
+    scope = next(s for s in value if s.name == "scope_id")
+    assert re.search(r"scope_id +\(\d+-\d+\) +: 08000000 \(8\)", _annotation(text, scope))
+    assert re.search(r"by_seqno +\(24-31\) +: 0x0000000000000005 \(5\)", text)
