@@ -46,7 +46,7 @@ from dcpctl.dcp.rollback import (
 )
 from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
-from dcpctl.protocol import build, grammar
+from dcpctl.protocol import build, grammar, stream_request_value
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
@@ -210,13 +210,14 @@ class _SeqnoShapes(dict[int, bool]):
 
 class Consumer:
     """See the module docstring. ``framer`` may already hold bytes read after the bootstrap; ``value`` is
-    the stream requests' JSON value (collections, stream id); ``quiet``: nobody reads the messages (--summary
+    the stream requests' JSON value (collections, stream id), to which ``purge_seqnos`` adds a vbucket's
+    purge seqno when its position has one; ``quiet``: nobody reads the messages (--summary
     alone), items are counted from their headers; ``lines``: plain items are given back as that maker renders
     them."""
 
     def __init__(self, progress: Progress, *, options: DecodeOptions, label: str = "server",
                  connection: str = "", framer: Framer | None = None, buffer_size: int = 0,
-                 on_rollback: str = "follow", value: bytes = b"", quiet: bool = False,
+                 on_rollback: str = "follow", value: bytes = b"", purge_seqnos: bool = False, quiet: bool = False,
                  lines: LineMaker | None = None, tracker: ConnectionTracker | None = None) -> None:
         self.progress = progress
         self.options = options
@@ -225,6 +226,7 @@ class Consumer:
         self.half = buffer_size // 2  # acknowledged when this much of the window is used
         self.on_rollback = on_rollback
         self.value = value
+        self.purge_seqnos = purge_seqnos  # the server takes purge_seqno in the value (max_marker_version 2.2)
         self.quiet = quiet
         if tracker is None:
             tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
@@ -299,7 +301,10 @@ class Consumer:
         request = StreamRequest(position.seqno, position.vbucket_uuid, snap_start, snap_end, end)
         progress.opaque += 1
         opaque = progress.opaque
-        data = build.request(Opcode.DCP_STREAM_REQ, opaque=opaque, vbucket=vbucket, value=self.value, flags=0,
+        value = self.value
+        if self.purge_seqnos and position.purge_seqno is not None:
+            value = stream_request_value.with_purge_seqno(value, position.purge_seqno)
+        data = build.request(Opcode.DCP_STREAM_REQ, opaque=opaque, vbucket=vbucket, value=value, flags=0,
                              reserved=0, start_seqno=request.start_seqno, end_seqno=end,
                              vbucket_uuid=request.vbucket_uuid, snap_start_seqno=snap_start,
                              snap_end_seqno=snap_end)
@@ -408,6 +413,9 @@ class Consumer:
             start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")  # extras, or a v2.x value
             position.snap_start_seqno = position.seqno if start is None else int(start)
             position.snap_end_seqno = position.seqno if end is None else int(end)
+            purge = msg.field("purge_seqno")  # a v2.2 marker's (a disk snapshot's): what a resume sends back
+            if purge is not None:
+                position.purge_seqno = int(purge)
             return seen
         if opcode == STREAM_END:
             self._stream_end(stream, int((msg.extras or {}).get("stream_end_status", 0)))

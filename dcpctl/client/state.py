@@ -2,8 +2,11 @@
 
 Format (JSON, documented in dcpctl-stream(1)):
 ``{"version": 1, "bucket": B, "vbuckets": {"<vb>": {"vbucket_uuid", "seqno", "snap_start_seqno",
-"snap_end_seqno", "failover_log": [{"vbucket_uuid", "seqno"}, ...]}}}``. ``seqno`` is the last item
-delivered to the output, so a resume asks from it and every item arrives exactly once. Writes go to a
+"snap_end_seqno", "failover_log": [{"vbucket_uuid", "seqno"}, ...], "purge_seqno"}}}``. ``seqno`` is the last
+item delivered to the output, so a resume asks from it and every item arrives exactly once. ``purge_seqno``,
+there once a v2.2 marker gave one, is the server's purge seqno as the stream last saw it: a resume sends it
+back, so that a start below it is no reason to roll back to 0 while the server has purged nothing since
+(reference 9). A file without it (an older dcpctl's) reads as before, and an older dcpctl ignores it. Writes go to a
 temporary file in the same directory, are flushed and fsynced, then renamed over the old file: a crash
 leaves the old state or the new one, never half of either. A symlink is written through: the temporary
 file goes in its target's directory and replaces the target, the link kept. A file that cannot be read or
@@ -54,10 +57,14 @@ class VbucketPosition:
     snap_start_seqno: int = 0
     snap_end_seqno: int = 0
     failover_log: list[FailoverEntry] = field(default_factory=list)
+    purge_seqno: int | None = None  # of the last v2.2 marker the stream had (see the module docstring)
 
     def to_json(self) -> dict[str, Any]:
-        return {"vbucket_uuid": self.vbucket_uuid, "seqno": self.seqno, "snap_start_seqno": self.snap_start_seqno,
-                "snap_end_seqno": self.snap_end_seqno, "failover_log": [e.to_json() for e in self.failover_log]}
+        out = {"vbucket_uuid": self.vbucket_uuid, "seqno": self.seqno, "snap_start_seqno": self.snap_start_seqno,
+               "snap_end_seqno": self.snap_end_seqno, "failover_log": [e.to_json() for e in self.failover_log]}
+        if self.purge_seqno is not None:
+            out["purge_seqno"] = self.purge_seqno
+        return out
 
     def resume_snapshot(self) -> tuple[int, int]:
         """The snapshot to ask with: the current one if the seqno is inside it, else (seqno, seqno)."""
@@ -124,7 +131,8 @@ def load(path: Path, bucket: str) -> State:
             state.vbuckets[_vbucket(vb)] = VbucketPosition(
                 _u64(pos["vbucket_uuid"]), _u64(pos["seqno"]), _u64(pos["snap_start_seqno"]),
                 _u64(pos["snap_end_seqno"]),
-                [FailoverEntry(_u64(e["vbucket_uuid"]), _u64(e["seqno"])) for e in pos.get("failover_log", [])])
+                [FailoverEntry(_u64(e["vbucket_uuid"]), _u64(e["seqno"])) for e in pos.get("failover_log", [])],
+                _u64(pos["purge_seqno"]) if pos.get("purge_seqno") is not None else None)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         if isinstance(exc, StateError):
             raise

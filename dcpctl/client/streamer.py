@@ -76,6 +76,9 @@ SAVE_EVERY_ITEMS: Final = 100_000
 WAKE_EVERY: Final = 0.25  # seconds the loop waits for the network at most: how soon a Ctrl-C stop is seen
 DEFAULT_BUFFER: Final = DEFAULT_WINDOW  # connection_buffer_size
 DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
+# v2.2 markers give a disk snapshot's purge seqno, which a resume sends back in its stream request: without
+# it, a start below the purge seqno rolls back to 0 even when the server has purged nothing since (8.0+).
+MAX_MARKER_VERSION: Final = "2.2"
 # A vbucket asked again (NotMyVbucket, not listed, a stream that ended) this many times in a row without its
 # stream opening is given up on: the cluster map keeps pointing at a node that does not have it. A stream that
 # opens starts the count again: a vbucket that moves often (rebalances, failovers) is no fault of the map's.
@@ -219,8 +222,9 @@ class Streamer:
             conn = self._connect(*address)
             try:
                 unlisted = self._prepare(conn, vbuckets)
+                purge_seqnos = False
                 if len(unlisted) < len(vbuckets):
-                    self._dcp_open(conn)
+                    purge_seqnos = self._dcp_open(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -228,7 +232,8 @@ class Streamer:
                 consumer = Consumer(self.progress, options=conn.options, label=conn.label,
                                     connection=conn.connection, framer=conn.framer,
                                     buffer_size=self.options.buffer_size, on_rollback=self.options.on_rollback,
-                                    value=self._value, quiet=self._quiet, lines=self._lines)
+                                    value=self._value, purge_seqnos=purge_seqnos, quiet=self._quiet,
+                                    lines=self._lines)
                 node = self.nodes[address] = _Node(conn, consumer, last_heard=time.monotonic())
             else:  # nothing to stream from it: no DCP connection that would only wait for noops
                 conn.close()
@@ -301,7 +306,9 @@ class Streamer:
     def _failover_log(self, conn: Connection, vb: int) -> list[FailoverEntry]:
         return failover_entries(conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}", vbucket=vb))
 
-    def _dcp_open(self, conn: Connection) -> None:
+    def _dcp_open(self, conn: Connection) -> bool:
+        """DCP_OPEN and the controls; returns whether the server sends v2.2 markers (max_marker_version),
+        and so reads a stream request's purge_seqno."""
         options = self.options
         flags = DcpOpenFlag.PRODUCER | DcpOpenFlag.INCLUDE_DELETE_TIMES
         if options.xattrs:
@@ -318,8 +325,18 @@ class Streamer:
         controls.update(options.controls)
         for key, value in controls.items():
             conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
+        markers = controls.get("max_marker_version")
+        if markers is None and conn.options.collections:
+            # asked unless --control says otherwise: a server before 8.0 refuses it (Einval, or NotSupported
+            # without Collections), and streams as before without purge_seqno
+            markers = MAX_MARKER_VERSION
+            reply = conn.call(Opcode.DCP_CONTROL, f"DCP_CONTROL max_marker_version={markers}",
+                              key=b"max_marker_version", value=markers.encode())
+            if reply.status != Status.SUCCESS:
+                markers = None
         # stream data may now come while a call waits (a rollback asks for the failover log): its window
         conn.queue_limit = queue_limit(options.buffer_size, conn.framer.max_body_length)
+        return markers == MAX_MARKER_VERSION
 
     def _active(self) -> bool:
         return bool(self._retry_at) or any(node.consumer.active for node in self.nodes.values())
