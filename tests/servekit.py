@@ -33,6 +33,7 @@ class Server:
         assert self.process.stdout is not None
         self.ports: list[int] = []
         self.tls_ports: list[int] = []
+        self.banner = ""  # the line after the ports: the bucket, its vbuckets and items, the login
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             line = self.process.stdout.readline()
@@ -44,6 +45,7 @@ class Server:
                 if found.group(2):
                     self.tls_ports.append(int(found.group(2)))
             elif "vbuckets" in line:
+                self.banner = line
                 return
         raise RuntimeError("dcpctl serve did not start")
 

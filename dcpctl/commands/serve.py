@@ -24,7 +24,7 @@ from dcpctl.producer import scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
-from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest
+from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest, memcached_max_ttl
 from dcpctl.safetext import shown
 
 # The highest TCP port: node i listens on the first port + i, so the last node's port must not pass it.
@@ -172,7 +172,7 @@ async def _serve(emulator: Emulator, out: Any, tls: bool, login: str) -> None:
         out.write(line + "\n")
     where = ", loopback only" if all(_loopback(host) for host, _ in addresses) else ""
     out.write(f"dcpctl serve: bucket {emulator.bucket.name!r}, {len(emulator.bucket.vbuckets)} vbuckets, "
-              f"{sum(vb.high_seqno for vb in emulator.bucket.vbuckets)} items; {login}{where}. {DEV_NOTE}\n")
+              f"{_items(emulator.bucket)} items; {login}{where}. {DEV_NOTE}\n")
     out.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -182,6 +182,11 @@ async def _serve(emulator: Emulator, out: Any, tls: bool, login: str) -> None:
     await stop.wait()
     ticker.cancel()
     emulator.close()
+
+
+def _items(bucket: Bucket) -> int:
+    """The items the vbuckets hold: their seqnos less the manifest's system events that open each history."""
+    return sum(vb.high_seqno - len(bucket.events) for vb in bucket.vbuckets)
 
 
 def _loopback(host: str) -> bool:
@@ -209,7 +214,9 @@ def _load(path: Path, store: Bucket, max_item_size: int) -> None:
 
 
 def _manifest(path: Path) -> Manifest:
-    """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings)."""
+    """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings, a collection's
+    optional maxTTL as ns_server writes it); one kv_engine would refuse (no default scope, the default
+    collection elsewhere) is refused."""
     try:
         data = orjson.loads(path.read_bytes())  # bounded nesting
         manifest = Manifest(_uid(data.get("uid", "0"), 64), {}, {})
@@ -217,7 +224,11 @@ def _manifest(path: Path) -> Manifest:
             scope_id = _uid(scope["uid"])
             manifest.scopes[scope_id] = str(scope["name"])
             for collection in scope.get("collections", []):
-                manifest.collections[_uid(collection["uid"])] = (scope_id, str(collection["name"]))
+                collection_id = _uid(collection["uid"])
+                manifest.collections[collection_id] = (scope_id, str(collection["name"]))
+                max_ttl = memcached_max_ttl(collection.get("maxTTL", 0))
+                if max_ttl is not None:
+                    manifest.max_ttls[collection_id] = max_ttl
     except OSError as exc:
         raise CommandError(file_error(f"--collections: {path}", exc), ExitCode.INPUT) from None
     except json.JSONDecodeError as exc:  # orjson's, with the position
@@ -227,6 +238,9 @@ def _manifest(path: Path) -> Manifest:
                            ExitCode.INPUT) from None
     if not manifest.collections:
         raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)
+    refused = manifest.refusal()
+    if refused is not None:
+        raise CommandError(f"--collections: {path}: not a collections manifest ({refused})", ExitCode.INPUT)
     return manifest
 
 

@@ -227,7 +227,8 @@ class _Stream:
     next_seqno: int  # the next seqno to consider
     end_seqno: int
     encoding: Encoding
-    filter_ids: frozenset[int] | None
+    filter_ids: frozenset[int] | None  # a filtered stream's collections (None: every collection)
+    filter_scope: int | None = None  # a scope filter's scope: its scope's system events go out too
     snapshot_end: int = -1  # the last marker's end; items up to it may go out
     markers: int = 0
     items: int = 0
@@ -251,9 +252,13 @@ class _Stream:
             self.markers == 1 and self.no_tombstones_upto) and not self.encoding.sync_writes  # prepares count more
 
     def sees(self, bucket: Bucket, item: Item) -> bool:
-        """Whether this stream sends the item."""
-        return bucket.visible(item, self.encoding, self.filter_ids) and not (
-            self.markers == 1 and item.seqno <= self.no_tombstones_upto and bucket.tombstone(item))
+        """Whether this stream sends the item: not a tombstone its disk snapshot leaves out (every one with
+        skip_deletes, else those the purge took off disk)."""
+        if not bucket.visible(item, self.encoding, self.filter_ids, self.filter_scope):
+            return False
+        if self.markers != 1 or item.seqno > self.no_tombstones_upto:
+            return True
+        return not (bucket.tombstone(item) if self.skip_deletes else bucket.purgeable(item))
 
 
 @dataclass
@@ -328,7 +333,8 @@ class ProducerConnection:
                         expiry_opcode=self.controls.get("enable_expiry_opcode") == "true",
                         no_value=bool(flags & (DcpOpenFlag.NO_VALUE | DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE)),
                         underlying_datatype=bool(flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE),
-                        compressed=self.controls.get("force_value_compression") == "true")
+                        compressed=self.controls.get("force_value_compression") == "true",
+                        flatbuffers_system_events=self.controls.get("flatbuffers_system_events") == "true")
 
     # --- input ------------------------------------------------------------------------------------
     def receive(self, data: bytes, now: float) -> None:
@@ -774,7 +780,7 @@ class ProducerConnection:
                                                           | StreamRequestFlag.CACHE_TRANSFER):
             self._reply(msg, Status.EINVAL)
             return
-        filter_answer, filter_ids, stream_id, purge = self._filter(msg)
+        filter_answer, filter_ids, filter_scope, stream_id, purge = self._filter(msg)
         req = StreamRequest(extras["start_seqno"], extras["vbucket_uuid"], extras["snap_start_seqno"],
                             extras["snap_end_seqno"], extras["end_seqno"], flags, purge)
         number = msg.vbucket_or_status
@@ -802,6 +808,7 @@ class ProducerConnection:
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
         stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
+                         filter_scope,
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
                          skip_deletes=start == 0 and bool(
                              (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL))
@@ -809,51 +816,49 @@ class ProducerConnection:
             stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
 
-    def _filter(self, msg: Message) -> tuple[Answer | None, frozenset[int] | None, int, int | None]:
-        """The value's verdict (reference 3.4.4 and 9.3 step 6): answer, collection filter, sid, purge."""
+    def _filter(self, msg: Message) -> tuple[Answer | None, frozenset[int] | None, int | None, int, int | None]:
+        """The value's verdict (reference 3.4.4 and 9.3 step 6): answer, collection filter, scope filter, sid,
+        purge."""
         bucket = self.node.cluster.bucket
         frame_sid = msg.stream_id
         if not msg.value:
             if self.stream_ids:
-                return Answer("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required"), \
-                    None, 0, None
+                return _refused("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required")
             if frame_sid is not None:
-                return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
+                return _refused("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id")
             if not self.collections and DEFAULT_COLLECTION not in bucket.manifest.collections:
                 # a legacy stream is the default collection's: once dropped there is nothing to stream (3.4.4)
-                return Answer("UnknownCollection", "unknown_collection", "the default collection was dropped"), \
-                    None, 0, None
-            return None, None, 0, None
+                return _refused("UnknownCollection", "unknown_collection", "the default collection was dropped")
+            return None, None, None, 0, None
         _, diags = srv.validate(msg.value)
         if any(d.name not in IGNORED_VALUE_DIAGNOSTICS for d in diags):
             if any(d.name == "stream_request_sid_invalid" for d in diags):
-                return Answer("DcpStreamIdInvalid", "sid_invalid", diags[0].message), None, 0, None
-            return Answer("Einval", "bad_value", diags[0].message), None, 0, None
+                return _refused("DcpStreamIdInvalid", "sid_invalid", diags[0].message)
+            return _refused("Einval", "bad_value", diags[0].message)
         value = msg.stream_request_value
         if value is None:  # not a stream request's JSON value: validate() said so already, this is the type's
-            return Answer("Einval", "bad_value", "the value is not a JSON object"), None, 0, None
+            return _refused("Einval", "bad_value", "the value is not a JSON object")
         sid = value.sid or 0
         if sid and not self.stream_ids:
-            return Answer("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id"), None, 0, None
+            return _refused("DcpStreamIdInvalid", "sid_unexpected", "a sid without enable_stream_id")
         if not sid and self.stream_ids:
-            return Answer("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required"), \
-                None, 0, None
+            return _refused("DcpStreamIdInvalid", "sid_missing", "stream ids are enabled: a sid is required")
         ids: frozenset[int] | None = None
+        scope: int | None = None
         if value.collections is not None:
             ids = frozenset(value.collections)
             unknown = ids - set(bucket.manifest.collections)
             if unknown:
-                return Answer("UnknownCollection", "unknown_collection", f"collection {min(unknown):x}"), \
-                    None, sid, None
+                return _refused("UnknownCollection", "unknown_collection", f"collection {min(unknown):x}", sid)
         elif value.scope is not None:
             scope = value.scope
             if scope not in bucket.manifest.scopes:
-                return Answer("UnknownScope", "unknown_scope", f"scope {scope:x}"), None, sid, None
+                return _refused("UnknownScope", "unknown_scope", f"scope {scope:x}", sid)
             ids = frozenset(c for c, (s, _) in bucket.manifest.collections.items() if s == scope)
         if ids is not None and self.controls.get("enable_sync_writes") == "true":
-            return Answer("NotSupported", "filtered_sync_writes", "a collection or scope filter cannot be "
-                          "combined with enable_sync_writes"), None, sid, None
-        return None, ids, sid, value.purge_seqno
+            return _refused("NotSupported", "filtered_sync_writes", "a collection or scope filter cannot be "
+                            "combined with enable_sync_writes", sid)
+        return None, ids, scope, sid, value.purge_seqno
 
     def _close_stream(self, msg: Message) -> None:
         sid = msg.stream_id or 0
@@ -1075,6 +1080,11 @@ class ProducerConnection:
             self.stats["items"] += 1
             self.stats["bytes"] += len(data)
         return sent
+
+
+def _refused(status: str, rule: str, reason: str, sid: int = 0) -> tuple[Answer, None, None, int, None]:
+    """A stream request's value the server refuses: the answer, no filter, the sid it named."""
+    return Answer(status, rule, reason), None, None, sid, None
 
 
 def _json(value: Any) -> bytes:

@@ -426,12 +426,14 @@ def _get_scope_id(conn: ProducerConnection, msg: Message) -> None:
 
 
 def manifest_json(conn: ProducerConnection) -> dict[str, Any]:
-    """The manifest as COLLECTIONS_GET_MANIFEST returns it (uids in hex, as ns_server writes them)."""
+    """The manifest as COLLECTIONS_GET_MANIFEST returns it (uids in hex, as ns_server writes them; a maxTTL
+    only where the collection has one, in memcached's seconds, as kv_engine's Manifest::toJson)."""
     manifest = conn.node.cluster.bucket.manifest
     return {"uid": f"{manifest.uid:x}", "scopes": [
         {"name": name, "uid": f"{scope_id:x}",
-         "collections": [{"name": cname, "uid": f"{cid:x}"} for cid, (sid, cname) in
-                         sorted(manifest.collections.items()) if sid == scope_id]}
+         "collections": [{"name": cname, "uid": f"{cid:x}",
+                          **({"maxTTL": manifest.max_ttls[cid]} if cid in manifest.max_ttls else {})}
+                         for cid, (sid, cname) in sorted(manifest.collections.items()) if sid == scope_id]}
         for scope_id, name in sorted(manifest.scopes.items())]}
 
 

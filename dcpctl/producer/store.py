@@ -17,6 +17,15 @@ that seqno (``VBucket.written``), so every stream sees it as it sees generated i
 later ones only the seqnos added since (``--mutation-rate``), so the generated items are the initial content.
 The scan keeps only the newest seqno of each generated key (``VBucket.generated``, from the hash alone: no
 value is built); a generated document is made from its item when it is read.
+
+System events. A vbucket is created with the epoch manifest (the default scope and collection, uid 0) and
+``--collections`` is applied to it before anything is written, so its history opens with the system events
+kv_engine queues for that change (:func:`manifest_events`, reference 3.16) at seqnos 1..k, and the generated
+items follow at k+1..k+count: the item at a seqno stays the same function of the seqno, and only a bucket
+with a manifest has k > 0. Events are items of the system-event namespace (``SYSTEM_EVENT_COLLECTION``, as
+kv_engine keys them), so streams, snapshots, high seqnos and the encoded image treat them as any item of their
+seqno, while no collection's documents and no key index holds them. A dropped collection's or scope's event is
+a tombstone (kv_engine stores it deleted), though the default collection's drop is never purged.
 """
 
 from __future__ import annotations
@@ -28,11 +37,11 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from dcpctl.dcp.rollback import FailoverEntry, VbucketState
 from dcpctl.protocol import build
-from dcpctl.protocol.constants import DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode
+from dcpctl.protocol.constants import DATATYPE_SNAPPY, DATATYPE_XATTR, Magic, Opcode, SystemEventId
 from dcpctl.protocol.value import leb128_encode, parse_xattrs, snappy_compress
 
 MUTATION: Final = Opcode.DCP_MUTATION
@@ -41,6 +50,7 @@ EXPIRATION: Final = Opcode.DCP_EXPIRATION
 PREPARE: Final = Opcode.DCP_PREPARE  # a durable write: its prepare, then at the next seqno its commit
 COMMIT: Final = Opcode.DCP_COMMIT
 ABORT: Final = Opcode.DCP_ABORT  # a prepare no majority acknowledged before its durability timeout
+SYSTEM_EVENT: Final = Opcode.DCP_SYSTEM_EVENT  # a change of the vbucket's collections manifest (reference 3.16)
 _NOT_VISIBLE: Final = frozenset({PREPARE, ABORT})  # items a snapshot's max visible seqno skips
 _SYNC_ONLY: Final = frozenset({PREPARE, ABORT})  # items only streams with enable_sync_writes see
 # kv_engine's durability timeout for a synchronous write whose request names none (the
@@ -54,6 +64,20 @@ DEFAULT_MEMORY_QUOTA: Final = 256 * 1024 * 1024
 # What a kept write costs beyond its key and value: its Item and Document objects and their index entries.
 WRITE_OVERHEAD: Final = 600
 DEFAULT_COLLECTION: Final = 0
+DEFAULT_SCOPE: Final = 0
+# The collection id kv_engine keys system events under (CollectionID::SystemEvent): never a user collection's
+# (theirs start at 8), so an event is never taken for a document of the collection it is about.
+SYSTEM_EVENT_COLLECTION: Final = 1
+# A collection's maxTTL in ns_server's manifest JSON (collections.erl, 7.6 on): 0 defers to the bucket's, -1
+# never expires, else seconds up to kv_engine's limit (a signed 32-bit number, Collections::Manifest).
+MAX_TTL_OF_BUCKET: Final = 0
+MAX_TTL_NEVER: Final = -1
+MAX_TTL_LIMIT: Final = (1 << 31) - 1
+# A system event's value layouts (reference 3.16): 0 the legacy one, 1 BeginCollection with a maxTTL, 2 a
+# FlatBuffers table of kv_engine's events.fbs.
+EVENT_VERSION_0: Final = 0
+EVENT_VERSION_MAX_TTL: Final = 1
+EVENT_VERSION_FLATBUFFERS: Final = 2
 # Deletions and expirations among generated items: one in DELETE_EVERY and one in EXPIRE_EVERY seqnos
 # (by a hash, so they are spread), enough for a consumer to meet both without drowning the mutations.
 DELETE_EVERY: Final = 23
@@ -84,7 +108,7 @@ RELATIVE_EXPIRY_LIMIT: Final = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class Item:
-    opcode: int  # MUTATION, DELETION or EXPIRATION; a durable write's PREPARE and its COMMIT or ABORT
+    opcode: int  # MUTATION, DELETION, EXPIRATION, SYSTEM_EVENT; a durable write's PREPARE, its COMMIT or ABORT
     vbucket: int
     seqno: int
     key: bytes
@@ -95,9 +119,29 @@ class Item:
     datatype: int
     flags: int = 0  # a written document's user flags and absolute expiry (generated items have none)
     expiry: int = 0
-    deleted: bool = False  # a PREPARE or COMMIT of a deletion
+    deleted: bool = False  # a PREPARE or COMMIT of a deletion; a SYSTEM_EVENT of a drop
     durability_level: int = 0  # a PREPARE's
     prepared_seqno: int = 0  # a COMMIT's or ABORT's
+    event: SystemEvent | None = None  # a SYSTEM_EVENT's
+
+
+@dataclass(frozen=True)
+class SystemEvent:
+    """One change of a vbucket's collections manifest, as kv_engine queues it: the scope and, for a collection
+    event, the collection it is about; the name it is keyed by (empty for a drop); the manifest uid its value
+    carries; a created collection's maxTTL in seconds (None: it has none)."""
+
+    event_id: SystemEventId
+    scope_id: int
+    collection_id: int | None
+    name: bytes
+    manifest_uid: int
+    max_ttl: int | None = None
+
+    @property
+    def dropped(self) -> bool:
+        """A drop, which kv_engine stores as a deleted item: a tombstone."""
+        return self.event_id in (SystemEventId.END_COLLECTION, SystemEventId.DROP_SCOPE)
 
 
 @dataclass
@@ -130,6 +174,8 @@ class Encoding:
     underlying_datatype: bool = False  # DCP_OPEN NoValueWithUnderlyingDatatype: the stored datatype stays
     compressed: bool = False  # DCP_CONTROL force_value_compression: values go snappy-compressed
     sync_writes: bool = False  # enable_sync_writes: durable writes as PREPARE and COMMIT, else as what commits
+    # DCP_CONTROL flatbuffers_system_events: kv_engine sends system events as version 2 (see event_version)
+    flatbuffers_system_events: bool = False
 
 
 @dataclass
@@ -196,11 +242,70 @@ class SyncWriteInProgressError(Exception):
 
 @dataclass
 class Manifest:
-    """Collections: id -> (scope id, name); the default collection 0 in the default scope 0."""
+    """Collections: id -> (scope id, name); the default collection 0 in the default scope 0. ``max_ttls``:
+    the collections that have a maxTTL, in seconds as memcached keeps it (0: its documents never expire). A
+    vbucket's default collection keeps none: kv_engine would give it one by a ModifyCollection event, which
+    only FlatBuffers streams are sent and serve does not queue."""
 
     uid: int = 0
     collections: dict[int, tuple[int, str]] = field(default_factory=lambda: {0: (0, "_default")})
     scopes: dict[int, str] = field(default_factory=lambda: {0: "_default"})
+    max_ttls: dict[int, int] = field(default_factory=dict)
+
+    def refusal(self) -> str | None:
+        """Why kv_engine refuses this manifest (Collections::Manifest's checks of the defaults), None if it
+        takes it."""
+        if DEFAULT_SCOPE not in self.scopes:
+            return "the default scope was not defined"
+        if self.collections.get(DEFAULT_COLLECTION, (DEFAULT_SCOPE, ""))[0] != DEFAULT_SCOPE:
+            return "the default collection is not in the default scope"
+        return None
+
+
+def memcached_max_ttl(value: object) -> int | None:
+    """The maxTTL memcached is given for a collection whose ``maxTTL`` in ns_server's manifest JSON is
+    ``value`` (collections.erl's map_props_for_memcached, 7.6 on): none for 0 (the bucket's maxTTL applies), 0
+    for -1 (its documents never expire), else the seconds. Raises ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MAX_TTL_NEVER <= value <= MAX_TTL_LIMIT:
+        raise ValueError(f"maxTTL {str(value)[:40]} is not {MAX_TTL_NEVER}, {MAX_TTL_OF_BUCKET} or seconds up to "
+                         f"{MAX_TTL_LIMIT}")
+    if value == MAX_TTL_OF_BUCKET:
+        return None
+    return 0 if value == MAX_TTL_NEVER else value
+
+
+def manifest_events(manifest: Manifest) -> tuple[SystemEvent, ...]:
+    """The system events a vbucket of the epoch manifest (the default scope and collection, uid 0) queues when
+    ``manifest`` is applied, in kv_engine's order (Manifest::completeUpdate): collections dropped, scopes
+    created, collections created, scopes dropped. Every event but the last carries the uid the vbucket had
+    before (0): only the last one says the vbucket has reached the manifest's uid. kv_engine walks the
+    manifest's scopes in its hash map's order, which nothing fixes; here they go in the manifest's order, and
+    a scope's collections in the order it lists them, as kv_engine's do."""
+    changes: list[tuple[SystemEventId, int, int | None, str, int | None]] = []
+    if DEFAULT_COLLECTION not in manifest.collections:
+        changes.append((SystemEventId.END_COLLECTION, DEFAULT_SCOPE, DEFAULT_COLLECTION, "", None))
+    changes += [(SystemEventId.CREATE_SCOPE, scope, None, name, None) for scope, name in manifest.scopes.items()
+                if scope != DEFAULT_SCOPE]
+    changes += [(SystemEventId.BEGIN_COLLECTION, scope, collection, name, manifest.max_ttls.get(collection))
+                for scope in manifest.scopes
+                for collection, (in_scope, name) in manifest.collections.items()
+                if in_scope == scope and collection != DEFAULT_COLLECTION]
+    if DEFAULT_SCOPE not in manifest.scopes:
+        changes.append((SystemEventId.DROP_SCOPE, DEFAULT_SCOPE, None, "", None))
+    last = len(changes) - 1
+    return tuple(SystemEvent(event_id, scope, collection, name.encode(), manifest.uid if i == last else 0, ttl)
+                 for i, (event_id, scope, collection, name, ttl) in enumerate(changes))
+
+
+def event_version(event: SystemEvent, encoding: Encoding) -> int:
+    """The value layout a stream is sent ``event`` in; the one place that chooses it (reference 3.16). kv_engine
+    sends version 2 (a FlatBuffers table) to a connection that enabled flatbuffers_system_events
+    (``encoding.flatbuffers_system_events``), else version 0, or 1 for a BeginCollection with a maxTTL."""
+    if encoding.flatbuffers_system_events:
+        return EVENT_VERSION_FLATBUFFERS
+    if event.event_id == SystemEventId.BEGIN_COLLECTION and event.max_ttl is not None:
+        return EVENT_VERSION_MAX_TTL
+    return EVENT_VERSION_0
 
 
 class Bucket:
@@ -223,19 +328,24 @@ class Bucket:
         self.value_size = value_size
         self.manifest = manifest or Manifest()
         self.collection_ids = sorted(self.manifest.collections)
+        self.events = manifest_events(self.manifest)  # seqnos 1..len(events) of every vbucket
         self._slots = {collection: slot for slot, collection in enumerate(self.collection_ids)}
         rng = random.Random(seed)  # noqa: S311 - reproducible uuids for a seed, not secrets
         self.vbuckets: list[VBucket] = []
         for vb in range(vbuckets):
             count = items // vbuckets + (1 if vb < items % vbuckets else 0)
             uuid = rng.getrandbits(48) or 1
-            self.vbuckets.append(VBucket(vb, [FailoverEntry(uuid, 0)], count))
+            self.vbuckets.append(VBucket(vb, [FailoverEntry(uuid, 0)], len(self.events) + count))
         self._rng = rng
         # the bucket's uuid, as ns_server gives each bucket (32 hex digits; its own draw keeps the vbuckets')
         self.uuid = f"{random.Random(f'{name} {seed}').getrandbits(128):032x}"  # noqa: S311 - not a secret
 
     # --- items ------------------------------------------------------------------------------------
     def item(self, vb: VBucket, seqno: int) -> Item:
+        if seqno <= len(self.events):
+            event = self.events[seqno - 1]
+            return Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION, 0, 0, 0,
+                        deleted=event.dropped, event=event)
         written = vb.written.get(seqno)
         if written is not None:
             return written
@@ -253,16 +363,24 @@ class Bucket:
         value = head + b"x" * pad + b'"}'
         return Item(opcode, vb.vbucket, seqno, key, value, collection, BASE_CAS + seqno * 1000, 1 + (h >> 20) % 9, 1)
 
-    def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None) -> bool:
-        """Whether a stream sends this item: a stream without collections sees the default collection only."""
+    def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None,
+                scope: int | None = None) -> bool:
+        """Whether a stream sends this item: a stream without collections sees the default collection only;
+        ``filter_ids`` are a filtered stream's collections, ``scope`` a scope filter's scope."""
         if item.opcode in _SYNC_ONLY and not encoding.sync_writes:
             return False  # a stream without sync writes sees the commit only, as the mutation it makes
         if not encoding.collections:
-            return item.collection_id == DEFAULT_COLLECTION
-        return filter_ids is None or item.collection_id in filter_ids
+            return item.collection_id == DEFAULT_COLLECTION  # never a system event (kv_engine's legacy filter)
+        if filter_ids is None:
+            return True
+        if item.event is not None:
+            return _event_passes(item.event, filter_ids, scope)
+        return item.collection_id in filter_ids
 
     def encode_item(self, item: Item, encoding: Encoding, opaque: int, stream_id: int | None = None) -> bytes:
         """One stream message for an item, built from its declared shape (any stream shape)."""
+        if item.event is not None:
+            return _event_message(item, item.event, encoding, opaque, stream_id)
         key = leb128_encode(item.collection_id) + item.key if encoding.collections else item.key
         opcode = item.opcode
         if opcode == COMMIT and encoding.sync_writes:
@@ -323,9 +441,18 @@ class Bucket:
 
     @staticmethod
     def tombstone(item: Item) -> bool:
-        """Whether the item is kept deleted on disk: deletions, expirations, aborts, and commits and prepares
-        of a deletion (what kv_engine's backfill without deletes leaves out)."""
-        return item.opcode in (DELETION, EXPIRATION, ABORT) or (item.opcode in (COMMIT, PREPARE) and item.deleted)
+        """Whether the item is kept deleted on disk: deletions, expirations, aborts, commits and prepares of a
+        deletion, and the system events of drops (what kv_engine's backfill without deletes leaves out)."""
+        return item.opcode in (DELETION, EXPIRATION, ABORT) or (
+            item.opcode in (COMMIT, PREPARE, SYSTEM_EVENT) and item.deleted)
+
+    @classmethod
+    def purgeable(cls, item: Item) -> bool:
+        """Whether a purge takes the item off disk: any tombstone but the default collection's drop, which
+        kv_engine never purges (its creation is implied, so without the drop a client would think it exists;
+        EPVBucket::addSystemEventItem gives it the latest delete time)."""
+        event = item.event
+        return cls.tombstone(item) and not (event is not None and event.collection_id == DEFAULT_COLLECTION)
 
     def image(self, vb: VBucket, encoding: Encoding, upto: int) -> _Image:
         """The encoded items 1..upto of a vbucket for an unfiltered stream without stream ids (opaque 0)."""
@@ -344,13 +471,21 @@ class Bucket:
     def collection_high_seqno(self, vb: VBucket, collections: frozenset[int], *, visible: bool = False) -> int:
         """The newest seqno of any of ``collections`` in a vbucket (0 when none has an item), as kv_engine's
         collection high seqno: what ToLatest ends a filtered stream at and the purge rule's max_coll_high;
-        ``visible``: the newest that is not a prepare or abort (a collection's max visible seqno)."""
+        ``visible``: the newest that is not a prepare or abort (a collection's max visible seqno). A collection's
+        system event counts, as kv_engine sets the high seqno at its BeginCollection; but the default
+        collection's max visible seqno, what a legacy client is given, counts items only."""
         first, last = vb.collections_scanned + 1, vb.high_seqno
         if first <= last:
             highs, visibles, written = vb.collection_highs, vb.collection_visible_highs, vb.written
+            for seqno in range(first, min(last, len(self.events)) + 1):
+                event = self.events[seqno - 1]
+                if event.collection_id is not None:
+                    highs[event.collection_id] = seqno
+                    if event.collection_id != DEFAULT_COLLECTION:
+                        visibles[event.collection_id] = seqno
             slots = self.collection_ids
             base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
-            for start, end, uuid in _branches(vb.failover_log, first, last):
+            for start, end, uuid in _branches(vb.failover_log, max(first, len(self.events) + 1), last):
                 branch = base + uuid
                 for seqno in range(start, end + 1):
                     item = written.get(seqno)
@@ -372,11 +507,14 @@ class Bucket:
 
     def failover(self, vb: VBucket, seqno: int | None = None) -> FailoverEntry:
         """A replica promoted at ``seqno`` (default: the high seqno): a new failover entry; items above the
-        seqno are gone and new ones belong to the new branch (reference 3.6: entries above it are dropped)."""
+        seqno are gone and new ones belong to the new branch (reference 3.6: entries above it are dropped). A
+        replica promoted before it had the whole manifest's events is brought up to the manifest as it becomes
+        active (kv_engine's setVBucketState, Collections::Manager::maybeUpdate): the events it lacked, which are
+        the same events at the same seqnos, on the new branch."""
         at = vb.high_seqno if seqno is None else min(seqno, vb.high_seqno)
         entry = FailoverEntry(self._rng.getrandbits(48) or 1, at)
         vb.failover_log = [entry, *[e for e in vb.failover_log if e.seqno <= at]][:MAX_FAILOVER_ENTRIES]
-        vb.high_seqno = at
+        vb.high_seqno = max(at, len(self.events))
         vb.purge_seqno = min(vb.purge_seqno, at)
         for gone in [s for s in vb.written if s > at]:
             self.memory_used -= _cost(vb.written.pop(gone))
@@ -393,7 +531,7 @@ class Bucket:
             vb.generated = None
             vb.indexed = 0
         for image in vb.images.values():  # encoded items above the branch point are from the old history
-            keep = max(0, at - image.first + 1)
+            keep = max(0, vb.high_seqno - image.first + 1)  # (the events are the same on every branch)
             if keep < len(image.offsets):
                 del image.data[image.offsets[keep]:]
                 del image.offsets[keep:]
@@ -470,7 +608,8 @@ class Bucket:
             dense = last * DENSE_INDEX_SHARE >= slots * KEYSPACE
             index = vb.generated = array("Q", [0]) * (slots * KEYSPACE) if dense else {}
         base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
-        for start, end, uuid in _branches(vb.failover_log, first, last):
+        # system events are no documents: the index starts above them
+        for start, end, uuid in _branches(vb.failover_log, max(first, len(self.events) + 1), last):
             branch = base + uuid
             for seqno in range(start, end + 1):
                 if seqno in written:  # after a failover the written documents are indexed again
@@ -588,6 +727,44 @@ class Bucket:
                 self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
                 expired += 1
         return expired
+
+
+def _event_passes(event: SystemEvent, collections: frozenset[int], scope: int | None) -> bool:
+    """Whether a filtered stream is sent a system event (kv_engine's Filter::checkAndUpdateSystemEvent): a
+    scope filter its scope's events and its collections'; a collection filter its collections' events, never a
+    scope's."""
+    if scope is not None:
+        return event.scope_id == scope
+    return event.collection_id is not None and event.collection_id in collections
+
+
+def _event_message(item: Item, event: SystemEvent, encoding: Encoding, opaque: int, stream_id: int | None) -> bytes:
+    """A DCP_SYSTEM_EVENT (reference 3.16): the event's seqno, id and version in the extras, the name as a plain
+    key (no collection prefix), the value by the version's declared layout; CAS 0 and datatype raw, as
+    kv_engine's Connection::system_event builds it."""
+    version = event_version(event, encoding)
+    fields: dict[str, Any] = {"manifest_uid": event.manifest_uid, "scope_id": event.scope_id}
+    if event.collection_id is not None:
+        fields["collection_id"] = event.collection_id
+    if version == EVENT_VERSION_MAX_TTL and event.max_ttl is not None:
+        fields["max_ttl"] = event.max_ttl
+    if version == EVENT_VERSION_FLATBUFFERS:
+        fields |= _table_fields(event)
+    return build.request(SYSTEM_EVENT, vbucket=item.vbucket, opaque=opaque, key=event.name, stream_id=stream_id,
+                         by_seqno=item.seqno, event_id=event.event_id, event_version=version, **fields)
+
+
+def _table_fields(event: SystemEvent) -> dict[str, Any]:
+    """A version-2 event's table fields beyond the ids and the uid (events.fbs): what serve's collections and
+    scopes are, none of them a system collection or scope, none flushed, metered or keeping history."""
+    if event.event_id == SystemEventId.BEGIN_COLLECTION:
+        return {"ttl_valid": event.max_ttl is not None, "max_ttl": event.max_ttl or 0, "name": event.name.decode(),
+                "history": False, "default_collection_mvs": 0, "metered": False, "flush_uid": 0}
+    if event.event_id == SystemEventId.END_COLLECTION:
+        return {"system_collection": False}
+    if event.event_id == SystemEventId.CREATE_SCOPE:
+        return {"name": event.name.decode()}
+    return {"system_scope": False}  # DropScope
 
 
 def _cost(item: Item) -> int:

@@ -271,6 +271,42 @@ def test_collections_filters_and_stream_ids(tmp_path: Path) -> None:
         assert by_sid == {1: {9}, 2: {9, 10}}
 
 
+def test_a_collections_stream_from_zero_gets_the_manifests_system_events_on_the_wire(tmp_path: Path) -> None:
+    """The manifest as the REST API gives it (ns_server's maxTTL: 0 the bucket's, -1 never, else seconds) opens
+    every vbucket's history with its system events (reference 3.16), decoded here from the wire."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"uid": "3", "scopes": [
+        {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0", "maxTTL": 0}]},
+        {"name": "inventory", "uid": "8", "collections": [{"name": "airline", "uid": "9", "maxTTL": 0},
+                                                          {"name": "hotel", "uid": "a", "maxTTL": 600},
+                                                          {"name": "route", "uid": "b", "maxTTL": -1}]}]}))
+    with serving("--vbuckets", "2", "--items", "40", "--collections", str(manifest)) as running:
+        assert " 2 vbuckets, 40 items;" in running.banner  # the items, not the events' seqnos
+        client = streaming_client(running, "Collections")
+        assert client.stream_request(1)["status"] == "Success"
+        got = client.until("DCP_MUTATION")
+        events = [(r["by_seqno"], r["event_id"], r["event_version"], r.get("key"), r["manifest_uid"], r["scope_id"],
+                   r.get("collection_id"), r.get("max_ttl")) for r in got if r["opcode"] == "DCP_SYSTEM_EVENT"]
+        assert events == [(1, 3, 0, "inventory", 0, 8, None, None), (2, 0, 0, "airline", 0, 8, 9, None),
+                          (3, 0, 1, "hotel", 0, 8, 10, 600), (4, 0, 1, "route", 3, 8, 11, 0)]
+        assert got[-1]["by_seqno"] == 5  # the first item follows the events
+        assert all(r["diagnostics"] == [] for r in got)
+        legacy = streaming_client(running)
+        assert legacy.stream_request(1, end=24)["status"] == "Success"
+        assert "DCP_SYSTEM_EVENT" not in [r["opcode"] for r in legacy.until("DCP_STREAM_END")]
+        seqnos = streaming_client(running, "Collections").call(opcode="GET_ALL_VB_SEQNOS", collection_id=11,
+                                                               vbucket_state_filter=1)
+        assert [e["seqno"] >= 4 for e in seqnos["vbucket_seqnos"]] == [True, True]  # route's event counts
+        kv = connect(running)
+        kv.hello("Xerror", "JSON")
+        kv.plain()
+        kv.call(opcode="SELECT_BUCKET", key="default")
+        served = json.loads(kv.call(opcode="COLLECTIONS_GET_MANIFEST")["value"])
+        assert served["scopes"][1]["collections"] == [  # kv_engine's toJson: memcached's maxTTL, where one is set
+            {"name": "airline", "uid": "9"}, {"name": "hotel", "uid": "a", "maxTTL": 600},
+            {"name": "route", "uid": "b", "maxTTL": 0}]
+
+
 # --- flow control and noops ---------------------------------------------------------------------------------
 def test_flow_control_stops_at_the_window_and_resumes_on_ack(server: Server) -> None:
     window = 2000

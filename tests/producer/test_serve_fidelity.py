@@ -6,7 +6,12 @@ from the bucket's own items, so they hold for any seed.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
 from typing import Any
+
+from servekit import peer
 
 from dcpctl.dcp.sasl import plain_message
 from dcpctl.producer.connection import Cluster, Node, ProducerConnection
@@ -18,11 +23,17 @@ from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.value import Xattr, build_xattrs, snappy_decompress
 from dcpctl.render.record import record as record_of
 
+SCHEMA = Path(__file__).parents[1] / "vectors" / "reference" / "system_events.fbs"  # flatc's, from the reference
+
 END = (1 << 64) - 1
 AIRLINE, HOTEL = 9, 10
 MANIFEST = Manifest(5, {0: (0, "_default"), AIRLINE: (8, "airline"), HOTEL: (8, "hotel")},
                     {0: "_default", 8: "inventory"})
 ITEMS = 60  # one vbucket
+# The manifest's system events open every vbucket's history (CreateScope inventory, BeginCollection airline and
+# hotel at seqnos 1..3), so a MANIFEST bucket's items are at 4..HIGH
+EVENTS = 3
+HIGH = EVENTS + ITEMS
 ITEM_OPCODES = frozenset({"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION", "DCP_PREPARE", "DCP_COMMIT",
                           "DCP_ABORT"})
 TO_LATEST = 0x04
@@ -98,30 +109,35 @@ def stream(conn: ProducerConnection, *, start: int = 0, end: int = END, uuid: in
 
 
 def collection_seqnos(bucket: Bucket, collection: int) -> list[int]:
+    """The seqnos of the collection's items (its system event is not one)."""
     vb = bucket.vbuckets[0]
     return [s for s in range(1, vb.high_seqno + 1) if bucket.item(vb, s).collection_id == collection]
+
+
+def hidden_end(bucket: Bucket) -> int:
+    """A collection of MANIFEST whose items do not reach the vbucket's high seqno (the seed decides which)."""
+    return next(c for c in (AIRLINE, HOTEL) if collection_seqnos(bucket, c)[-1] < bucket.vbuckets[0].high_seqno)
 
 
 # --- 1. DCP_SEQNO_ADVANCED at the end of a snapshot the filter hides the end of ------------------------
 def test_a_filtered_snapshot_ending_on_a_hidden_seqno_is_completed_by_seqno_advanced() -> None:
     conn = session("Collections")
     bucket = conn.node.cluster.bucket
-    airline = collection_seqnos(bucket, AIRLINE)
-    assert airline[-1] < ITEMS  # the seed puts the vbucket's last item in another collection
-    status, got = stream(conn, value='{"collections":["9"]}')
+    collection = hidden_end(bucket)
+    status, got = stream(conn, value=f'{{"collections":["{collection:x}"]}}')
     assert status == "Success"
     assert next(r["opcode"] for r in got) == "DCP_SNAPSHOT_MARKER"
-    assert got[0]["snap_end_seqno"] == ITEMS
-    assert [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES] == airline
+    assert got[0]["snap_end_seqno"] == HIGH
+    assert [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES] == collection_seqnos(bucket, collection)
     # reference 3.8: the snapshot is consistent once a SeqnoAdvanced to its end is processed (3.18)
-    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", ITEMS)
+    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", HIGH)
     assert all(r["diagnostics"] == [] for r in got)
 
 
 def test_seqno_advanced_only_where_the_snapshot_end_is_hidden_and_only_with_collections() -> None:
     conn = session("Collections")
     bucket = conn.node.cluster.bucket
-    last = bucket.item(bucket.vbuckets[0], ITEMS).collection_id
+    last = bucket.item(bucket.vbuckets[0], HIGH).collection_id
     _, seen = stream(conn, value=f'{{"collections":["{last:x}"]}}')
     assert "DCP_SEQNO_ADVANCED" not in [r["opcode"] for r in seen]  # its last item is the snapshot's end
     legacy = session()
@@ -145,15 +161,17 @@ def test_the_purge_rule_exempts_a_filtered_stream_at_its_collections_high_seqno(
     bucket = on.bucket
     vb = bucket.vbuckets[0]
     bucket.purge(vb, vb.high_seqno)  # the whole history purged
-    airline = collection_seqnos(bucket, AIRLINE)[-1]
+    collection = hidden_end(bucket)  # its high seqno is below the purge seqno
+    high = collection_seqnos(bucket, collection)[-1]
+    only = f'{{"collections":["{collection:x}"]}}'
     uuid = vb.failover_log[0].vbucket_uuid
     conn = session("Collections", on=on)
     # reference 9.1 step 2: start >= max_coll_high and max_coll_high <= purge: nothing of it was purged
-    status, _ = stream(conn, start=airline, uuid=uuid, value='{"collections":["9"]}')
+    status, _ = stream(conn, start=high, uuid=uuid, value=only)
     assert status == "Success"
-    status, _ = stream(session("Collections", on=on), start=airline - 1, uuid=uuid, value='{"collections":["9"]}')
+    status, _ = stream(session("Collections", on=on), start=high - 1, uuid=uuid, value=only)
     assert status == "Rollback"  # below its collection's high seqno: purged items it has not seen
-    status, _ = stream(session("Collections", on=on), start=airline, uuid=uuid)
+    status, _ = stream(session("Collections", on=on), start=high, uuid=uuid)
     assert status == "Rollback"  # a pass-through stream is never exempt
 
 
@@ -162,9 +180,9 @@ def test_a_prepare_hidden_from_a_client_without_sync_writes_is_advanced_over() -
     bucket.write(bucket.vbuckets[0], 0, b"pending", b"{}", 1, 0, 0, None, durability_level=1)  # never commits
     conn = session("Collections", on=cluster(bucket))
     _, got = stream(conn)
-    assert got[0]["snap_end_seqno"] == ITEMS + 1
+    assert got[0]["snap_end_seqno"] == HIGH + 1
     assert "DCP_PREPARE" not in [r["opcode"] for r in got]
-    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", ITEMS + 1)  # reference 3.18
+    assert (got[-1]["opcode"], got[-1]["by_seqno"]) == ("DCP_SEQNO_ADVANCED", HIGH + 1)  # reference 3.18
 
 
 # --- 3. DCP_OPEN flags that shape the items ----------------------------------------------------------
@@ -257,10 +275,10 @@ def all_vb_seqnos(conn: ProducerConnection, **fields: Any) -> list[tuple[int, in
 def test_get_all_vb_seqnos_gives_a_legacy_client_the_default_collections_seqno() -> None:
     on = cluster()
     default = collection_seqnos(on.bucket, 0)[-1]
-    assert default < ITEMS
+    assert default < HIGH
     assert all_vb_seqnos(kv_session(on=on)) == [(0, default)]  # reference 4.6: implicitly the default collection
     collections = kv_session("Collections", on=on)
-    assert all_vb_seqnos(collections) == [(0, ITEMS)]
+    assert all_vb_seqnos(collections) == [(0, HIGH)]
     assert all_vb_seqnos(collections, vbucket_state_filter=0, collection_id=AIRLINE) == [
         (0, collection_seqnos(on.bucket, AIRLINE)[-1])]
 
@@ -383,7 +401,7 @@ def test_a_disk_snapshot_says_its_purge_seqno_to_a_client_that_allows_v2_2_marke
     assert status == "Success"
     marker = got[0]
     assert (marker["opcode"], marker["extras_length"], marker["purge_seqno"]) == ("DCP_SNAPSHOT_MARKER", 1, 10)
-    assert (marker["snap_start_seqno"], marker["snap_end_seqno"], marker["max_visible_seqno"]) == (0, ITEMS, ITEMS)
+    assert (marker["snap_start_seqno"], marker["snap_end_seqno"], marker["max_visible_seqno"]) == (0, HIGH, HIGH)
     assert marker["high_prepared_seqno"] == 0  # not a sync-replication consumer
     assert marker["diagnostics"] == []
     plain = session("Collections")
@@ -411,3 +429,188 @@ def test_a_backfill_has_no_tombstone_at_or_below_the_purge_seqno() -> None:
     assert sent == [s for s in tombstones if s > cut]
     assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [
         s for s in range(1, items + 1) if s not in tombstones]
+
+
+# --- system events: the manifest's history, before the first item (reference 3.16) ---------------------------
+def events_of(got: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each DCP_SYSTEM_EVENT as (by_seqno, event_id, event_version, key, manifest_uid, scope_id, collection_id)."""
+    return [(r["by_seqno"], r["event_id"], r["event_version"], r.get("key", ""), r["manifest_uid"], r["scope_id"],
+             r.get("collection_id")) for r in got if r["opcode"] == "DCP_SYSTEM_EVENT"]
+
+
+def test_a_collections_stream_from_zero_opens_with_the_manifests_system_events() -> None:
+    """serve sent items of collections the stream never saw created. A node's vbucket history has the events of
+    the manifest's update before them (kv_engine's Manifest::completeUpdate: scopes created, then collections),
+    only the last carrying the new manifest uid; the items follow at EVENTS + 1 on."""
+    conn = session("Collections")
+    assert call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+                vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)[0]["status"] == "Success"
+    sent = messages(conn, conn.produce(1 << 20))
+    got = [record_of(m) for m in sent]
+    assert (got[0]["opcode"], got[0]["snap_start_seqno"], got[0]["snap_end_seqno"]) == ("DCP_SNAPSHOT_MARKER", 0, HIGH)
+    assert events_of(got) == [(1, 3, 0, "inventory", 0, 8, None), (2, 0, 0, "airline", 0, 8, AIRLINE),
+                              (3, 0, 0, "hotel", 5, 8, HOTEL)]
+    assert [r["opcode"] for r in got[1:4]] == ["DCP_SYSTEM_EVENT"] * 3  # in seqno order, before any item
+    # the values' wire layout (big endian): manifest uid u64, scope id u32, then a collection id u32
+    assert [m.value.hex() for m in sent[1:4]] == ["0000000000000000" "00000008",
+                                                  "0000000000000000" "00000008" "00000009",
+                                                  "0000000000000005" "00000008" "0000000a"]
+    assert [(m.key, m.datatype, m.cas, m.extras_length) for m in sent[1:4]] == [
+        (b"inventory", 0, 0, 13), (b"airline", 0, 0, 13), (b"hotel", 0, 0, 13)]  # a plain key: no LEB128 prefix
+    assert all(r["diagnostics"] == [] for r in got)
+    items = [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
+    assert items == list(range(EVENTS + 1, HIGH + 1))
+    # the item at a seqno is what it was: the same as a bucket without the manifest has there
+    bucket, plain = conn.node.cluster.bucket, Bucket("default", 1, ITEMS, 20, 7)
+    shared = [s for s in items if s <= ITEMS]
+    assert [(i.key, i.opcode, i.cas, i.rev_seqno) for i in (bucket.item(bucket.vbuckets[0], s) for s in shared)] \
+        == [(i.key, i.opcode, i.cas, i.rev_seqno) for i in (plain.item(plain.vbuckets[0], s) for s in shared)]
+
+
+def test_a_filtered_stream_gets_only_the_system_events_of_its_filter() -> None:
+    """kv_engine's Filter: a collection filter sees its collections' events and no scope's; a scope filter its
+    scope's event and its collections'; the default collection was never created by an event."""
+    for value, expected in (('{"collections":["a"]}', [(3, HOTEL)]), ('{"collections":["9"]}', [(2, AIRLINE)]),
+                            ('{"collections":["9","a"]}', [(2, AIRLINE), (3, HOTEL)]),
+                            ('{"collections":["0"]}', []), ('{"scope":"8"}', [(1, None), (2, AIRLINE), (3, HOTEL)]),
+                            ('{"scope":"0"}', [])):
+        status, got = stream(session("Collections"), value=value)
+        assert status == "Success"
+        assert [(e[0], e[6]) for e in events_of(got)] == expected, value
+
+
+def test_a_legacy_stream_gets_no_system_event_and_its_seqnos_still_hold() -> None:
+    conn = session()  # no HELLO Collections: the default collection only, and no event (reference 3.16)
+    status, got = stream(conn)
+    assert status == "Success"
+    assert "DCP_SYSTEM_EVENT" not in [r["opcode"] for r in got]
+    marker = got[0]
+    assert (marker["opcode"], marker["snap_start_seqno"], marker["snap_end_seqno"]) == ("DCP_SNAPSHOT_MARKER", 0,
+                                                                                       HIGH)
+    sent = [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
+    assert sent == collection_seqnos(conn.node.cluster.bucket, 0)  # ascending, inside the marker, above the events
+    assert sent[0] > EVENTS
+    assert all("collection_id" not in r and r["diagnostics"] == [] for r in got)
+
+
+def test_a_collections_high_seqno_counts_its_begin_collection() -> None:
+    """kv_engine sets a collection's high seqno at its BeginCollection (EPVBucket::addSystemEventItem): a
+    collection without items has the event's seqno, ToLatest ends there, and GET_ALL_VB_SEQNOS says it."""
+    on = cluster(Bucket("default", 1, 0, 20, 7, MANIFEST))  # no items: the events alone
+    kv = kv_session("Collections", on=on)
+    assert all_vb_seqnos(kv) == [(0, EVENTS)]
+    assert all_vb_seqnos(kv, vbucket_state_filter=0, collection_id=AIRLINE) == [(0, 2)]
+    assert all_vb_seqnos(kv, vbucket_state_filter=0, collection_id=HOTEL) == [(0, 3)]
+    assert all_vb_seqnos(kv, vbucket_state_filter=0, collection_id=0) == [(0, 0)]
+    assert all_vb_seqnos(kv_session(on=on)) == [(0, 0)]  # a legacy client: the default collection has nothing
+    status, got = stream(session("Collections", on=on), flags=TO_LATEST, value='{"collections":["9"]}')
+    assert status == "Success"
+    assert [(r["opcode"], r.get("by_seqno")) for r in got] == [
+        ("DCP_SNAPSHOT_MARKER", None), ("DCP_SYSTEM_EVENT", 2), ("DCP_STREAM_END", None)]
+    assert got[0]["snap_end_seqno"] == 2
+    stats = {r["key"]: r["value"] for r in call(kv, opcode="STAT", key="vbucket-seqno") if r.get("key")}
+    assert stats["vb_0:high_seqno"] == str(EVENTS)
+
+
+def test_a_collection_with_a_max_ttl_is_begun_by_a_version_1_event() -> None:
+    manifest = Manifest(5, dict(MANIFEST.collections), dict(MANIFEST.scopes), {HOTEL: 3600, AIRLINE: 0})
+    conn = session("Collections", on=cluster(Bucket("default", 1, 0, 20, 7, manifest)))
+    assert call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+                vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)[0]["status"] == "Success"
+    sent = [m for m in messages(conn, conn.produce(1 << 20)) if m.opcode == Opcode.DCP_SYSTEM_EVENT]
+    # reference 3.16: version 1 adds max_ttl u32 (0: its documents never expire, ns_server's maxTTL -1)
+    assert [(m.field("event_version"), m.value.hex()) for m in sent[1:]] == [
+        (1, "0000000000000000" "00000008" "00000009" "00000000"),
+        (1, "0000000000000005" "00000008" "0000000a" "00000e10")]
+    assert [record_of(m)["max_ttl"] for m in sent[1:]] == [0, 3600]
+    assert all(m.diagnostics == () for m in sent)
+
+
+def test_a_flatbuffers_connection_is_sent_version_2_tables(tmp_path: Path) -> None:
+    """DCP_CONTROL flatbuffers_system_events: every event's value is a table of events.fbs (version 2), with the
+    same ids, uids and names; flatc, given the schema written from the reference, reads each as serve meant."""
+    manifest = Manifest(6, {AIRLINE: (8, "airline"), HOTEL: (8, "hotel")}, {0: "_default", 8: "inventory"},
+                        {HOTEL: 3600})
+    on = cluster(Bucket("default", 1, 0, 20, 7, manifest))
+    conn = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    status, got = stream(conn)
+    assert status == "Success"
+    legacy = stream(session("Collections", on=on))[1]
+    assert [e[:2] + e[3:] for e in events_of(got)] == [e[:2] + e[3:] for e in events_of(legacy)]
+    assert {e[2] for e in events_of(got)} == {2}
+    assert all(r["diagnostics"] == [] for r in got)
+    tables = [(r["event_id"], {k: r[k] for k in ("name", "ttl_valid", "max_ttl", "system_collection")
+                               if k in r}) for r in got if r["opcode"] == "DCP_SYSTEM_EVENT"]
+    assert tables == [(1, {"system_collection": False}), (3, {"name": "inventory"}),
+                      (0, {"name": "airline", "ttl_valid": False, "max_ttl": 0}),
+                      (0, {"name": "hotel", "ttl_valid": True, "max_ttl": 3600})]
+    table = {1: "DroppedCollection", 3: "Scope", 0: "Collection"}
+    for number, msg in enumerate(_sent_events(on)):
+        (tmp_path / f"{number}.bin").write_bytes(msg.value)
+        subprocess.run([peer("flatc"), "--json", "--strict-json", "--defaults-json", "--raw-binary", "--root-type",
+                        f"SystemEvents.{table[msg.field('event_id')]}", "-o", str(tmp_path), str(SCHEMA), "--",
+                        str(tmp_path / f"{number}.bin")], check=True, capture_output=True, timeout=60)
+        read = json.loads((tmp_path / f"{number}.json").read_text())
+        fields = msg.value_fields
+        assert (read["uid"], read["scopeId"], read.get("collectionId"), read.get("name"), read.get("maxTtl")) == (
+            fields["manifest_uid"], fields["scope_id"], fields.get("collection_id"), fields.get("name"),
+            fields.get("max_ttl"))
+
+
+def _sent_events(on: Cluster) -> list[Message]:
+    """The system events a new flatbuffers connection's stream from 0 is sent."""
+    conn = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"},
+                   on=on, name="again")
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    return [m for m in messages(conn, conn.produce(1 << 20)) if m.opcode == Opcode.DCP_SYSTEM_EVENT]
+
+
+def test_system_events_count_against_the_window_and_carry_the_stream_id() -> None:
+    on = cluster(Bucket("default", 1, 0, 20, 7, MANIFEST))
+    conn = session("Collections", controls={"enable_noop": "true", "connection_buffer_size": "100000",
+                                            "enable_stream_id": "true"}, on=on)
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0, value='{"sid":4}')
+    data = conn.produce(1 << 20)
+    sent = messages(conn, data)
+    assert [m.opcode for m in sent] == [Opcode.DCP_SNAPSHOT_MARKER] + [Opcode.DCP_SYSTEM_EVENT] * 3
+    assert {m.stream_id for m in sent} == {4}
+    assert conn.outstanding == len(data)  # an event counts its bytes (SystemEventProducerMessage::getMessageSize)
+    # the encoded image (a plain stream) and an item-by-item stream send the same events
+    fast = session("Collections", on=on, name="fast")
+    slow = session("Collections", flags=PRODUCER | NO_VALUE, on=on, name="slow")
+    for each in (fast, slow):
+        call(each, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
+             vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    assert [m.raw for m in messages(fast, fast.produce(1 << 20))][1:] == [
+        m.raw for m in messages(slow, slow.produce(1 << 20))][1:]
+
+
+def test_a_dropped_default_collection_is_ended_first_and_its_drop_is_never_purged() -> None:
+    """A manifest without the default collection drops it: EndCollection (no key) before the creations. The drop
+    is a tombstone, so SkipDeletesInInitialBackfill leaves it out, but kv_engine never purges it (its creation is
+    implied, so without the drop a client would think it exists)."""
+    dropped = Manifest(6, {AIRLINE: (8, "airline")}, {0: "_default", 8: "inventory"})
+    bucket = Bucket("default", 1, ITEMS, 20, 7, dropped)
+    on = cluster(bucket)
+    expected = [(1, 1, 0, "", 0, 0, 0), (2, 3, 0, "inventory", 0, 8, None), (3, 0, 0, "airline", 6, 8, AIRLINE)]
+    assert events_of(stream(session("Collections", on=on))[1]) == expected
+    bucket.purge(bucket.vbuckets[0], bucket.vbuckets[0].high_seqno)
+    assert events_of(stream(session("Collections", on=on))[1]) == expected
+    skipping = session("Collections", flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=on)
+    assert events_of(stream(skipping)[1]) == expected[1:]
+
+
+def test_a_replica_promoted_before_the_manifests_last_event_is_brought_up_to_it() -> None:
+    """kv_engine updates a vbucket's manifest as it becomes active (Collections::Manager::maybeUpdate): a
+    failover at seqno 1 queues the events the new active lacked, the same events at the same seqnos."""
+    on = cluster()
+    bucket = on.bucket
+    vb = bucket.vbuckets[0]
+    before = events_of(stream(session("Collections", on=on, name="before"))[1])
+    entry = bucket.failover(vb, 1)
+    assert (vb.high_seqno, vb.failover_log[0].seqno, entry.seqno) == (EVENTS, 1, 1)
+    _, got = stream(session("Collections", on=on, name="after"))
+    assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER"] + ["DCP_SYSTEM_EVENT"] * EVENTS
+    assert events_of(got) == before

@@ -372,6 +372,11 @@ def test_a_scenario_naming_a_missing_vbucket_or_node_is_refused(tmp_path: Path, 
      "uid -8 is not a hex u32"),
     ('{"uid":"1","scopes":[{"uid":"0","name":"_default","collections":[{"uid":"\\u001b[2J","name":"c"}]}]}',
      "uid \\x1b[2J is not"),
+    # ns_server's maxTTL is -1, 0 or seconds up to 2^31-1; kv_engine refuses a manifest without the default scope
+    ('{"uid":"1","scopes":[{"uid":"0","name":"_default","collections":[{"uid":"8","name":"c","maxTTL":-5}]}]}',
+     "maxTTL -5 is not -1, 0 or seconds up to 2147483647"),
+    ('{"uid":"1","scopes":[{"uid":"8","name":"s","collections":[{"uid":"8","name":"c"}]}]}',
+     "not a collections manifest (the default scope was not defined)"),
 ])
 def test_a_hostile_collections_manifest_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "manifest.json"

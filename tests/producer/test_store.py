@@ -15,11 +15,17 @@ from dcpctl.producer.store import (
     EXPIRATION,
     MUTATION,
     PREPARE,
+    SYSTEM_EVENT,
+    SYSTEM_EVENT_COLLECTION,
     Bucket,
     Encoding,
     Manifest,
+    SystemEvent,
     VBucket,
+    manifest_events,
+    memcached_max_ttl,
 )
+from dcpctl.protocol.constants import SystemEventId
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, decode
 from dcpctl.protocol.value import Xattr, build_xattrs
@@ -36,7 +42,8 @@ MANIFEST = Manifest(2, {0: (0, "_default"), 8: (0, "a"), 300: (9, "b")}, {0: "_d
 def test_built_items_are_what_the_encoder_makes_of_their_records(
         seed: int, vbucket: int, seqno: int, value_size: int, collections: bool, delete_times: bool,
         expiry_opcode: bool, no_value: bool, opaque: int, stream_id: int | None) -> None:
-    """Every item shape the store builds decodes cleanly and is what ``encode`` gives for its record."""
+    """Every item shape the store builds decodes cleanly and is what ``encode`` gives for its record (seqnos
+    1..3 are the manifest's system events)."""
     bucket = Bucket("b", 8, 0, value_size, seed, MANIFEST)
     item = bucket.item(bucket.vbuckets[vbucket], seqno)
     encoding = Encoding(collections, delete_times, expiry_opcode, no_value)
@@ -45,6 +52,9 @@ def test_built_items_are_what_the_encoder_makes_of_their_records(
     assert message.diagnostics == ()
     assert encode(record_of(message), fix_lengths=True) == built
     assert (message.opaque, message.stream_id, message.by_seqno) == (opaque, stream_id, seqno)
+    if item.opcode == SYSTEM_EVENT:
+        assert (message.opcode, message.key, message.datatype, message.cas) == (SYSTEM_EVENT, item.key, 0, 0)
+        return
     expired = item.opcode == EXPIRATION and expiry_opcode and delete_times
     assert message.opcode == (item.opcode if item.opcode == MUTATION or expired else DELETION)
     assert message.value == (item.value if item.opcode == MUTATION and not no_value else b"")
@@ -170,7 +180,7 @@ def newest_by_scan(bucket: Bucket, vb: VBucket) -> dict[tuple[int, bytes], tuple
     newest = {}
     for seqno in range(1, vb.high_seqno + 1):
         item = bucket.item(vb, seqno)
-        if item.opcode not in (PREPARE, ABORT):
+        if item.opcode not in (PREPARE, ABORT, SYSTEM_EVENT):  # a system event is no document
             deleted = item.deleted if item.opcode == COMMIT else item.opcode != MUTATION
             newest[(item.collection_id, item.key)] = (seqno, deleted)
     return newest
@@ -183,10 +193,11 @@ def test_the_key_index_finds_what_a_scan_of_every_item_finds(items: int, manifes
     vb = bucket.vbuckets[0]
     bucket.failover(vb, items // 2)  # two branches, then generated items of the new one
     bucket.mutate(vb, items // 4)
+    first = len(bucket.events) + 1  # the generated items follow the manifest's system events
     for n in range(40):  # written keys among the generated ones: written, then generated again (mutate)
-        key = bucket.item(vb, 1 + n * 7).key
-        bucket.write(vb, bucket.item(vb, 1 + n * 7).collection_id, key, b"{}", 1, 0, 0,
-                     bucket.document(vb, bucket.item(vb, 1 + n * 7).collection_id, key), durability_level=n % 2)
+        key = bucket.item(vb, first + n * 7).key
+        bucket.write(vb, bucket.item(vb, first + n * 7).collection_id, key, b"{}", 1, 0, 0,
+                     bucket.document(vb, bucket.item(vb, first + n * 7).collection_id, key), durability_level=n % 2)
     bucket.mutate(vb, 500)
     assert isinstance(vb.generated, array) == dense
     expected = newest_by_scan(bucket, vb)
@@ -197,6 +208,9 @@ def test_the_key_index_finds_what_a_scan_of_every_item_finds(items: int, manifes
         assert (doc.seqno, doc.deleted) == (seqno, deleted)
     assert bucket.document(vb, 0, b"doc-9999999") is None  # a key number no item has
     assert bucket.document(vb, 0, b"other") is None
+    for event in bucket.events:  # the key index skips the system events: no read finds one
+        assert bucket.document(vb, SYSTEM_EVENT_COLLECTION, event.name) is None
+        assert bucket.document(vb, event.collection_id or 0, event.name) is None
 
 
 def test_a_read_makes_only_the_document_it_reads() -> None:
@@ -205,3 +219,46 @@ def test_a_read_makes_only_the_document_it_reads() -> None:
     doc = bucket.document(vb, 0, bucket.item(vb, 7).key)
     assert doc is not None
     assert len(vb.docs) == 1  # the generated items are indexed by key number, not made into documents
+
+
+# --- the manifest's system events (reference 3.16) -------------------------------------------------------
+def test_a_manifests_events_are_in_kv_engines_order_and_only_the_last_has_its_uid() -> None:
+    """Manifest::completeUpdate: collections dropped, scopes created, collections created, scopes dropped;
+    every event but the last carries the uid before the update (the epoch's 0)."""
+    manifest = Manifest(0x1F, {9: (8, "b"), 8: (0, "a"), 12: (10, "c")}, {10: "t", 0: "_default", 8: "s"},
+                        {12: 60})
+    begin, create = SystemEventId.BEGIN_COLLECTION, SystemEventId.CREATE_SCOPE
+    assert manifest_events(manifest) == (
+        SystemEvent(SystemEventId.END_COLLECTION, 0, 0, b"", 0),
+        SystemEvent(create, 10, None, b"t", 0), SystemEvent(create, 8, None, b"s", 0),
+        SystemEvent(begin, 10, 12, b"c", 0, 60), SystemEvent(begin, 0, 8, b"a", 0),
+        SystemEvent(begin, 8, 9, b"b", 0x1F))
+    assert manifest_events(Manifest()) == ()  # the epoch manifest: nothing to change
+    no_scope = manifest_events(Manifest(3, {}, {}))
+    assert [(e.event_id, e.manifest_uid) for e in no_scope] == [(SystemEventId.END_COLLECTION, 0),
+                                                                 (SystemEventId.DROP_SCOPE, 3)]
+    assert Manifest(3, {}, {}).refusal() == "the default scope was not defined"  # as kv_engine refuses it
+    assert Manifest(3, {0: (8, "_default")}, {0: "_default", 8: "s"}).refusal() is not None
+    assert MANIFEST.refusal() is None
+
+
+def test_the_events_open_every_vbuckets_history() -> None:
+    bucket = Bucket("b", 4, 40, 20, 3, MANIFEST)
+    assert [vb.high_seqno for vb in bucket.vbuckets] == [3 + 10] * 4
+    for vb in bucket.vbuckets:
+        items = [bucket.item(vb, s) for s in range(1, 4)]
+        assert [(i.opcode, i.seqno, i.key, i.collection_id, i.event) for i in items] == [
+            (SYSTEM_EVENT, s, e.name, SYSTEM_EVENT_COLLECTION, e) for s, e in enumerate(bucket.events, 1)]
+        assert bucket.item(vb, 4).opcode != SYSTEM_EVENT
+    assert Bucket("b", 4, 40, 20, 3).vbuckets[0].high_seqno == 10  # no manifest, no event: nothing moves
+
+
+@pytest.mark.parametrize(("given", "kept"), [(0, None), (-1, 0), (1, 1), (2**31 - 1, 2**31 - 1)])
+def test_a_max_ttl_is_read_as_ns_server_maps_it_for_memcached(given: int, kept: int | None) -> None:
+    assert memcached_max_ttl(given) == kept  # 0: the bucket's applies; -1: never expires (memcached's 0)
+
+
+@pytest.mark.parametrize("given", [-2, 2**31, True, "60", 1.5, None])
+def test_a_max_ttl_outside_ns_servers_range_is_refused(given: object) -> None:
+    with pytest.raises(ValueError, match="maxTTL"):
+        memcached_max_ttl(given)
