@@ -44,6 +44,7 @@ from dcpctl.client.connection import (
     ClientTimeoutError,
     Connection,
     FloodError,
+    StatusError,
     TlsOptions,
     join_host,
     queue_limit,
@@ -66,7 +67,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS
 from dcpctl.errortext import json_error
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import stream_request_value
-from dcpctl.protocol.constants import MAX_VBUCKETS, VBUCKET_STATES, DcpOpenFlag, Opcode, Status
+from dcpctl.protocol.constants import MAX_VBUCKETS, OPCODES, VBUCKET_STATES, DcpOpenFlag, Opcode, Status
 
 SAVE_EVERY: Final = 1.0  # seconds between state saves while streaming
 # Items between state saves at most (--save-items): what a kill -9 can make a resume deliver twice. Each save
@@ -121,6 +122,10 @@ class StreamOptions:
     # the caller renders plain items itself, straight from their bytes: they are handed out as its lines
     line_maker: LineMaker | None = None
     max_scram_iterations: int = MAX_SCRAM_ITERATIONS  # a server asking for more is refused (sasl.py)
+    # collections and a scope named rather than numbered: asked of the seed node (COLLECTIONS_GET_ID and
+    # COLLECTIONS_GET_SCOPE_ID), their ids then join ``collections`` or become ``scope``
+    collection_paths: tuple[str, ...] = ()
+    scope_path: str | None = None
 
 
 @dataclass
@@ -193,6 +198,38 @@ class Streamer:
         count, self.owner = vbucket_map(seed, self.seed_host, self.seed_port, tls=self.options.tls is not None)
         return count
 
+    def _resolve(self, seed: Connection) -> None:
+        """The ids of the collections and the scope named (the manifest is the cluster's: one node's answer
+        holds for all), then the stream requests' value made again with them."""
+        options = self.options
+        if not options.collection_paths and options.scope_path is None:
+            return
+        if not seed.options.collections:
+            raise ClientError(f"{seed.label} did not grant HELLO Collections: collections and scopes cannot be "
+                              "named", ExitCode.PROTOCOL)
+        ids = [*(options.collections or []), *(
+            self._named_id(seed, Opcode.COLLECTIONS_GET_ID, "--collections", path, "collection_id")
+            for path in options.collection_paths)]
+        if ids:
+            options.collections = ids
+        if options.scope_path is not None:
+            options.scope = self._named_id(seed, Opcode.COLLECTIONS_GET_SCOPE_ID, "--scope", options.scope_path,
+                                           "scope_id")
+        self._value = _stream_value(options)
+
+    @staticmethod
+    def _named_id(seed: Connection, opcode: int, option: str, path: str, field: str) -> int:
+        """The id the server gives a collection's or scope's path; a name it does not know is the command
+        line's error (as a vbucket the map does not have), any other answer the protocol's."""
+        reply = seed.call(opcode, value=path.encode())
+        found = reply.field(field)
+        if reply.status == Status.SUCCESS and found is not None:
+            return int(found)
+        if reply.status in (Status.UNKNOWN_COLLECTION, Status.UNKNOWN_SCOPE):
+            what = "collection" if reply.status == Status.UNKNOWN_COLLECTION else "scope"
+            raise ClientError(f"{option} {path}: no such {what} on {seed.label}", ExitCode.USAGE)
+        raise StatusError(f"{option} {path} ({OPCODES.name(opcode)})", str(reply.status_name))
+
     # --- the stream -----------------------------------------------------------------------------
     def messages(self) -> Iterator[Observed | bytes]:
         """Stream data, with its context as a captured message has it; runs of plain items as the LineMaker's lines
@@ -200,6 +237,7 @@ class Streamer:
         seed = self._connect(self.seed_host, self.seed_port)
         try:
             count = self._map(seed)
+            self._resolve(seed)
         finally:
             seed.close()
         wanted = sorted(self.options.vbuckets if self.options.vbuckets is not None else range(count))

@@ -78,10 +78,11 @@ def stream(
     = "beginning",
     until: Annotated[str, typer.Option("--until", help="forever, now (the high seqnos at start; then exit 0) or "
                                        "a seqno.", metavar="forever|now|SEQNO")] = "forever",
-    collections: Annotated[str | None, typer.Option("--collections", help="Only these collection ids (hex, "
-                                                    "comma separated); needs HELLO Collections.",
-                                                    metavar="IDS")] = None,
-    scope: Annotated[str | None, typer.Option("--scope", help="Only this scope id (hex).", metavar="ID")] = None,
+    collections: Annotated[str | None, typer.Option("--collections", help="Only these collections, comma "
+                                                    "separated: scope.collection names or hex ids; needs HELLO "
+                                                    "Collections.", metavar="NAMES|IDS")] = None,
+    scope: Annotated[str | None, typer.Option("--scope", help="Only this scope: its name or its hex id (a name "
+                                              "that reads as hex: NAME.).", metavar="NAME|ID")] = None,
     stream_id: Annotated[int | None, typer.Option("--stream-id", min=1, max=65535, help="Enable stream ids and "
                                                   "use this one.", metavar="N")] = None,
     no_value: Annotated[bool, typer.Option("--no-value", help="Keys and metadata only (DCP_OPEN NoValue).")]
@@ -144,6 +145,8 @@ def stream(
     if collections and scope:
         raise CommandError("--collections and --scope exclude each other (the server answers Einval)",
                            ExitCode.USAGE)
+    collection_ids, collection_paths = _collections(collections) if collections else ([], ())
+    scope_id, scope_path = _scope(scope) if scope else (None, None)
     controls = {}
     for item in control or []:
         name, sep, value = item.partition("=")
@@ -158,11 +161,10 @@ def stream(
     options = StreamOptions(
         login.bucket, login.user, login.password(env), login.sasl_mech, login.tls_options(), login.timeout,
         parse_ranges(vbuckets) if vbuckets else None, start,
-        until, _hex_list(collections, "--collections") if collections else None,
-        _hex_list(scope, "--scope")[0] if scope else None, stream_id, no_value, xattrs, controls, buffer_size,
+        until, collection_ids or None, scope_id, stream_id, no_value, xattrs, controls, buffer_size,
         noop_seconds, count, on_rollback.value, state, save_items,
         quiet=summary and fmt is None and template is None and write is None,
-        max_scram_iterations=login.max_scram_iterations)
+        max_scram_iterations=login.max_scram_iterations, collection_paths=collection_paths, scope_path=scope_path)
     output = env.output_format(fmt, Format.PRETTY, Format.JSONL)
     binary = getattr(env.stdout, "buffer", None)
     if output is Format.JSONL and template is None and not options.quiet and binary is not None:
@@ -464,11 +466,44 @@ def _seed_ports(login: Login, host: str) -> frozenset[int]:
         return frozenset()
 
 
-def _hex_list(text: str, option: str) -> list[int]:
-    try:
-        return [int(part.strip().removeprefix("0x"), 16) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise CommandError(f"{option}: hex ids, comma separated, not {text!r}", ExitCode.USAGE) from None
+def _hex(text: str) -> int | None:
+    """A collection or scope id as --collections and --scope take one (hex, 0x optional, u32), else None."""
+    digits = text.removeprefix("0x").removeprefix("0X")
+    if not digits or any(c not in "0123456789abcdefABCDEF" for c in digits) or len(digits) > 8:
+        return None
+    return int(digits, 16)
+
+
+def _collections(text: str) -> tuple[list[int], tuple[str, ...]]:
+    """--collections: the ids given (hex) and the paths (scope.collection: a name always has its dot), which
+    the streamer asks the server for."""
+    ids: list[int] = []
+    paths: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        scope_name, dot, name = part.partition(".")
+        if dot:
+            if not scope_name or not name or "." in name:
+                raise CommandError(f"--collections: {shown(part)} is not scope.collection", ExitCode.USAGE)
+            paths.append(part)
+        elif (number := _hex(part)) is not None:
+            ids.append(number)
+        else:
+            raise CommandError(f"--collections: {shown(part)} is neither a hex id nor scope.collection",
+                               ExitCode.USAGE)
+    return ids, tuple(paths)
+
+
+def _scope(text: str) -> tuple[int | None, str | None]:
+    """--scope: an id (hex), or a name; a name that reads as hex is written with a dot after it (beef.)."""
+    text = text.strip()
+    if text.endswith(".") and len(text) > 1 and "." not in text[:-1]:
+        return None, text[:-1]
+    if "." in text:
+        raise CommandError(f"--scope: {shown(text)} is a scope's name or id, not a path", ExitCode.USAGE)
+    number = _hex(text)
+    return (number, None) if number is not None else (None, text)
 
 
 def _lines_written(events: Iterator[Observed | bytes], write: Callable[[bytes], object]) -> Iterator[Observed]:
