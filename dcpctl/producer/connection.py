@@ -703,7 +703,8 @@ class ProducerConnection:
                 stats += [(p + "high_seqno", str(vb.high_seqno)), (p + "abs_high_seqno", str(vb.high_seqno)),
                           (p + "last_persisted_seqno", str(vb.high_seqno)),
                           (p + "uuid", str(vb.failover_log[0].vbucket_uuid)),
-                          (p + "purge_seqno", str(vb.purge_seqno)), (p + "max_visible_seqno", str(vb.high_seqno))]
+                          (p + "purge_seqno", str(vb.purge_seqno)),
+                          (p + "max_visible_seqno", str(bucket.marker_seqnos(vb, vb.high_seqno)[0]))]
         elif group == "dcp":
             name = self.name or "-"
             stats += [("ep_dcp_count", "1" if self.dcp_flags is not None else "0"),

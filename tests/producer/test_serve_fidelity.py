@@ -290,6 +290,10 @@ def test_get_all_vb_seqnos_hides_a_pending_prepare_from_a_client_without_sync_wr
     assert all_vb_seqnos(kv_session(on=on)) == [(0, ITEMS)]  # the max visible seqno (reference 4.6)
     assert all_vb_seqnos(kv_session("SyncReplication", on=on)) == [(0, ITEMS + 1)]
     assert all_vb_seqnos(kv_session("Collections", on=on)) == [(0, ITEMS + 1)]
+    # STAT vbucket-seqno says both: the high seqno is the prepare's, the max visible seqno the item before it
+    stats = {r["key"]: r["value"] for r in call(kv_session(on=on), opcode="STAT", key="vbucket-seqno")
+             if r.get("key")}
+    assert (stats["vb_0:high_seqno"], stats["vb_0:max_visible_seqno"]) == (str(ITEMS + 1), str(ITEMS))
 
 
 def test_get_all_vb_seqnos_is_validated_as_kv_engine_validates_it() -> None:
