@@ -486,9 +486,12 @@ class Redactor:
                     out[span.offset:span.offset + span.length] = self.body(part, is_json=False)
                 changed = True
             elif name == "name" and span.length and (self.policy.hash_names or self.addresses is not None):
-                # a version-2 system event's collection or scope name, as its key is: in place, the same length
+                # a version-2 system event's collection or scope name, as its key is, in place: the table's
+                # offsets hold only for the same length (a mapped address in a name could change it)
                 part = value[span.offset:span.offset + span.length]
-                out[span.offset:span.offset + span.length] = self._named(part, Content.NAME)
+                named = self._named(part, Content.NAME)
+                out[span.offset:span.offset + span.length] = named if len(named) == len(part) \
+                    else self.placeholder(b"name", part)
             elif name == "path" and span.length:  # a multi-path spec's path: the JSON names it holds
                 out[span.offset:span.offset + span.length] = self.path(value[span.offset:span.offset + span.length],
                                                                        flags)
@@ -679,15 +682,17 @@ class Redactor:
                     at = msg.extras_offset + layout.offset(name)
                     stop = at + layout.field(name).size
                     out[at:stop] = self.placeholder(b"value", raw[at:stop])
+        shift = 0  # how far a key of another length moved the value
         if value_at > key_at:
             key = self._key(msg, variant.key if variant is not None else None,
                             variant.key_content if variant is not None else None)
             if len(key) != value_at - key_at:  # an address in it mapped to longer or shorter text
                 key = _with_key_length(out, key, value_at - key_at)
+                shift = len(key) - (value_at - key_at)
             out[key_at:value_at] = key
         tail = len(raw) - end  # bytes past the declared body (never in a framed stream): not the protocol's
         if end > value_at:
-            out[value_at:end] = self._value(msg, variant)
+            out[value_at + shift:end + shift] = self._value(msg, variant)
         if tail:
             out[len(out) - tail:] = bytes(tail)
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)

@@ -385,13 +385,46 @@ def test_hash_names_hashes_names_in_values_too() -> None:
     assert b"bob" not in users
 
 
-def _collection_event(version: int) -> bytes:
+def _collection_event(version: int, name: str = "orders") -> bytes:
     fields = {"manifest_uid": 0x1F, "scope_id": 8, "collection_id": 9}
     if version == 2:
-        fields |= {"ttl_valid": True, "max_ttl": 60, "name": "orders", "history": True,
+        fields |= {"ttl_valid": True, "max_ttl": 60, "name": name, "history": True,
                    "default_collection_mvs": 0, "metered": False, "flush_uid": 0}
-    return build.request(Opcode.DCP_SYSTEM_EVENT, vbucket=3, key=b"orders", by_seqno=4, event_id=0,
+    return build.request(Opcode.DCP_SYSTEM_EVENT, vbucket=3, key=name.encode(), by_seqno=4, event_id=0,
                          event_version=version, **fields)
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_a_key_an_address_lengthens_leaves_the_value_whole(version: int) -> None:
+    """A key whose mapped address is longer moves the value after it: the value is written where it now
+    starts, not where it was (a system event's ids were overwritten). In a version-2 table the name cannot
+    change length (the table's offsets would move): a name whose mapping would is a placeholder there. (No
+    collection name holds a dot; a hostile capture's may.)"""
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    mapped = _mapped(redactor, "10.1.2.3")
+    assert len(mapped) != len("10.1.2.3")
+    raw = _collection_event(version, "10.1.2.3")
+    seen = decode(redactor.message(decode(raw, 0, DecodeOptions(collections=True))), 0,
+                  DecodeOptions(collections=True))
+    assert not seen.diagnostics
+    assert seen.key == mapped.encode()
+    fields = seen.value_fields
+    assert (fields["manifest_uid"], fields["scope_id"], fields["collection_id"]) == (0x1F, 8, 9)
+    if version == 2:
+        assert len(fields["name"]) == len("10.1.2.3")
+        assert "10.1.2.3" not in fields["name"]
+
+
+def test_a_connection_name_an_address_lengthens_keeps_its_json_value() -> None:
+    name = b"replication:ns_1@10.1.2.3->ns_1@10.1.2.44:orders"
+    value = json.dumps({"consumer_name": "orders-consumer"}).encode()
+    redactor = Redactor(b"salt", addresses=AddressMap(b"salt"))
+    raw = build.request(Opcode.DCP_OPEN, key=name, value=value, datatype=DATATYPE_JSON, seqno=0, flags=1)
+    seen = decode(redactor.message(decode(raw, 0, DecodeOptions())), 0, DecodeOptions())
+    assert not seen.diagnostics
+    assert b"10.1.2.3" not in seen.key
+    assert len(seen.key) != len(name)
+    assert json.loads(seen.value) == {"consumer_name": "orders-consumer"}
 
 
 @pytest.mark.parametrize("version", [0, 2])
