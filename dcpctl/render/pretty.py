@@ -36,6 +36,8 @@ _HEADLINE: Final = {"offset", "magic", "opcode", "vbucket", "status", "opaque", 
                     "value_encoding", "value_compressed", "xattrs", "diagnostics", "ts", "connection",
                     "direction", "request_type", "request_type_name", "frames"}
 INDENT: Final = 4  # a message's lines under its headline, and where a wrapped line continues
+# Ids the manifest, ns_server and kv_engine's logs write in hex (as the key line's "cid 0x8"): shown so
+HEX_IDS: Final = frozenset({"collection_id", "scope_id", "manifest_uid", "flush_uid"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,10 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
     if record["opcode"] == "STAT" and msg.is_response and record.get("status") == "Success":
         # one line per stat: its name (the key) and its text (the value), or the group's end
         return Group(*lines, *_stat_line(record, max_field_bytes))
-    fields = [(k, v) for k, v in record.items() if k not in _HEADLINE]
+    # a collection id is shown with the key it prefixes; without a key (a dropped collection's event, a
+    # GET_RANDOM_KEY) among the fields
+    fields = [(k, v) for k, v in record.items()
+              if k not in _HEADLINE or (k == "collection_id" and "key" not in record)]
     # the 30-day rule is a client's (SET, TOUCH); an item a producer pushes holds an epoch time (§3.9)
     relative = not msg.is_response and msg.spec is not None and msg.spec.pushed is Pushed.NO
     if fields:
@@ -210,7 +215,8 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
             elif name in EPOCH_SECONDS and isinstance(value, int) and value:
                 meaning = iso_time(value, local=local_time).replace(".000000", "")
             out.append(f"{' ' if number else ''}{shown(name)}=", style="dim")
-            out.append(called or _shown(value, max_field_bytes))
+            out.append(called or (f"0x{value:x}" if name in HEX_IDS and type(value) is int
+                                  else _shown(value, max_field_bytes)))
             if meaning:
                 out.append(f" ({shown(meaning)})", style="dim")
     # a request's stream id is in the headline already

@@ -115,6 +115,25 @@ def test_a_value_is_named_only_where_it_means_that() -> None:
     assert "no history" not in out
 
 
+def test_collection_scope_and_manifest_ids_are_hex_and_a_dropped_collection_is_named() -> None:
+    """As the manifest and kv_engine's logs write them (the key line's cid 0x9 too); an EndCollection has no
+    key to show its collection with, so its collection id is among the fields. JSON keeps the numbers."""
+    dropped = {"magic": "ClientRequest", "opcode": "DCP_SYSTEM_EVENT", "vbucket": 3, "opaque": 7, "by_seqno": 9,
+               "event_id": 1, "event_version": 0, "manifest_uid": 0x20, "scope_id": 8, "collection_id": 9}
+    out = _pretty_of(dropped)
+    assert "event_id=1 (EndCollection)" in out
+    assert "manifest_uid=0x20 scope_id=0x8 collection_id=0x9" in out
+    begun = {**dropped, "event_id": 0, "key": "orders", "manifest_uid": 0x1F}
+    out = _pretty_of(begun)
+    assert "manifest_uid=0x1f scope_id=0x8" in out
+    assert "key [cid 0x9] 'orders'" in out
+    assert "collection_id=" not in out  # on the key line once, not among the fields again
+    _, hex_lines, _ = run(["encode"], stdin=json.dumps(dropped).encode())
+    _, out, _ = run(["hexdump", "-F", "jsonl"], stdin=hex_lines.encode())
+    assert {k: json.loads(out)[k] for k in ("manifest_uid", "scope_id", "collection_id")} == {
+        "manifest_uid": 32, "scope_id": 8, "collection_id": 9}
+
+
 def test_item_times_and_never_expiring_items_are_said() -> None:
     code, out, _ = run(["decode", "-F", "pretty", "--opcode", "DCP_MUTATION", "--opcode", "DCP_DELETION", str(PCAP)])
     assert code == ExitCode.OK
