@@ -365,8 +365,8 @@ class Streamer:
             conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
         markers = controls.get("max_marker_version")
         if markers is None and conn.options.collections:
-            # asked unless --control says otherwise: a server before 8.0 refuses it (Einval, or NotSupported
-            # without Collections), and streams as before without purge_seqno
+            # asked unless --control says otherwise: a server that does not know it (v2.2 markers are 8.0's)
+            # refuses it, and streams as before without purge_seqno
             markers = MAX_MARKER_VERSION
             reply = conn.call(Opcode.DCP_CONTROL, f"DCP_CONTROL max_marker_version={markers}",
                               key=b"max_marker_version", value=markers.encode())

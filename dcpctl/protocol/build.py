@@ -218,8 +218,7 @@ def _status_fits(variant: Variant, status: int | None) -> bool:
 def _field_names(variant: Variant) -> set[str]:
     """The names of a row's extras fields and of its value grammars' fields."""
     names = set(variant.layout.names) if variant.layout is not None else set()
-    grammars = [variant.value_grammar] if variant.value_grammar is not None else []
-    for grammar in [*grammars, *variant.value_grammars.values()]:
+    for grammar in variant.grammars:
         names.update(name for name, _ in walk.top_fields(grammar))
     return names
 
@@ -228,9 +227,7 @@ def _grammar_for(variant: Variant, names: set[str]) -> Construct | None:
     """The row's value grammar whose fields are exactly ``names`` (Const fields are the grammar's own)."""
     if not names:
         return None
-    grammars = [variant.value_grammar] if variant.value_grammar is not None else []
-    grammars += list(variant.value_grammars.values())
-    for grammar in grammars:
+    for grammar in variant.grammars:
         if {name for name, sub in walk.top_fields(grammar) if not isinstance(sub, Const)} == names:
             return grammar
     return None

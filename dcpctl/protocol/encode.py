@@ -249,9 +249,7 @@ def _variant(spec: MessageSpec | None, rec: Mapping[str, Any], magic: int, word:
 
 
 def _grammar_fields(variant: Variant) -> list[str]:
-    grammars = [variant.value_grammar] if variant.value_grammar is not None else []
-    grammars += list(variant.value_grammars.values())
-    return [name for grammar in grammars for name, _ in walk.field_names(grammar)]
+    return [name for grammar in variant.grammars for name, _ in walk.field_names(grammar)]
 
 
 def _framing(rec: Mapping[str, Any], response: bool) -> bytes:

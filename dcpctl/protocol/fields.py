@@ -329,9 +329,7 @@ def catalogue() -> list[FieldInfo]:
         declared: list[tuple[str, str]] = []
         if variant.layout is not None:
             declared += walk.field_names(variant.layout.grammar)
-        grammars = [variant.value_grammar] if variant.value_grammar is not None else []
-        grammars += list(variant.value_grammars.values())
-        for g in grammars:
+        for g in variant.grammars:
             declared += walk.field_names(g)
         if variant.value_path is not None:
             declared += [("path", "str"), ("path_encoding", "str")]

@@ -48,13 +48,10 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
         data = stream_read_entire(stream, path)
         return Container((name, value) for name, _, _, _, value in self._slots(data))
 
-    def fields(self, data: bytes) -> Iterator[tuple[str, int, int, Any]]:
-        """``(name, offset, length, value)`` of every slot: offset and length of its bytes (a string's
-        characters) or ``(0, 0)`` where the table leaves it out and the default stands."""
-        return ((name, at, size, value) for name, _, at, size, value in self._slots(data))
-
     def _slots(self, data: bytes) -> Iterator[tuple[str, int, int, int, Any]]:
-        """As :meth:`fields`, with where a string slot's offset to its characters is (0 for the others)."""
+        """``(name, pointer, offset, length, value)`` of every slot: where a string slot's offset to its
+        characters is (0 for the others), then the offset and length of its bytes (a string's characters), or
+        ``(0, 0)`` where the table leaves it out and the default stands."""
         table, _, vsize = _frame(data)
         for slot, (name, kind, size) in enumerate(self.slots):
             field = _VTABLE_HEADER + 2 * slot
@@ -104,9 +101,9 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
         return obj
 
     def encode(self, obj: Any) -> bytes:
-        """The table as the flatc-generated C++ ``Create`` functions lay it out (kv_engine writes it so):
-        strings first, then the fields largest first, the later slot first within a size; a field at its
-        default is left out."""
+        """The table as flatc lays it out from the same fields (the tests compare the bytes): strings first,
+        then the fields largest first, the later slot first within a size; a field at its default is left
+        out."""
         builder = Builder(64)
         strings = {name: builder.CreateString(obj[name]) for name, kind, _ in self.slots
                    if kind == "string" and obj.get(name) is not None}

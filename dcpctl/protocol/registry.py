@@ -196,6 +196,11 @@ class Variant:
         object.__setattr__(self, "layout", _layout_of(self.extras))
 
     @property
+    def grammars(self) -> list[Construct]:
+        """Every value declaration of the row: the one it always has, or those its selector chooses among."""
+        return [*([self.value_grammar] if self.value_grammar is not None else []), *self.value_grammars.values()]
+
+    @property
     def extras_length(self) -> int:
         layout = self.layout
         return layout.size if layout else 0

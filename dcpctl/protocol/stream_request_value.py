@@ -36,11 +36,10 @@ class StreamRequestValue(NamedTuple):
     purge_seqno: int | None
 
 
-def encode(sid: int | None = None, collections: tuple[int, ...] = (), scope: int | None = None,
-           purge_seqno: int | None = None) -> bytes:
-    """The value a client sends: the stream id, the collections or the scope it asks for (hex strings, as
-    the server reads them), and the purge seqno of the last v2.2 marker it had (decimal digits in a string);
-    empty when it asks for none of these."""
+def encode(sid: int | None = None, collections: tuple[int, ...] = (), scope: int | None = None) -> bytes:
+    """The value a client sends: the stream id, and the collections or the scope it asks for (hex strings, as
+    the server reads them); empty when it asks for none of these (:func:`with_purge_seqno` adds the purge
+    seqno a vbucket's stream last had)."""
     value: dict[str, Any] = {}
     if sid is not None:
         value["sid"] = sid
@@ -48,13 +47,12 @@ def encode(sid: int | None = None, collections: tuple[int, ...] = (), scope: int
         value["collections"] = [f"{c:x}" for c in collections]
     elif scope is not None:
         value["scope"] = f"{scope:x}"
-    if purge_seqno is not None:
-        value["purge_seqno"] = str(purge_seqno)
     return orjson.dumps(value) if value else b""
 
 
 def with_purge_seqno(value: bytes, purge_seqno: int) -> bytes:
-    """A value :func:`encode` made, with ``purge_seqno`` set in it."""
+    """A value :func:`encode` made, with ``purge_seqno`` set in it (decimal digits in a string, as the
+    server reads it)."""
     obj = orjson.loads(value) if value else {}
     obj["purge_seqno"] = str(purge_seqno)
     return orjson.dumps(obj)
