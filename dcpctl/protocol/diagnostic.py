@@ -46,6 +46,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "invalid_deletion_datatype": (ERROR, "datatype not allowed for a deletion"),
     "unknown_marker_version": (ERROR, "snapshot marker version byte unknown"),
     "unknown_system_event": (WARNING, "system event id or version unknown; value kept raw"),
+    "flatbuffers_table_invalid": (ERROR, "a version-2 system event's value is not a FlatBuffers table as kv_engine "
+                                  "writes it (an offset outside it, or laid out otherwise); value kept raw"),
     "odd_feature_list": (ERROR, "HELLO value has an odd length"),
     "redacted": (NOTE, "secret bytes hidden; --show-secrets reveals them"),
     # values

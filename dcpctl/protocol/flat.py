@@ -46,7 +46,14 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
 
     def _parse(self, stream: Any, context: Any, path: str) -> Container:
         data = stream_read_entire(stream, path)
-        return Container((name, value) for name, _, _, _, value in self._slots(data))
+        table = Container((name, value) for name, _, _, _, value in self._slots(data))
+        if self.encode(table) != data:
+            # its fields alone could not give its bytes back (the record is the packet, reference 12): a valid
+            # table laid out otherwise (an offset moved, bytes added) is named, with what it reads, and kept raw
+            read = ", ".join(f"{name}={value!r}" for name, value in table.items())
+            raise FlatError(f"a table laid out otherwise than kv_engine's FlatBuffers builder lays it out "
+                            f"({read}); kept raw so that it re-encodes byte for byte")
+        return table
 
     def _slots(self, data: bytes) -> Iterator[tuple[str, int, int, int, Any]]:
         """``(name, pointer, offset, length, value)`` of every slot: where a string slot's offset to its

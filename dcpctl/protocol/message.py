@@ -55,6 +55,7 @@ from dcpctl.protocol.constants import (
     Opcode,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
+from dcpctl.protocol.flat import FlatError
 from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.registry import (
     CHANGE_OPCODES,
@@ -1038,6 +1039,9 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
         return grammar, read_list(value), None  # (its length is a multiple of the item's: every item reads)
     try:
         return grammar, grammar.parse(value), None
+    except FlatError as exc:
+        return grammar, False, diagnostic("flatbuffers_table_invalid", f"{variant.name} value: {exc}", start,
+                                          len(value))
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"
         return grammar, False, diagnostic("illegal_value_length", f"{variant.name} value does not parse: {exc}",
                                           start, len(value))
