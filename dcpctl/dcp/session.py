@@ -37,9 +37,12 @@ from dcpctl.protocol.constants import (
     HELLO_FEATURES,
     RESPONSE_MAGICS,
     STREAM_END_STATUSES,
+    VBUCKET_STATES,
     HelloFeature,
     Opcode,
     Status,
+    StreamEndStatus,
+    StreamRequestFlag,
     flag_names,
 )
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
@@ -60,6 +63,14 @@ MAX_STORIES: Final = 8192
 NOOP: Final = int(Opcode.DCP_NOOP)
 BUFFER_ACK: Final = int(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT)
 MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
+SET_VBUCKET_STATE: Final = int(Opcode.DCP_SET_VBUCKET_STATE)
+# What each DCP_SET_VBUCKET_STATE of a takeover stream means (kv_engine's ActiveStream TakeoverSend/Wait)
+TAKEOVER_STEPS: Final = {
+    "pending": "everything is sent; once the consumer answers, the producer's copy turns dead and what came in "
+               "meanwhile follows",
+    "active": "the producer's copy is dead; the consumer's answer ends the stream and the handover",
+}
+TAKEOVER_DONE: Final = "takeover complete: the consumer's copy is active"
 STREAM_END: Final = int(Opcode.DCP_STREAM_END)
 
 
@@ -76,6 +87,7 @@ class StreamState:
     items: int = 0
     failover_log: list[FailoverEntry] = field(default_factory=list)
     open: bool = False
+    takeover: bool = False  # requested with TakeOver: it ends by handing the vbucket over (reference 3.12)
 
 
 @dataclass
@@ -371,7 +383,8 @@ class ConnectionTracker:
         if len(self.streams_by_opaque) >= MAX_STREAMS:
             self.streams_by_opaque.pop(next(iter(self.streams_by_opaque)))
         stream = StreamState(vbucket, value.sid if value is not None else None, request.opaque, asked.start_seqno,
-                             asked.end_seqno, asked.vbucket_uuid, open=True, failover_log=failover_entries(response))
+                             asked.end_seqno, asked.vbucket_uuid, open=True, failover_log=failover_entries(response),
+                             takeover=bool(asked.flags & StreamRequestFlag.TAKE_OVER))
         self.streams_by_opaque[stream.opaque] = stream
         server_log = stream.failover_log
         if previous is not None:
@@ -387,6 +400,17 @@ class ConnectionTracker:
         if log and stream.vbucket_uuid and log[0].vbucket_uuid != stream.vbucket_uuid:
             note.add("vbucket_uuid_changed", f"vbucket {vbucket}: the server's newest uuid "
                      f"{log[0].vbucket_uuid} differs from the requested {stream.vbucket_uuid}")
+
+    @staticmethod
+    def _vbucket_state(stream: StreamState, state: int | None, note: Annotation) -> None:
+        """A takeover's step, said as what it does; on a stream that did not ask for a takeover, a warning."""
+        name = VBUCKET_STATES.name(state) if state is not None else "?"
+        if not stream.takeover:
+            note.add("set_vbucket_state_without_takeover", f"vbucket {stream.vbucket}: the producer sets the "
+                     f"consumer's copy {name} on a stream that was not requested with TakeOver")
+            return
+        step = TAKEOVER_STEPS.get(name, "a state the server's takeover never sends")
+        note.add("takeover", f"vbucket {stream.vbucket}: takeover, the consumer's copy to become {name}: {step}")
 
     def _keep(self, story: RollbackStory) -> None:
         if len(self.stories) >= MAX_STORIES:
@@ -436,10 +460,13 @@ class ConnectionTracker:
             start, end = msg.field("snap_start_seqno"), msg.field("snap_end_seqno")
             if isinstance(start, int) and isinstance(end, int):
                 stream.snapshot = (start, end)
+        elif opcode == SET_VBUCKET_STATE:
+            self._vbucket_state(stream, extras.get("vbucket_state"), note)
         elif opcode == STREAM_END:
             status = extras.get("stream_end_status", 0)
             stream.open = False
-            note.add("stream_end", f"vbucket {stream.vbucket} stream ended: "
-                     f"{STREAM_END_STATUSES.name(status)} ({STREAM_END_STATUSES.meaning_of.get(status, '?')})"
-                     f" after {_items_text(stream.items, stream.last_seqno)}")
+            meaning = TAKEOVER_DONE if stream.takeover and status == StreamEndStatus.OK else \
+                STREAM_END_STATUSES.meaning_of.get(status, "?")
+            note.add("stream_end", f"vbucket {stream.vbucket} stream ended: {STREAM_END_STATUSES.name(status)} "
+                     f"({meaning}) after {_items_text(stream.items, stream.last_seqno)}")
             self.streams_by_opaque.pop(msg.opaque, None)

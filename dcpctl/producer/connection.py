@@ -43,6 +43,7 @@ from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
     REQUEST_FRAMES,
     STATUSES,
+    VBUCKET_STATES,
     Datatype,
     DcpOpenFlag,
     HelloFeature,
@@ -154,6 +155,13 @@ NOOP_OPAQUE_BASE: Final = 10_000_000
 PREPARE_FLOW_CONTROL_EXTRA: Final = 2
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
+# A takeover stream (reference 3.4.2, 3.12; kv_engine's ActiveStream TakeoverSend and TakeoverWait): after its
+# backfill every marker asks for an answer, and once caught up with none outstanding the stream sends
+# DCP_SET_VBUCKET_STATE pending, then (answered: the vbucket here turns dead) active, then (answered) ends Ok.
+MARKER_TAKEOVER: Final = SnapshotMarkerFlag.MEMORY | SnapshotMarkerFlag.ACKNOWLEDGE
+VBUCKET_PENDING: Final = VBUCKET_STATES.code_of["pending"]
+VBUCKET_ACTIVE: Final = VBUCKET_STATES.code_of["active"]
+TAKEOVER_END: Final = 2**64 - 1  # a takeover stream's end seqno, whatever the request says (dcpMaxSeqno)
 MARKER_V2_0: Final = 0  # the v2.x marker's version byte for v2.0
 MARKER_V2_2: Final = 2  # and for v2.2 (a disk snapshot's purge and high prepared seqnos, reference 3.8)
 # Where a pushed item's opaque sits: a stream's cached items are patched with its stream's opaque there.
@@ -244,6 +252,14 @@ class _Stream:
     # the first (disk) snapshot has no tombstone at or below this seqno, set as it begins: the vbucket's purge
     # seqno (a purge takes them off disk, reference 9.1), or the snapshot's end with skip_deletes
     no_tombstones_upto: int = 0
+    takeover: bool = False
+    takeover_state: int = VBUCKET_PENDING  # the DCP_SET_VBUCKET_STATE the takeover sends next
+    takeover_wait: bool = False  # that message went out; its answer is awaited
+    # Takeover markers sent minus marker answers received, counted as kv_engine counts them (waitForSnapshot,
+    # a signed counter that any marker answer decrements): the vbucket state goes out only at zero.
+    marker_acks: int = 0
+    new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
+    takeover_send: bool = False  # the backfill is done: markers are the takeover's
 
     @property
     def plain(self) -> bool:
@@ -440,6 +456,8 @@ class ProducerConnection:
         if msg.is_response:
             if msg.opcode == Opcode.DCP_NOOP:  # the client's answer to our noop
                 self.noop_outstanding = False
+            elif msg.opcode in (Opcode.DCP_SNAPSHOT_MARKER, Opcode.DCP_SET_VBUCKET_STATE):
+                self._takeover_answer(msg)
             return
         opcode = msg.opcode
         if self.user is None and opcode not in BEFORE_AUTH:
@@ -635,14 +653,13 @@ class ProducerConnection:
         if collection is None and not self.collections:
             collection = DEFAULT_COLLECTION  # a legacy client sees the default collection only
         visible = not (self.collections or HelloFeature.SYNC_REPLICATION in self.features)
-        entries = []
-        if state in (VBUCKET_STATE_ALIVE, VBUCKET_STATE_ACTIVE):  # every vbucket here is active: no other state
-            for vb in bucket.vbuckets:
-                if self._vbucket(vb.vbucket) is None:
-                    continue
-                # no collection: a collections client, whose seqno is the vbucket's high seqno (visible or not)
-                entries.append((vb.vbucket, vb.high_seqno if collection is None else bucket.collection_high_seqno(
-                    vb, frozenset({collection}), visible=visible)))
+        # a vbucket here is active, or dead once taken over (no replica or pending copies)
+        wanted = "dead" if state == VBUCKET_STATE_DEAD else "active" if state in (
+            VBUCKET_STATE_ALIVE, VBUCKET_STATE_ACTIVE) else None
+        # no collection: a collections client, whose seqno is the vbucket's high seqno (visible or not)
+        entries = [(vb.vbucket, vb.high_seqno if collection is None else bucket.collection_high_seqno(
+                    vb, frozenset({collection}), visible=visible)) for vb in bucket.vbuckets
+                   if vb.state == wanted and self.node.cluster.owner[vb.vbucket] == self.node.index]
         self._reply(msg, vbucket_seqnos=entries)
 
     def _active_vbucket(self, msg: Message) -> VBucket | None:
@@ -807,12 +824,16 @@ class ProducerConnection:
             return
         start = answer.start_seqno if answer.start_seqno is not None else req.start_seqno
         end = answer.end_seqno if answer.end_seqno is not None else req.end_seqno
+        takeover = bool(flags & StreamRequestFlag.TAKE_OVER)
+        if takeover:
+            end = TAKEOVER_END
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
         stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
                          filter_scope,
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
                          skip_deletes=start == 0 and bool(
-                             (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL))
+                             (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL),
+                         takeover=takeover, new_checkpoint=takeover)
         if start >= end:
             stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
@@ -875,6 +896,26 @@ class ProducerConnection:
             stream.ending = StreamEndStatus.CLOSED
         else:
             del self.streams[(stream.vbucket, sid)]
+
+    def _takeover_answer(self, msg: Message) -> None:
+        """A consumer's answer to a marker or a vbucket state, found by its opaque and whatever its status (as
+        kv_engine's DcpProducer::handleResponse does): a takeover moves on once its answers are in."""
+        stream = next((s for s in self.streams.values() if s.opaque == msg.opaque), None)
+        if stream is None:
+            return
+        if msg.opcode == Opcode.DCP_SNAPSHOT_MARKER:
+            stream.marker_acks -= 1
+        elif not stream.takeover_wait:
+            return  # kv_engine logs "Unexpected ack for set vbucket op" and carries on
+        elif stream.takeover_state == VBUCKET_PENDING:
+            # the consumer's copy is pending: this one turns dead (no write, stream request or KV command is
+            # taken for it any more) and the stream sends what came in meanwhile, then the active state
+            self.node.cluster.bucket.vbuckets[stream.vbucket].state = "dead"
+            stream.takeover_state = VBUCKET_ACTIVE
+            stream.takeover_wait = False
+            stream.new_checkpoint = True
+        else:
+            stream.ending = StreamEndStatus.OK
 
     def _buffer_ack(self, msg: Message) -> None:
         extras = msg.extras or {}  # answered only on error (reference 3.14): request_error checked its shape
@@ -967,10 +1008,10 @@ class ProducerConnection:
             if stream.next_seqno > stream.end_seqno:
                 stream.ending = StreamEndStatus.OK
                 continue
-            if stream.next_seqno > last:
-                return sent  # caught up: wait for new items
+            if stream.next_seqno > last:  # caught up: wait for new items
+                return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
-                flags = MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
+                flags = self._marker_flags(stream)
                 marker: dict[str, int] = {}
                 disk = bool(flags & SnapshotMarkerFlag.DISK)
                 prepared = bucket.high_prepared_seqno(vb, last) if disk and stream.sync_replication else 0
@@ -1003,6 +1044,29 @@ class ProducerConnection:
             else:
                 sent += self._each_item(stream, vb, upto, parts, budget - sent)
         return sent
+
+    def _marker_flags(self, stream: _Stream) -> int:
+        """The first snapshot is the backfill's, the rest from memory; on a takeover stream each one after the
+        backfill must be answered, and the first of each takeover phase begins a checkpoint."""
+        if not stream.takeover or not (stream.markers or stream.takeover_send):
+            return MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
+        stream.takeover_send = True
+        stream.marker_acks += 1
+        checkpoint = stream.new_checkpoint
+        stream.new_checkpoint = False
+        return MARKER_TAKEOVER | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
+
+    def _takeover_state(self, stream: _Stream, parts: list[bytes]) -> int:
+        """A caught-up takeover stream's DCP_SET_VBUCKET_STATE, once every marker it sent was answered and
+        none is awaited; the bytes sent (it counts against the window as its 25 bytes)."""
+        stream.takeover_send = True
+        if stream.takeover_wait or stream.marker_acks:
+            return 0
+        data = self._message(stream, Opcode.DCP_SET_VBUCKET_STATE, vbucket_state=stream.takeover_state)
+        parts.append(data)
+        self._count(len(data))
+        stream.takeover_wait = True
+        return len(data)
 
     def _seqno_advanced(self, stream: _Stream, vb: VBucket, parts: list[bytes]) -> int:
         """A snapshot's items are all processed: if the stream does not see the item at its end (another

@@ -82,6 +82,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "item_before_marker": (ERROR, "an item arrived before any snapshot marker of its stream"),
     "vbucket_uuid_changed": (WARNING, "the server's newest vbucket uuid differs from the one requested"),
     "stream_end": (NOTE, "a stream ended, with the reason"),
+    "takeover": (NOTE, "a takeover stream's DCP_SET_VBUCKET_STATE: a step of handing the vbucket to the consumer"),
+    "set_vbucket_state_without_takeover": (WARNING, "DCP_SET_VBUCKET_STATE on a stream not requested with TakeOver"),
     "flow_control_exceeded": (WARNING, "unacknowledged bytes above the negotiated connection buffer size"),
     "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
     "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),

@@ -140,3 +140,33 @@ def test_stream_id_is_the_stream_request_value_as_the_server_reads_it() -> None:
     assert _stream_opened('{"sid":70000}', 3).stream_id is None
     assert _stream_opened('{"collections":["8"],"note":"\\"sid\\":6"}', 4).stream_id is None
     assert _stream_opened('{"sid":4}', 5).failover_log[0].vbucket_uuid == 1
+
+
+def _vbucket_state_on(flags: int) -> list[tuple[str, str]]:
+    """What the tracker says of a DCP_SET_VBUCKET_STATE pending, then a STREAM_END Ok, on a stream opened with
+    these stream-request flags."""
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    packets = [({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 3, "opaque": 7, "flags": flags,
+                 "reserved": 0, "start_seqno": 0, "end_seqno": 9, "vbucket_uuid": 0, "snap_start_seqno": 0,
+                 "snap_end_seqno": 0}, True),
+               ({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 7,
+                 "failover_log": [{"vbucket_uuid": 1, "seqno": 0}]}, False),
+               ({"magic": "ClientRequest", "opcode": "DCP_SET_VBUCKET_STATE", "vbucket": 3, "opaque": 7,
+                 "vbucket_state": 3}, False),
+               ({"magic": "ClientRequest", "opcode": "DCP_STREAM_END", "vbucket": 3, "opaque": 7,
+                 "stream_end_status": 0}, False)]
+    said = []
+    for record, from_client in packets:
+        note = tracker.observe(decode(encode(record, fix_lengths=True), 0, tracker.options()), from_client, 1.0)
+        said += [(d.name, d.message) for d in note.diagnostics]
+    return said
+
+
+def test_a_vbucket_state_is_a_takeover_step_only_on_a_takeover_stream() -> None:
+    takeover = _vbucket_state_on(0x01)
+    assert [name for name, _ in takeover] == ["takeover", "stream_end"]
+    assert "become pending" in takeover[0][1]
+    assert "takeover complete" in takeover[1][1]
+    plain = _vbucket_state_on(0)
+    assert [name for name, _ in plain] == ["set_vbucket_state_without_takeover", "stream_end"]
+    assert "reached the end seqno" in plain[1][1]

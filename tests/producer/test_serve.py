@@ -529,3 +529,34 @@ def test_open_flags_shape_the_items(server: Server) -> None:
     assert {r["opcode"] for r in items} <= {"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION"}
     assert {r["extras_length"] for r in items if r["opcode"] == "DCP_DELETION"} == {21}
     assert [r["by_seqno"] for r in items] == list(range(1, ITEMS_PER_VB + 1))
+
+
+def test_a_takeover_over_the_wire_reads_as_a_handover_in_decode() -> None:
+    """A consumer that asks TakeOver, answers what the producer asks it to (markers flagged Acknowledge, each
+    vbucket state) and is handed the vbucket; decode's tracker names each step and says the handover ended."""
+    with serving("--vbuckets", "1", "--items", "30", "--mutation-rate", "0") as running:
+        client = streaming_client(running)
+        assert client.stream_request(0, flags=0x01, end=10)["status"] == "Success"
+        states = []
+        while True:
+            record = client.read()
+            if record["opcode"] == "DCP_SET_VBUCKET_STATE" or (
+                    record["opcode"] == "DCP_SNAPSHOT_MARKER" and record["snapshot_flags"] & 0x08):
+                states += [record.get("vbucket_state")]
+                client.send(magic="ClientResponse", opcode=record["opcode"], status="Success",
+                            opaque=record["opaque"])
+            if record["opcode"] == "DCP_STREAM_END":
+                break
+        assert [s for s in states if s] == [3, 1]
+        assert record["stream_end_status"] == 0
+        assert client.stream_request(0)["status"] == "NotMyVbucket"  # the copy here is dead
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    found = []
+    for from_client, raw in client.transcript:
+        msg = decode(raw, 0, tracker.options())
+        found += [(msg.opcode_name, d.name, d.message) for d in tracker.observe(msg, from_client, 0.0).diagnostics
+                  if d.name != "redacted"]
+    assert [(opcode, name) for opcode, name, _ in found] == [
+        ("DCP_SET_VBUCKET_STATE", "takeover"), ("DCP_SET_VBUCKET_STATE", "takeover"), ("DCP_STREAM_END", "stream_end")]
+    assert [text.split(":")[1].split()[-1] for _, _, text in found[:2]] == ["pending", "active"]
+    assert "takeover complete" in found[2][2]

@@ -618,3 +618,95 @@ def test_a_replica_promoted_before_the_manifests_last_event_is_brought_up_to_it(
     _, got = stream(session("Collections", on=on, name="after"))
     assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER"] + ["DCP_SYSTEM_EVENT"] * EVENTS
     assert events_of(got) == before
+
+
+# --- TakeOver streams: the vbucket handed over (reference 3.4.2, 3.12; kv_engine's ActiveStream) ----------
+TAKE_OVER = 0x01
+ACKNOWLEDGE, CHECKPOINT_FLAG = 0x08, 0x04
+
+
+def answer(conn: ProducerConnection, request: dict[str, Any], status: str = "Success") -> list[dict[str, Any]]:
+    """The consumer's answer to a takeover's marker or vbucket state, and what the stream sends next."""
+    conn.receive(packet(magic="ClientResponse", opcode=request["opcode"], opaque=request["opaque"],
+                        status=status), 0)
+    return drain(conn)
+
+
+def kv_call(on: Cluster, **record: Any) -> dict[str, Any]:
+    conn = ProducerConnection(Node(0, on))
+    for step in ({"opcode": "HELLO", "key": "t", "features": ["Xerror", "JSON"]},
+                 {"opcode": "SASL_AUTH", "key": "PLAIN", "value": plain_message("Administrator", "password").hex(),
+                  "value_encoding": "hex"},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        call(conn, **step)
+    return call(conn, **record)[0]
+
+
+def upsert(on: Cluster, key: str) -> dict[str, Any]:
+    return kv_call(on, opcode="SET", vbucket=0, key=key, value="{}", flags=0, expiration=0)
+
+
+def test_a_takeover_stream_sends_everything_then_hands_the_vbucket_over() -> None:
+    on = cluster()
+    conn = session(on=on)
+    status, out = stream(conn, flags=TAKE_OVER, end=5)  # a takeover streams to the end whatever it asks
+    assert status == "Success"
+    assert out[0]["snapshot_flags"] & (ACKNOWLEDGE | 0x02) == 0x02  # the backfill's marker is not answered
+    assert out[0]["snap_end_seqno"] == HIGH
+    assert [r["by_seqno"] for r in out if r["opcode"] in ITEM_OPCODES] == collection_seqnos(on.bucket, 0)
+    pending = out[-1]
+    assert (pending["opcode"], pending["vbucket_state"], pending["vbucket"]) == ("DCP_SET_VBUCKET_STATE", 3, 0)
+    assert on.bucket.vbuckets[0].state == "active"  # until the consumer answers
+    assert drain(conn) == []  # the stream waits for that answer
+    active = answer(conn, pending)
+    assert [(r["opcode"], r.get("vbucket_state")) for r in active] == [("DCP_SET_VBUCKET_STATE", 1)]
+    assert on.bucket.vbuckets[0].state == "dead"
+    assert upsert(on, "late")["status"] == "NotMyVbucket"
+    assert stream(session(on=on, name="late"))[0] == "NotMyVbucket"
+    seqnos = {state: kv_call(on, opcode="GET_ALL_VB_SEQNOS", vbucket_state_filter=state)["vbucket_seqnos"]
+              for state in (1, 4)}
+    # a legacy client is given the default collection's seqno
+    assert seqnos == {1: [], 4: [{"vbucket": 0, "seqno": collection_seqnos(on.bucket, 0)[-1]}]}
+    ended = answer(conn, active[0])
+    assert [(r["opcode"], r["stream_end_status"]) for r in ended] == [("DCP_STREAM_END", 0)]  # Ok
+
+
+def test_takeover_markers_after_the_backfill_are_answered_before_the_vbucket_state() -> None:
+    """Writes during the takeover come in markers flagged Acknowledge (the first of each phase a checkpoint);
+    the vbucket state waits for their answers, and writes while the pending state is unanswered go out after
+    it, before the active state."""
+    on = cluster()
+    conn = session(on=on)
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    first = records(conn, conn.produce(1 << 20, 5))  # part of the backfill
+    assert upsert(on, "during")["status"] == "Success"
+    rest = drain(conn)
+    markers = [r for r in first + rest if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
+    assert [m["snapshot_flags"] for m in markers] == [0x06, 0x01 | ACKNOWLEDGE | CHECKPOINT_FLAG]
+    assert (rest[-1]["by_seqno"], rest[-1]["key"]) == (HIGH + 1, "during")
+    [pending] = answer(conn, markers[1], status="Einval")  # any status is an answer
+    assert pending["vbucket_state"] == 3
+    assert upsert(on, "meanwhile")["status"] == "Success"  # still active until the pending state is answered
+    after = answer(conn, pending)
+    assert [(r["opcode"], r.get("key")) for r in after] == [("DCP_SNAPSHOT_MARKER", None),
+                                                            ("DCP_MUTATION", "meanwhile")]
+    assert after[0]["snapshot_flags"] == 0x01 | ACKNOWLEDGE | CHECKPOINT_FLAG
+    [active] = answer(conn, after[0])
+    assert active["vbucket_state"] == 1
+    assert answer(conn, active)[0]["opcode"] == "DCP_STREAM_END"
+
+
+def test_marker_answers_are_counted_as_the_server_counts_them() -> None:
+    """kv_engine counts marker answers without checking that the marker asked for one (waitForSnapshot, a
+    signed counter): an answer to the backfill's marker leaves the takeover one answer ahead."""
+    conn = session()
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    marker = records(conn, conn.produce(1 << 20, 1))[0]
+    rest = answer(conn, marker)
+    assert rest[-1]["opcode"] in ITEM_OPCODES
+    assert "DCP_SET_VBUCKET_STATE" not in {r["opcode"] for r in rest}
+    # a write's takeover marker brings the count back to zero: the state goes out before that marker's answer
+    assert upsert(conn.node.cluster, "w")["status"] == "Success"
+    assert [r["opcode"] for r in drain(conn)] == ["DCP_SNAPSHOT_MARKER", "DCP_MUTATION", "DCP_SET_VBUCKET_STATE"]
