@@ -105,8 +105,7 @@ def variant_records(spec: MessageSpec, variant: Variant) -> st.SearchStrategy[di
                                       max_size=30))
         datatype = 0
         if variant.value is ValueKind.GRAMMAR:
-            grammars = ([variant.value_grammar] if variant.value_grammar is not None
-                        else list(variant.value_grammars.values()))
+            grammars = variant.grammars
             if grammars and (variant.value_presence.value == "required" or draw(st.booleans())):
                 grammar = draw(st.sampled_from(grammars))
                 if variant.value_select and variant.value_select != ("value_length",):

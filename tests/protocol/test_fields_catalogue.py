@@ -75,9 +75,7 @@ def test_a_field_declared_with_several_widths_lists_them_all() -> None:
     listed = {f.name: f for f in catalogue()}
     for dialect, spec, variant in all_variants():
         grammars = [variant.layout.grammar] if variant.layout is not None else []
-        grammars += [variant.value_grammar] if variant.value_grammar is not None else []
-        grammars += list(variant.value_grammars.values())
-        for grammar in grammars:
+        for grammar in grammars + variant.grammars:
             for name, kind in walk.field_names(grammar):
                 if listed[name].messages:  # a common field (the header's) is typed by the header
                     assert kind in listed[name].type.split("|"), (dialect.name, spec.name, variant.name, name)

@@ -20,8 +20,7 @@ from dcpctl.protocol.registry import all_variants
 def _declared() -> list[tuple[str, Any]]:
     found: dict[int, tuple[str, Any]] = {}
     for dialect, spec, variant in all_variants():
-        grammars = [variant.value_grammar] if variant.value_grammar is not None else []
-        for grammar in [*grammars, *variant.value_grammars.values()]:
+        for grammar in variant.grammars:
             found.setdefault(id(grammar), (f"{dialect.name}:{spec.name}:{variant.name}", grammar))
     return list(found.values())
 
