@@ -531,25 +531,31 @@ def test_open_flags_shape_the_items(server: Server) -> None:
     assert [r["by_seqno"] for r in items] == list(range(1, ITEMS_PER_VB + 1))
 
 
-def test_a_takeover_over_the_wire_reads_as_a_handover_in_decode() -> None:
-    """A consumer that asks TakeOver, answers what the producer asks it to (markers flagged Acknowledge, each
-    vbucket state) and is handed the vbucket; decode's tracker names each step and says the handover ended."""
+def test_a_takeover_over_the_wire_reads_as_a_handover_in_decode_and_in_tshark(tmp_path: Path) -> None:
+    """A consumer that asks TakeOver and answers what the producer asks it to (each vbucket state, markers
+    flagged Acknowledge) is handed the vbucket; a write while the pending state waits comes in such a marker.
+    decode's tracker names each step and says the handover ended; tshark reads the same flags."""
     with serving("--vbuckets", "1", "--items", "30", "--mutation-rate", "0") as running:
         client = streaming_client(running)
         assert client.stream_request(0, flags=0x01, end=10)["status"] == "Success"
-        states = []
-        while True:
-            record = client.read()
+        writer = connect(running)
+        writer.hello("Xerror")
+        writer.plain()
+        writer.call(opcode="SELECT_BUCKET", key="default")
+        asked = []
+        while (record := client.read())["opcode"] != "DCP_STREAM_END":
+            if record["opcode"] == "DCP_SET_VBUCKET_STATE" and record["vbucket_state"] == 3:
+                assert writer.call(opcode="SET", vbucket=0, key="meanwhile", value="{}", flags=0,
+                                   expiration=0)["status"] == "Success"  # the copy here is still active
             if record["opcode"] == "DCP_SET_VBUCKET_STATE" or (
                     record["opcode"] == "DCP_SNAPSHOT_MARKER" and record["snapshot_flags"] & 0x08):
-                states += [record.get("vbucket_state")]
+                asked.append((record["opcode"], record.get("vbucket_state", record.get("snapshot_flags"))))
                 client.send(magic="ClientResponse", opcode=record["opcode"], status="Success",
                             opaque=record["opaque"])
-            if record["opcode"] == "DCP_STREAM_END":
-                break
-        assert [s for s in states if s] == [3, 1]
+        assert asked == [("DCP_SET_VBUCKET_STATE", 3), ("DCP_SNAPSHOT_MARKER", 0x0D), ("DCP_SET_VBUCKET_STATE", 1)]
         assert record["stream_end_status"] == 0
         assert client.stream_request(0)["status"] == "NotMyVbucket"  # the copy here is dead
+        assert writer.call(opcode="GET", vbucket=0, key="meanwhile")["status"] == "NotMyVbucket"
     tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
     found = []
     for from_client, raw in client.transcript:
@@ -560,3 +566,43 @@ def test_a_takeover_over_the_wire_reads_as_a_handover_in_decode() -> None:
         ("DCP_SET_VBUCKET_STATE", "takeover"), ("DCP_SET_VBUCKET_STATE", "takeover"), ("DCP_STREAM_END", "stream_end")]
     assert [text.split(":")[1].split()[-1] for _, _, text in found[:2]] == ["pending", "active"]
     assert "takeover complete" in found[2][2]
+    _flags_agree_with_tshark(client, tmp_path / "takeover.pcap")
+
+
+def _flags_agree_with_tshark(client: Client, path: Path) -> None:
+    """decode's stream-request and marker flags and vbucket states of the client's conversation, frame by frame
+    (one message each), against tshark's: it gives the flags whole and the marker's Acknowledge bit, and
+    reads no field in DCP_SET_VBUCKET_STATE's extras (its byte is "unknown")."""
+    import io  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from servekit import peer  # noqa: PLC0415
+
+    from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out))
+    conversation.handshake()
+    for from_client, packet in client.transcript:
+        conversation.send(from_client, packet)
+    conversation.close()
+    path.write_bytes(out.getvalue())
+    fields = ["couchbase.opcode", "couchbase.magic", "couchbase.extras.flags",
+              "couchbase.extras.flags.dcp_snapshot_marker_ack", "couchbase.extras.unknown"]
+    result = subprocess.run([peer("tshark"), "-r", str(path), "-Y", "couchbase.opcode == 0x53 || couchbase.opcode == "
+                             "0x56 || couchbase.opcode == 0x5b", "-T", "fields", "-E", "separator=\t",
+                             *[x for f in fields for x in ("-e", f)]],
+                            capture_output=True, text=True, check=True, timeout=120)
+    theirs = [tuple(line.split("\t")) for line in result.stdout.splitlines()]
+    ours = []
+    for _, packet in client.transcript:
+        msg = decode(packet)
+        if msg.opcode_name not in ("DCP_STREAM_REQ", "DCP_SNAPSHOT_MARKER", "DCP_SET_VBUCKET_STATE"):
+            continue
+        flags = msg.field("flags" if msg.opcode_name == "DCP_STREAM_REQ" else "snapshot_flags")
+        state = msg.field("vbucket_state")
+        ours.append((f"0x{msg.opcode:02x}", f"0x{msg.header[0]:02x}", "" if flags is None else f"0x{flags:08x}",
+                     str(flags >> 3 & 1) if msg.opcode_name == "DCP_SNAPSHOT_MARKER" and flags is not None else "",
+                     "" if state is None else f"{state:02x}"))
+    assert sum(row[0] == "0x5b" for row in ours) == 4  # two states, two answers
+    assert theirs == ours
