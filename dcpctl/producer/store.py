@@ -73,6 +73,7 @@ SYSTEM_EVENT_COLLECTION: Final = 1
 MAX_TTL_OF_BUCKET: Final = 0
 MAX_TTL_NEVER: Final = -1
 MAX_TTL_LIMIT: Final = (1 << 31) - 1
+MAX_EXPIRY: Final = (1 << 32) - 1  # an expiry is a u32 of unix seconds: a limit past it stops there
 # A system event's value layouts (reference 3.16): 0 the legacy one, 1 BeginCollection with a maxTTL, 2 a
 # FlatBuffers table of kv_engine's events.fbs.
 EVENT_VERSION_0: Final = 0
@@ -243,7 +244,8 @@ class SyncWriteInProgressError(Exception):
 @dataclass
 class Manifest:
     """Collections: id -> (scope id, name); the default collection 0 in the default scope 0. ``max_ttls``:
-    the collections that have a maxTTL, in seconds as memcached keeps it (0: its documents never expire). A
+    the collections that have a maxTTL, in seconds as memcached keeps it (0: its documents never expire), which
+    each write to them keeps its expiry within (:meth:`Bucket.limited_expiry`). A
     vbucket's default collection keeps none: kv_engine would give it one by a ModifyCollection event, which
     only FlatBuffers streams are sent and serve does not queue."""
 
@@ -660,7 +662,7 @@ class Bucket:
         cas = self.next_cas(vb)
         rev = old.rev_seqno + 1 if old is not None else 1
         deleted = opcode != MUTATION
-        flags, expiry = (0, 0) if deleted else (flags, expiry)
+        flags, expiry = (0, 0) if deleted else (flags, self.limited_expiry(collection, expiry))
         if durability_level:
             vb.written[seqno] = Item(PREPARE, vb.vbucket, seqno, key, value, collection, cas, rev, datatype, flags,
                                      expiry, deleted, durability_level)
@@ -686,6 +688,16 @@ class Bucket:
         if expiry and not deleted:
             heapq.heappush(self.expiries, (expiry, vb.vbucket, seqno, collection, key))
         return doc
+
+    def limited_expiry(self, collection: int, expiry: int) -> int:
+        """A stored document's expiry under its collection's maxTTL (kv_engine's processExpiryTime, then
+        memcached's mc_time_limit_expiry_time): none or one past now + maxTTL becomes now + maxTTL; a maxTTL
+        of 0, or none (serve's bucket has no maxTTL), leaves it as it is."""
+        limit = self.manifest.max_ttls.get(collection, 0)
+        if not limit:
+            return expiry
+        upperbound = min(int(self.now()) + limit, MAX_EXPIRY)
+        return upperbound if expiry == 0 or expiry > upperbound else expiry
 
     def pending(self, vb: VBucket, doc: Document) -> Pending | None:
         """The pending synchronous write ``doc`` is the prepare of, if it is one."""

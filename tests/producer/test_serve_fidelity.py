@@ -530,6 +530,30 @@ def test_a_collection_with_a_max_ttl_is_begun_by_a_version_1_event() -> None:
     assert all(m.diagnostics == () for m in sent)
 
 
+def test_a_collections_max_ttl_limits_every_write_to_it_as_kv_engine_does() -> None:
+    """processExpiryTime, then mc_time_limit_expiry_time: no expiry, or one past now + maxTTL, becomes now +
+    maxTTL; a nearer one stays; a maxTTL of 0 limits nothing; and the stream sends the limited expiry."""
+    now = 1_800_000_000
+    manifest = Manifest(5, dict(MANIFEST.collections), dict(MANIFEST.scopes), {HOTEL: 3600, AIRLINE: 0})
+    on = cluster(Bucket("default", 1, 0, 20, 7, manifest, clock=lambda: now * 10**9))
+    writes = [(HOTEL, "forever", 0), (HOTEL, "far", 7200), (HOTEL, "near", 60), (HOTEL, "absolute", now + 9999),
+              (AIRLINE, "unlimited", 0), (0, "default", 7200)]
+    for collection, key, expiration in writes:
+        assert kv_call(on, "Collections", opcode="SET", vbucket=0, collection_id=collection, key=key, value="{}",
+                       flags=0, expiration=expiration)["status"] == "Success"
+    touched = kv_call(on, "Collections", opcode="TOUCH", vbucket=0, collection_id=HOTEL, key="near",
+                      expiration=0)
+    assert touched["status"] == "Success"
+    expected = {"forever": now + 3600, "far": now + 3600, "near": now + 3600, "absolute": now + 3600,
+                "unlimited": 0, "default": now + 7200}
+    vb = on.bucket.vbuckets[0]
+    assert {key: on.bucket.document(vb, collection, key.encode()).expiry  # type: ignore[union-attr]
+            for collection, key, _ in writes} == expected
+    _, sent = stream(session("Collections", on=on))
+    mutations = {r["key"]: r["expiration"] for r in sent if r["opcode"] == "DCP_MUTATION"}
+    assert mutations == expected
+
+
 def test_a_flatbuffers_connection_is_sent_version_2_tables(tmp_path: Path) -> None:
     """DCP_CONTROL flatbuffers_system_events: every event's value is a table of events.fbs (version 2), with the
     same ids, uids and names; flatc, given the schema written from the reference, reads each as serve meant."""
@@ -632,9 +656,9 @@ def answer(conn: ProducerConnection, request: dict[str, Any], status: str = "Suc
     return drain(conn)
 
 
-def kv_call(on: Cluster, **record: Any) -> dict[str, Any]:
+def kv_call(on: Cluster, *features: str, **record: Any) -> dict[str, Any]:
     conn = ProducerConnection(Node(0, on))
-    for step in ({"opcode": "HELLO", "key": "t", "features": ["Xerror", "JSON"]},
+    for step in ({"opcode": "HELLO", "key": "t", "features": ["Xerror", "JSON", *features]},
                  {"opcode": "SASL_AUTH", "key": "PLAIN", "value": plain_message("Administrator", "password").hex(),
                   "value_encoding": "hex"},
                  {"opcode": "SELECT_BUCKET", "key": "default"}):
