@@ -206,36 +206,56 @@ def stream(
         if capture is not None:
             capture.close()
         raise CommandError(str(exc), ExitCode.INPUT) from None
+
+    def deliver() -> None:
+        """The messages to standard output until the streams end or a signal stops them; then the output is
+        flushed. From the last message on, no signal cuts the save (closing, see _StopSignals)."""
+        try:
+            try:
+                messages = streamer.messages()
+                if summary and fmt is None and template is None:
+                    for _ in messages:
+                        pass
+                elif line_template is not None:
+                    emit(messages, output, env, base64=base64, template=line_template)
+                elif options.line_maker is not None and binary is not None:
+                    # plain items come as their lines, written as they are; the rest is rendered as usual
+                    emit(_lines_written(messages, binary.write), output, env, base64=base64, local_time=local_time)
+                else:
+                    emit(messages, output, env, base64=base64, local_time=local_time)  # flushed when it waits
+            finally:
+                signals.closing = True
+        except KeyboardInterrupt:
+            notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
+                   else "interrupted while connecting")
+        if stopped_by:
+            what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
+            notice(f"{what}: closing the streams and saving the state")
+        flush()
+
+    def close(*, saving: bool, failing: bool) -> bool:
+        """The streams closed and the positions saved (if ``saving``), then the capture file closed; returns
+        whether a signal cut the flush before the save (the last save then stands)."""
+        try:
+            streamer.close(save=saving)
+        except KeyboardInterrupt:  # the flush before the save was cut: the save was not made
+            return True
+        except StateError as exc:
+            if not failing:
+                raise CommandError(str(exc), ExitCode.INPUT) from None
+            notice(str(exc))  # the first failure is the error; this one is said too
+        finally:
+            if capture is not None:
+                capture.close(quiet=failing)
+        return False
+
     saving = True  # nothing written was lost: the positions may be saved at the end
     failing = False
     cut = False  # while closing, a signal cut short output the reader was not taking: the last save stands
     with signals.installed():
         with client_errors():
             try:
-                try:
-                    try:
-                        messages = streamer.messages()
-                        if summary and fmt is None and template is None:
-                            for _ in messages:
-                                pass
-                        elif line_template is not None:
-                            emit(messages, output, env, base64=base64, template=line_template)
-                        elif options.line_maker is not None and binary is not None:
-                            # plain items come as their lines, written as they are; the rest is rendered as usual
-                            emit(_lines_written(messages, binary.write), output, env, base64=base64,
-                                 local_time=local_time)
-                        else:
-                            # flushed whenever the stream waits
-                            emit(messages, output, env, base64=base64, local_time=local_time)
-                    finally:
-                        signals.closing = True  # from here on no signal cuts the save (see _StopSignals)
-                except KeyboardInterrupt:
-                    notice("interrupted again: stopping at once and saving the state" if streamer.interrupted
-                           else "interrupted while connecting")
-                if stopped_by:
-                    what = "interrupted" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
-                    notice(f"{what}: closing the streams and saving the state")
-                flush()
+                deliver()
             except KeyboardInterrupt:  # closing: only a write the reader was not taking is cut
                 cut = True
             except BaseException as exc:
@@ -250,17 +270,7 @@ def stream(
                     raise OutputError(exc.errno, exc.strerror or str(exc)) from None
                 raise
             finally:
-                try:
-                    streamer.close(save=saving and not cut)
-                except KeyboardInterrupt:  # the flush before the save was cut: the save was not made
-                    cut = True
-                except StateError as exc:
-                    if not failing:
-                        raise CommandError(str(exc), ExitCode.INPUT) from None
-                    notice(str(exc))  # the first failure is the error; this one is said too
-                finally:
-                    if capture is not None:
-                        capture.close(quiet=failing)
+                cut = close(saving=saving and not cut, failing=failing) or cut
         if cut:
             discard_stdout()  # what it still holds would block the last flush again
             notice("standard output was not taking more: what it had not taken is dropped, and the state keeps "
