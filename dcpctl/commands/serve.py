@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import os
 import signal
 import ssl
-import string
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any, Final
 
-import orjson
 import typer
 
 from dcpctl.commands._options import env_of
-from dcpctl.errortext import file_error, json_error
+from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import data as documents
-from dcpctl.producer import scenario
+from dcpctl.producer import manifestfile, scenario
 from dcpctl.producer.connection import MAX_SEND_QUEUE_SIZE, MAX_UNAUTHENTICATED_PACKET_SIZE
 from dcpctl.producer.kv import MAX_ITEM_SIZE
 from dcpctl.producer.server import Emulator, ServeOptions
-from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest, memcached_max_ttl
+from dcpctl.producer.store import DEFAULT_MEMORY_QUOTA, MAX_REPLICAS, Bucket, Manifest
 from dcpctl.safetext import shown
 
 # The highest TCP port: node i listens on the first port + i, so the last node's port must not pass it.
@@ -136,12 +133,12 @@ def serve(
             raise CommandError(f"--tls-cert {tls_cert}, --tls-key {tls_key}: not a PEM certificate and its key"
                                + (f" ({why.lower().replace('_', ' ')})" if isinstance(why, str) else ""),
                                ExitCode.INPUT) from None
+    manifest = _manifest(collections) if collections is not None else None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []
-        scenario.check(events, vbuckets, nodes, str(scenario_file))
+        scenario.check(events, vbuckets, nodes, str(scenario_file), manifest)
     except scenario.ScenarioError as exc:
         raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
-    manifest = _manifest(collections) if collections is not None else None
     store = Bucket(bucket, vbuckets, items, value_size, seed, manifest, silent_replicas=silent_replicas,
                    memory_quota=memory_quota)
     if data is not None:
@@ -214,39 +211,7 @@ def _load(path: Path, store: Bucket, max_item_size: int) -> None:
 
 
 def _manifest(path: Path) -> Manifest:
-    """A manifest as ``GET /pools/default/buckets/B/scopes`` returns it (uids are hex strings, a collection's
-    optional maxTTL as ns_server writes it); one kv_engine would refuse (no default scope, the default
-    collection elsewhere) is refused."""
     try:
-        data = orjson.loads(path.read_bytes())  # bounded nesting
-        manifest = Manifest(_uid(data.get("uid", "0"), 64), {}, {})
-        for scope in data["scopes"]:
-            scope_id = _uid(scope["uid"])
-            manifest.scopes[scope_id] = str(scope["name"])
-            for collection in scope.get("collections", []):
-                collection_id = _uid(collection["uid"])
-                manifest.collections[collection_id] = (scope_id, str(collection["name"]))
-                max_ttl = memcached_max_ttl(collection.get("maxTTL", 0))
-                if max_ttl is not None:
-                    manifest.max_ttls[collection_id] = max_ttl
-    except OSError as exc:
-        raise CommandError(file_error(f"--collections: {path}", exc), ExitCode.INPUT) from None
-    except json.JSONDecodeError as exc:  # orjson's, with the position
-        raise CommandError(json_error(f"--collections: {path}", exc), ExitCode.INPUT) from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CommandError(f"--collections: {path}: not a collections manifest ({exc!s})",
-                           ExitCode.INPUT) from None
-    if not manifest.collections:
-        raise CommandError(f"--collections: {path}: no collections", ExitCode.INPUT)
-    refused = manifest.refusal()
-    if refused is not None:
-        raise CommandError(f"--collections: {path}: not a collections manifest ({refused})", ExitCode.INPUT)
-    return manifest
-
-
-def _uid(value: Any, bits: int = 32) -> int:
-    """A manifest uid: hex digits (as the REST API writes them) of a u32 id, or the u64 manifest uid."""
-    text = str(value)
-    if not text or len(text) > bits // 4 or any(c not in string.hexdigits for c in text):
-        raise ValueError(f"uid {text[:40]} is not a hex u{bits}")
-    return int(text, 16)
+        return manifestfile.read(path)
+    except manifestfile.ManifestError as exc:
+        raise CommandError(f"--collections: {exc}", ExitCode.INPUT) from None

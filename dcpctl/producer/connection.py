@@ -37,7 +37,7 @@ from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
 from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical, parse_plain
 from dcpctl.producer import errormap, kv, subdoc
-from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, VBucket
+from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, SystemEvent, VBucket
 from dcpctl.protocol import build
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
@@ -53,6 +53,7 @@ from dcpctl.protocol.constants import (
     Status,
     StreamEndStatus,
     StreamRequestFlag,
+    SystemEventId,
 )
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
@@ -258,6 +259,14 @@ class _Stream:
     # Takeover markers sent minus marker answers received, counted as kv_engine counts them (waitForSnapshot,
     # a signed counter that any marker answer decrements): the vbucket state goes out only at zero.
     marker_acks: int = 0
+    # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
+    # each dropped collection's seqno of drop, and the creation events the drops replaced
+    hidden: dict[int, int] = field(default_factory=dict)
+    superseded: frozenset[int] = frozenset()
+    # The filter as kv_engine's Filter follows a later manifest's events: collections dropped in this snapshot
+    # leave it at its end (none of theirs can follow the drop), then an empty one (or a dropped scope) ends it
+    dropping: set[int] = field(default_factory=set)
+    filter_gone: bool = False
     new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
     takeover_send: bool = False  # the backfill is done: markers are the takeover's
 
@@ -267,14 +276,52 @@ class _Stream:
         return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and not (
             self.markers == 1 and self.no_tombstones_upto) and not self.encoding.sync_writes  # prepares count more
 
+    def imaged(self, vb: VBucket) -> bool:
+        """Whether the image serves it now: not while its disk snapshot leaves dropped collections out, nor once
+        a legacy stream's vbucket has later manifests (their events, which it is not sent, can end it)."""
+        return self.plain and not (self.markers == 1 and (self.hidden or self.superseded)) and not (
+            vb.event_seqnos and not self.encoding.collections)
+
     def sees(self, bucket: Bucket, item: Item) -> bool:
-        """Whether this stream sends the item: not a tombstone its disk snapshot leaves out (every one with
-        skip_deletes, else those the purge took off disk)."""
+        """Whether this stream sends the item: not what its disk snapshot leaves out (a dropped collection's
+        items and replaced creation events; a tombstone: every one with skip_deletes, else those the purge
+        took off disk)."""
         if not bucket.visible(item, self.encoding, self.filter_ids, self.filter_scope):
             return False
-        if self.markers != 1 or item.seqno > self.no_tombstones_upto:
+        if self.markers != 1:
+            return True
+        if item.seqno in self.superseded or item.seqno < self.hidden.get(item.collection_id, 0):
+            return False
+        if item.seqno > self.no_tombstones_upto:
             return True
         return not (bucket.tombstone(item) if self.skip_deletes else bucket.purgeable(item))
+
+    def follow(self, event: SystemEvent) -> None:
+        """A system event the stream read, as kv_engine's Filter takes it (checkAndUpdateSystemEvent): a legacy
+        stream's filter is the default collection, a collection filter loses a dropped collection, a scope filter
+        gains its scope's new collections and is gone with its scope."""
+        collection = event.collection_id
+        if event.event_id == SystemEventId.END_COLLECTION and collection is not None:
+            if (not self.encoding.collections and collection == DEFAULT_COLLECTION) or (
+                    self.filter_ids is not None and collection in self.filter_ids):
+                self.dropping.add(collection)
+        elif self.filter_scope is None or event.scope_id != self.filter_scope:
+            return
+        elif event.event_id == SystemEventId.BEGIN_COLLECTION and collection is not None:
+            self.filter_ids = (self.filter_ids or frozenset()) | {collection}
+        elif event.event_id == SystemEventId.DROP_SCOPE:
+            self.filter_gone = True
+
+    def settle_filter(self) -> bool:
+        """At a snapshot's end: the collections dropped in it leave the filter; whether it is now empty (a
+        collection filter or a legacy stream without collections left, a scope filter without its scope)."""
+        if self.dropping:
+            if self.filter_ids is not None:
+                self.filter_ids = self.filter_ids - self.dropping
+            if self.filter_scope is None:
+                self.filter_gone = self.filter_gone or not self.filter_ids
+            self.dropping.clear()
+        return self.filter_gone
 
 
 @dataclass
@@ -1008,6 +1055,9 @@ class ProducerConnection:
             if stream.next_seqno > stream.end_seqno:
                 stream.ending = StreamEndStatus.OK
                 continue
+            if stream.next_seqno > stream.snapshot_end and stream.settle_filter():
+                stream.ending = StreamEndStatus.FILTER_EMPTY  # its filter's collections (or scope) all dropped
+                continue
             if stream.next_seqno > last:  # caught up: wait for new items
                 return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
@@ -1036,10 +1086,11 @@ class ProducerConnection:
                 stream.snapshot_end = last
                 if not stream.markers:
                     stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
+                    stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
                 stream.markers += 1
                 continue
             upto = stream.snapshot_end
-            if stream.plain:
+            if stream.imaged(vb):
                 sent += self._image_items(stream, vb, upto, parts, budget - sent)
             else:
                 sent += self._each_item(stream, vb, upto, parts, budget - sent)
@@ -1133,7 +1184,10 @@ class ProducerConnection:
                 break
             item = bucket.item(vb, stream.next_seqno)
             stream.next_seqno += 1
-            if not stream.sees(bucket, item):
+            seen = stream.sees(bucket, item)
+            if item.event is not None:
+                stream.follow(item.event)
+            if not seen:
                 continue
             data = bucket.encode_item(item, stream.encoding, stream.opaque, stream.stream_id or None)
             parts.append(data)

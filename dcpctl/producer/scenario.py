@@ -17,10 +17,16 @@ holds. Triggers: ``after_items`` (items the server has sent, all connections tog
 - ``hang`` (optional ``seconds``, default forever): stream requests received meanwhile are never answered,
   while noops and the streams already open go on (a node whose backfill never starts): what a consumer's
   own deadline on stream requests is for.
+- ``manifest`` (``file``: a collections manifest, as ``--collections`` takes it, its path relative to the
+  scenario's): ns_server pushes a new manifest: every vbucket queues the system events of the change
+  (collections dropped and created, scopes created and dropped), and the cluster map's revision goes up. Its
+  uid must go up, and a kept collection or scope keeps its name, scope and maxTTL (serve sends no
+  ModifyCollection).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
@@ -28,10 +34,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from dcpctl.errortext import file_error
+from dcpctl.producer import manifestfile
+from dcpctl.producer.store import Manifest
 
 ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
                   "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",),
-                  "hang": ()}
+                  "hang": (), "manifest": ("file",)}
 OPTIONAL: Final = {"failover": ("seqno",), "mutate": ("vbucket",), "hang": ("seconds",)}
 TRIGGERS: Final = ("after_items", "after_seconds")
 _SECONDS: Final = frozenset({"after_seconds", "seconds"})  # the keys that may be fractional
@@ -51,6 +59,8 @@ class Event:
     node: int | None = None
     seconds: float = 0.0
     count: int = 0
+    file: str | None = None  # a manifest event's file, as the scenario names it
+    manifest: Manifest | None = None  # and what it holds, once read
 
     def due(self, items_sent: int, elapsed: float) -> bool:
         if self.after_items is not None and items_sent < self.after_items:
@@ -67,7 +77,15 @@ def load(path: Path) -> list[Event]:
         raise ScenarioError(f"{path}: not TOML: {exc}") from None
     except RecursionError:  # tomllib has no depth limit of its own: Python's recursion limit is the bound
         raise ScenarioError(f"{path}: not a scenario: arrays or tables nested too deeply") from None
-    return parse(data, str(path))
+    events = parse(data, str(path))
+    for number, event in enumerate(events, 1):
+        if event.file is not None:
+            try:
+                manifest = manifestfile.read(path.parent / event.file)
+            except manifestfile.ManifestError as exc:
+                raise ScenarioError(f"{path}: event {number} (manifest): {exc}") from None
+            events[number - 1] = dataclasses.replace(event, manifest=manifest)
+    return events
 
 
 def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
@@ -93,6 +111,10 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
         for key, value in raw.items():
             if key == "action":
                 continue
+            if key == "file":
+                if not isinstance(value, str) or not value:
+                    raise ScenarioError(f"{where}: event {number} ({action}): file must be a file name")
+                continue
             wanted = float if key in _SECONDS else int
             if isinstance(value, bool) or not isinstance(value, wanted | int) or not 0 <= value < math.inf:
                 kind = "a number" if wanted is float else "an integer"
@@ -100,13 +122,22 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
         events.append(Event(action, _int(raw, "after_items"), _num(raw, "after_seconds"), _int(raw, "vbucket"),
                             _int(raw, "seqno"), _int(raw, "node"),
                             _seconds(raw, action),
-                            _int(raw, "count") or 0))
+                            _int(raw, "count") or 0, raw.get("file")))
     return events
 
 
-def check(events: list[Event], vbuckets: int, nodes: int, where: str = "scenario") -> None:
-    """Refuse events naming a vbucket the bucket does not have or a node the cluster does not have."""
+def check(events: list[Event], vbuckets: int, nodes: int, where: str = "scenario",
+          manifest: Manifest | None = None) -> None:
+    """Refuse events naming a vbucket the bucket does not have or a node the cluster does not have, and
+    manifests that cannot follow the one before them (the bucket's first, ``manifest``, then each in turn)."""
+    current, dropped = manifest or Manifest(), set[int]()
     for number, event in enumerate(events, 1):
+        if event.manifest is not None:
+            refused = current.change_refusal(event.manifest, dropped)
+            if refused is not None:
+                raise ScenarioError(f"{where}: event {number} (manifest): {event.file}: {refused}")
+            dropped |= set(current.collections) - set(event.manifest.collections)
+            current = event.manifest
         if event.vbucket is not None and event.vbucket >= vbuckets:
             raise ScenarioError(f"{where}: event {number} ({event.action}): vbucket {event.vbucket} does not exist "
                                 f"(the bucket has {vbuckets}, --vbuckets)")

@@ -179,6 +179,10 @@ class Emulator:
             self.paused_until = self.loop.time() + event.seconds
         elif event.action == "hang":
             self.cluster.requests_hang_until = self.loop.time() + event.seconds
+        elif event.action == "manifest" and event.manifest is not None:
+            bucket.apply_manifest(event.manifest)
+            self.cluster.revision += 1  # the bucket's config names the manifest's uid (collectionsManifestUid)
+            self.log(f"scenario: manifest {event.manifest.uid:x} ({event.file})")
         elif event.action == "mutate":
             targets = [vb] if vb is not None else bucket.vbuckets
             for i in range(event.count):

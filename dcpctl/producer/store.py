@@ -25,7 +25,10 @@ items follow at k+1..k+count: the item at a seqno stays the same function of the
 with a manifest has k > 0. Events are items of the system-event namespace (``SYSTEM_EVENT_COLLECTION``, as
 kv_engine keys them), so streams, snapshots, high seqnos and the encoded image treat them as any item of their
 seqno, while no collection's documents and no key index holds them. A dropped collection's or scope's event is
-a tombstone (kv_engine stores it deleted), though the default collection's drop is never purged.
+a tombstone (kv_engine stores it deleted), though the default collection's drop is never purged. A later
+manifest (:meth:`Bucket.apply_manifest`) is queued by each vbucket as written events at its next seqnos, and
+begins an era (``VBucket.eras``): a generated item's hash picks its collection from the manifest of the era its
+seqno is in, so the item at a seqno stays one function of it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import heapq
 import random
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -213,6 +216,10 @@ class VBucket:
     collection_highs: dict[int, int] = field(default_factory=dict)
     collection_visible_highs: dict[int, int] = field(default_factory=dict)  # the same without prepares, aborts
     collections_scanned: int = 0
+    # Manifests applied after the vbucket's first (serve's scenario "manifest"), oldest first: generated items
+    # at and above an era's first seqno go to its collections; and the seqnos of the events they queued.
+    eras: list[Era] = field(default_factory=list)
+    event_seqnos: list[int] = field(default_factory=list)
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -225,6 +232,19 @@ class VBucket:
             if entry.seqno < seqno:
                 return entry.vbucket_uuid
         return self.failover_log[-1].vbucket_uuid
+
+
+@dataclass(frozen=True)
+class Era:
+    """A manifest a vbucket reached at ``first`` (its first event's seqno) and its ``last`` event's seqno; its
+    collections (``ids``, sorted: what a generated item's hash picks from) and their slots in the bucket's
+    generated-key index."""
+
+    first: int
+    last: int
+    manifest: Manifest
+    ids: tuple[int, ...]
+    slots: tuple[int, ...]
 
 
 @dataclass
@@ -254,6 +274,28 @@ class Manifest:
     scopes: dict[int, str] = field(default_factory=lambda: {0: "_default"})
     max_ttls: dict[int, int] = field(default_factory=dict)
 
+    def change_refusal(self, new: Manifest, dropped: set[int] | None = None) -> str | None:
+        """Why ``new`` cannot follow this manifest, None if it can: kv_engine refuses a uid that does not go
+        up, ns_server never renames a collection or scope nor moves a collection nor gives a dropped one's id
+        again (``dropped``: every collection id dropped so far), and serve queues no ModifyCollection (a kept
+        collection's maxTTL stays)."""
+        refused = new.refusal()
+        if refused is not None:
+            return refused
+        if new.uid <= self.uid:
+            return f"uid {new.uid:x} does not go up from {self.uid:x}"
+        for collection, entry in new.collections.items():
+            if collection in self.collections and entry != self.collections[collection]:
+                return f"collection {collection:x} renamed or moved to another scope"
+            if collection in self.collections and new.max_ttls.get(collection) != self.max_ttls.get(collection):
+                return f"collection {collection:x} with another maxTTL (a ModifyCollection, which serve does not send)"
+            if collection in (dropped or set()) and collection not in self.collections:
+                return f"collection {collection:x} was dropped: its id is never given again"
+        for scope, name in new.scopes.items():
+            if scope in self.scopes and name != self.scopes[scope]:
+                return f"scope {scope:x} renamed"
+        return None
+
     def refusal(self) -> str | None:
         """Why kv_engine refuses this manifest (Collections::Manifest's checks of the defaults), None if it
         takes it."""
@@ -278,24 +320,30 @@ def memcached_max_ttl(value: object) -> int | None:
 
 def manifest_events(manifest: Manifest) -> tuple[SystemEvent, ...]:
     """The system events a vbucket of the epoch manifest (the default scope and collection, uid 0) queues when
-    ``manifest`` is applied, in kv_engine's order (Manifest::completeUpdate): collections dropped, scopes
-    created, collections created, scopes dropped. Every event but the last carries the uid the vbucket had
-    before (0): only the last one says the vbucket has reached the manifest's uid. kv_engine walks the
-    manifest's scopes in its hash map's order, which nothing fixes; here they go in the manifest's order, and
-    a scope's collections in the order it lists them, as kv_engine's do."""
+    ``manifest`` is applied (see :func:`manifest_changes`)."""
+    return manifest_changes(Manifest(), manifest)
+
+
+def manifest_changes(old: Manifest, new: Manifest) -> tuple[SystemEvent, ...]:
+    """The system events a vbucket at manifest ``old`` queues when ``new`` is applied, in kv_engine's order
+    (Manifest::completeUpdate): collections dropped, scopes created, collections created, scopes dropped.
+    Every event but the last carries the uid the vbucket had before: only the last one says the vbucket has
+    reached the new uid. kv_engine walks the manifest's scopes in its hash map's order, which nothing fixes;
+    here they go in the manifest's order, and a scope's collections in the order it lists them, as kv_engine's
+    do. A collection kept with other properties would be a ModifyCollection, which serve does not queue
+    (:meth:`Manifest.change_refusal` refuses such a change)."""
     changes: list[tuple[SystemEventId, int, int | None, str, int | None]] = []
-    if DEFAULT_COLLECTION not in manifest.collections:
-        changes.append((SystemEventId.END_COLLECTION, DEFAULT_SCOPE, DEFAULT_COLLECTION, "", None))
-    changes += [(SystemEventId.CREATE_SCOPE, scope, None, name, None) for scope, name in manifest.scopes.items()
-                if scope != DEFAULT_SCOPE]
-    changes += [(SystemEventId.BEGIN_COLLECTION, scope, collection, name, manifest.max_ttls.get(collection))
-                for scope in manifest.scopes
-                for collection, (in_scope, name) in manifest.collections.items()
-                if in_scope == scope and collection != DEFAULT_COLLECTION]
-    if DEFAULT_SCOPE not in manifest.scopes:
-        changes.append((SystemEventId.DROP_SCOPE, DEFAULT_SCOPE, None, "", None))
+    changes += [(SystemEventId.END_COLLECTION, scope, collection, "", None)
+                for collection, (scope, _) in old.collections.items() if collection not in new.collections]
+    changes += [(SystemEventId.CREATE_SCOPE, scope, None, name, None) for scope, name in new.scopes.items()
+                if scope not in old.scopes]
+    changes += [(SystemEventId.BEGIN_COLLECTION, scope, collection, name, new.max_ttls.get(collection))
+                for scope in new.scopes
+                for collection, (in_scope, name) in new.collections.items()
+                if in_scope == scope and collection not in old.collections]
+    changes += [(SystemEventId.DROP_SCOPE, scope, None, "", None) for scope in old.scopes if scope not in new.scopes]
     last = len(changes) - 1
-    return tuple(SystemEvent(event_id, scope, collection, name.encode(), manifest.uid if i == last else 0, ttl)
+    return tuple(SystemEvent(event_id, scope, collection, name.encode(), new.uid if i == last else old.uid, ttl)
                  for i, (event_id, scope, collection, name, ttl) in enumerate(changes))
 
 
@@ -331,7 +379,11 @@ class Bucket:
         self.manifest = manifest or Manifest()
         self.collection_ids = sorted(self.manifest.collections)
         self.events = manifest_events(self.manifest)  # seqnos 1..len(events) of every vbucket
+        # every collection the bucket ever had, in the order it came: its part of the generated-key index
         self._slots = {collection: slot for slot, collection in enumerate(self.collection_ids)}
+        self._first = Era(1, len(self.events), self.manifest, tuple(self.collection_ids),
+                          tuple(range(len(self.collection_ids))))
+        self.dropped: set[int] = set()  # collection ids dropped since the first manifest (never given again)
         rng = random.Random(seed)  # noqa: S311 - reproducible uuids for a seed, not secrets
         self.vbuckets: list[VBucket] = []
         for vb in range(vbuckets):
@@ -354,7 +406,8 @@ class Bucket:
         uuid = vb.branch_uuid(seqno)
         h = (self.seed * _H_SEED + vb.vbucket * _H_VBUCKET + seqno * _H_SEQNO + uuid) & _H_MASK
         keyno = (h >> _KEY_SHIFT) % KEYSPACE
-        collection = self.collection_ids[(h >> _COLLECTION_SHIFT) % len(self.collection_ids)]
+        ids = self.collection_ids if not vb.eras or seqno < vb.eras[0].first else self.era(vb, seqno).ids
+        collection = ids[(h >> _COLLECTION_SHIFT) % len(ids)]
         key = KEY_FORMAT % keyno
         opcode = DELETION if h % DELETE_EVERY == 0 else EXPIRATION if h % EXPIRE_EVERY == 0 else MUTATION
         if opcode != MUTATION:
@@ -485,12 +538,18 @@ class Bucket:
                     highs[event.collection_id] = seqno
                     if event.collection_id != DEFAULT_COLLECTION:
                         visibles[event.collection_id] = seqno
-            slots = self.collection_ids
             base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
-            for start, end, uuid in _branches(vb.failover_log, max(first, len(self.events) + 1), last):
+            for start, end, uuid, era in self._runs(vb, max(first, len(self.events) + 1), last):
                 branch = base + uuid
+                slots = era.ids
                 for seqno in range(start, end + 1):
                     item = written.get(seqno)
+                    if item is not None and item.event is not None:  # a later manifest's event counts as above
+                        if item.event.collection_id is not None:
+                            highs[item.event.collection_id] = seqno
+                            if item.event.collection_id != DEFAULT_COLLECTION:
+                                visibles[item.event.collection_id] = seqno
+                        continue
                     # a generated item's collection from its hash alone, as Bucket.item draws it
                     collection = item.collection_id if item is not None else slots[
                         (((branch + seqno * _H_SEQNO) & _H_MASK) >> _COLLECTION_SHIFT) % len(slots)]
@@ -500,6 +559,80 @@ class Bucket:
             vb.collections_scanned = last
         found = vb.collection_visible_highs if visible else vb.collection_highs
         return max((found.get(collection, 0) for collection in collections), default=0)
+
+    def era(self, vb: VBucket, seqno: int) -> Era:
+        """The manifest a vbucket had reached at ``seqno``."""
+        at = bisect.bisect_right(vb.eras, seqno, key=lambda era: era.first)
+        return vb.eras[at - 1] if at else self._first
+
+    def _runs(self, vb: VBucket, first: int, last: int) -> Iterator[tuple[int, int, int, Era]]:
+        """Seqnos first..last in runs of one branch and one manifest each: (start, end, uuid, era)."""
+        for start, end, uuid in _branches(vb.failover_log, first, last):
+            at = start
+            while at <= end:
+                later = bisect.bisect_right(vb.eras, at, key=lambda era: era.first)  # the first era above
+                stop = min(end, vb.eras[later].first - 1) if later < len(vb.eras) else end
+                yield at, stop, uuid, vb.eras[later - 1] if later else self._first
+                at = stop + 1
+
+    def hidden_in_backfill(self, vb: VBucket, upto: int) -> tuple[dict[int, int], frozenset[int]]:
+        """What a disk snapshot up to ``upto`` leaves out of a later manifest's changes (kv_engine's backfill
+        skips a dropped collection's items, ScanContext::isLogicallyDeleted, and a creation's event shares its
+        key with the drop's, which replaced it on disk): each collection dropped by then with the seqno of its
+        drop, and the seqnos of the creation events dropped collections and scopes had."""
+        later = [seqno for seqno in vb.event_seqnos if seqno <= upto]
+        if not later:
+            return {}, frozenset()
+        created: dict[tuple[bool, int], int] = {}
+        dropped: dict[int, int] = {}
+        superseded: set[int] = set()
+        for seqno in [*range(1, len(self.events) + 1), *later]:
+            event = self.item(vb, seqno).event
+            if event is None:  # (event_seqnos holds events only)
+                continue
+            scope_event = event.collection_id is None
+            key = (scope_event, event.scope_id if scope_event else event.collection_id or 0)
+            if not event.dropped:
+                created[key] = seqno
+                continue
+            if key in created:
+                superseded.add(created.pop(key))
+            if not scope_event and seqno > len(self.events):
+                dropped[key[1]] = seqno
+        return dropped, frozenset(superseded)
+
+    def manifest_of(self, vb: VBucket) -> Manifest:
+        return vb.eras[-1].manifest if vb.eras else self._first.manifest
+
+    def apply_manifest(self, new: Manifest) -> None:
+        """A new manifest (ns_server's push, serve's scenario "manifest"): every active vbucket queues the
+        events of the change at its next seqnos (:func:`manifest_changes`), and generated items after them
+        go to its collections; document commands see it at once."""
+        for collection in sorted(new.collections):
+            if collection not in self._slots:
+                self._slots[collection] = len(self._slots)
+                for vb in self.vbuckets:
+                    if isinstance(vb.generated, array):
+                        vb.generated.extend(array("Q", [0]) * KEYSPACE)
+        self.dropped |= set(self.manifest.collections) - set(new.collections)
+        self.manifest = new
+        for vb in self.vbuckets:
+            if vb.state == "active":
+                self._bring_up_to_date(vb)
+
+    def _bring_up_to_date(self, vb: VBucket) -> None:
+        """The events that take a vbucket from its manifest to the bucket's, at its next seqnos."""
+        events = manifest_changes(self.manifest_of(vb), self.manifest)
+        if not events:
+            return
+        first = vb.high_seqno + 1
+        for seqno, event in enumerate(events, first):
+            vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION, 0, 0,
+                                     0, deleted=event.dropped, event=event)
+            vb.event_seqnos.append(seqno)
+        vb.high_seqno = first + len(events) - 1
+        ids = tuple(sorted(self.manifest.collections))
+        vb.eras.append(Era(first, vb.high_seqno, self.manifest, ids, tuple(self._slots[c] for c in ids)))
 
     # --- changes over time ------------------------------------------------------------------------
     def mutate(self, vb: VBucket, count: int = 1) -> None:
@@ -514,6 +647,8 @@ class Bucket:
         active (kv_engine's setVBucketState, Collections::Manager::maybeUpdate): the events it lacked, which are
         the same events at the same seqnos, on the new branch."""
         at = vb.high_seqno if seqno is None else min(seqno, vb.high_seqno)
+        # a manifest change's events replicate as one snapshot: a replica has all of them or none
+        at = next((era.first - 1 for era in vb.eras if era.first <= at < era.last), at)
         entry = FailoverEntry(self._rng.getrandbits(48) or 1, at)
         vb.failover_log = [entry, *[e for e in vb.failover_log if e.seqno <= at]][:MAX_FAILOVER_ENTRIES]
         vb.high_seqno = max(at, len(self.events))
@@ -537,6 +672,11 @@ class Bucket:
             if keep < len(image.offsets):
                 del image.data[image.offsets[keep]:]
                 del image.offsets[keep:]
+        # later manifests' events above it are gone too: the new active queues what it lacks of the bucket's
+        # manifest (Collections::Manager::maybeUpdate), once, at its next seqnos
+        vb.eras = [era for era in vb.eras if era.last <= at]
+        vb.event_seqnos = [s for s in vb.event_seqnos if s <= at]
+        self._bring_up_to_date(vb)
         return entry
 
     def marker_seqnos(self, vb: VBucket, upto: int) -> tuple[int, int]:
@@ -604,19 +744,21 @@ class Bucket:
         if first > last:
             return
         written = vb.written
-        slots = len(self.collection_ids)
         index = vb.generated
         if index is None:
+            slots = len(self._slots)
             dense = last * DENSE_INDEX_SHARE >= slots * KEYSPACE
             index = vb.generated = array("Q", [0]) * (slots * KEYSPACE) if dense else {}
         base = self.seed * _H_SEED + vb.vbucket * _H_VBUCKET
-        # system events are no documents: the index starts above them
-        for start, end, uuid in _branches(vb.failover_log, max(first, len(self.events) + 1), last):
+        # system events are no documents: the index starts above the first ones, and skips later ones
+        for start, end, uuid, era in self._runs(vb, max(first, len(self.events) + 1), last):
             branch = base + uuid
+            era_slots, count = era.slots, len(era.slots)
             for seqno in range(start, end + 1):
                 if seqno in written:  # after a failover the written documents are indexed again
                     item = written[seqno]
-                    if item.opcode not in _SYNC_ONLY:  # a commit is the document; an aborted prepare never was
+                    if item.event is None and item.opcode not in _SYNC_ONLY:
+                        # a commit is the document; an aborted prepare never was
                         vb.docs[(item.collection_id, item.key)] = Document(
                             item.key, item.collection_id, item.value, item.datatype, item.flags, item.expiry,
                             item.cas, item.rev_seqno, seqno,
@@ -624,7 +766,7 @@ class Bucket:
                     vb.max_cas = max(vb.max_cas, item.cas)
                     continue
                 h = (branch + seqno * _H_SEQNO) & _H_MASK
-                index[((h >> _COLLECTION_SHIFT) % slots) * KEYSPACE + (h >> _KEY_SHIFT) % KEYSPACE] = seqno
+                index[era_slots[(h >> _COLLECTION_SHIFT) % count] * KEYSPACE + (h >> _KEY_SHIFT) % KEYSPACE] = seqno
         vb.max_cas = max(vb.max_cas, BASE_CAS + last * 1000)  # a generated item's CAS grows with its seqno
         vb.indexed = last
 

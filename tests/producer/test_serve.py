@@ -307,6 +307,58 @@ def test_a_collections_stream_from_zero_gets_the_manifests_system_events_on_the_
             {"name": "route", "uid": "b", "maxTTL": 0}]
 
 
+def _manifest_json(uid: str, *collections: tuple[str, str]) -> str:
+    return json.dumps({"uid": uid, "scopes": [
+        {"name": "_default", "uid": "0", "collections": [{"name": "_default", "uid": "0"}]},
+        {"name": "inventory", "uid": "8", "collections": [{"name": n, "uid": u} for n, u in collections]}]})
+
+
+def test_a_scenarios_manifest_drops_a_collection_under_its_streams(tmp_path: Path) -> None:
+    """ns_server pushes a manifest without airline: the stream filtered on it gets the drop and ends
+    FilterEmpty, a write to it UnknownCollection with the new uid, and COLLECTIONS_GET_MANIFEST the new
+    manifest."""
+    (tmp_path / "first.json").write_text(_manifest_json("3", ("airline", "9"), ("hotel", "a")))
+    (tmp_path / "second.json").write_text(_manifest_json("4", ("hotel", "a")))
+    plan = scenario(tmp_path, '[[event]]\naction = "manifest"\nfile = "second.json"\nafter_seconds = 1\n')
+    with serving("--vbuckets", "1", "--items", "40", "--collections", str(tmp_path / "first.json"),
+                 "--scenario", plan) as running:
+        client = streaming_client(running, "Collections")
+        assert client.stream_request(0, value='{"collections":["9"]}')["status"] == "Success"
+        got = client.until("DCP_STREAM_END")
+        drop = [r for r in got if r["opcode"] == "DCP_SYSTEM_EVENT"][-1]
+        assert (drop["event_id"], drop["collection_id"], drop["manifest_uid"]) == (1, 9, 4)
+        assert got[-1]["stream_end_status"] == 7  # FilterEmpty
+        kv = connect(running)
+        kv.hello("Xerror", "JSON", "Collections")
+        kv.plain()
+        kv.call(opcode="SELECT_BUCKET", key="default")
+        refused = kv.call(opcode="SET", vbucket=0, collection_id=9, key="k", value="{}", flags=0, expiration=0)
+        assert refused["status"] == "UnknownCollection"
+        assert json.loads(refused["value"])["manifest_uid"] == "4"
+        served = json.loads(kv.call(opcode="COLLECTIONS_GET_MANIFEST")["value"])
+        assert (served["uid"], [c["name"] for c in served["scopes"][1]["collections"]]) == ("4", ["hotel"])
+
+
+@pytest.mark.parametrize(("second", "message"), [
+    (_manifest_json("3", ("airline", "9")), "uid 3 does not go up from 3"),
+    (_manifest_json("4", ("airways", "9")), "collection 9 renamed or moved"),
+    ("{", "second.json is not valid JSON"),
+])
+def test_a_scenarios_manifest_that_cannot_follow_is_refused(tmp_path: Path, second: str, message: str) -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    (tmp_path / "first.json").write_text(_manifest_json("3", ("airline", "9")))
+    (tmp_path / "second.json").write_text(second)
+    plan = scenario(tmp_path, '[[event]]\naction = "manifest"\nfile = "second.json"\n')
+    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--collections",
+                             str(tmp_path / "first.json"), "--scenario", plan],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
+
+
 # --- flow control and noops ---------------------------------------------------------------------------------
 def test_flow_control_stops_at_the_window_and_resumes_on_ack(server: Server) -> None:
     window = 2000

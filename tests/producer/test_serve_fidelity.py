@@ -734,3 +734,120 @@ def test_marker_answers_are_counted_as_the_server_counts_them() -> None:
     # a write's takeover marker brings the count back to zero: the state goes out before that marker's answer
     assert upsert(conn.node.cluster, "w")["status"] == "Success"
     assert [r["opcode"] for r in drain(conn)] == ["DCP_SNAPSHOT_MARKER", "DCP_MUTATION", "DCP_SET_VBUCKET_STATE"]
+
+
+# --- a later manifest (ns_server's push; serve's scenario "manifest"), as kv_engine's vbuckets take it -------
+CAR = 11
+WITH_CAR = Manifest(6, {**MANIFEST.collections, CAR: (8, "car")}, dict(MANIFEST.scopes))
+WITHOUT_AIRLINE = Manifest(6, {0: (0, "_default"), HOTEL: (8, "hotel")}, dict(MANIFEST.scopes))
+
+
+def items_of(got: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(r["by_seqno"], r["collection_id"]) for r in got if r["opcode"] in ITEM_OPCODES]
+
+
+def test_a_created_collection_is_begun_in_every_vbucket_and_then_written_to() -> None:
+    on = cluster(Bucket("default", 2, 2 * ITEMS, 20, 7, MANIFEST))
+    bucket = on.bucket
+    conn = session("Collections", on=on)
+    assert stream(conn)[0] == "Success"  # caught up: the stream stays open
+    bucket.apply_manifest(WITH_CAR)
+    for vb in bucket.vbuckets:  # the change's one event at each vbucket's next seqno, with the new uid
+        assert events_of(records(conn, bucket.encode_item(bucket.item(vb, HIGH + 1), conn.encoding(), 0))) == [
+            (HIGH + 1, 0, 0, "car", 6, 8, CAR)]
+    bucket.mutate(bucket.vbuckets[0], 200)
+    got = drain(conn)
+    assert got[0]["opcode"] == "DCP_SNAPSHOT_MARKER"
+    assert events_of(got) == [(HIGH + 1, 0, 0, "car", 6, 8, CAR)]
+    new = items_of(got)
+    assert len(new) == 200
+    assert {c for _, c in new} == {0, AIRLINE, HOTEL, CAR}  # the hash spreads them over the new manifest
+    assert kv_call(on, "Collections", opcode="SET", vbucket=0, collection_id=CAR, key="k", value="{}", flags=0,
+                   expiration=0)["status"] == "Success"
+    _, only = stream(session("Collections", on=on, name="cars"), value='{"collections":["b"]}')
+    assert {r["opcode"] for r in only} >= {"DCP_SYSTEM_EVENT", "DCP_MUTATION"}
+    assert {c for _, c in items_of(only)} == {CAR}
+
+
+def test_a_dropped_collection_ends_its_filtered_stream_and_leaves_every_backfill() -> None:
+    on = cluster()
+    bucket = on.bucket
+    filtered = session("Collections", on=on, name="airline")
+    everything = session("Collections", on=on, name="all")
+    legacy = session(on=on, name="legacy")
+    assert stream(filtered, value='{"collections":["9"]}')[0] == "Success"
+    assert stream(everything)[0] == "Success"
+    assert stream(legacy)[0] == "Success"
+    bucket.apply_manifest(WITHOUT_AIRLINE)
+    bucket.mutate(bucket.vbuckets[0], 100)
+    ended = drain(filtered)
+    assert [r["opcode"] for r in ended] == ["DCP_SNAPSHOT_MARKER", "DCP_SYSTEM_EVENT", "DCP_SEQNO_ADVANCED",
+                                            "DCP_STREAM_END"]
+    assert events_of(ended) == [(HIGH + 1, 1, 0, "", 6, 8, AIRLINE)]  # EndCollection
+    assert ended[-1]["stream_end_status"] == 7  # FilterEmpty
+    seen = drain(everything)
+    assert events_of(seen) == [(HIGH + 1, 1, 0, "", 6, 8, AIRLINE)]
+    assert len(items_of(seen)) == 100
+    assert AIRLINE not in {c for _, c in items_of(seen)}
+    assert "DCP_STREAM_END" not in {r["opcode"] for r in drain(legacy)}  # its default collection is still there
+    assert kv_call(on, "Collections", opcode="SET", vbucket=0, collection_id=AIRLINE, key="k", value="{}", flags=0,
+                   expiration=0)["status"] == "UnknownCollection"
+    # a backfill after the drop: none of its items, and the drop in place of its creation
+    _, backfill = stream(session("Collections", on=on, name="later"))
+    assert AIRLINE not in {c for _, c in items_of(backfill)}
+    assert events_of(backfill) == [(1, 3, 0, "inventory", 0, 8, None), (3, 0, 0, "hotel", 5, 8, HOTEL),
+                                   (HIGH + 1, 1, 0, "", 6, 8, AIRLINE)]  # no BeginCollection airline at 2
+    skipping = session("Collections", flags=PRODUCER | SKIP_DELETES_IN_INITIAL_BACKFILL, on=on, name="skip")
+    assert AIRLINE not in {e[6] for e in events_of(stream(skipping)[1])}  # the drop is a tombstone
+
+
+def test_a_legacy_stream_ends_when_the_default_collection_is_dropped() -> None:
+    """kv_engine's legacy filter is the default collection: its drop (an event a legacy client is not sent)
+    empties it, and the end is told as Ok to a client without collections."""
+    on = cluster()
+    legacy = session(on=on)
+    assert stream(legacy)[0] == "Success"
+    on.bucket.apply_manifest(Manifest(6, {AIRLINE: (8, "airline"), HOTEL: (8, "hotel")}, dict(MANIFEST.scopes)))
+    on.bucket.mutate(on.bucket.vbuckets[0], 50)
+    got = drain(legacy)
+    assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER", "DCP_STREAM_END"]
+    assert got[-1]["stream_end_status"] == 0
+    assert stream(session(on=on, name="again"))[0] == "UnknownCollection"
+
+
+def test_a_scope_filter_gains_the_scopes_new_collections_and_ends_with_its_scope() -> None:
+    on = cluster()
+    bucket = on.bucket
+    scoped = session("Collections", on=on)
+    assert stream(scoped, value='{"scope":"8"}')[0] == "Success"
+    bucket.apply_manifest(WITH_CAR)
+    bucket.mutate(bucket.vbuckets[0], 100)
+    got = drain(scoped)
+    assert events_of(got) == [(HIGH + 1, 0, 0, "car", 6, 8, CAR)]
+    assert {c for _, c in items_of(got)} == {AIRLINE, HOTEL, CAR}
+    gone = Manifest(7, {0: (0, "_default")}, {0: "_default"})
+    bucket.apply_manifest(gone)  # each of the scope's collections ends, then the scope
+    ended = drain(scoped)
+    high = HIGH + 101
+    assert events_of(ended) == [(high + 1, 1, 0, "", 6, 8, AIRLINE), (high + 2, 1, 0, "", 6, 8, HOTEL),
+                                (high + 3, 1, 0, "", 6, 8, CAR), (high + 4, 4, 0, "", 7, 8, None)]
+    assert (ended[-1]["opcode"], ended[-1]["stream_end_status"]) == ("DCP_STREAM_END", 7)
+
+
+def test_a_failover_below_a_manifest_change_queues_it_again_on_the_new_branch() -> None:
+    """The new active lacks the change's events (they were above the branch point): it queues what it lacks of
+    the bucket's manifest as it becomes active, once, at its next seqnos; a failover inside them takes none."""
+    on = cluster()
+    bucket = on.bucket
+    vb = bucket.vbuckets[0]
+    bucket.apply_manifest(WITH_CAR)
+    bucket.apply_manifest(Manifest(7, dict(WITH_CAR.collections), {**WITH_CAR.scopes, 12: "extra"}))
+    assert vb.high_seqno == HIGH + 2
+    entry = bucket.failover(vb, HIGH + 1)  # inside neither: the first change stays, the second is queued again
+    assert (entry.seqno, vb.high_seqno) == (HIGH + 1, HIGH + 2)
+    _, got = stream(session("Collections", on=on))
+    assert events_of(got)[-2:] == [(HIGH + 1, 0, 0, "car", 6, 8, CAR), (HIGH + 2, 3, 0, "extra", 7, 12, None)]
+    bucket.failover(vb, HIGH - 10)
+    assert vb.high_seqno == HIGH - 10 + 2  # both changes again, as one update from the manifest it had
+    _, again = stream(session("Collections", on=on, name="again"))
+    assert events_of(again)[-2:] == [(HIGH - 9, 3, 0, "extra", 5, 12, None), (HIGH - 8, 0, 0, "car", 7, 8, CAR)]
