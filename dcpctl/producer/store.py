@@ -383,7 +383,6 @@ class Bucket:
         self._slots = {collection: slot for slot, collection in enumerate(self.collection_ids)}
         self._first = Era(1, len(self.events), self.manifest, tuple(self.collection_ids),
                           tuple(range(len(self.collection_ids))))
-        self.dropped: set[int] = set()  # collection ids dropped since the first manifest (never given again)
         rng = random.Random(seed)  # noqa: S311 - reproducible uuids for a seed, not secrets
         self.vbuckets: list[VBucket] = []
         for vb in range(vbuckets):
@@ -614,7 +613,6 @@ class Bucket:
                 for vb in self.vbuckets:
                     if isinstance(vb.generated, array):
                         vb.generated.extend(array("Q", [0]) * KEYSPACE)
-        self.dropped |= set(self.manifest.collections) - set(new.collections)
         self.manifest = new
         for vb in self.vbuckets:
             if vb.state == "active":
@@ -627,8 +625,9 @@ class Bucket:
             return
         first = vb.high_seqno + 1
         for seqno, event in enumerate(events, first):
-            vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION, 0, 0,
-                                     0, deleted=event.dropped, event=event)
+            item = vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION,
+                                            0, 0, 0, deleted=event.dropped, event=event)
+            self.memory_used += _cost(item)  # kept as a write is (a failover above it gives it back)
             vb.event_seqnos.append(seqno)
         vb.high_seqno = first + len(events) - 1
         ids = tuple(sorted(self.manifest.collections))
