@@ -182,7 +182,7 @@ class Emulator:
         elif event.action == "manifest" and event.manifest is not None:
             bucket.apply_manifest(event.manifest)
             self.cluster.revision += 1  # the bucket's config names the manifest's uid (collectionsManifestUid)
-            self.log(f"scenario: manifest {event.manifest.uid:x} ({event.file})")
+            self.log(f"scenario: manifest {event.manifest.uid:x} applied")
         elif event.action == "mutate":
             targets = [vb] if vb is not None else bucket.vbuckets
             for i in range(event.count):
