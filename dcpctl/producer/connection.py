@@ -260,7 +260,7 @@ class _Stream:
     # a signed counter that any marker answer decrements): the vbucket state goes out only at zero.
     marker_acks: int = 0
     # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
-    # each dropped collection's seqno of drop, and the creation events the drops replaced
+    # each dropped collection's seqno of drop, and the creation events of dropped scopes
     hidden: dict[int, int] = field(default_factory=dict)
     superseded: frozenset[int] = frozenset()
     # The filter as kv_engine's Filter follows a later manifest's events: collections dropped in this snapshot
@@ -283,14 +283,16 @@ class _Stream:
             vb.event_seqnos and not self.encoding.collections)
 
     def sees(self, bucket: Bucket, item: Item) -> bool:
-        """Whether this stream sends the item: not what its disk snapshot leaves out (a dropped collection's
-        items and replaced creation events; a tombstone: every one with skip_deletes, else those the purge
-        took off disk)."""
+        """Whether this stream sends the item: not what its disk snapshot leaves out (what a dropped collection
+        had, its events too, and a dropped scope's creation; a tombstone: every one with skip_deletes, else
+        those the purge took off disk)."""
         if not bucket.visible(item, self.encoding, self.filter_ids, self.filter_scope):
             return False
         if self.markers != 1:
             return True
-        if item.seqno in self.superseded or item.seqno < self.hidden.get(item.collection_id, 0):
+        event = item.event  # a collection's creation or modification is its collection's
+        owner = event.collection_id if event is not None and not event.dropped else item.collection_id
+        if item.seqno in self.superseded or item.seqno < self.hidden.get(owner if owner is not None else -1, 0):
             return False
         if item.seqno > self.no_tombstones_upto:
             return True

@@ -19,9 +19,8 @@ holds. Triggers: ``after_items`` (items the server has sent, all connections tog
   own deadline on stream requests is for.
 - ``manifest`` (``file``: a collections manifest, as ``--collections`` takes it, its path relative to the
   scenario's): ns_server pushes a new manifest: every vbucket queues the system events of the change
-  (collections dropped and created, scopes created and dropped), and the cluster map's revision goes up. Its
-  uid must go up, and a kept collection or scope keeps its name, scope and maxTTL (serve sends no
-  ModifyCollection).
+  (collections dropped, created and modified, scopes created and dropped), and the cluster map's revision
+  goes up. Its uid must go up, and a kept collection or scope keeps its name (and a collection its scope).
 """
 
 from __future__ import annotations

@@ -265,9 +265,8 @@ class SyncWriteInProgressError(Exception):
 class Manifest:
     """Collections: id -> (scope id, name); the default collection 0 in the default scope 0. ``max_ttls``:
     the collections that have a maxTTL, in seconds as memcached keeps it (0: its documents never expire), which
-    each write to them keeps its expiry within (:meth:`Bucket.limited_expiry`). A
-    vbucket's default collection keeps none: kv_engine would give it one by a ModifyCollection event, which
-    only FlatBuffers streams are sent and serve does not queue."""
+    each write to them keeps its expiry within (:meth:`Bucket.limited_expiry`); the default collection's comes
+    to a vbucket by a ModifyCollection event (see :func:`manifest_changes`)."""
 
     uid: int = 0
     collections: dict[int, tuple[int, str]] = field(default_factory=lambda: {0: (0, "_default")})
@@ -276,9 +275,8 @@ class Manifest:
 
     def change_refusal(self, new: Manifest, dropped: set[int] | None = None) -> str | None:
         """Why ``new`` cannot follow this manifest, None if it can: kv_engine refuses a uid that does not go
-        up, ns_server never renames a collection or scope nor moves a collection nor gives a dropped one's id
-        again (``dropped``: every collection id dropped so far), and serve queues no ModifyCollection (a kept
-        collection's maxTTL stays)."""
+        up, and ns_server never renames a collection or scope nor moves a collection nor gives a dropped one's
+        id again (``dropped``: every collection id dropped so far)."""
         refused = new.refusal()
         if refused is not None:
             return refused
@@ -287,8 +285,6 @@ class Manifest:
         for collection, entry in new.collections.items():
             if collection in self.collections and entry != self.collections[collection]:
                 return f"collection {collection:x} renamed or moved to another scope"
-            if collection in self.collections and new.max_ttls.get(collection) != self.max_ttls.get(collection):
-                return f"collection {collection:x} with another maxTTL (a ModifyCollection, which serve does not send)"
             if collection in (dropped or set()) and collection not in self.collections:
                 return f"collection {collection:x} was dropped: its id is never given again"
         for scope, name in new.scopes.items():
@@ -326,12 +322,12 @@ def manifest_events(manifest: Manifest) -> tuple[SystemEvent, ...]:
 
 def manifest_changes(old: Manifest, new: Manifest) -> tuple[SystemEvent, ...]:
     """The system events a vbucket at manifest ``old`` queues when ``new`` is applied, in kv_engine's order
-    (Manifest::completeUpdate): collections dropped, scopes created, collections created, scopes dropped.
+    (Manifest::completeUpdate): collections dropped, scopes created, collections created, collections modified
+    (a kept one's maxTTL changed: ModifyCollection, which only FlatBuffers streams are sent), scopes dropped.
     Every event but the last carries the uid the vbucket had before: only the last one says the vbucket has
     reached the new uid. kv_engine walks the manifest's scopes in its hash map's order, which nothing fixes;
     here they go in the manifest's order, and a scope's collections in the order it lists them, as kv_engine's
-    do. A collection kept with other properties would be a ModifyCollection, which serve does not queue
-    (:meth:`Manifest.change_refusal` refuses such a change)."""
+    do."""
     changes: list[tuple[SystemEventId, int, int | None, str, int | None]] = []
     changes += [(SystemEventId.END_COLLECTION, scope, collection, "", None)
                 for collection, (scope, _) in old.collections.items() if collection not in new.collections]
@@ -341,6 +337,9 @@ def manifest_changes(old: Manifest, new: Manifest) -> tuple[SystemEvent, ...]:
                 for scope in new.scopes
                 for collection, (in_scope, name) in new.collections.items()
                 if in_scope == scope and collection not in old.collections]
+    changes += [(SystemEventId.MODIFY_COLLECTION, scope, collection, name, new.max_ttls.get(collection))
+                for collection, (scope, name) in new.collections.items()
+                if collection in old.collections and new.max_ttls.get(collection) != old.max_ttls.get(collection)]
     changes += [(SystemEventId.DROP_SCOPE, scope, None, "", None) for scope in old.scopes if scope not in new.scopes]
     last = len(changes) - 1
     return tuple(SystemEvent(event_id, scope, collection, name.encode(), new.uid if i == last else old.uid, ttl)
@@ -425,6 +424,9 @@ class Bucket:
             return False  # a stream without sync writes sees the commit only, as the mutation it makes
         if not encoding.collections:
             return item.collection_id == DEFAULT_COLLECTION  # never a system event (kv_engine's legacy filter)
+        if item.event is not None and item.event.event_id == SystemEventId.MODIFY_COLLECTION and not (
+                encoding.flatbuffers_system_events):
+            return False  # kv_engine's shouldProcessItem: a ModifyCollection only to those who opted in
         if filter_ids is None:
             return True
         if item.event is not None:
@@ -575,29 +577,27 @@ class Bucket:
                 at = stop + 1
 
     def hidden_in_backfill(self, vb: VBucket, upto: int) -> tuple[dict[int, int], frozenset[int]]:
-        """What a disk snapshot up to ``upto`` leaves out of a later manifest's changes (kv_engine's backfill
-        skips a dropped collection's items, ScanContext::isLogicallyDeleted, and a creation's event shares its
-        key with the drop's, which replaced it on disk): each collection dropped by then with the seqno of its
-        drop, and the seqnos of the creation events dropped collections and scopes had."""
+        """What a disk snapshot up to ``upto`` leaves out of a later manifest's changes: each collection dropped
+        by then, with the seqno of its drop (kv_engine's backfill skips what a dropped collection had below it,
+        its creation and modification events too: ScanContext::isLogicallyDeleted), and the creation events
+        of scopes dropped by then (a scope's drop shares its creation's key, which it replaced on disk)."""
         later = [seqno for seqno in vb.event_seqnos if seqno <= upto]
         if not later:
             return {}, frozenset()
-        created: dict[tuple[bool, int], int] = {}
+        created: dict[int, int] = {}
         dropped: dict[int, int] = {}
         superseded: set[int] = set()
         for seqno in [*range(1, len(self.events) + 1), *later]:
             event = self.item(vb, seqno).event
             if event is None:  # (event_seqnos holds events only)
                 continue
-            scope_event = event.collection_id is None
-            key = (scope_event, event.scope_id if scope_event else event.collection_id or 0)
-            if not event.dropped:
-                created[key] = seqno
-                continue
-            if key in created:
-                superseded.add(created.pop(key))
-            if not scope_event and seqno > len(self.events):
-                dropped[key[1]] = seqno
+            if event.event_id == SystemEventId.CREATE_SCOPE:
+                created[event.scope_id] = seqno
+            elif event.event_id == SystemEventId.DROP_SCOPE and event.scope_id in created:
+                superseded.add(created.pop(event.scope_id))
+            elif event.event_id == SystemEventId.END_COLLECTION and event.collection_id is not None and (
+                    seqno > len(self.events)):
+                dropped[event.collection_id] = seqno
         return dropped, frozenset(superseded)
 
     def manifest_of(self, vb: VBucket) -> Manifest:
@@ -910,7 +910,7 @@ def _event_message(item: Item, event: SystemEvent, encoding: Encoding, opaque: i
 def _table_fields(event: SystemEvent) -> dict[str, Any]:
     """A version-2 event's table fields beyond the ids and the uid (events.fbs): what serve's collections and
     scopes are, none of them a system collection or scope, none flushed, metered or keeping history."""
-    if event.event_id == SystemEventId.BEGIN_COLLECTION:
+    if event.event_id in (SystemEventId.BEGIN_COLLECTION, SystemEventId.MODIFY_COLLECTION):  # both a Collection
         return {"ttl_valid": event.max_ttl is not None, "max_ttl": event.max_ttl or 0, "name": event.name.decode(),
                 "history": False, "default_collection_mvs": 0, "metered": False, "flush_uid": 0}
     if event.event_id == SystemEventId.END_COLLECTION:

@@ -852,3 +852,53 @@ def test_a_failover_below_a_manifest_change_queues_it_again_on_the_new_branch() 
     assert vb.high_seqno == HIGH - 10 + 2  # both changes again, as one update from the manifest it had
     _, again = stream(session("Collections", on=on, name="again"))
     assert events_of(again)[-2:] == [(HIGH - 9, 3, 0, "extra", 5, 12, None), (HIGH - 8, 0, 0, "car", 7, 8, CAR)]
+
+
+def test_a_changed_max_ttl_is_a_modify_collection_for_flatbuffers_streams_only(tmp_path: Path) -> None:
+    """kv_engine queues a ModifyCollection (event 5, a Collection table) and sends it only to streams that
+    enabled flatbuffers_system_events; another stream whose snapshot ends on it is advanced over it. flatc
+    reads the table as serve meant it, and writes after it are limited by the new maxTTL."""
+    now = 1_800_000_000
+    on = cluster(Bucket("default", 1, ITEMS, 20, 7, MANIFEST, clock=lambda: now * 10**9))
+    flat = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    plain = session("Collections", on=on, name="plain")
+    assert stream(flat)[0] == stream(plain)[0] == "Success"
+    on.bucket.apply_manifest(Manifest(6, dict(MANIFEST.collections), dict(MANIFEST.scopes), {HOTEL: 60}))
+    sent = messages(flat, flat.produce(1 << 20))
+    got = [record_of(m) for m in sent]
+    assert [(r["opcode"], r.get("event_id"), r.get("event_version")) for r in got] == [
+        ("DCP_SNAPSHOT_MARKER", None, None), ("DCP_SYSTEM_EVENT", 5, 2)]
+    modify = got[1]
+    assert (modify["key"], modify["collection_id"], modify["scope_id"], modify["manifest_uid"], modify["ttl_valid"],
+            modify["max_ttl"]) == ("hotel", HOTEL, 8, 6, True, 60)
+    assert modify["diagnostics"] == []
+    assert [r["opcode"] for r in drain(plain)] == ["DCP_SNAPSHOT_MARKER", "DCP_SEQNO_ADVANCED"]
+    (tmp_path / "modify.bin").write_bytes(sent[1].value)
+    subprocess.run([peer("flatc"), "--json", "--strict-json", "--defaults-json", "--raw-binary", "--root-type",
+                    "SystemEvents.Collection", "-o", str(tmp_path), str(SCHEMA), "--", str(tmp_path / "modify.bin")],
+                   check=True, capture_output=True, timeout=60)
+    read = json.loads((tmp_path / "modify.json").read_text())
+    assert (read["uid"], read["scopeId"], read["collectionId"], read["ttlValid"], read["maxTtl"], read["name"]) == (
+        6, 8, HOTEL, True, 60, "hotel")
+    assert kv_call(on, "Collections", opcode="SET", vbucket=0, collection_id=HOTEL, key="k", value="{}", flags=0,
+                   expiration=0)["status"] == "Success"
+    assert on.bucket.document(on.bucket.vbuckets[0], HOTEL, b"k").expiry == now + 60  # type: ignore[union-attr]
+    # dropped, the collection takes its creation and its modification out of a later backfill
+    on.bucket.apply_manifest(Manifest(7, {0: (0, "_default"), AIRLINE: (8, "airline")}, dict(MANIFEST.scopes)))
+    later = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on,
+                    name="later")
+    assert [(e[1], e[6]) for e in events_of(stream(later)[1])] == [(3, None), (0, AIRLINE), (1, HOTEL)]
+
+
+def test_a_default_collection_with_a_max_ttl_is_modified_as_the_manifest_is_applied() -> None:
+    """A vbucket begins with the epoch manifest, whose default collection has no maxTTL: applying one that gives
+    it one queues a ModifyCollection after the creations (kv_engine's completeUpdate), which only FlatBuffers
+    streams are sent."""
+    manifest = Manifest(5, dict(MANIFEST.collections), dict(MANIFEST.scopes), {0: 30})
+    on = cluster(Bucket("default", 1, ITEMS, 20, 7, manifest))
+    flat = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    assert [(e[1], e[6], e[4]) for e in events_of(stream(flat)[1])] == [
+        (3, None, 0), (0, AIRLINE, 0), (0, HOTEL, 0), (5, 0, 5)]  # the last of the update carries its uid
+    plain = stream(session("Collections", on=on, name="plain"))[1]
+    assert [e[1] for e in events_of(plain)] == [3, 0, 0]
+    assert next(r["by_seqno"] for r in plain if r["opcode"] in ITEM_OPCODES) == 5  # items after the four events
