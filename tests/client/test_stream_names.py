@@ -88,3 +88,25 @@ def test_what_is_neither_a_name_nor_an_id_is_refused_before_connecting(tmp_path:
     code, _, err = run("stream", "127.0.0.1:1", "-F", "jsonl", "--timeout", "1", *args)
     assert code == ExitCode.USAGE
     assert says in err
+
+
+def test_a_collection_dropped_under_the_stream_ends_it_filter_empty(tmp_path: Path) -> None:
+    """ns_server drops the collection a stream is filtered to (serve's scenario manifest): each vbucket's
+    stream gets the drop, then ends FilterEmpty, said once per vbucket; nothing is left to stream, exit 0."""
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(MANIFEST))
+    second = dict(MANIFEST, uid="4", scopes=[MANIFEST["scopes"][0], {"name": "inventory", "uid": "8", "collections": [
+        {"name": "hotel", "uid": "a"}]}, MANIFEST["scopes"][2]])
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
+    with serving("--vbuckets", "2", "--items", "200", "--collections", str(first), "--scenario", str(plan)) as running:
+        code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
+                                 "--collections", "inventory.airline")
+    assert code == ExitCode.OK, err
+    drops = [(r["vbucket"], r["collection_id"], r["manifest_uid"]) for r in records
+             if r["opcode"] == "DCP_SYSTEM_EVENT" and r["event_id"] == 1]
+    assert sorted(drops) == [(0, AIRLINE, 4), (1, AIRLINE, 4)]
+    ends = sorted((r["vbucket"], r["stream_end_status"]) for r in records if r["opcode"] == "DCP_STREAM_END")
+    assert ends == [(0, 7), (1, 7)]
+    assert err.count("FilterEmpty") == 2
