@@ -26,6 +26,7 @@ from couchbase.diagnostics import PingState
 from couchbase.durability import DurabilityLevel, ServerDurability
 from couchbase.exceptions import (
     CasMismatchException,
+    CollectionNotFoundException,
     DocumentNotFoundException,
     DurabilitySyncWriteAmbiguousException,
     PathExistsException,
@@ -208,6 +209,30 @@ def test_the_sdk_follows_a_pushed_map_to_a_moved_vbucket(tmp_path: Path) -> None
             cluster.close()
         values = [json.loads(stream.until("DCP_MUTATION")[-1]["value"]) for _ in range(2)]
         assert values == [{"n": 0}, {"n": 1}]  # the write reached node 1, where the vbucket is now
+
+
+def test_the_sdk_follows_a_manifest_that_drops_one_collection_and_creates_another(tmp_path: Path) -> None:
+    """ns_server's push (serve's scenario manifest, three seconds in) replaces app.orders with app.trips: the SDK's
+    upsert to trips, refused UnknownCollection until then, retries and lands once trips exists; one to the
+    dropped orders is CollectionNotFound."""
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(MANIFEST))
+    (tmp_path / "second.json").write_text(json.dumps(dict(MANIFEST, uid="3", scopes=[
+        MANIFEST["scopes"][0], {"name": "app", "uid": "8", "collections": [{"name": "trips", "uid": "a"}]}])))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_seconds = 3\n')
+    with serving("--collections", str(first), "--scenario", str(plan)) as running:
+        cluster = connect(running.port)
+        try:
+            app = cluster.bucket("default").scope("app")
+            app.collection("orders").upsert("before", {"n": 0})
+            trips = app.collection("trips")
+            trips.upsert("first-trip", {"n": 1})  # kv_timeout 5 s: it waits for the push
+            assert trips.get("first-trip").content_as[dict] == {"n": 1}
+            with pytest.raises(CollectionNotFoundException):
+                app.collection("orders").upsert("after", {"n": 2})
+        finally:
+            cluster.close()
 
 
 def test_subdocument_lookup_and_mutate_with_xattrs(server: Server) -> None:
