@@ -259,6 +259,8 @@ class _Stream:
     # Takeover markers sent minus marker answers received, counted as kv_engine counts them (waitForSnapshot,
     # a signed counter that any marker answer decrements): the vbucket state goes out only at zero.
     marker_acks: int = 0
+    new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
+    takeover_send: bool = False  # the backfill is done: markers are the takeover's
     # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
     # each dropped collection's seqno of drop, and the creation events of dropped scopes
     hidden: dict[int, int] = field(default_factory=dict)
@@ -267,8 +269,6 @@ class _Stream:
     # leave it at its end (none of theirs can follow the drop), then an empty one (or a dropped scope) ends it
     dropping: set[int] = field(default_factory=set)
     filter_gone: bool = False
-    new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
-    takeover_send: bool = False  # the backfill is done: markers are the takeover's
 
     @property
     def plain(self) -> bool:
