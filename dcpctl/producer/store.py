@@ -619,17 +619,19 @@ class Bucket:
                 self._bring_up_to_date(vb)
 
     def _bring_up_to_date(self, vb: VBucket) -> None:
-        """The events that take a vbucket from its manifest to the bucket's, at its next seqnos."""
-        events = manifest_changes(self.manifest_of(vb), self.manifest)
-        if not events:
+        """The events that take a vbucket from its manifest to the bucket's, at its next seqnos (a change of
+        the uid alone takes none: kv_engine's completeUpdate only updates it)."""
+        current = self.manifest_of(vb)
+        if current == self.manifest:
             return
+        events = manifest_changes(current, self.manifest)
         first = vb.high_seqno + 1
         for seqno, event in enumerate(events, first):
             item = vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION,
                                             0, 0, 0, deleted=event.dropped, event=event)
             self.memory_used += _cost(item)  # kept as a write is (a failover above it gives it back)
             vb.event_seqnos.append(seqno)
-        vb.high_seqno = first + len(events) - 1
+        vb.high_seqno = max(vb.high_seqno, first + len(events) - 1)
         ids = tuple(sorted(self.manifest.collections))
         vb.eras.append(Era(first, vb.high_seqno, self.manifest, ids, tuple(self._slots[c] for c in ids)))
 
