@@ -722,9 +722,15 @@ class ProducerConnection:
         return vb
 
     def _failover_log(self, msg: Message) -> None:
-        vb = self._active_vbucket(msg)
-        if vb is None:
+        # any vbucket the node has, a dead one too (a copy taken over still has its log: kv_engine's
+        # getFailoverLog asks only that the vbucket exists)
+        if self._needs_bucket(msg) is None:
             return
+        cluster, number = self.node.cluster, msg.vbucket_or_status
+        if not (0 <= number < len(cluster.bucket.vbuckets) and cluster.owner[number] == self.node.index):
+            self._reply(msg, Status.NOT_MY_VBUCKET)
+            return
+        vb = cluster.bucket.vbuckets[number]
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
 
     def _observe_seqno(self, msg: Message) -> None:

@@ -691,6 +691,9 @@ def test_a_takeover_stream_sends_everything_then_hands_the_vbucket_over() -> Non
               for state in (1, 4)}
     # a legacy client is given the default collection's seqno
     assert seqnos == {1: [], 4: [{"vbucket": 0, "seqno": collection_seqnos(on.bucket, 0)[-1]}]}
+    # the dead copy still has its failover log (kv_engine's getFailoverLog asks only that the vbucket exists)
+    assert kv_call(on, opcode="GET_FAILOVER_LOG", vbucket=0)["failover_log"] == [
+        {"vbucket_uuid": e.vbucket_uuid, "seqno": e.seqno} for e in on.bucket.vbuckets[0].failover_log]
     ended = answer(conn, active[0])
     assert [(r["opcode"], r["stream_end_status"]) for r in ended] == [("DCP_STREAM_END", 0)]  # Ok
 
