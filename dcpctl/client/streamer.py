@@ -372,6 +372,12 @@ class Streamer:
                               key=b"max_marker_version", value=markers.encode())
             if reply.status != Status.SUCCESS:
                 markers = None
+        if "flatbuffers_system_events" not in controls and conn.options.collections:
+            # as kv_engine's DCP guide advises consumers: collection events as FlatBuffers tables, and with them
+            # ModifyCollection (a collection's new maxTTL), which no other stream is sent; a server before 7.2
+            # refuses the control and sends the versions 0 and 1 instead
+            conn.call(Opcode.DCP_CONTROL, "DCP_CONTROL flatbuffers_system_events=true",
+                      key=b"flatbuffers_system_events", value=b"true")
         # stream data may now come while a call waits (a rollback asks for the failover log): its window
         conn.queue_limit = queue_limit(options.buffer_size, conn.framer.max_body_length)
         return markers == MAX_MARKER_VERSION

@@ -110,3 +110,22 @@ def test_a_collection_dropped_under_the_stream_ends_it_filter_empty(tmp_path: Pa
     ends = sorted((r["vbucket"], r["stream_end_status"]) for r in records if r["opcode"] == "DCP_STREAM_END")
     assert ends == [(0, 7), (1, 7)]
     assert err.count("FilterEmpty") == 2
+
+
+def test_a_collections_stream_asks_for_flatbuffers_events_and_sees_a_modify(tmp_path: Path) -> None:
+    """dcpctl stream sets flatbuffers_system_events on a Collections connection, as kv_engine's DCP guide
+    advises: the events come as version-2 tables, and a collection's new maxTTL as a ModifyCollection."""
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(MANIFEST))
+    scopes = json.loads(json.dumps(MANIFEST["scopes"]))
+    scopes[1]["collections"][1]["maxTTL"] = 60  # hotel
+    (tmp_path / "second.json").write_text(json.dumps(dict(MANIFEST, uid="4", scopes=scopes)))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
+    with serving("--vbuckets", "1", "--items", "100", "--collections", str(first), "--scenario", str(plan)) as running:
+        code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
+                                 "--collections", "inventory.hotel", "--until", "106")  # 5 events, 100 items
+    assert code == ExitCode.OK, err
+    events = [(r["event_id"], r["event_version"], r.get("max_ttl")) for r in records
+              if r["opcode"] == "DCP_SYSTEM_EVENT"]
+    assert events == [(0, 2, 0), (5, 2, 60)]  # hotel begun (no maxTTL), then modified
