@@ -11,7 +11,8 @@ limit (a client that pipelines without reading waits, as on the server); before 
 above the unauthenticated limit closes the connection. :meth:`produce` returns queued answers first, then
 stream data: for each open stream a snapshot marker and the items it covers, round robin across streams,
 never past the flow-control window (one message may overshoot it, as on the server), then STREAM_END when
-a stream reaches its end.
+a stream reaches its end or a later manifest empties its filter; a TakeOver stream instead hands its vbucket
+over (DCP_SET_VBUCKET_STATE pending, then active, each waiting for the consumer's answer).
 :meth:`tick` sends noops on the server's schedule and closes an idle connection. ``closed`` says why
 the connection must be dropped (a protocol violation without XERROR, a packet too long before
 authentication, a scenario, idleness).
