@@ -136,7 +136,7 @@ def serve(
     manifest = _manifest(collections) if collections is not None else None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []
-        scenario.check(events, vbuckets, nodes, str(scenario_file), manifest)
+        scenario.check(events, vbuckets, nodes, str(scenario_file), manifest, memory_quota)
     except scenario.ScenarioError as exc:
         raise CommandError(f"--scenario: {exc}", ExitCode.INPUT) from None
     store = Bucket(bucket, vbuckets, items, value_size, seed, manifest, silent_replicas=silent_replicas,

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from dcpctl.errortext import file_error
 from dcpctl.producer import manifestfile
-from dcpctl.producer.store import Manifest
+from dcpctl.producer.store import WRITE_OVERHEAD, Manifest, manifest_changes
 
 ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
                   "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",),
@@ -126,15 +126,20 @@ def parse(data: dict[str, Any], where: str = "scenario") -> list[Event]:
 
 
 def check(events: list[Event], vbuckets: int, nodes: int, where: str = "scenario",
-          manifest: Manifest | None = None) -> None:
+          manifest: Manifest | None = None, memory_quota: int | None = None) -> None:
     """Refuse events naming a vbucket the bucket does not have or a node the cluster does not have, and
-    manifests that cannot follow the one before them (the bucket's first, ``manifest``, then each in turn)."""
-    current, dropped = manifest or Manifest(), set[int]()
+    manifests that cannot follow the one before them (the bucket's first, ``manifest``, then each in turn) or
+    whose events, kept in every vbucket as writes are, would pass ``memory_quota`` (--memory-quota)."""
+    current, dropped, kept = manifest or Manifest(), set[int](), 0
     for number, event in enumerate(events, 1):
         if event.manifest is not None:
             refused = current.change_refusal(event.manifest, dropped)
             if refused is not None:
                 raise ScenarioError(f"{where}: event {number} (manifest): {event.file}: {refused}")
+            kept += vbuckets * sum(len(e.name) + WRITE_OVERHEAD for e in manifest_changes(current, event.manifest))
+            if memory_quota is not None and kept > memory_quota:
+                raise ScenarioError(f"{where}: event {number} (manifest): {event.file}: its events in {vbuckets} "
+                                    f"vbuckets would keep {kept} bytes, above --memory-quota {memory_quota}")
             dropped |= set(current.collections) - set(event.manifest.collections)
             current = event.manifest
         if event.vbucket is not None and event.vbucket >= vbuckets:

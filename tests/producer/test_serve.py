@@ -343,7 +343,10 @@ def test_a_scenarios_manifest_drops_a_collection_under_its_streams(tmp_path: Pat
     (_manifest_json("3", ("airline", "9")), "uid 3 does not go up from 3"),
     (_manifest_json("4", ("airways", "9")), "collection 9 renamed or moved"),
     ("{", "second.json is not valid JSON"),
-])
+    # 5,000 new collections in 1,024 vbuckets: over 3 GB of events, above the default --memory-quota
+    (json.dumps({"uid": "4", "scopes": [{"name": "_default", "uid": "0", "collections": [
+        {"name": f"c{n}", "uid": f"{n + 16:x}"} for n in range(5000)]}]}), "above --memory-quota 268435456"),
+], ids=["uid", "rename", "json", "quota"])  # (an id holding the manifest would not fit the environment)
 def test_a_scenarios_manifest_that_cannot_follow_is_refused(tmp_path: Path, second: str, message: str) -> None:
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -351,8 +354,8 @@ def test_a_scenarios_manifest_that_cannot_follow_is_refused(tmp_path: Path, seco
     (tmp_path / "first.json").write_text(_manifest_json("3", ("airline", "9")))
     (tmp_path / "second.json").write_text(second)
     plan = scenario(tmp_path, '[[event]]\naction = "manifest"\nfile = "second.json"\n')
-    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--collections",
-                             str(tmp_path / "first.json"), "--scenario", plan],
+    result = subprocess.run([sys.executable, "-m", "dcpctl", "serve", "--port", "0", "--vbuckets", "1024",
+                             "--collections", str(tmp_path / "first.json"), "--scenario", plan],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1
