@@ -40,6 +40,7 @@ from dcpctl.protocol.constants import (
     VBUCKET_STATES,
     HelloFeature,
     Opcode,
+    SnapshotMarkerFlag,
     Status,
     StreamEndStatus,
     StreamRequestFlag,
@@ -411,6 +412,25 @@ class ConnectionTracker:
             return
         step = TAKEOVER_STEPS.get(name, "a state the server's takeover never sends")
         note.add("takeover", f"vbucket {stream.vbucket}: takeover, the consumer's copy to become {name}: {step}")
+
+    def unanswered_takeover_steps(self) -> list[tuple[int, str, int]]:
+        """``(vbucket, what, offset)`` of each takeover step the consumer has not answered (yet: at a capture's
+        end, never): a DCP_SET_VBUCKET_STATE, or a snapshot marker flagged Acknowledge. The producer waits
+        for each (reference 3.12): one left unanswered is a takeover, so a rebalance, that cannot finish."""
+        out = []
+        for (from_client, _, opcode), pending in self.pending.items():
+            msg = pending.message
+            if from_client:
+                continue
+            if opcode == SET_VBUCKET_STATE:
+                state = (msg.extras or {}).get("vbucket_state")
+                what = f"DCP_SET_VBUCKET_STATE {VBUCKET_STATES.name(state) if state is not None else '?'}"
+            elif opcode == MARKER and (msg.field("snapshot_flags") or 0) & SnapshotMarkerFlag.ACKNOWLEDGE:
+                what = "snapshot marker flagged Acknowledge"
+            else:
+                continue
+            out.append((msg.vbucket or 0, what, pending.offset))
+        return out
 
     def _keep(self, story: RollbackStory) -> None:
         if len(self.stories) >= MAX_STORIES:

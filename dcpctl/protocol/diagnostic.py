@@ -84,6 +84,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "stream_end": (NOTE, "a stream ended, with the reason"),
     "takeover": (NOTE, "a takeover stream's DCP_SET_VBUCKET_STATE: a step of handing the vbucket to the consumer"),
     "set_vbucket_state_without_takeover": (WARNING, "DCP_SET_VBUCKET_STATE on a stream not requested with TakeOver"),
+    "takeover_unanswered": (WARNING, "a takeover step (a vbucket state, a marker flagged Acknowledge) the consumer "
+                            "never answered: the takeover cannot finish"),
     "flow_control_exceeded": (WARNING, "unacknowledged bytes above the negotiated connection buffer size"),
     "rollback": (WARNING, "a rollback negotiation: the server's answer or the retry that followed"),
     "capture_gap": (ERROR, "bytes missing from the capture before this message; decoding resynchronised"),

@@ -183,6 +183,7 @@ class CaptureDecoder:
             yield from self._event(event)
         for conn, state in self.connections.items():
             yield from self._tails(conn, state)
+            yield from _unanswered(state)
         if self.dropped > 1:
             yield diagnostic("connection_limit", f"{self.dropped} connections in all were no longer followed "
                              "(more than --max-connections open at once)")
@@ -202,6 +203,7 @@ class CaptureDecoder:
         if state is None:
             return
         yield from self._tails(event.conn, state)
+        yield from _unanswered(state)
         self.keep_stories((state,))
 
     def _event(self, event: StreamData | StreamEvent) -> Iterator[Item]:
@@ -356,6 +358,13 @@ class CaptureDecoder:
             diags = [diagnostic("capture_gap", direction.gap), *diags]
             direction.gap = None
         return finish_message(msg, ts, state.label, from_client, frames, note.fields, diags)
+
+
+def _unanswered(state: _Connection) -> Iterator[Diagnostic]:
+    """A takeover step the connection ended (or the capture ended) without answering."""
+    for vbucket, what, offset in state.tracker.unanswered_takeover_steps():
+        yield diagnostic("takeover_unanswered", f"{state.label}: vbucket {vbucket}: the producer's {what} "
+                         f"(@{offset}) was never answered: the takeover, and so the rebalance, waits for it")
 
 
 def _spanned(spans: Iterable[tuple[int, int, float, tuple[int, ...]]], offset: int, end: int

@@ -170,3 +170,21 @@ def test_a_vbucket_state_is_a_takeover_step_only_on_a_takeover_stream() -> None:
     plain = _vbucket_state_on(0)
     assert [name for name, _ in plain] == ["set_vbucket_state_without_takeover", "stream_end"]
     assert "reached the end seqno" in plain[1][1]
+
+
+def test_takeover_steps_left_unanswered_are_listed_until_answered() -> None:
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+    packets = [({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 3, "opaque": 7, "flags": 1,
+                 "reserved": 0, "start_seqno": 0, "end_seqno": 9, "vbucket_uuid": 0, "snap_start_seqno": 0,
+                 "snap_end_seqno": 0}, True),
+               ({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 7,
+                 "failover_log": [{"vbucket_uuid": 1, "seqno": 0}]}, False),
+               ({"magic": "ClientRequest", "opcode": "DCP_SNAPSHOT_MARKER", "vbucket": 3, "opaque": 7,
+                 "snap_start_seqno": 1, "snap_end_seqno": 2, "snapshot_flags": 0x0D}, False)]
+    for record, from_client in packets:
+        tracker.observe(decode(encode(record, fix_lengths=True), 0, tracker.options()), from_client, 1.0)
+    assert [(vb, what) for vb, what, _ in tracker.unanswered_takeover_steps()] == [
+        (3, "snapshot marker flagged Acknowledge")]
+    answer = {"magic": "ClientResponse", "opcode": "DCP_SNAPSHOT_MARKER", "status": "Success", "opaque": 7}
+    tracker.observe(decode(encode(answer, fix_lengths=True), 0, tracker.options()), True, 1.5)
+    assert tracker.unanswered_takeover_steps() == []

@@ -622,16 +622,12 @@ def test_a_takeover_over_the_wire_reads_as_a_handover_in_decode_and_in_tshark(tm
     assert [text.split(":")[1].split()[-1] for _, _, text in found[:2]] == ["pending", "active"]
     assert "takeover complete" in found[2][2]
     _flags_agree_with_tshark(client, tmp_path / "takeover.pcap")
+    assert "takeover_unanswered" not in _decode_notices(tmp_path / "takeover.pcap")
 
 
-def _flags_agree_with_tshark(client: Client, path: Path) -> None:
-    """decode's stream-request and marker flags and vbucket states of the client's conversation, frame by frame
-    (one message each), against tshark's: it gives the flags whole and the marker's Acknowledge bit, and
-    reads no field in DCP_SET_VBUCKET_STATE's extras (its byte is "unknown")."""
+def _as_pcap(client: Client, path: Path) -> None:
+    """The client's conversation as a capture: one connection, one message per segment."""
     import io  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-
-    from servekit import peer  # noqa: PLC0415
 
     from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
 
@@ -642,6 +638,43 @@ def _flags_agree_with_tshark(client: Client, path: Path) -> None:
         conversation.send(from_client, packet)
     conversation.close()
     path.write_bytes(out.getvalue())
+
+
+def _decode_notices(path: Path) -> str:
+    import io  # noqa: PLC0415
+
+    from dcpctl.cli import main  # noqa: PLC0415
+    from dcpctl.render.env import Environment  # noqa: PLC0415
+
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["decode", str(path), "-F", "jsonl"], env) == 0
+    return err.getvalue()
+
+
+def test_a_takeover_the_consumer_stops_answering_is_named_at_its_end(tmp_path: Path) -> None:
+    """The producer waits for the answer to its DCP_SET_VBUCKET_STATE: a capture where none comes (the connection
+    closes, or the capture ends, first) says so once, for that vbucket; an answered one says nothing."""
+    with serving("--vbuckets", "1", "--items", "20", "--mutation-rate", "0") as running:
+        client = streaming_client(running)
+        assert client.stream_request(0, flags=0x01)["status"] == "Success"
+        client.until("DCP_SET_VBUCKET_STATE")
+    _as_pcap(client, tmp_path / "stuck.pcap")
+    said = _decode_notices(tmp_path / "stuck.pcap")
+    assert said.count("takeover_unanswered") == 1
+    assert "vbucket 0: the producer's DCP_SET_VBUCKET_STATE pending" in said
+
+
+def _flags_agree_with_tshark(client: Client, path: Path) -> None:
+    """decode's stream-request and marker flags and vbucket states of the client's conversation, frame by frame
+    (one message each), against tshark's: it gives the flags whole and the marker's Acknowledge bit, and
+    reads no field in DCP_SET_VBUCKET_STATE's extras (its byte is "unknown")."""
+    import subprocess  # noqa: PLC0415
+
+    from servekit import peer  # noqa: PLC0415
+
+    _as_pcap(client, path)
     fields = ["couchbase.opcode", "couchbase.magic", "couchbase.extras.flags",
               "couchbase.extras.flags.dcp_snapshot_marker_ack", "couchbase.extras.unknown"]
     result = subprocess.run([peer("tshark"), "-r", str(path), "-Y", "couchbase.opcode == 0x53 || couchbase.opcode == "
