@@ -55,6 +55,9 @@ def serve(
                                             help="Bytes of each mutation's JSON value.", metavar="BYTES")] = 100,
     mutation_rate: Annotated[float, typer.Option("--mutation-rate", min=0, help="New items per second, "
                                                  "round robin over the vbuckets.", metavar="N")] = 0.0,
+    takeover_max_time: Annotated[float, typer.Option("--takeover-max-time", min=0, help="Seconds a takeover "
+                                                     "stream sends before its vbucket refuses writes (Etmpfail) "
+                                                     "until it catches up.", metavar="SECONDS")] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Makes uuids, keys and values reproducible.", metavar="N")] = 0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: also listen with "
                                                   "TLS.", metavar="PEM")] = None,
@@ -151,7 +154,8 @@ def serve(
 
     emulator = Emulator(store, {user: password},
                         ServeOptions(host, port, nodes, tls_port if tls else None, tls, mutation_rate, events,
-                                     max_send_queue_size, max_unauthenticated_packet_size, max_item_size), log)
+                                     max_send_queue_size, max_unauthenticated_packet_size, max_item_size,
+                                     takeover_max_time), log)
     try:
         asyncio.run(_serve(emulator, env.stdout, tls is not None, f"user {user!r}, {said}"))
     except OSError as exc:

@@ -191,6 +191,9 @@ class Cluster:
     revision: int = 1
     tls_ports: list[int] | None = None
     requests_hang_until: float = 0.0  # stream requests received before this (loop time) are never answered
+    # Seconds a takeover may send before its vbucket refuses writes so that it catches up (--takeover-max-time:
+    # kv_engine's dcp_takeover_max_time)
+    takeover_max_time: float = 60.0
     writes: int = 0  # documents written by clients: the server pumps every stream when it moves
     # Each node's DCP connections by DCP_OPEN name: a second open of a name disconnects the first (reference
     # 3.2, kv_engine's DcpConnMap, one per bucket on a node)
@@ -262,6 +265,7 @@ class _Stream:
     marker_acks: int = 0
     new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
     takeover_send: bool = False  # the backfill is done: markers are the takeover's
+    takeover_since: float | None = None  # when its current sending phase began (kv_engine's takeoverStart)
     # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
     # each dropped collection's seqno of drop, and the creation events of dropped scopes
     hidden: dict[int, int] = field(default_factory=dict)
@@ -956,7 +960,10 @@ class ProducerConnection:
             self._forget((stream.vbucket, sid))
 
     def _forget(self, key: tuple[int, int]) -> None:
-        self.takeovers -= self.streams.pop(key).takeover
+        stream = self.streams.pop(key)
+        if stream.takeover:  # its end ends its vbucket's backed-up state (kv_engine's endStream)
+            self.takeovers -= 1
+            self.node.cluster.bucket.vbuckets[stream.vbucket].takeover_backed_up = False
 
     def _takeover_answer(self, msg: Message) -> None:
         """A consumer's answer to a marker or a vbucket state, found by its opaque and whatever its status (as
@@ -973,10 +980,12 @@ class ProducerConnection:
         elif stream.takeover_state == VBUCKET_PENDING:
             # the consumer's copy is pending: this one turns dead (no write, stream request or KV command is
             # taken for it any more) and the stream sends what came in meanwhile, then the active state
-            self.node.cluster.bucket.vbuckets[stream.vbucket].state = "dead"
+            vb = self.node.cluster.bucket.vbuckets[stream.vbucket]
+            vb.state, vb.takeover_backed_up = "dead", False  # a state change ends the backed-up state too
             stream.takeover_state = VBUCKET_ACTIVE
             stream.takeover_wait = False
             stream.new_checkpoint = True
+            stream.takeover_since = None  # a new sending phase begins
         else:
             stream.ending = StreamEndStatus.OK
 
@@ -1117,16 +1126,25 @@ class ProducerConnection:
         backfill must be answered, and the first of each takeover phase begins a checkpoint."""
         if not stream.takeover or not (stream.markers or stream.takeover_send):
             return MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
-        stream.takeover_send = True
+        self._takeover_sending(stream)
         stream.marker_acks += 1
         checkpoint = stream.new_checkpoint
         stream.new_checkpoint = False
         return MARKER_TAKEOVER | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
 
+    def _takeover_sending(self, stream: _Stream) -> None:
+        """A takeover stream in its sending phase (kv_engine's TakeoverSend): once it has been sending longer than
+        the limit, its vbucket refuses writes (Etmpfail) so that it catches up (takeoverSendPhase)."""
+        if not stream.takeover_send or stream.takeover_since is None:
+            stream.takeover_send = True
+            stream.takeover_since = self.now
+        elif self.now - stream.takeover_since > self.node.cluster.takeover_max_time:
+            self.node.cluster.bucket.vbuckets[stream.vbucket].takeover_backed_up = True
+
     def _takeover_state(self, stream: _Stream, parts: list[bytes]) -> int:
         """A caught-up takeover stream's DCP_SET_VBUCKET_STATE, once every marker it sent was answered and
         none is awaited; the bytes sent (it counts against the window as its 25 bytes)."""
-        stream.takeover_send = True
+        self._takeover_sending(stream)
         if stream.takeover_wait or stream.marker_acks:
             return 0
         data = self._message(stream, Opcode.DCP_SET_VBUCKET_STATE, vbucket_state=stream.takeover_state)

@@ -25,6 +25,7 @@ from dcpctl.producer.store import (
     Document,
     OutOfMemoryError,
     SyncWriteInProgressError,
+    TakeoverBackedUpError,
     VBucket,
 )
 from dcpctl.protocol.constants import DATATYPE_JSON, DATATYPE_SNAPPY, DATATYPE_XATTR, HelloFeature, Opcode, Status
@@ -72,6 +73,8 @@ def handle(conn: ProducerConnection, msg: Message, command: Callable[[ProducerCo
         command(conn, msg)
     except SyncWriteInProgressError:
         conn._error(msg, Status.SYNC_WRITE_IN_PROGRESS, "a synchronous write of this key is pending")
+    except TakeoverBackedUpError:
+        conn._error(msg, Status.ETMPFAIL, "the vbucket's takeover is lagging: writes wait until it catches up")
     except OutOfMemoryError as full:
         conn._error(msg, Status.ENOMEM, f"the bucket's memory quota is used up ({full}; --memory-quota)")
     except RefusedError as refused:

@@ -52,6 +52,7 @@ class ServeOptions:
     max_send_queue_size: int = MAX_SEND_QUEUE_SIZE
     max_unauthenticated_packet_size: int = MAX_UNAUTHENTICATED_PACKET_SIZE
     max_item_size: int = MAX_ITEM_SIZE
+    takeover_max_time: float = 60.0
 
 
 class Emulator:
@@ -63,7 +64,8 @@ class Emulator:
         self.options = options
         self.log = log
         vbuckets = len(bucket.vbuckets)
-        self.cluster = Cluster(bucket, [], [vb % options.nodes for vb in range(vbuckets)], users)
+        self.cluster = Cluster(bucket, [], [vb % options.nodes for vb in range(vbuckets)], users,
+                               takeover_max_time=options.takeover_max_time)
         self.clients: set[_Client] = set()
         self.servers: list[asyncio.Server] = []
         self.pending = list(options.events)

@@ -220,6 +220,9 @@ class VBucket:
     # at and above an era's first seqno go to its collections; and the seqnos of the events they queued.
     eras: list[Era] = field(default_factory=list)
     event_seqnos: list[int] = field(default_factory=list)
+    # A takeover stream has been sending for longer than the takeover's time limit: writes are Etmpfail until
+    # it catches up (kv_engine's isTakeoverBackedUp, dcp_takeover_max_time)
+    takeover_backed_up: bool = False
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -255,6 +258,10 @@ class Pending:
 
 class OutOfMemoryError(Exception):
     """A write the memory quota has no room for (kv_engine: no_memory, Enomem to the client)."""
+
+
+class TakeoverBackedUpError(Exception):
+    """A write to a vbucket whose takeover lags (kv_engine's maybeAllowMutation: temporary_failure)."""
 
 
 class SyncWriteInProgressError(Exception):
@@ -637,8 +644,9 @@ class Bucket:
 
     # --- changes over time ------------------------------------------------------------------------
     def mutate(self, vb: VBucket, count: int = 1) -> None:
-        """New items (``--mutation-rate``): the high seqno moves on."""
-        if vb.state == "active":
+        """New items (``--mutation-rate``, clients' writes in effect): the high seqno moves on, unless the
+        vbucket's takeover lags (writes are then refused)."""
+        if vb.state == "active" and not vb.takeover_backed_up:
             vb.high_seqno += count
 
     def failover(self, vb: VBucket, seqno: int | None = None) -> FailoverEntry:
@@ -795,6 +803,8 @@ class Bucket:
         :meth:`abort_due` aborts it (the document stays as it was). A write to a key with a pending one
         raises SyncWriteInProgressError, a mutation the memory quota has no room for OutOfMemoryError
         (deletions and expirations are kept: on a server they free memory)."""
+        if opcode != EXPIRATION and vb.takeover_backed_up:  # (an expiry is the server's own, not a client's)
+            raise TakeoverBackedUpError(vb.vbucket)
         self._index(vb)
         if opcode != EXPIRATION and (collection, key) in vb.pending:
             raise SyncWriteInProgressError(key)

@@ -905,3 +905,29 @@ def test_a_default_collection_with_a_max_ttl_is_modified_as_the_manifest_is_appl
     plain = stream(session("Collections", on=on, name="plain"))[1]
     assert [e[1] for e in events_of(plain)] == [3, 0, 0]
     assert next(r["by_seqno"] for r in plain if r["opcode"] in ITEM_OPCODES) == 5  # items after the four events
+
+
+def test_a_takeover_sending_past_its_time_limit_makes_its_vbucket_refuse_writes() -> None:
+    """kv_engine's takeoverSendPhase: sending longer than dcp_takeover_max_time (--takeover-max-time) backs the
+    vbucket up, and front-end writes are Etmpfail (reads go on) until the takeover moves to its next phase."""
+    on = cluster()
+    on.takeover_max_time = 5.0
+    conn = session(on=on)
+    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
+         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    records(conn, conn.produce(1 << 20, 5))  # the backfill begins
+    assert upsert(on, "during")["status"] == "Success"
+    marker = next(r for r in drain(conn) if r["opcode"] == "DCP_SNAPSHOT_MARKER" and r["snapshot_flags"] & 0x08)
+    conn.now = 4.0  # its answer not in yet, within the limit
+    assert drain(conn) == []
+    assert upsert(on, "still")["status"] == "Success"
+    conn.now = 6.0
+    [later, _] = drain(conn)  # the stream, still sending (that write's marker), is past the limit
+    assert upsert(on, "refused")["status"] == "Etmpfail"
+    assert kv_call(on, opcode="GET", vbucket=0, key="during")["status"] == "Success"
+    assert answer(conn, marker) == []
+    pending = answer(conn, later)
+    assert [r["vbucket_state"] for r in pending] == [3]
+    answer(conn, pending[0])  # the vbucket is dead now: NotMyVbucket, no longer backed up
+    assert upsert(on, "late")["status"] == "NotMyVbucket"
+    assert not on.bucket.vbuckets[0].takeover_backed_up
