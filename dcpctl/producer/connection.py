@@ -1144,8 +1144,10 @@ class ProducerConnection:
     def _takeover_state(self, stream: _Stream, parts: list[bytes]) -> int:
         """A caught-up takeover stream's DCP_SET_VBUCKET_STATE, once every marker it sent was answered and
         none is awaited; the bytes sent (it counts against the window as its 25 bytes)."""
+        if stream.takeover_wait:  # (TakeoverWait: no longer sending, so never backed up)
+            return 0
         self._takeover_sending(stream)
-        if stream.takeover_wait or stream.marker_acks:
+        if stream.marker_acks:
             return 0
         data = self._message(stream, Opcode.DCP_SET_VBUCKET_STATE, vbucket_state=stream.takeover_state)
         parts.append(data)

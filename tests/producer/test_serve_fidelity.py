@@ -931,3 +931,17 @@ def test_a_takeover_sending_past_its_time_limit_makes_its_vbucket_refuse_writes(
     answer(conn, pending[0])  # the vbucket is dead now: NotMyVbucket, no longer backed up
     assert upsert(on, "late")["status"] == "NotMyVbucket"
     assert not on.bucket.vbuckets[0].takeover_backed_up
+
+
+def test_a_takeover_waiting_for_its_pending_states_answer_is_not_backed_up() -> None:
+    """TakeoverWait is not sending: however long the consumer takes to answer the pending state, writes go on
+    (they come after it, before the active state)."""
+    on = cluster()
+    on.takeover_max_time = 5.0
+    conn = session(on=on)
+    _, out = stream(conn, flags=TAKE_OVER)
+    assert out[-1]["vbucket_state"] == 3
+    conn.now = 100.0
+    assert drain(conn) == []
+    assert upsert(on, "waiting")["status"] == "Success"
+    assert not on.bucket.vbuckets[0].takeover_backed_up
