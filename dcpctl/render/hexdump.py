@@ -39,7 +39,7 @@ def _raw(span: FieldSpan, raw: bytes) -> str:
     if span.secret:
         return "**" * min(span.length, 16) + (f"… ({span.length} bytes)" if span.length > 16 else "")
     if isinstance(span.value, int) and span.length <= 8:
-        # a 0x prefix claims the bytes spell the number, which holds only big-endian (not a FlatBuffers slot)
+        # hex with its prefix reads as the number, true only of big-endian bytes: a FlatBuffers slot's show as is
         return "0x" + data.hex() if int.from_bytes(data) == span.value else data.hex()
     if span.length > 16:
         return data[:16].hex() + f"… ({span.length} bytes)"
