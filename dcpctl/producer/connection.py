@@ -264,8 +264,9 @@ class _Stream:
     # a signed counter that any marker answer decrements): the vbucket state goes out only at zero.
     marker_acks: int = 0
     new_checkpoint: bool = False  # the next takeover marker begins a checkpoint (the phase just began)
-    takeover_send: bool = False  # the backfill is done: markers are the takeover's
-    takeover_since: float | None = None  # when its current sending phase began (kv_engine's takeoverStart)
+    # when its current sending phase began (kv_engine's takeoverStart); None until the backfill is done, after
+    # which every marker is the takeover's
+    takeover_since: float | None = None
     # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
     # each dropped collection's seqno of drop, and the creation events of dropped scopes
     hidden: dict[int, int] = field(default_factory=dict)
@@ -985,7 +986,7 @@ class ProducerConnection:
             stream.takeover_state = VBUCKET_ACTIVE
             stream.takeover_wait = False
             stream.new_checkpoint = True
-            stream.takeover_since = None  # a new sending phase begins
+            stream.takeover_since = self.now  # a new sending phase begins
         else:
             stream.ending = StreamEndStatus.OK
 
@@ -1124,7 +1125,7 @@ class ProducerConnection:
     def _marker_flags(self, stream: _Stream) -> int:
         """The first snapshot is the backfill's, the rest from memory; on a takeover stream each one after the
         backfill must be answered, and the first of each takeover phase begins a checkpoint."""
-        if not stream.takeover or not (stream.markers or stream.takeover_send):
+        if not stream.takeover or not (stream.markers or stream.takeover_since is not None):
             return MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
         self._takeover_sending(stream)
         stream.marker_acks += 1
@@ -1135,8 +1136,7 @@ class ProducerConnection:
     def _takeover_sending(self, stream: _Stream) -> None:
         """A takeover stream in its sending phase (kv_engine's TakeoverSend): once it has been sending longer than
         the limit, its vbucket refuses writes (Etmpfail) so that it catches up (takeoverSendPhase)."""
-        if not stream.takeover_send or stream.takeover_since is None:
-            stream.takeover_send = True
+        if stream.takeover_since is None:
             stream.takeover_since = self.now
         elif self.now - stream.takeover_since > self.node.cluster.takeover_max_time:
             self.node.cluster.bucket.vbuckets[stream.vbucket].takeover_backed_up = True
