@@ -676,13 +676,17 @@ class ProducerConnection:
         self._queue(build.server_request(ServerOpcode.CLUSTERMAP_CHANGE_NOTIFICATION, key=key, datatype=datatype,
                                          value=_json(self._config()), epoch=MAP_EPOCH, revision=cluster.revision))
 
-    def _vbucket(self, number: int) -> VBucket | None:
-        """A vbucket whose active copy is on this node."""
+    def _here(self, number: int) -> VBucket | None:
+        """A vbucket this node has, in any state (active, or dead once taken over)."""
         cluster = self.node.cluster
         if 0 <= number < len(cluster.bucket.vbuckets) and cluster.owner[number] == self.node.index:
-            vb = cluster.bucket.vbuckets[number]
-            return vb if vb.state == "active" else None
+            return cluster.bucket.vbuckets[number]
         return None
+
+    def _vbucket(self, number: int) -> VBucket | None:
+        """A vbucket whose active copy is on this node."""
+        vb = self._here(number)
+        return vb if vb is not None and vb.state == "active" else None
 
     def _all_vb_seqnos(self, msg: Message) -> None:
         """Each active vbucket's seqno (reference 4.6, kv_engine's getAllVBucketSequenceNumbers): with a
@@ -715,7 +719,7 @@ class ProducerConnection:
         # no collection: a collections client, whose seqno is the vbucket's high seqno (visible or not)
         entries = [(vb.vbucket, vb.high_seqno if collection is None else bucket.collection_high_seqno(
                     vb, frozenset({collection}), visible=visible)) for vb in bucket.vbuckets
-                   if vb.state == wanted and self.node.cluster.owner[vb.vbucket] == self.node.index]
+                   if vb.state == wanted and self._here(vb.vbucket) is vb]
         self._reply(msg, vbucket_seqnos=entries)
 
     def _active_vbucket(self, msg: Message) -> VBucket | None:
@@ -733,11 +737,10 @@ class ProducerConnection:
         # getFailoverLog asks only that the vbucket exists)
         if self._needs_bucket(msg) is None:
             return
-        cluster, number = self.node.cluster, msg.vbucket_or_status
-        if not (0 <= number < len(cluster.bucket.vbuckets) and cluster.owner[number] == self.node.index):
+        vb = self._here(msg.vbucket_or_status)
+        if vb is None:
             self._reply(msg, Status.NOT_MY_VBUCKET)
             return
-        vb = cluster.bucket.vbuckets[number]
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
 
     def _observe_seqno(self, msg: Message) -> None:
@@ -864,9 +867,7 @@ class ProducerConnection:
         req = StreamRequest(extras["start_seqno"], extras["vbucket_uuid"], extras["snap_start_seqno"],
                             extras["snap_end_seqno"], extras["end_seqno"], flags, purge)
         number = msg.vbucket_or_status
-        vb = self._vbucket(number)
-        if number < len(bucket.vbuckets) and self.node.cluster.owner[number] == self.node.index and vb is None:
-            vb = None  # a dead vbucket here is as absent as one on another node
+        vb = self._vbucket(number)  # a dead vbucket here is as absent as one on another node
         # a filtered stream's view has its collections' high seqno: ToLatest ends there, and the purge rule may
         # exempt it (reference 3.4.2, 9.1 step 2); pass-through and legacy streams have none
         collection_high = bucket.collection_high_seqno(vb, filter_ids) if vb is not None and filter_ids is not None \
