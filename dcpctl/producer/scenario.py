@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from dcpctl.errortext import file_error
 from dcpctl.producer import manifestfile
-from dcpctl.producer.store import WRITE_OVERHEAD, Manifest, manifest_changes
+from dcpctl.producer.store import Manifest, event_cost, manifest_changes
 
 ACTIONS: Final = {"failover": ("vbucket",), "purge": ("vbucket", "seqno"), "history_loss": ("vbucket",),
                   "move": ("vbucket", "node"), "disconnect": (), "delay": ("seconds",), "mutate": ("count",),
@@ -136,7 +136,7 @@ def check(events: list[Event], vbuckets: int, nodes: int, where: str = "scenario
             refused = current.change_refusal(event.manifest, dropped)
             if refused is not None:
                 raise ScenarioError(f"{where}: event {number} (manifest): {event.file}: {refused}")
-            kept += vbuckets * sum(len(e.name) + WRITE_OVERHEAD for e in manifest_changes(current, event.manifest))
+            kept += vbuckets * sum(map(event_cost, manifest_changes(current, event.manifest)))
             if memory_quota is not None and kept > memory_quota:
                 raise ScenarioError(f"{where}: event {number} (manifest): {event.file}: its events in {vbuckets} "
                                     f"vbuckets would keep {kept} bytes, above --memory-quota {memory_quota}")

@@ -634,9 +634,9 @@ class Bucket:
         events = manifest_changes(current, self.manifest)
         first = vb.high_seqno + 1
         for seqno, event in enumerate(events, first):
-            item = vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION,
-                                            0, 0, 0, deleted=event.dropped, event=event)
-            self.memory_used += _cost(item)  # kept as a write is (a failover above it gives it back)
+            vb.written[seqno] = Item(SYSTEM_EVENT, vb.vbucket, seqno, event.name, b"", SYSTEM_EVENT_COLLECTION, 0, 0,
+                                     0, deleted=event.dropped, event=event)
+            self.memory_used += event_cost(event)  # kept as a write is (a failover above it gives it back)
             vb.event_seqnos.append(seqno)
         vb.high_seqno = max(vb.high_seqno, first + len(events) - 1)
         ids = tuple(sorted(self.manifest.collections))
@@ -934,6 +934,11 @@ def _table_fields(event: SystemEvent) -> dict[str, Any]:
 
 def _cost(item: Item) -> int:
     return len(item.key) + len(item.value) + WRITE_OVERHEAD
+
+
+def event_cost(event: SystemEvent) -> int:
+    """What a later manifest's event costs a vbucket that keeps it: its item's cost (the name is its key)."""
+    return len(event.name) + WRITE_OVERHEAD
 
 
 def _branches(log: list[FailoverEntry], first: int, last: int) -> list[tuple[int, int, int]]:
