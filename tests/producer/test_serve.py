@@ -540,7 +540,6 @@ def test_rollback_explain_reads_the_negotiation_from_a_capture(tmp_path: Path) -
 
     from dcpctl.cli import main  # noqa: PLC0415
     from dcpctl.render.env import Environment  # noqa: PLC0415
-    from dcpctl.sources.pcapwriter import PcapWriter, TcpConversation  # noqa: PLC0415
 
     plan = scenario(tmp_path, '[[event]]\naction = "failover"\nvbucket = 0\nseqno = 60\n')
     with serving("--vbuckets", "1", "--items", "100", "--scenario", plan) as running:
@@ -549,14 +548,8 @@ def test_rollback_explain_reads_the_negotiation_from_a_capture(tmp_path: Path) -
         assert client.stream_request(0, start=80, uuid=old_uuid, snap=(80, 80))["rollback_seqno"] == 60
         assert client.stream_request(0, start=70, uuid=old_uuid, snap=(70, 70))["rollback_seqno"] == 60  # wrong
         assert client.stream_request(0, start=60, uuid=old_uuid, snap=(60, 60))["status"] == "Success"
-    out = io.BytesIO()
-    conversation = TcpConversation(PcapWriter(out))
-    conversation.handshake()
-    for from_client, packet in client.transcript:
-        conversation.send(from_client, packet)
-    conversation.close()
     path = tmp_path / "negotiation.pcap"
-    path.write_bytes(out.getvalue())
+    _as_pcap(client, path)
     stdout = io.StringIO()
     env = Environment(stdout=stdout, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
                       stderr_isatty=False, color=False)

@@ -96,16 +96,25 @@ def session(*features: str, flags: int = 1, controls: dict[str, str] | None = No
     return conn
 
 
-def stream(conn: ProducerConnection, *, start: int = 0, end: int = END, uuid: int = 0, flags: int = 0,
-           value: str | None = None, vbucket: int = 0) -> tuple[str, list[dict[str, Any]]]:
-    """A stream request's status and the stream's messages."""
+def request(conn: ProducerConnection, *, start: int = 0, end: int = END, uuid: int = 0, flags: int = 0,
+            value: str | None = None, vbucket: int = 0) -> str:
+    """A stream request's status (the stream's messages left to produce)."""
     record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": vbucket, "flags": flags, "reserved": 0,
                               "start_seqno": start, "end_seqno": end, "vbucket_uuid": uuid,
                               "snap_start_seqno": start, "snap_end_seqno": start}
     if value is not None:
         record["value"] = value
-    answer = call(conn, **record)
-    return answer[0]["status"], drain(conn)
+    return str(call(conn, **record)[0]["status"])
+
+
+def stream(conn: ProducerConnection, *, start: int = 0, end: int = END, uuid: int = 0, flags: int = 0,
+           value: str | None = None, vbucket: int = 0) -> tuple[str, list[dict[str, Any]]]:
+    """A stream request's status and the stream's messages."""
+    status = request(conn, start=start, end=end, uuid=uuid, flags=flags, value=value, vbucket=vbucket)
+    return status, drain(conn)
+
+
+FLATBUFFERS = {"enable_noop": "true", "flatbuffers_system_events": "true"}  # controls: version-2 system events
 
 
 def collection_seqnos(bucket: Bucket, collection: int) -> list[int]:
@@ -560,7 +569,7 @@ def test_a_flatbuffers_connection_is_sent_version_2_tables(tmp_path: Path) -> No
     manifest = Manifest(6, {AIRLINE: (8, "airline"), HOTEL: (8, "hotel")}, {0: "_default", 8: "inventory"},
                         {HOTEL: 3600})
     on = cluster(Bucket("default", 1, 0, 20, 7, manifest))
-    conn = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    conn = session("Collections", controls=FLATBUFFERS, on=on)
     status, got = stream(conn)
     assert status == "Success"
     legacy = stream(session("Collections", on=on))[1]
@@ -587,7 +596,7 @@ def test_a_flatbuffers_connection_is_sent_version_2_tables(tmp_path: Path) -> No
 
 def _sent_events(on: Cluster) -> list[Message]:
     """The system events a new flatbuffers connection's stream from 0 is sent."""
-    conn = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"},
+    conn = session("Collections", controls=FLATBUFFERS,
                    on=on, name="again")
     call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=0, reserved=0, start_seqno=0, end_seqno=END,
          vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
@@ -704,8 +713,7 @@ def test_takeover_markers_after_the_backfill_are_answered_before_the_vbucket_sta
     it, before the active state."""
     on = cluster()
     conn = session(on=on)
-    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
-         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    assert request(conn, flags=TAKE_OVER) == "Success"
     first = records(conn, conn.produce(1 << 20, 5))  # part of the backfill
     assert upsert(on, "during")["status"] == "Success"
     rest = drain(conn)
@@ -728,8 +736,7 @@ def test_marker_answers_are_counted_as_the_server_counts_them() -> None:
     """kv_engine counts marker answers without checking that the marker asked for one (waitForSnapshot, a
     signed counter): an answer to the backfill's marker leaves the takeover one answer ahead."""
     conn = session()
-    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
-         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    assert request(conn, flags=TAKE_OVER) == "Success"
     marker = records(conn, conn.produce(1 << 20, 1))[0]
     rest = answer(conn, marker)
     assert rest[-1]["opcode"] in ITEM_OPCODES
@@ -863,7 +870,7 @@ def test_a_changed_max_ttl_is_a_modify_collection_for_flatbuffers_streams_only(t
     reads the table as serve meant it, and writes after it are limited by the new maxTTL."""
     now = 1_800_000_000
     on = cluster(Bucket("default", 1, ITEMS, 20, 7, MANIFEST, clock=lambda: now * 10**9))
-    flat = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    flat = session("Collections", controls=FLATBUFFERS, on=on)
     plain = session("Collections", on=on, name="plain")
     assert stream(flat)[0] == stream(plain)[0] == "Success"
     on.bucket.apply_manifest(Manifest(6, dict(MANIFEST.collections), dict(MANIFEST.scopes), {HOTEL: 60}))
@@ -888,7 +895,7 @@ def test_a_changed_max_ttl_is_a_modify_collection_for_flatbuffers_streams_only(t
     assert on.bucket.document(on.bucket.vbuckets[0], HOTEL, b"k").expiry == now + 60  # type: ignore[union-attr]
     # dropped, the collection takes its creation and its modification out of a later backfill
     on.bucket.apply_manifest(Manifest(7, {0: (0, "_default"), AIRLINE: (8, "airline")}, dict(MANIFEST.scopes)))
-    later = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on,
+    later = session("Collections", controls=FLATBUFFERS, on=on,
                     name="later")
     assert [(e[1], e[6]) for e in events_of(stream(later)[1])] == [(3, None), (0, AIRLINE), (1, HOTEL)]
 
@@ -899,7 +906,7 @@ def test_a_default_collection_with_a_max_ttl_is_modified_as_the_manifest_is_appl
     streams are sent."""
     manifest = Manifest(5, dict(MANIFEST.collections), dict(MANIFEST.scopes), {0: 30})
     on = cluster(Bucket("default", 1, ITEMS, 20, 7, manifest))
-    flat = session("Collections", controls={"enable_noop": "true", "flatbuffers_system_events": "true"}, on=on)
+    flat = session("Collections", controls=FLATBUFFERS, on=on)
     assert [(e[1], e[6], e[4]) for e in events_of(stream(flat)[1])] == [
         (3, None, 0), (0, AIRLINE, 0), (0, HOTEL, 0), (5, 0, 5)]  # the last of the update carries its uid
     plain = stream(session("Collections", on=on, name="plain"))[1]
@@ -913,8 +920,7 @@ def test_a_takeover_sending_past_its_time_limit_makes_its_vbucket_refuse_writes(
     on = cluster()
     on.takeover_max_time = 5.0
     conn = session(on=on)
-    call(conn, opcode="DCP_STREAM_REQ", vbucket=0, flags=TAKE_OVER, reserved=0, start_seqno=0, end_seqno=END,
-         vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    assert request(conn, flags=TAKE_OVER) == "Success"
     records(conn, conn.produce(1 << 20, 5))  # the backfill begins
     assert upsert(on, "during")["status"] == "Success"
     marker = next(r for r in drain(conn) if r["opcode"] == "DCP_SNAPSHOT_MARKER" and r["snapshot_flags"] & 0x08)

@@ -10,12 +10,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_serve_fidelity import cluster, drain, packet, records, session
+from test_serve_fidelity import cluster, drain, request, session
 
-from dcpctl.producer.connection import ProducerConnection
 from dcpctl.producer.store import Bucket, Manifest
 
-END = (1 << 64) - 1
 FIRST = Manifest(5, {0: (0, "_default"), 9: (8, "airline"), 10: (8, "hotel")}, {0: "_default", 8: "inventory"})
 ITEM_OPCODES = frozenset({"DCP_MUTATION", "DCP_DELETION", "DCP_EXPIRATION"})
 
@@ -44,16 +42,6 @@ def histories(draw: st.DrawFn) -> list[tuple[Manifest, int]]:
     return out
 
 
-def _stream(conn: ProducerConnection, value: str | None = None) -> list[dict[str, Any]]:
-    record: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "flags": 0, "reserved": 0,
-                              "start_seqno": 0, "end_seqno": END, "vbucket_uuid": 0, "snap_start_seqno": 0,
-                              "snap_end_seqno": 0}
-    if value is not None:
-        record["value"] = value
-    conn.receive(packet(**record), 0)
-    return records(conn, conn.produce(1 << 20, 0))
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_any_sequence_of_manifests_keeps_a_nodes_history(history: list[tuple[Manifest, int]]) -> None:
@@ -61,7 +49,7 @@ def test_any_sequence_of_manifests_keeps_a_nodes_history(history: list[tuple[Man
     bucket = on.bucket
     vb = bucket.vbuckets[0]
     airline = session("Collections", on=on, name="airline")
-    assert _stream(airline, '{"collections":["9"]}')[0]["status"] == "Success"
+    assert request(airline, value='{"collections":["9"]}') == "Success"
     airline_seen = drain(airline)
     before = {seqno: bucket.item(vb, seqno) for seqno in range(1, vb.high_seqno + 1)}
     for manifest, writes in history:
@@ -80,7 +68,7 @@ def test_any_sequence_of_manifests_keeps_a_nodes_history(history: list[tuple[Man
 
 def _backfill_keeps_the_rules(on: Any, final: Manifest, name: str) -> list[dict[str, Any]]:
     conn = session("Collections", on=on, name=name)
-    assert _stream(conn)[0]["status"] == "Success"
+    assert request(conn) == "Success"
     got = drain(conn)
     seqnos = [r["by_seqno"] for r in got if "by_seqno" in r]
     assert seqnos == sorted(set(seqnos))
