@@ -32,6 +32,7 @@ from dcpctl.protocol.constants import MAGIC_CLASS, RESPONSE_MAGICS, SERVER_MAGIC
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, plausible_length
 from dcpctl.protocol.registry import DCP, PUSHED_OPCODES
 from dcpctl.sources.compressed import Decompressed, compression, opened, streamed
+from dcpctl.sources.frametime import FrameTime
 from dcpctl.sources.pcapng import PcapngReader
 
 # Link-layer header types (https://www.tcpdump.org/linktypes.html and libpcap's DLT_ values).
@@ -351,11 +352,15 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
               ) -> Iterator[TcpSegment | CaptureNotice]:
     """``reopen(n)``: the file read on by :class:`PcapngReader` from frame n + 1, where libpcap refuses an
     interface of another link type; without it, ``unmixed`` says why not in the notice that reading ends
-    with there. ``typed_tap``: a tap that also takes each frame's link type."""
+    with there. ``typed_tap``: a tap that also takes each frame's link type. A :class:`PcapngReader` given
+    (a file of exact times, :func:`read_segments`) is read as after ``reopen``; without ``reopen`` and
+    ``typed_tap`` its caller takes the first link type only, and reading ends at another's frame as libpcap's
+    does at its interface."""
     linktype = reader.datalink()
-    mixed = False  # read by PcapngReader: each frame has its interface's link type
+    mixed = isinstance(reader, PcapngReader)  # each frame has its interface's link type, and may an exact time
+    single = linktype if mixed and reopen is None and typed_tap is None else None
     unknown: set[int] = set()
-    if linktype not in SUPPORTED_LINKTYPES:
+    if linktype not in SUPPORTED_LINKTYPES and not mixed:
         # a pcapng file's first interface only: others, of link types dcpctl reads, may follow
         several = _of_several(reopen) if reopen is not None else None
         if several is None:
@@ -393,10 +398,18 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
         ts = seconds + micros / 1_000_000
         if mixed:
             linktype = header.linktype
-        if tap is not None:
-            tap(ts, data, header.getlen())
-        if typed_tap is not None:
-            typed_tap(ts, data, header.getlen(), linktype)
+            if single is not None and linktype != single:
+                yield CaptureNotice(frame, 0.0, "truncated_file", f"the capture file is damaged after frame "
+                                    f"{frame - 1}: an interface of link type {linktype} is {MIXED_LINKTYPES} "
+                                    f"({unmixed})")
+                break
+        if tap is not None or typed_tap is not None:
+            # a copy (redact's) writes the exact time; the segment, for decoding, takes the float
+            exact = FrameTime(header.nanos) if mixed and header.nanos is not None else ts
+            if tap is not None:
+                tap(exact, data, header.getlen())
+            if typed_tap is not None:
+                typed_tap(exact, data, header.getlen(), linktype)
         if mixed and linktype not in SUPPORTED_LINKTYPES:
             if linktype not in unknown:
                 unknown.add(linktype)
@@ -426,7 +439,7 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
                   tls_ports: frozenset[int] = TLS_PORTS,
                   tap: Callable[[float, bytes, int], None] | None = None,
                   unmixed: str | None = None,
-                  typed_tap: Callable[[float, bytes, int, int], None] | None = None
+                  typed_tap: Callable[[float, bytes, int, int], None] | None = None, *, exact: bool = False
                   ) -> Iterator[TcpSegment | CaptureNotice]:
     """Segments of a capture file (``-`` for standard input); ``tap`` sees every frame (progress, copies).
     A pcapng file whose interfaces have different link types is read by :class:`PcapngReader` from where
@@ -435,11 +448,20 @@ def read_segments(path: str, ports: frozenset[int] = frozenset({11210}),
 
     A classic pcap file whose header gives a snap length below :data:`FULL_SNAPLEN` is read by
     ``pcapchunks`` instead: libpcap cuts every frame to the header's snap length, even a record that holds
-    more (a header below 14 bytes left nothing to decode, where tshark reads the whole records)."""
+    more (a header below 14 bytes left nothing to decode, where tshark reads the whole records).
+
+    ``exact``: the taps get a file's times to the nanosecond where it holds them so (:func:`nanosecond_times`),
+    as :class:`~dcpctl.sources.frametime.FrameTime`: such a file is read by ``pcapchunks`` or
+    :class:`PcapngReader`, as libpcap gives microseconds."""
     from dcpctl.sources import pcapchunks  # noqa: PLC0415 - it builds on this module
 
-    if not streamed(path) and pcapchunks.short_snaplen(path):
+    if not streamed(path) and (pcapchunks.short_snaplen(path) or (exact and pcapchunks.nanosecond_pcap(path))):
         yield from pcapchunks.read_records(path, ports, tls_ports, tap)
+        return
+    if exact and _nanosecond_interfaces(path):
+        yield from _segments(_described(path), ports, tls_ports, tap=tap,
+                             reopen=None if unmixed is not None else functools.partial(reopened, path),
+                             unmixed=unmixed or FROM_STDIN, typed_tap=typed_tap)
         return
     again = not streamed(path) and unmixed is None
     yield from _segments(open_offline(path), ports, tls_ports, tap=tap,
@@ -627,6 +649,34 @@ def reopened(path: str, frames: int) -> PcapngReader:
     except (OSError, ValueError) as exc:  # the file gone since libpcap opened it
         raise pcapy.PcapError(f"cannot read it again: {exc}") from None
     return PcapngReader(stream, skip=frames)
+
+
+def nanosecond_times(path: str) -> bool:
+    """Whether ``read_segments(path, exact=True)`` gives times finer than the microsecond: those of a classic
+    pcap file of nanosecond times, or of a pcapng file one of whose interfaces described before its first
+    frame (of a link type dcpctl reads) has a finer resolution. Standard input and compressed files are read
+    by libpcap, to the microsecond."""
+    from dcpctl.sources import pcapchunks  # noqa: PLC0415 - it builds on this module
+
+    return not streamed(path) and (pcapchunks.nanosecond_pcap(path) or _nanosecond_interfaces(path))
+
+
+def _nanosecond_interfaces(path: str) -> bool:
+    try:
+        if streamed(path) or compression(path) is not None:
+            return False
+        with contextlib.closing(_described(path)) as reader:
+            return reader.datalink() in SUPPORTED_LINKTYPES and any(
+                interface.divisor > 1_000_000 for interface in reader.interfaces)
+    except (pcapy.PcapError, ValueError):
+        return False
+
+
+def _described(path: str) -> PcapngReader:
+    """A pcapng file's reader, at its first frame, its interfaces described before it read."""
+    reader = reopened(path, 0)
+    reader.described()
+    return reader
 
 
 def interface_types(path: str) -> list[int]:

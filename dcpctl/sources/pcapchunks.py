@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from dcpctl.sources.frametime import NANOS, FrameTime
 from dcpctl.sources.pcap import (
     EMPTY_FILE,
     SUPPORTED_LINKTYPES,
@@ -39,8 +40,9 @@ from dcpctl.sources.pcap import (
 DEFAULT_CHUNK: Final = 64 * 1024 * 1024  # bytes per chunk: a few seconds of work each, many per GB
 MAX_RECORD: Final = 256 * 1024  # a record longer than this is a damaged header, not a frame
 PLAN_BLOCK: Final = 4 * 1024 * 1024  # bytes the planner reads at a time (it only looks at record headers)
+NANOSECOND: Final = 1e-9
 _MAGICS: Final = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-                  b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+                  b"\x4d\x3c\xb2\xa1": ("<", NANOSECOND), b"\xa1\xb2\x3c\x4d": (">", NANOSECOND)}
 # A file header's snap length below this (tcpdump's smallest default) may be smaller than the records it
 # holds: such a file is read here, not by libpcap, which would cut every frame to it.
 FULL_SNAPLEN: Final = 65535
@@ -145,15 +147,27 @@ def plan(path: str, target: int = DEFAULT_CHUNK, weights: dict[Endpoints, int] |
 def short_snaplen(path: str) -> bool:
     """Whether ``path`` is a classic pcap file whose header's snap length is below FULL_SNAPLEN (0 means
     none, to libpcap too)."""
+    head = _file_header(path)
+    if head is None:
+        return False
+    snaplen: int = struct.unpack(_MAGICS[head[:4]][0] + "I", head[16:20])[0]
+    return 0 < snaplen < FULL_SNAPLEN
+
+
+def nanosecond_pcap(path: str) -> bool:
+    """Whether ``path`` is a classic pcap file of nanosecond times (libpcap gives them as microseconds)."""
+    head = _file_header(path)
+    return head is not None and _MAGICS[head[:4]][1] == NANOSECOND
+
+
+def _file_header(path: str) -> bytes | None:
+    """A classic pcap file's header; None for any other file, or one that cannot be read (its reader says why)."""
     try:
         with Path(path).open("rb") as stream:
             head = stream.read(24)
     except OSError:
-        return False  # the reader says why
-    if len(head) < 24 or head[:4] not in _MAGICS:
-        return False
-    snaplen: int = struct.unpack(_MAGICS[head[:4]][0] + "I", head[16:20])[0]
-    return 0 < snaplen < FULL_SNAPLEN
+        return None
+    return head if len(head) == 24 and head[:4] in _MAGICS else None
 
 
 def read_records(path: str, ports: frozenset[int], tls_ports: frozenset[int],
@@ -192,13 +206,14 @@ def segments(chunk: Chunk, ports: frozenset[int], tls_ports: frozenset[int] = TL
         stream.seek(chunk.start)
         data = stream.read(chunk.end - chunk.start)
     pos, frame = 0, chunk.first_frame
+    nanos = chunk.resolution == NANOSECOND  # the tap (a copy) then gets the exact time, the segment the float
     while pos + 16 <= len(data):
         seconds, fraction, captured, wire = record.unpack_from(data, pos)
         start = pos + 16
         pos = start + captured
         ts = seconds + fraction * chunk.resolution
         if tap is not None:
-            tap(ts, data[start:pos], wire)
+            tap(FrameTime(seconds * NANOS + fraction) if nanos else ts, data[start:pos], wire)
         kept = keep(parse_frame(chunk.linktype, data[start:pos], wire, frame, ts), frame, ts)
         frame += 1
         if isinstance(kept, TcpSegment):

@@ -21,6 +21,8 @@ from typing import BinaryIO, Final
 
 import pcapy
 
+from dcpctl.sources.frametime import NANOS
+
 SECTION_HEADER: Final = 0x0A0D0D0A
 SECTION_HEADER_BYTES: Final = SECTION_HEADER.to_bytes(4, "big")
 BYTE_ORDER_MAGIC: Final = 0x1A2B3C4D
@@ -35,12 +37,13 @@ _CHUNK: Final = 1 << 20  # bytes read at a time
 
 class Record:
     """A frame's header, as libpcap's (``getts()``: seconds and microseconds; ``getlen()``: its length on
-    the wire), with its interface's link type."""
+    the wire), with its interface's link type, and ``nanos``, its exact time in nanoseconds, when its
+    interface's resolution is not the microsecond (None when it is)."""
 
-    __slots__ = ("length", "linktype", "micros", "seconds")
+    __slots__ = ("length", "linktype", "micros", "nanos", "seconds")
 
-    def __init__(self, seconds: int, micros: int, length: int, linktype: int) -> None:
-        self.seconds, self.micros, self.length, self.linktype = seconds, micros, length, linktype
+    def __init__(self, seconds: int, micros: int, length: int, linktype: int, nanos: int | None = None) -> None:
+        self.seconds, self.micros, self.length, self.linktype, self.nanos = seconds, micros, length, linktype, nanos
 
     def getts(self) -> tuple[int, int]:
         return self.seconds, self.micros
@@ -117,9 +120,7 @@ class PcapngReader:
                         if self.frames <= self.skip:
                             continue
                         described = self.interfaces[interface]
-                        units, divisor = high << 32 | low, described.divisor
-                        return (Record(units // divisor + described.offset, units % divisor * _MICROS // divisor,
-                                       wire, described.linktype), buf[pos + 28:pos + 28 + captured])
+                        return _record(described, high << 32 | low, wire), buf[pos + 28:pos + 28 + captured]
             try:  # any other block, one not yet whole in the buffer, or a damaged one
                 frame = self._block()
             except pcapy.PcapError:
@@ -248,8 +249,14 @@ class PcapngReader:
         self._check(interface, start + captured, end, captured)
         described = self.interfaces[interface]
         if units is None:  # a simple packet block has no time
-            seconds, micros = 0, 0
-        else:
-            seconds = units // described.divisor + described.offset
-            micros = units % described.divisor * _MICROS // described.divisor
-        return Record(seconds, micros, wire, described.linktype), buf[start:start + captured]
+            return Record(0, 0, wire, described.linktype), buf[start:start + captured]
+        return _record(described, units, wire), buf[start:start + captured]
+
+
+def _record(described: _Interface, units: int, wire: int) -> Record:
+    """The header of a frame of interface ``described`` at ``units`` of its resolution."""
+    divisor = described.divisor
+    seconds, fraction = divmod(units, divisor)
+    seconds += described.offset
+    nanos = None if divisor == _MICROS else seconds * NANOS + fraction * NANOS // divisor
+    return Record(seconds, fraction * _MICROS // divisor, wire, described.linktype, nanos)

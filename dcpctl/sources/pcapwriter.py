@@ -13,7 +13,8 @@ import math
 import struct
 from typing import BinaryIO, Final
 
-from dcpctl.sources.pcapng import BYTE_ORDER_MAGIC, ENHANCED_PACKET, INTERFACE_DESCRIPTION, SECTION_HEADER
+from dcpctl.sources.frametime import NANOS, FrameTime
+from dcpctl.sources.pcapng import BYTE_ORDER_MAGIC, ENHANCED_PACKET, IF_TSRESOL, INTERFACE_DESCRIPTION, SECTION_HEADER
 
 LINKTYPE_NULL: Final = 0
 LINKTYPE_ETHERNET: Final = 1
@@ -22,6 +23,7 @@ LINKTYPE_LINUX_SLL: Final = 113
 # Large enough for any DCP packet plus headers (a 20 MiB item spans many segments anyway).
 DEFAULT_SNAPLEN: Final = 262144
 _SECONDS: Final = 1 << 32  # a record's seconds and lengths are 32-bit fields
+_MICROS: Final = 1_000_000
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10  # TCP header flag bits (RFC 9293), not DCP codes
 TCP_OPTION_NOP: Final = 1
 TCP_OPTION_SACK: Final = 5  # the TCP option holding SACK blocks (RFC 2018)
@@ -44,43 +46,52 @@ class PcapWriter:
     """A pcap file: global header at creation, one record per frame."""
 
     def __init__(self, stream: BinaryIO, linktype: int = LINKTYPE_ETHERNET,
-                 snaplen: int = DEFAULT_SNAPLEN) -> None:
+                 snaplen: int = DEFAULT_SNAPLEN, *, nanos: bool = False) -> None:
+        """``nanos``: times written to the nanosecond (a :class:`FrameTime`'s exact one), else the microsecond."""
         self.stream = stream
         self.linktype = linktype
         self.snaplen = snaplen
+        self.units = NANOS if nanos else _MICROS  # per second
         stream.write(self._file_header())
 
     def _file_header(self) -> bytes:
-        """The global header: pcap 2.4, microseconds, this writer's snap length and link type."""
-        return struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, self.snaplen, self.linktype)
+        """The global header: pcap 2.4, micro- or nanoseconds, this writer's snap length and link type."""
+        magic = 0xA1B23C4D if self.units == NANOS else 0xA1B2C3D4
+        return struct.pack("<IHHiIII", magic, 2, 4, 0, 0, self.snaplen, self.linktype)
 
     def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
         """One record; ``wire_length`` is the frame's length on the wire when ``frame`` is already cut.
         ``linktype``: the frame's, which is the file's here (see :class:`PcapngWriter` for several)."""
-        seconds, micros, kept, original = self._parts(ts, frame, wire_length)
+        seconds, fraction, kept, original = self._parts(ts, frame, wire_length)
         # the seconds field is 32 bits, which libpcap reads as signed: a time it read from a damaged record
         # (before 1970) is written back as the same bits
-        self.stream.write(struct.pack("<IIII", seconds % _SECONDS, micros, len(kept), original) + kept)
+        self.stream.write(struct.pack("<IIII", seconds % _SECONDS, fraction, len(kept), original) + kept)
 
     def _parts(self, ts: float, frame: bytes, wire_length: int | None) -> tuple[int, int, bytes, int]:
-        """A frame's time in seconds and microseconds, the bytes kept of it, and its length on the wire."""
-        seconds = math.floor(ts)
-        micros = round((ts - seconds) * 1_000_000)
-        if micros >= 1_000_000:
-            seconds, micros = seconds + 1, micros - 1_000_000
+        """A frame's time in seconds and the writer's units, the bytes kept of it, and its length on the wire."""
+        if isinstance(ts, FrameTime) and self.units == NANOS:
+            seconds, fraction = divmod(ts.nanos, NANOS)
+        else:  # a float is a time to the microsecond (all a float of today's times holds)
+            seconds = math.floor(ts)
+            micros = round((ts - seconds) * _MICROS)
+            if micros >= _MICROS:
+                seconds, micros = seconds + 1, micros - _MICROS
+            fraction = micros * (self.units // _MICROS)
         kept = frame[:self.snaplen]
         original = len(frame) if wire_length is None else wire_length
         # a wire length below the bytes kept (a damaged record's, less what a redaction removed) is made true
-        return seconds, micros, kept, min(max(original, len(kept)), _SECONDS - 1)
+        return seconds, fraction, kept, min(max(original, len(kept)), _SECONDS - 1)
 
 
 class PcapngWriter(PcapWriter):
     """A pcapng file for frames of several link types, which a classic pcap file cannot hold: a section
-    header, an interface a link type (times in microseconds, the default), an enhanced packet block a frame."""
+    header, an interface a link type (times in microseconds, the default, or nanoseconds), an enhanced packet
+    block a frame."""
 
-    def __init__(self, stream: BinaryIO, linktypes: list[int], snaplen: int = DEFAULT_SNAPLEN) -> None:
+    def __init__(self, stream: BinaryIO, linktypes: list[int], snaplen: int = DEFAULT_SNAPLEN, *,
+                 nanos: bool = False) -> None:
         self.interfaces = {linktype: number for number, linktype in enumerate(dict.fromkeys(linktypes))}
-        super().__init__(stream, linktypes[0], snaplen)
+        super().__init__(stream, linktypes[0], snaplen, nanos=nanos)
 
     def _file_header(self) -> bytes:
         # version 1.0, the section's length unknown
@@ -88,7 +99,9 @@ class PcapngWriter(PcapWriter):
         return section + b"".join(self._interface(linktype) for linktype in self.interfaces)
 
     def _interface(self, linktype: int) -> bytes:
-        return _block(INTERFACE_DESCRIPTION, struct.pack("<HHI", linktype, 0, self.snaplen))
+        # nanoseconds: if_tsresol 9 (10**-9 s), then the end of the options
+        options = struct.pack("<HHBxxxHH", IF_TSRESOL, 1, 9, 0, 0) if self.units == NANOS else b""
+        return _block(INTERFACE_DESCRIPTION, struct.pack("<HHI", linktype, 0, self.snaplen) + options)
 
     def write(self, ts: float, frame: bytes, wire_length: int | None = None, linktype: int | None = None) -> None:
         linktype = self.linktype if linktype is None else linktype
@@ -96,8 +109,8 @@ class PcapngWriter(PcapWriter):
         if number is None:  # an interface may be described anywhere before its first frame
             number = self.interfaces[linktype] = len(self.interfaces)
             self.stream.write(self._interface(linktype))
-        seconds, micros, kept, original = self._parts(ts, frame, wire_length)
-        units = (seconds * 1_000_000 + micros) % (1 << 64)
+        seconds, fraction, kept, original = self._parts(ts, frame, wire_length)
+        units = (seconds * self.units + fraction) % (1 << 64)
         fields = struct.pack("<IIIII", number, units >> 32, units & 0xFFFFFFFF, len(kept), original)
         self.stream.write(_block(ENHANCED_PACKET, fields + kept))
 

@@ -65,6 +65,7 @@ from dcpctl.sources.pcap import (
     TcpSegment,
     interface_types,
     named,
+    nanosecond_times,
     network_layer,
     open_offline,
     parse_any_frame,
@@ -861,8 +862,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     port: each kind once, so few). ``progress`` sees every frame read, as the engine does."""
     reader = open_offline(path)
     linktype = int(reader.datalink())
-    types = linktypes_of_several(path)
-    writer = PcapngWriter(out, types, OUTPUT_SNAPLEN) if types else PcapWriter(out, linktype, OUTPUT_SNAPLEN)
+    writer = copy_writer(path, out, linktype)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
                              max_held_bytes=max_held_bytes)
@@ -873,7 +873,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
             engine.tap(ts, data, wire_length, linktype)
             progress(ts, data, wire_length)
 
-    for item in capture_items(path, reader, ports, tls_ports, tap, several=bool(types)):
+    for item in capture_items(path, reader, ports, tls_ports, tap, several=isinstance(writer, PcapngWriter)):
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:
@@ -894,6 +894,17 @@ class Tap(Protocol):
     def __call__(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, /) -> None: ...
 
 
+def copy_writer(path: str, out: BinaryIO, linktype: int) -> PcapWriter:
+    """The writer of the copy of the capture file ``path`` (libpcap gave ``linktype``, its first): a pcapng file
+    of its interfaces' link types when they are several, else a classic pcap file; to the nanosecond when the
+    file's times are read so (:func:`~dcpctl.sources.pcap.nanosecond_times`)."""
+    types = linktypes_of_several(path)
+    nanos = nanosecond_times(path)
+    if types:
+        return PcapngWriter(out, types, OUTPUT_SNAPLEN, nanos=nanos)
+    return PcapWriter(out, linktype, OUTPUT_SNAPLEN, nanos=nanos)
+
+
 def linktypes_of_several(path: str) -> list[int]:
     """The link types of a pcapng file's interfaces, when they are several (its copy is then a pcapng file of
     them); [] otherwise."""
@@ -908,10 +919,10 @@ def capture_items(path: str, reader: Any, ports: frozenset[int], tls_ports: froz
     reads a short snap length's records whole, and a pcapng file of ``several`` link types on where libpcap
     stops, each frame's link type given to the tap."""
     if several:
-        return read_segments(path, ports, tls_ports, typed_tap=tap)
+        return read_segments(path, ports, tls_ports, typed_tap=tap, exact=True)
     if streamed(path) or compression(path) is not None:
         return reader_segments(reader, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
-    return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
+    return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE, exact=True)
 
 
 class Capture:
@@ -977,10 +988,8 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
             types = linktypes_of_several(path)
             linktype = int(reader.datalink())
             stack = ExitStack()
-            out = stack.enter_context(output(path))
-            open_files.append((PcapngWriter(out, types, OUTPUT_SNAPLEN) if types
-                               else PcapWriter(out, linktype, OUTPUT_SNAPLEN), stack))
-            writer = open_files[-1][0]
+            writer = copy_writer(path, stack.enter_context(output(path)), linktype)
+            open_files.append((writer, stack))
             frames = FileFrames()
 
             def tap(ts: float, data: bytes, wire_length: int, linktype: int | None = None,

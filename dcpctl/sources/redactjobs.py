@@ -48,6 +48,7 @@ from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH
 from dcpctl.protocol.message import DecodeOptions
 from dcpctl.redact.core import Redactor
 from dcpctl.sources.compressed import compressed, streamed
+from dcpctl.sources.frametime import FrameTime
 from dcpctl.sources.parallel import ChildError, cause, exit_status
 from dcpctl.sources.pcap import (
     TLS_PORTS,
@@ -62,12 +63,12 @@ from dcpctl.sources.pcapchunks import Endpoints, plan
 from dcpctl.sources.pcapwriter import PcapWriter
 from dcpctl.sources.redaction import (
     DEFAULT_MAX_HELD_BYTES,
-    OUTPUT_SNAPLEN,
     Capture,
     CaptureRedactor,
     HeldFrame,
     Summary,
     capture_items,
+    copy_writer,
     linktypes_of_several,
 )
 from dcpctl.sources.tcp import DEFAULT_MAX_CONNECTIONS
@@ -120,7 +121,7 @@ class _Outbox:
 
     def __init__(self, send: Callable[[int], None]) -> None:
         self.send = send
-        self.frames: list[tuple[int, float, bytes, int, int]] = []
+        self.frames: list[tuple[int, float | int, bytes, int, int]] = []  # number, time, bytes, length, type
         self.size = 0
 
 
@@ -134,7 +135,9 @@ class _Share(CaptureRedactor):
 
     def _write(self, frame: HeldFrame, data: bytes, wire_length: int) -> None:
         outbox = self.outbox
-        outbox.frames.append((frame.number, frame.ts, data, wire_length, frame.linktype))
+        ts = frame.ts  # marshal takes no float of a subclass: an exact time goes as its int of nanoseconds
+        outbox.frames.append((frame.number, ts.nanos if isinstance(ts, FrameTime) else ts, data, wire_length,
+                              frame.linktype))
         outbox.size += len(data)
         if outbox.size >= BATCH_BYTES:
             outbox.send(frame.number)  # frames leave in order: any later one of this worker is numbered above
@@ -262,7 +265,7 @@ def redact_jobs(paths: list[str], output: Callable[[str], AbstractContextManager
             sender.close()
             pipes.append(receiver)
             workers.append(worker)
-        queues: list[deque[tuple[int, float, bytes, int, int]]] = [deque() for _ in range(jobs)]
+        queues: list[deque[tuple[int, float | int, bytes, int, int]]] = [deque() for _ in range(jobs)]
         marks = [0] * jobs
         active = set(range(jobs))
         held = 0  # bytes of frames waiting in the queues
@@ -274,7 +277,7 @@ def redact_jobs(paths: list[str], output: Callable[[str], AbstractContextManager
                 path, _, linktype = files.popleft()
                 stack.close()
                 # the file's header is written after the workers are forked: none holds a buffered copy
-                writer = PcapWriter(stack.enter_context(output(path)), linktype, OUTPUT_SNAPLEN)
+                writer = copy_writer(path, stack.enter_context(output(path)), linktype)
 
         def receive(index: int) -> None:
             nonlocal held
@@ -327,7 +330,7 @@ def redact_jobs(paths: list[str], output: Callable[[str], AbstractContextManager
                 held -= len(data)
                 enter(number)
                 assert writer is not None  # the first worker says where a file begins before its frames
-                writer.write(ts, data, wire_length, linktype)
+                writer.write(FrameTime(ts) if type(ts) is int else ts, data, wire_length, linktype)
 
         while active:
             merge()

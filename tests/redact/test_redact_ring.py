@@ -36,9 +36,9 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def records(path: Path) -> list[bytes]:
-    """A classic pcap file's records, headers included (what redact writes)."""
+    """A classic pcap file's records, headers included (what redact writes, of micro- or nanosecond times)."""
     data = path.read_bytes()
-    assert struct.unpack_from("<I", data)[0] == 0xA1B2C3D4
+    assert struct.unpack_from("<I", data)[0] in (0xA1B2C3D4, 0xA1B23C4D)
     out, at = [], 24
     while at < len(data):
         captured = struct.unpack_from("<I", data, at + 8)[0]
@@ -187,3 +187,26 @@ class Outputs:
         self.most = max(self.most, len(self.open_now))
         yield io.BytesIO()
         self.open_now.remove(path)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_ring_of_nanosecond_files_keeps_its_times(tmp_path: Path, jobs: str) -> None:
+    """Each copy of a ring of nanosecond pcap files is a nanosecond pcap file of its own file's times, and the
+    copies joined are the whole capture's copy."""
+    nano = tmp_path / "nano.pcap"
+    subprocess.run([peer("editcap"), "-F", "nsecpcap", "-t", "0.000000123", str(SAMPLE), str(nano)], check=True,
+                   capture_output=True)
+    salt = tmp_path / "salt"
+    salt.write_text(SALT)
+    files = ring(nano, 7, tmp_path / "ring")
+    out = tmp_path / "out"
+    assert run("redact", *map(str, files), "-o", str(out), "--salt-file", str(salt), "--jobs", jobs)[0] == ExitCode.OK
+    whole = tmp_path / "whole.pcap"
+    assert run("redact", str(nano), "-o", str(whole), "--salt-file", str(salt), "--jobs", jobs)[0] == ExitCode.OK
+    assert [record for path in files for record in records(out / path.name)] == records(whole)
+    for path in files:
+        times = subprocess.run([peer("tshark"), "-r", str(out / path.name), "-T", "fields", "-e", "frame.time_epoch"],
+                               check=True, capture_output=True, text=True).stdout.split()
+        assert times == subprocess.run([peer("tshark"), "-r", str(path), "-T", "fields", "-e", "frame.time_epoch"],
+                                       check=True, capture_output=True, text=True).stdout.split()
+        assert all(time.endswith("123") for time in times)

@@ -88,15 +88,18 @@ def enhanced(number: int, units: int, frame: bytes, wire: int | None = None, end
                                 len(frame) if wire is None else wire) + frame, endian)
 
 
-def two_interfaces(tmp_path: Path, *, late: bool = False) -> tuple[bytes, list[dict[str, Any]]]:
+def two_interfaces(tmp_path: Path, *, late: bool = False, nanos: bool = False) -> tuple[bytes, list[dict[str, Any]]]:
     """The session's frames on Ethernet, then on raw IP (another client port), in one section; ``late``: the
     raw IP interface described after the Ethernet frames, as dumpcap does for an interface that comes up
-    during a capture. With what decode gives for the two sessions read apart."""
+    during a capture; ``nanos``: interfaces of nanosecond times, each frame's 7 ns past its microsecond. With
+    what decode gives for the two sessions read apart."""
     ethernet, raw = session(tmp_path, LINKTYPE_ETHERNET, 50001), session(tmp_path, LINKTYPE_RAW, 50002)
-    one = b"".join(enhanced(0, round(ts * 1e6), data) for ts, data in frames_in(ethernet))
-    two = b"".join(enhanced(1, round(ts * 1e6) + 1000, data) for ts, data in frames_in(raw))
-    head = section() + interface(LINKTYPE_ETHERNET)
-    data = head + one + interface(LINKTYPE_RAW) + two if late else head + interface(LINKTYPE_RAW) + one + two
+    scale, past, tsresol = (1000, 7, 9) if nanos else (1, 0, None)
+    one = b"".join(enhanced(0, round(ts * 1e6) * scale + past, data) for ts, data in frames_in(ethernet))
+    two = b"".join(enhanced(1, (round(ts * 1e6) + 1000) * scale + past, data) for ts, data in frames_in(raw))
+    head = section() + interface(LINKTYPE_ETHERNET, tsresol=tsresol)
+    other = interface(LINKTYPE_RAW, tsresol=tsresol)
+    data = head + one + other + two if late else head + other + one + two
     return data, facts(decode(ethernet)[1]) + facts(decode(raw)[1])
 
 
@@ -343,15 +346,47 @@ def test_redact_of_a_ring_of_such_files_is_the_redaction_of_the_whole(tmp_path: 
     assert decode(copies[0], *map(str, copies[1:]))[1] == decode(whole)[1]
 
 
-def test_redact_of_an_interface_described_after_the_first_frame_stops_there(tmp_path: Path) -> None:
-    """Its copy was begun as a classic pcap of the first link type: the notice says why it ends there."""
-    data, _ = two_interfaces(tmp_path, late=True)
+def epoch_times(path: Path) -> list[str]:
+    done = subprocess.run([peer("tshark"), "-r", str(path), "-T", "fields", "-e", "frame.time_epoch"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.split()
+
+
+@pytest.mark.parametrize("nanos", [False, True])
+def test_redact_of_an_interface_described_after_the_first_frame_stops_there(tmp_path: Path, nanos: bool) -> None:
+    """Its copy was begun as a classic pcap of the first link type: the notice says why it ends there. Of
+    nanosecond times (read by dcpctl's reader from the first frame, not by libpcap) it ends at the same frame,
+    the times kept to the nanosecond."""
+    data, _ = two_interfaces(tmp_path, late=True, nanos=nanos)
     path = tmp_path / "late.pcapng"
     path.write_bytes(data)
     code, err = redact(str(path), "-o", str(tmp_path / "copy.pcap"), salt=tmp_path / "salt")
     assert code == ExitCode.OK
     assert "and this file describes another after it" in err
     assert facts(decode(tmp_path / "copy.pcap")[1])  # the first interface's frames, redacted
+    copied, given = epoch_times(tmp_path / "copy.pcap"), epoch_times(path)
+    assert copied == given[:len(frames_in(session(tmp_path, LINKTYPE_ETHERNET, 50001)))]
+    assert all(time.endswith("007") for time in copied) == nanos
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_redact_of_nanosecond_interfaces_keeps_their_times(tmp_path: Path, jobs: str) -> None:
+    """A pcapng file of interfaces of nanosecond times, of one link type (a classic pcap copy) or two (a pcapng
+    copy): every frame keeps its time to the nanosecond, as tshark reads it."""
+    data, _ = two_interfaces(tmp_path, nanos=True)
+    mixed = tmp_path / "mixed.pcapng"
+    mixed.write_bytes(data)
+    one = tmp_path / "one.pcapng"
+    ethernet = session(tmp_path, LINKTYPE_ETHERNET, 50001)
+    one.write_bytes(section() + interface(LINKTYPE_ETHERNET, tsresol=9) + b"".join(
+        enhanced(0, round(ts * 1e6) * 1000 + 7, frame) for ts, frame in frames_in(ethernet)))
+    for path, head in ((mixed, b"\x0a\x0d\x0d\x0a"), (one, b"\x4d\x3c\xb2\xa1")):
+        copy = tmp_path / f"{path.stem}-copy"
+        code, err = redact(str(path), "-o", str(copy), "--jobs", jobs, salt=tmp_path / "salt")
+        assert code == ExitCode.OK, err
+        assert copy.read_bytes()[:4] == head  # pcapng, or a classic pcap of nanoseconds
+        assert epoch_times(copy) == epoch_times(path)
+        assert all(time.endswith("007") for time in epoch_times(copy))
 
 
 # bzip2's first block of 900 kB would be cut: nothing read
