@@ -80,6 +80,9 @@ DEFAULT_NOOP_INTERVAL: Final = 60  # seconds; dcpdrain uses 60 (reference 8.2)
 # v2.2 markers give a disk snapshot's purge seqno, which a resume sends back in its stream request: without
 # it, a start below the purge seqno rolls back to 0 even when the server has purged nothing since (8.0+).
 MAX_MARKER_VERSION: Final = "2.2"
+# The controls dcpctl asks for on a Collections connection unless --control names them; each has one value the
+# server takes, so --control NAME=false is how a user keeps dcpctl from asking (legacy markers or events).
+ASKED_UNLESS_FALSE: Final = frozenset({"max_marker_version", "flatbuffers_system_events"})
 # A vbucket asked again (NotMyVbucket, not listed, a stream that ended) this many times in a row without its
 # stream opening is given up on: the cluster map keeps pointing at a node that does not have it. A stream that
 # opens starts the count again: a vbucket that moves often (rebalances, failovers) is no fault of the map's.
@@ -362,6 +365,8 @@ class Streamer:
             controls["enable_stream_id"] = "true"
         controls.update(options.controls)
         for key, value in controls.items():
+            if key in ASKED_UNLESS_FALSE and value == "false":
+                continue  # kept from asking: the server has no false for it (Einval), off is its default
             conn.check(Opcode.DCP_CONTROL, f"DCP_CONTROL {key}={value}", key=key.encode(), value=value.encode())
         markers = controls.get("max_marker_version")
         if markers is None and conn.options.collections:

@@ -129,3 +129,25 @@ def test_a_collections_stream_asks_for_flatbuffers_events_and_sees_a_modify(tmp_
     events = [(r["event_id"], r["event_version"], r.get("max_ttl")) for r in records
               if r["opcode"] == "DCP_SYSTEM_EVENT"]
     assert events == [(0, 2, 0), (5, 2, 60)]  # hotel begun (no maxTTL), then modified
+
+
+def test_control_false_keeps_dcpctl_from_asking_for_its_collections_controls(tmp_path: Path) -> None:
+    """The server takes only true for flatbuffers_system_events and 2.2 for max_marker_version (false is
+    Einval): --control NAME=false keeps dcpctl from asking, and the stream gets the legacy forms, the new maxTTL
+    as a seqno advance."""
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(MANIFEST))
+    scopes = json.loads(json.dumps(MANIFEST["scopes"]))
+    scopes[1]["collections"][1]["maxTTL"] = 60  # hotel
+    (tmp_path / "second.json").write_text(json.dumps(dict(MANIFEST, uid="4", scopes=scopes)))
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
+    with serving("--vbuckets", "1", "--items", "100", "--collections", str(first), "--scenario", str(plan)) as running:
+        code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
+                                 "--collections", "inventory.hotel", "--until", "106",
+                                 "--control", "flatbuffers_system_events=false", "--control", "max_marker_version=false")
+    assert code == ExitCode.OK, err
+    events = [(r["event_id"], r["event_version"]) for r in records if r["opcode"] == "DCP_SYSTEM_EVENT"]
+    assert events == [(0, 0)]  # hotel begun, as version 0
+    assert [r["by_seqno"] for r in records if r["opcode"] == "DCP_SEQNO_ADVANCED"] == [106]
+    assert {r["extras_length"] for r in records if r["opcode"] == "DCP_SNAPSHOT_MARKER"} == {20}  # v1 markers
