@@ -38,6 +38,7 @@ from dcpctl.sources.pcap import (
 )
 
 DEFAULT_CHUNK: Final = 64 * 1024 * 1024  # bytes per chunk: a few seconds of work each, many per GB
+READ_CHUNK: Final = 4 * 1024 * 1024  # bytes held at a time by one process reading a whole file (read_records)
 MAX_RECORD: Final = 256 * 1024  # a record longer than this is a damaged header, not a frame
 PLAN_BLOCK: Final = 4 * 1024 * 1024  # bytes the planner reads at a time (it only looks at record headers)
 NANOSECOND: Final = 1e-9
@@ -174,7 +175,7 @@ def read_records(path: str, ports: frozenset[int], tls_ports: frozenset[int],
                  tap: Callable[[float, bytes, int], None] | None = None) -> Iterator[TcpSegment | CaptureNotice]:
     """A classic pcap file's segments, each record read whole whatever the snap length its header gives
     (libpcap cuts every frame to it; tshark does not), a chunk at a time; then the damage found, if any."""
-    chunks, notices = plan(path)
+    chunks, notices = plan(path, READ_CHUNK)
     keep = FrameFilter(ports, tls_ports)  # one for the file: its notices once, its port hint at the end
     frame, ts = 0, 0.0
     for chunk in chunks:
