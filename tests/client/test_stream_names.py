@@ -144,8 +144,8 @@ def test_control_false_keeps_dcpctl_from_asking_for_its_collections_controls(tmp
     plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
     with serving("--vbuckets", "1", "--items", "100", "--collections", str(first), "--scenario", str(plan)) as running:
         code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
-                                 "--collections", "inventory.hotel", "--until", "106",
-                                 "--control", "flatbuffers_system_events=false", "--control", "max_marker_version=false")
+                                 "--collections", "inventory.hotel", "--until", "106", "--control",
+                                 "flatbuffers_system_events=false", "--control", "max_marker_version=false")
     assert code == ExitCode.OK, err
     events = [(r["event_id"], r["event_version"]) for r in records if r["opcode"] == "DCP_SYSTEM_EVENT"]
     assert events == [(0, 0)]  # hotel begun, as version 0
