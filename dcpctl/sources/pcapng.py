@@ -120,7 +120,7 @@ class PcapngReader:
                         if self.frames <= self.skip:
                             continue
                         described = self.interfaces[interface]
-                        return _record(described, high << 32 | low, wire), buf[pos + 28:pos + 28 + captured]
+                        return _header(described, high << 32 | low, wire), buf[pos + 28:pos + 28 + captured]
             try:  # any other block, one not yet whole in the buffer, or a damaged one
                 frame = self._block()
             except pcapy.PcapError:
@@ -250,10 +250,10 @@ class PcapngReader:
         described = self.interfaces[interface]
         if units is None:  # a simple packet block has no time
             return Record(0, 0, wire, described.linktype), buf[start:start + captured]
-        return _record(described, units, wire), buf[start:start + captured]
+        return _header(described, units, wire), buf[start:start + captured]
 
 
-def _record(described: _Interface, units: int, wire: int) -> Record:
+def _header(described: _Interface, units: int, wire: int) -> Record:
     """The header of a frame of interface ``described`` at ``units`` of its resolution."""
     divisor = described.divisor
     seconds, fraction = divmod(units, divisor)
