@@ -5,6 +5,7 @@ nothing delivered twice unless the man page says so (kill -9)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections import Counter
@@ -300,6 +302,18 @@ def test_stop_signals_while_dcpctl_exits_change_nothing(tmp_path: Path) -> None:
     assert saved(state) == {0: 10, 1: 10}
 
 
+def _wait_full(pipe: BinaryIO, timeout: float = 30.0) -> None:
+    """Until the unread pipe holds bytes that stop growing (its writer is blocked): a fixed sleep raced the
+    server's first stream of 200,000 items on a slow machine, and no signal then found a blocked write."""
+    deadline, held, still = time.monotonic() + timeout, -1, 0
+    while still < 5:  # the same for half a second
+        assert time.monotonic() < deadline, "the output pipe never filled"
+        time.sleep(0.1)
+        now = struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        still = still + 1 if now == held and now > 0 else 0
+        held = now
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["stderr apart", "2>&1"])
 def test_a_signal_cuts_output_its_reader_does_not_take_and_the_last_save_stands(tmp_path: Path,
                                                                                  together: bool) -> None:
@@ -319,7 +333,8 @@ def test_a_signal_cuts_output_its_reader_does_not_take_and_the_last_save_stands(
                                        stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT if together else subprocess.PIPE, env=ENV)
             try:
-                time.sleep(2)  # standard output is not read: its pipe is full, the write blocked
+                assert process.stdout is not None
+                _wait_full(process.stdout)  # standard output is not read: its pipe is full, the write blocked
                 for sig in [signal.SIGTERM, signal.SIGINT, signal.SIGHUP] * 4:
                     if process.poll() is not None:
                         break
