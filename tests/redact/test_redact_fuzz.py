@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pcapy
-from fuzzkit import EDITS, SEGMENT_SIZES, mutate
+from fuzzkit import EDITS, FORMS, SEGMENT_SIZES, mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_redact_capture import SALT, Run
@@ -16,7 +16,6 @@ from dcpctl.exitcode import ExitCode
 from dcpctl.sources.pcap import open_offline
 
 OPTIONS = [[], ["--values", "drop"], ["--keep-unparsed"], ["--no-keep-json-names"], ["--keep-xattr", "_sync"]]
-NANOSECOND_MAGIC = b"\x4d\x3c\xb2\xa1"  # little-endian
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -39,17 +38,13 @@ def _redact(tmp_path: Path, data: bytes, jobs: str, options: list[str]) -> tuple
     return Run(["redact", str(source), "-o", str(out), "--salt-file", str(salt), "-j", jobs, *options]), out
 
 
-def _times(data: bytes, nanos: bool) -> bytes:
-    """The capture as it is, or as a file of nanosecond times (read by dcpctl's reader, not libpcap's)."""
-    return NANOSECOND_MAGIC + data[4:] if nanos and data[:4] == b"\xd4\xc3\xb2\xa1" else data
-
-
 @settings(FUZZ, max_examples=150)
-@given(size=st.sampled_from(SEGMENT_SIZES), edits=EDITS, options=st.sampled_from(OPTIONS), nanos=st.booleans())
+@given(size=st.sampled_from(SEGMENT_SIZES), edits=EDITS, options=st.sampled_from(OPTIONS),
+       form=st.sampled_from(FORMS))
 def test_a_mutated_capture_redacts_to_a_readable_copy_or_one_error_line(
         tmp_path: Path, size: int, edits: list[tuple[str, int, int, bytes]], options: list[str],
-        nanos: bool) -> None:
-    run, out = _redact(tmp_path, _times(mutate(size, edits), nanos), "1", options)
+        form: str) -> None:
+    run, out = _redact(tmp_path, mutate(size, edits, form), "1", options)
     err = run.err.getvalue()
     assert run.code in (ExitCode.OK, ExitCode.INPUT), err
     assert "Traceback" not in err
@@ -65,11 +60,12 @@ def test_a_mutated_capture_redacts_to_a_readable_copy_or_one_error_line(
 
 
 @settings(FUZZ, max_examples=30)
-@given(size=st.sampled_from(SEGMENT_SIZES), edits=EDITS, options=st.sampled_from(OPTIONS), nanos=st.booleans())
+@given(size=st.sampled_from(SEGMENT_SIZES), edits=EDITS, options=st.sampled_from(OPTIONS),
+       form=st.sampled_from(FORMS))
 def test_two_processes_redact_a_mutated_capture_as_one_does(
         tmp_path: Path, size: int, edits: list[tuple[str, int, int, bytes]], options: list[str],
-        nanos: bool) -> None:
-    data = _times(mutate(size, edits), nanos)
+        form: str) -> None:
+    data = mutate(size, edits, form)
     one, one_out = _redact(tmp_path, data, "1", options)
     two, two_out = _redact(tmp_path, data, "2", options)
     assert (two.code, two.err.getvalue()) == (one.code, one.err.getvalue())
