@@ -339,6 +339,23 @@ def test_a_scenarios_manifest_drops_a_collection_under_its_streams(tmp_path: Pat
         assert (served["uid"], [c["name"] for c in served["scopes"][1]["collections"]]) == ("4", ["hotel"])
 
 
+def test_a_manifests_events_count_as_items_sent(tmp_path: Path) -> None:
+    """after_items counts every message of a seqno a stream is sent, system events too (the manifest's history
+    and a change's events), as items_sent does: the disconnect comes after the 8th, the change's event."""
+    (tmp_path / "first.json").write_text(_manifest_json("3", ("airline", "9")))
+    (tmp_path / "second.json").write_text(_manifest_json("4", ("airline", "9"), ("hotel", "a")))
+    plan = scenario(tmp_path, '[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 5\n'
+                              '[[event]]\naction = "disconnect"\nafter_items = 8\n')
+    with serving("--vbuckets", "1", "--items", "5", "--collections", str(tmp_path / "first.json"),
+                 "--scenario", plan) as running:
+        client = streaming_client(running, "Collections")
+        assert client.stream_request(0)["status"] == "Success"
+        seqnos = [(r["opcode"], r["by_seqno"]) for r in read_until_closed(client) if "by_seqno" in r]
+    assert [seqno for _, seqno in seqnos] == list(range(1, 9))
+    events = [seqno for opcode, seqno in seqnos if opcode == "DCP_SYSTEM_EVENT"]
+    assert events == [1, 2, 8]  # inventory's and airline's creation; hotel's, after the 5 items, at the change
+
+
 @pytest.mark.parametrize(("second", "message"), [
     (_manifest_json("3", ("airline", "9")), "uid 3 does not go up from 3"),
     (_manifest_json("4", ("airways", "9")), "collection 9 renamed or moved"),
