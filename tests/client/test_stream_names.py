@@ -112,9 +112,9 @@ def test_a_collection_dropped_under_the_stream_ends_it_filter_empty(tmp_path: Pa
     assert err.count("FilterEmpty") == 2
 
 
-def test_a_collections_stream_asks_for_flatbuffers_events_and_sees_a_modify(tmp_path: Path) -> None:
-    """dcpctl stream sets flatbuffers_system_events on a Collections connection, as kv_engine's DCP guide
-    advises: the events come as version-2 tables, and a collection's new maxTTL as a ModifyCollection."""
+def _hotel_gets_a_max_ttl(tmp_path: Path, *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    """dcpctl stream of hotel from a server whose manifest gives hotel a maxTTL of 60 after 10 items (5 events,
+    100 items: up to seqno 106)."""
     first = tmp_path / "first.json"
     first.write_text(json.dumps(MANIFEST))
     scopes = json.loads(json.dumps(MANIFEST["scopes"]))
@@ -123,8 +123,14 @@ def test_a_collections_stream_asks_for_flatbuffers_events_and_sees_a_modify(tmp_
     plan = tmp_path / "plan.toml"
     plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
     with serving("--vbuckets", "1", "--items", "100", "--collections", str(first), "--scenario", str(plan)) as running:
-        code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
-                                 "--collections", "inventory.hotel", "--until", "106")  # 5 events, 100 items
+        return run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5", "--collections",
+                   "inventory.hotel", "--until", "106", *args)
+
+
+def test_a_collections_stream_asks_for_flatbuffers_events_and_sees_a_modify(tmp_path: Path) -> None:
+    """dcpctl stream sets flatbuffers_system_events on a Collections connection, as kv_engine's DCP guide
+    advises: the events come as version-2 tables, and a collection's new maxTTL as a ModifyCollection."""
+    code, records, err = _hotel_gets_a_max_ttl(tmp_path)
     assert code == ExitCode.OK, err
     events = [(r["event_id"], r["event_version"], r.get("max_ttl")) for r in records
               if r["opcode"] == "DCP_SYSTEM_EVENT"]
@@ -135,17 +141,8 @@ def test_control_false_keeps_dcpctl_from_asking_for_its_collections_controls(tmp
     """The server takes only true for flatbuffers_system_events and 2.2 for max_marker_version (false is
     Einval): --control NAME=false keeps dcpctl from asking, and the stream gets the legacy forms, the new maxTTL
     as a seqno advance."""
-    first = tmp_path / "first.json"
-    first.write_text(json.dumps(MANIFEST))
-    scopes = json.loads(json.dumps(MANIFEST["scopes"]))
-    scopes[1]["collections"][1]["maxTTL"] = 60  # hotel
-    (tmp_path / "second.json").write_text(json.dumps(dict(MANIFEST, uid="4", scopes=scopes)))
-    plan = tmp_path / "plan.toml"
-    plan.write_text('[[event]]\naction = "manifest"\nfile = "second.json"\nafter_items = 10\n')
-    with serving("--vbuckets", "1", "--items", "100", "--collections", str(first), "--scenario", str(plan)) as running:
-        code, records, err = run("stream", f"127.0.0.1:{running.port}", "-F", "jsonl", "--timeout", "5",
-                                 "--collections", "inventory.hotel", "--until", "106", "--control",
-                                 "flatbuffers_system_events=false", "--control", "max_marker_version=false")
+    code, records, err = _hotel_gets_a_max_ttl(tmp_path, "--control", "flatbuffers_system_events=false", "--control",
+                                               "max_marker_version=false")
     assert code == ExitCode.OK, err
     events = [(r["event_id"], r["event_version"]) for r in records if r["opcode"] == "DCP_SYSTEM_EVENT"]
     assert events == [(0, 0)]  # hotel begun, as version 0
