@@ -862,7 +862,8 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
     port: each kind once, so few). ``progress`` sees every frame read, as the engine does."""
     reader = open_offline(path)
     linktype = int(reader.datalink())
-    writer = copy_writer(path, out, linktype)
+    types = linktypes_of_several(path)
+    writer = copy_writer(path, out, linktype, types)
     engine = CaptureRedactor(redactor, writer, linktype, options, ports, tls_ports, keep_unparsed=keep_unparsed,
                              max_body_length=max_body_length, max_connections=max_connections,
                              max_held_bytes=max_held_bytes)
@@ -873,7 +874,7 @@ def redact_capture(path: str, out: BinaryIO, redactor: Redactor, options: Decode
             engine.tap(ts, data, wire_length, linktype)
             progress(ts, data, wire_length)
 
-    for item in capture_items(path, reader, ports, tls_ports, tap, several=isinstance(writer, PcapngWriter)):
+    for item in capture_items(path, reader, ports, tls_ports, tap, several=bool(types)):
         if isinstance(item, TcpSegment):
             engine.segment(item)
         else:
@@ -894,11 +895,11 @@ class Tap(Protocol):
     def __call__(self, ts: float, data: bytes, wire_length: int, linktype: int | None = None, /) -> None: ...
 
 
-def copy_writer(path: str, out: BinaryIO, linktype: int) -> PcapWriter:
+def copy_writer(path: str, out: BinaryIO, linktype: int, types: list[int]) -> PcapWriter:
     """The writer of the copy of the capture file ``path`` (libpcap gave ``linktype``, its first): a pcapng file
-    of its interfaces' link types when they are several, else a classic pcap file; to the nanosecond when the
-    file's times are read so (:func:`~dcpctl.sources.pcap.nanosecond_times`)."""
-    types = linktypes_of_several(path)
+    of its interfaces' link types when they are several (``types``, :func:`linktypes_of_several`'s), else a
+    classic pcap file; to the nanosecond when the file's times are read so
+    (:func:`~dcpctl.sources.pcap.nanosecond_times`)."""
     nanos = nanosecond_times(path)
     if types:
         return PcapngWriter(out, types, OUTPUT_SNAPLEN, nanos=nanos)
@@ -988,7 +989,7 @@ def redact_captures(paths: list[str], output: Callable[[str], AbstractContextMan
             types = linktypes_of_several(path)
             linktype = int(reader.datalink())
             stack = ExitStack()
-            writer = copy_writer(path, stack.enter_context(output(path)), linktype)
+            writer = copy_writer(path, stack.enter_context(output(path)), linktype, types)
             open_files.append((writer, stack))
             frames = FileFrames()
 

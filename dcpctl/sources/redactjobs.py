@@ -277,7 +277,7 @@ def redact_jobs(paths: list[str], output: Callable[[str], AbstractContextManager
                 path, _, linktype = files.popleft()
                 stack.close()
                 # the file's header is written after the workers are forked: none holds a buffered copy
-                writer = copy_writer(path, stack.enter_context(output(path)), linktype)
+                writer = copy_writer(path, stack.enter_context(output(path)), linktype, [])  # shareable: one type
 
         def receive(index: int) -> None:
             nonlocal held
