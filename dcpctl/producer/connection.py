@@ -170,6 +170,7 @@ MARKER_V2_2: Final = 2  # and for v2.2 (a disk snapshot's purge and high prepare
 _OPAQUE_AT: Final = HEADER_LAYOUT.offset("opaque")
 _OPAQUE: Final = HEADER_LAYOUT.field("opaque")
 _OPAQUE_END: Final = _OPAQUE_AT + _OPAQUE.size
+TAKEOVER_STATS: Final = "dcp-vbtakeover"  # STAT's group: the key is it, a space, and its arguments
 ERROR_MAP_VERSION_SIZE: Final = 2  # GET_ERROR_MAP's value: the version, a u16
 _ANY_ADDRESS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - a listen address is named, not bound
 
@@ -768,7 +769,11 @@ class ProducerConnection:
         bucket = self._needs_bucket(msg)
         if bucket is None:
             return
-        group, _, arg = msg.key.decode(errors="replace").partition(" ")
+        key = msg.key.decode(errors="replace")
+        if key.startswith(TAKEOVER_STATS) and len(key) > len(TAKEOVER_STATS) + 1:  # kv_engine's test
+            self._takeover_stats(msg, bucket, key[len(TAKEOVER_STATS) + 1:].split())
+            return
+        group, _, arg = key.partition(" ")
         vbs = [vb for vb in bucket.vbuckets if self._vbucket(vb.vbucket) is not None
                and (not arg or str(vb.vbucket) == arg.strip())]
         stats: list[tuple[str, str]] = []
@@ -802,6 +807,61 @@ class ProducerConnection:
         for key, value in stats:
             self._reply(msg, key=key.encode(), value=value.encode())
         self._reply(msg)  # the empty terminator
+
+    def _takeover_stats(self, msg: Message, bucket: Bucket, words: list[str]) -> None:
+        """STAT dcp-vbtakeover <vbucket> [name] (what ns_server polls in a rebalance; kv_engine's
+        doDcpVbTakeoverStats): the vbucket's counts, and how far the named connection's stream of it is."""
+        number = _stat_vbucket(words[0] if words else "")
+        vb = self._here(number)
+        if vb is None:
+            self._reply(msg, Status.NOT_MY_VBUCKET)
+            return
+        alive, deleted = bucket.document_counts(vb)
+        producer = self.node.cluster.dcp_names.get((self.node.index, words[1])) if len(words) > 1 else None
+        if producer is None:
+            # no such connection: what the vbucket would take to send whole (its open checkpoint: the items
+            # written since serve started, as the generated ones are its disk's)
+            stats: list[tuple[str, str | int]] = [
+                ("status", "connection_does_not_exist"), ("on_disk_deletes", deleted), ("vb_items", alive),
+                ("chk_items", len(vb.written) if alive else 0), ("estimate", alive + deleted)]
+        else:
+            stats = producer.stream_takeover_stats(vb, alive, deleted)
+        for name, value in stats:
+            self._reply(msg, key=name.encode(), value=str(value).encode())
+        self._reply(msg)
+
+    def stream_takeover_stats(self, vb: VBucket, alive: int, deleted: int) -> list[tuple[str, str | int]]:
+        """This connection's part of STAT dcp-vbtakeover (kv_engine's DcpProducer and ActiveStream
+        addTakeoverStats): nothing with stream ids; a stream ended or never asked for sends nothing more; else
+        its phase and the items it has still to send, from the backfill's remaining seqnos and the
+        "checkpoint" after it, which stops at the stream's end seqno."""
+        if self.stream_ids:
+            return []  # kv_engine reports traditional streams only
+        stream = self.streams.get((vb.vbucket, 0))
+        if stream is None or stream.ending == -1:
+            return [("status", "stream_does_not_exist"), ("estimate", 0), ("backfillRemaining", 0)]
+        name = ("name", f"eq_dcpq:{self.name}")
+        if stream.ending is not None:
+            return [name, ("status", "stream_is_dead"), ("estimate", 0), ("backfillRemaining", 0)]
+        last = min(vb.high_seqno, stream.end_seqno)
+        remaining: int | None = None
+        if stream.markers == 0 and stream.next_seqno <= last:
+            status, cursor = "calculating-item-count", last + 1  # the backfill not begun: its size unknown yet
+        elif stream.markers == 1 and stream.next_seqno <= stream.snapshot_end:
+            status, cursor = "backfilling", stream.snapshot_end + 1
+            remaining = stream.snapshot_end - stream.next_seqno + 1
+        else:
+            status, cursor = "in-memory", stream.next_seqno
+        checkpoint = max(0, vb.high_seqno - cursor + 1) if alive else 0
+        if stream.end_seqno < cursor:
+            checkpoint = 0
+        elif stream.end_seqno - cursor < checkpoint:
+            checkpoint = stream.end_seqno - cursor + 1
+        stats: list[tuple[str, str | int]] = [name, ("status", status)]
+        if remaining is not None:
+            stats.append(("backfillRemaining", remaining))
+        return [*stats, ("estimate", (remaining or 0) + checkpoint), ("chk_items", checkpoint), ("vb_items", alive),
+                ("on_disk_deletes", deleted)]
 
     # --- DCP ----------------------------------------------------------------------------------------
     def _dcp_open(self, msg: Message) -> None:
@@ -1281,6 +1341,7 @@ def _frame_info_error(msg: Message) -> tuple[Status, str] | None:
 
 _BOOL: Final = ("true", "false")
 U32_MAX: Final = (1 << 32) - 1
+U16_MAX: Final = (1 << 16) - 1
 
 
 def _control_status(conn: ProducerConnection, key: str, value: str) -> Status:
@@ -1338,6 +1399,16 @@ def _u32(value: str) -> int | None:
         return None
     number = int(value)
     return number if number <= U32_MAX else None
+
+
+def _stat_vbucket(word: str) -> int:
+    """A stat's vbucket number as kv_engine's safe_strtous reads it: decimal digits (a plus sign before them
+    allowed) that fit a u16; anything else reads as vbucket 0."""
+    digits = word.removeprefix("+")
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > len(str(U16_MAX)):
+        return 0
+    number = int(digits.lstrip("0") or "0")
+    return number if number <= U16_MAX else 0
 
 
 _HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {

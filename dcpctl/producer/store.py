@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import random
 import time
 from array import array
@@ -223,6 +224,8 @@ class VBucket:
     # A takeover stream has been sending for longer than the takeover's time limit: writes are Etmpfail until
     # it catches up (kv_engine's isTakeoverBackedUp, dcp_takeover_max_time)
     takeover_backed_up: bool = False
+    # Bucket.document_counts's last answer, and the history it counted (high seqno, purge seqno, newest entry)
+    counted: tuple[tuple[int, int, FailoverEntry], tuple[int, int]] | None = None
 
     def view(self, collection_high_seqno: int | None = None) -> VbucketState:
         """The rollback engine's view of this vbucket."""
@@ -408,13 +411,12 @@ class Bucket:
         written = vb.written.get(seqno)
         if written is not None:
             return written
-        uuid = vb.branch_uuid(seqno)
-        h = (self.seed * _H_SEED + vb.vbucket * _H_VBUCKET + seqno * _H_SEQNO + uuid) & _H_MASK
+        h = self._hash(vb, seqno)
         keyno = (h >> _KEY_SHIFT) % KEYSPACE
         ids = self.collection_ids if not vb.eras or seqno < vb.eras[0].first else self.era(vb, seqno).ids
         collection = ids[(h >> _COLLECTION_SHIFT) % len(ids)]
         key = KEY_FORMAT % keyno
-        opcode = DELETION if h % DELETE_EVERY == 0 else EXPIRATION if h % EXPIRE_EVERY == 0 else MUTATION
+        opcode = _generated_opcode(h)
         if opcode != MUTATION:
             return Item(opcode, vb.vbucket, seqno, key, b"", collection, BASE_CAS + seqno * 1000, 1 + (h >> 20) % 9,
                         0)
@@ -422,6 +424,50 @@ class Bucket:
         pad = max(0, self.value_size - len(head) - 2)
         value = head + b"x" * pad + b'"}'
         return Item(opcode, vb.vbucket, seqno, key, value, collection, BASE_CAS + seqno * 1000, 1 + (h >> 20) % 9, 1)
+
+    def _hash(self, vb: VBucket, seqno: int) -> int:
+        """What a generated item is made from: its seqno in its vbucket's branch (``_index`` has it inline)."""
+        return (self.seed * _H_SEED + vb.vbucket * _H_VBUCKET + seqno * _H_SEQNO + vb.branch_uuid(seqno)) & _H_MASK
+
+    def document_counts(self, vb: VBucket) -> tuple[int, int]:
+        """A vbucket's alive documents and its tombstones on disk, as the takeover stats give them (kv_engine's
+        getNumItems and couchstore's deleted count): each key's newest version counts once, a generated one or a
+        written one; a tombstone at or below the purge seqno is off disk; a collection's or scope's drop is a
+        tombstone too (kv_engine keeps the event as a deleted item), the default collection's never purged. Kept
+        until the vbucket's history moves (a write, a purge, a failover): counting reads every key."""
+        state = (vb.high_seqno, vb.purge_seqno, vb.failover_log[0])
+        if vb.counted is not None and vb.counted[0] == state:
+            return vb.counted[1]
+        self._index(vb)
+        alive = deleted = 0
+        newest: set[int] = set()  # generated keys whose newest version is in ``docs``
+        for (collection, key), doc in vb.docs.items():
+            generated = self._generated_seqno(vb, collection, key)
+            if doc.seqno < generated:
+                continue  # counted below, from the index
+            if generated:
+                newest.add(self._slots[collection] * KEYSPACE + int(key[len(_KEY_PREFIX):]))
+            if not doc.deleted:
+                alive += 1
+            elif doc.seqno > vb.purge_seqno:
+                deleted += 1
+        index = vb.generated or {}
+        keys = index.items() if isinstance(index, dict) else (
+            (at, index[at]) for at in itertools.compress(range(len(index)), index))  # the keys written to
+        for at, seqno in keys:
+            if at in newest:
+                continue
+            if _generated_opcode(self._hash(vb, seqno)) == MUTATION:
+                alive += 1
+            elif seqno > vb.purge_seqno:
+                deleted += 1
+        for seqno in vb.event_seqnos:
+            event = vb.written[seqno].event
+            if event is not None and event.dropped and (
+                    seqno > vb.purge_seqno or event.collection_id == DEFAULT_COLLECTION):
+                deleted += 1
+        vb.counted = (state, (alive, deleted))
+        return alive, deleted
 
     def visible(self, item: Item, encoding: Encoding, filter_ids: frozenset[int] | None,
                 scope: int | None = None) -> bool:
@@ -892,6 +938,11 @@ class Bucket:
                 self.write(vb, collection, key, b"", 0, 0, 0, doc, opcode=EXPIRATION)
                 expired += 1
         return expired
+
+
+def _generated_opcode(h: int) -> int:
+    """A generated item's opcode from its hash: one in DELETE_EVERY a deletion, one in EXPIRE_EVERY an expiration."""
+    return DELETION if h % DELETE_EVERY == 0 else EXPIRATION if h % EXPIRE_EVERY == 0 else MUTATION
 
 
 def _event_passes(event: SystemEvent, collections: frozenset[int], scope: int | None) -> bool:

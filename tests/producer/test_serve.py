@@ -126,6 +126,12 @@ def test_failover_log_seqnos_observe_and_stats(server: Server) -> None:
         stats[reply["key"]] = reply["value"]
     assert stats["vb_3:high_seqno"] == str(ITEMS_PER_VB)
     assert stats["vb_3:uuid"] == str(log[0]["vbucket_uuid"])
+    opaque = client.send(opcode="STAT", key="dcp-vbtakeover 3 replication:a->b")  # as cbstats asks
+    stats = {}
+    while (reply := client.read())["opaque"] == opaque and reply.get("key"):
+        stats[reply["key"]] = reply["value"]
+    assert stats["status"] == "connection_does_not_exist"
+    assert int(stats["vb_items"]) + int(stats["on_disk_deletes"]) == int(stats["estimate"]) > 0
     errors = json.loads(client.call(opcode="GET_ERROR_MAP", error_map_version=2)["value"])
     assert errors["errors"]["23"]["name"] == "Rollback"
 
