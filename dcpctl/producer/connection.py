@@ -852,11 +852,7 @@ class ProducerConnection:
             remaining = stream.snapshot_end - stream.next_seqno + 1
         else:
             status, cursor = "in-memory", stream.next_seqno
-        checkpoint = max(0, vb.high_seqno - cursor + 1) if alive else 0
-        if stream.end_seqno < cursor:
-            checkpoint = 0
-        elif stream.end_seqno - cursor < checkpoint:
-            checkpoint = stream.end_seqno - cursor + 1
+        checkpoint = max(0, last - cursor + 1) if alive else 0  # what follows the cursor, up to the end seqno
         stats: list[tuple[str, str | int]] = [name, ("status", status)]
         if remaining is not None:
             stats.append(("backfillRemaining", remaining))
