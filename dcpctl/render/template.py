@@ -63,6 +63,23 @@ _CONVERSIONS: Final[dict[str | None, Callable[[object], str] | None]] = {None: N
                                                                         "a": ascii}
 # str.format's own limit: a format spec may hold fields, whose specs may not
 _SPEC_DEPTH: Final = 1
+# The widest field and the longest precision a spec may ask for: '{key:>99999999999}' would ask for memory the
+# machine lacks, and a field as wide as a terminal's line needs far less than this.
+MAX_WIDTH: Final = 10_000
+# The standard format spec, for its width and precision: [[fill]align][sign][z][#][0][width][,_][.precision][type]
+_SPEC: Final = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d*))?[a-zA-Z%]?", re.S)
+
+
+def _bounded(spec: str, name: str) -> str:
+    """The spec, when its width and precision are within :data:`MAX_WIDTH` (a spec that is not standard is
+    left for format() to refuse)."""
+    found = _SPEC.fullmatch(spec)
+    if found is not None:
+        for what in ("width", "precision"):
+            number = found.group(what)
+            if number and (len(number) > 6 or int(number) > MAX_WIDTH):
+                raise ValueError(f"{{{name}:{spec}}}: a {what} of at most {MAX_WIDTH:,}")
+    return spec
 
 
 def _compiled(template: str, depth: int = _SPEC_DEPTH) -> list[_Part]:
@@ -77,7 +94,8 @@ def _compiled(template: str, depth: int = _SPEC_DEPTH) -> list[_Part]:
         if conversion not in _CONVERSIONS:
             raise ValueError(f"{{{name}!{conversion}}}: the conversions are !r, !s and !a")
         text_spec = spec or ""
-        parts.append((literal, field, conversion, _compiled(text_spec, depth - 1) if "{" in text_spec else text_spec))
+        parts.append((literal, field, conversion,
+                      _compiled(text_spec, depth - 1) if "{" in text_spec else _bounded(text_spec, name)))
     return parts
 
 
@@ -116,7 +134,7 @@ def _render(parts: list[_Part], record: Mapping[str, Any]) -> str:
         convert = _CONVERSIONS[conversion]
         if convert is not None:
             value = convert(value)
-        text_spec = spec if isinstance(spec, str) else _render(spec, record)
+        text_spec = spec if isinstance(spec, str) else _bounded(_render(spec, record), name)
         if text_spec or isinstance(value, str):
             out.append(_one_line(format(value, text_spec)))
         else:  # numbers, lists, objects, true and null as JSON has them

@@ -620,6 +620,10 @@ def test_templates_print_what_each_message_has() -> None:
         code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{value[pad]")
         assert code == ExitCode.USAGE
         assert "bad template" in err
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "-f", "{key:>{cas}}")
+        assert code == ExitCode.USAGE  # a width from the message: one line, not a line of a billion blanks
+        assert err.startswith("dcpctl: error: -f: bad template for DCP_MUTATION: {key:>")
+        assert err.rstrip().endswith("a width of at most 10,000")
 
 
 def test_a_template_prints_only_messages_with_every_field_it_names() -> None:

@@ -99,6 +99,16 @@ def test_a_value_that_does_not_fit_its_spec_stops_with_one_line() -> None:
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_width_the_capture_supplies_stops_with_one_line(jobs: str) -> None:
+    """'{key:>{cas}}': the first mutation's CAS as a width would build a line of exabytes."""
+    code, out, err = run("decode", "-j", jobs, "-f", "{key:>{cas}}", str(SAMPLE))
+    assert code == ExitCode.USAGE
+    assert err.startswith("dcpctl: error: -f: bad template for DCP_MUTATION: {key:>")
+    assert len(err.splitlines()) == 1
+    assert all(len(line) < 100 for line in out.splitlines())  # the messages before it, at their own width
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
 def test_an_index_past_the_end_skips_the_message_not_the_run(jobs: str) -> None:
     """'{value[0]}' of a deletion's empty value (and '{vbucket[0]}' of a number) is a field the message does
     not have: it is skipped quietly, as a message without the field is."""

@@ -142,3 +142,25 @@ def test_specs_nest_as_deep_as_str_format_lets_them() -> None:
         nested.format(**MUTATION)
     with pytest.raises(TemplateError, match="a field in a format spec cannot have fields in its own spec"):
         Template(nested)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("{key:>99999999999}", "{key:>99999999999}: a width of at most 10,000"),
+    ("{ts:.99999999f}", "{ts:.99999999f}: a precision of at most 10,000"),
+    ("{by_seqno:0=+#10001_d}", "a width of at most 10,000"),
+    ("{key:9>{vbucket}}", None),  # a digit as the fill is not a width
+])
+def test_a_spec_that_asks_for_more_than_a_line_is_refused_at_once(text: str, why: str | None) -> None:
+    if why is None:
+        assert Template(text).line(MUTATION) == text.format(**MUTATION)
+        return
+    with pytest.raises(TemplateError, match=re.escape(why)) as raised:
+        Template(text)
+    assert raised.value.code == ExitCode.USAGE
+
+
+def test_a_width_a_message_supplies_is_bounded_too() -> None:
+    """'{key:>{cas}}' asks the capture for its width: a CAS is no width, and the machine's memory no limit."""
+    assert len(Template("{key:>{vbucket}}").line(MUTATION)) == 12
+    with pytest.raises(TemplateError, match=r"^-f: bad template for DCP_MUTATION: \{key:>\d+\}: a width of at most"):
+        Template("{key:>{cas}}").line(MUTATION)
