@@ -130,7 +130,7 @@ def decode(
             return False
         if (vbuckets is not None or key_match is not None) and not placed(record):
             return False
-        if opcodes is not None and not opcodes(record["opcode"]):
+        if opcodes is not None and ("opcode" not in record or not opcodes(record["opcode"])):
             return False
         if stream_ids is not None and record.get("stream_id") not in stream_ids:
             return False

@@ -24,6 +24,7 @@ from dcpctl.protocol.constants import (
     STATUSES,
     Vocabulary,
 )
+from dcpctl.protocol.grammar import HEADER_LENGTH
 from dcpctl.protocol.message import HEADER, select_variant, value_grammar
 from dcpctl.protocol.registry import (
     DCP,
@@ -156,6 +157,8 @@ def encode(rec: Mapping[str, Any], dialect: Dialect = DCP, fix_lengths: bool = F
 
 
 def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> bytes:
+    if "header_length" in rec:
+        return _cut_header(rec, dialect)
     if "opcode" not in rec or "magic" not in rec:
         raise EncodeError("a record needs at least magic and opcode")
     magic = _code(MAGICS, rec["magic"], "magic", 8)
@@ -196,6 +199,26 @@ def _encode(rec: Mapping[str, Any], dialect: Dialect, fix_lengths: bool) -> byte
     header = HEADER.pack(magic, opcode, key_word, extlen, type_byte, word, total,
                          _int(rec, "opaque", bits=32), _int(rec, "cas", bits=64))
     return header + body
+
+
+def _cut_header(rec: Mapping[str, Any], dialect: Dialect) -> bytes:
+    """A packet cut short inside its header (decode's header_length): its header fields, as many bytes of
+    them as it had, the last one's part in header_trailing when it ends inside a field. The fields past its
+    end are absent from its record; the extras are given as raw (none): there is no layout to look for."""
+    length = _int(rec, "header_length")
+    if not 0 <= length < HEADER_LENGTH:
+        raise EncodeError(f"header_length {length} is not that of a packet cut short inside its header "
+                          f"(0 to {HEADER_LENGTH - 1} bytes)")
+    if length == 0:
+        return b""
+    if "magic" not in rec or ("opcode" not in rec and length > 1):
+        raise EncodeError("a record needs at least magic and opcode (magic alone with header_length 1)")
+    tail = _hex(rec.get("header_trailing", ""), "header_trailing")
+    if len(tail) >= length:
+        raise EncodeError(f"header_trailing has {len(tail)} bytes, more than a field cut short of a "
+                          f"{length}-byte header_length")
+    header = {name: value for name, value in rec.items() if name not in {"header_length", "header_trailing"}}
+    return _encode({"opcode": 0, **header, "extras": ""}, dialect, fix_lengths=False)[:length - len(tail)] + tail
 
 
 def _path_length(rec: Mapping[str, Any], spec: MessageSpec | None) -> Mapping[str, Any]:

@@ -36,6 +36,8 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
     ("extras_length", "u8", "header extras length"),
     ("framing_extras_length", "u8", "header framing extras length (magics 0x08/0x18)"),
     ("total_body_length", "u32", "header total body length (framing extras + extras + key + value)"),
+    ("header_length", "int", "bytes of a packet cut short inside its 24-byte header (the fields past them absent)"),
+    ("header_trailing", "hex", "the bytes of the header field such a packet ends inside"),
     ("frame_infos", "list[object]", "flexible framing extras: id, name, decoded fields, data (hex)"),
     ("framing_extras", "hex", "framing extras bytes when they are not in canonical form"),
     ("stream_id", "u16", "DCP stream id (frame info 2)"),

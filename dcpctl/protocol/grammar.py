@@ -86,6 +86,10 @@ upr_draft_header = Struct(
     "cas" / Int64ub,
 )
 HEADER_LENGTH: int = request_header.sizeof()
+# Every name a header field has, in any of the headers above
+HEADER_FIELDS: frozenset[str] = frozenset(
+    sub.name for header in (request_header, response_header, alt_request_header, alt_response_header,
+                            upr_draft_header) for sub in header.subcons)
 
 # --- 2. frame infos (values after the id/length nibbles) --------------------------------------------
 stream_id_frame = Struct("stream_id" / Int16ub)

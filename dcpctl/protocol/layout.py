@@ -58,6 +58,17 @@ def _header_grammar(msg: Message) -> object:
     return grammar.response_header if msg.has_status else grammar.request_header
 
 
+def header_spans(msg: Message) -> list[FieldSpan]:
+    """The header's fields, those of a packet cut short inside its header included: only the fields whose
+    every byte is present (a 12-byte fragment has its lengths, but no opaque and no CAS)."""
+    raw = msg.raw[:grammar.HEADER_LENGTH]
+    present = len(raw)
+    return [FieldSpan("header", span.path, HEADER_LABELS.get(span.path, span.path), span.offset, span.length,
+                      span.value, _meaning(msg, span.path, span.value))
+            for span in walk.spans(_header_grammar(msg), raw.ljust(grammar.HEADER_LENGTH, b"\0"))
+            if span.offset + span.length <= present]
+
+
 def _meaning(msg: Message, name: str, value: object) -> str:
     return ",".join(value_names(msg, name, value))
 
@@ -65,12 +76,8 @@ def _meaning(msg: Message, name: str, value: object) -> str:
 def spans(msg: Message, walk_limit: int | None = None) -> list[FieldSpan]:
     """Every field of ``msg`` with its byte range, in wire order. A value of declared fields longer than
     ``walk_limit`` bytes is one span: its fields are not listed (a hostile one has millions)."""
-    out: list[FieldSpan] = []
+    out: list[FieldSpan] = header_spans(msg)
     raw = msg.raw
-    if len(raw) >= grammar.HEADER_LENGTH:
-        out.extend(FieldSpan("header", span.path, HEADER_LABELS.get(span.path, span.path), span.offset,
-                             span.length, span.value, _meaning(msg, span.path, span.value))
-                   for span in walk.spans(_header_grammar(msg), raw[:grammar.HEADER_LENGTH]))
     for info in msg.frame_infos:
         vocab = frameinfo.vocabulary(msg.is_response)
         fields = info.fields(msg.is_response)

@@ -643,7 +643,7 @@ def interpret(raw: bytes, offset: int = 0, options: DecodeOptions = DEFAULT_OPTI
     n = len(raw)
     if n < HEADER_LENGTH:
         _header(msg, raw + bytes(HEADER_LENGTH - n))
-        msg.add("truncated", f"packet has {n} bytes, shorter than the 24-byte header", 0, n)
+        msg.add("truncated", f"packet has {n} byte{'s' if n != 1 else ''}, shorter than the 24-byte header", 0, n)
         msg.key_offset = msg.value_offset = msg.body_end = n
         msg._check()
         return msg

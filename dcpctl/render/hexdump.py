@@ -18,6 +18,7 @@ from dcpctl.dcp.observed import Observed, packet_of
 from dcpctl.protocol.layout import FieldSpan, spans
 from dcpctl.protocol.message import Message
 from dcpctl.render.pretty import iso_time
+from dcpctl.render.record import CUT_OPCODE
 from dcpctl.render.record import record as record_of
 from dcpctl.safetext import shown
 
@@ -115,7 +116,7 @@ def render(item: Message | Observed, max_field_bytes: int, *, local_time: bool =
     fields = spans(msg, walk_limit=max_field_bytes)
     text = Text()
     record = record_of(item)
-    title = record["opcode"] + (f" ({record['request_type_name']})" if "request_type_name" in record
+    title = record.get("opcode", CUT_OPCODE) + (f" ({record['request_type_name']})" if "request_type_name" in record
                                 else "")
     text.append(f"{title} {'response' if msg.is_response else 'request'}", style="bold")
     context = _context(record, local_time)

@@ -25,6 +25,7 @@ from dcpctl.protocol.frameinfo import DCP_STREAM_ID
 from dcpctl.protocol.message import Message
 from dcpctl.protocol.naming import value_names
 from dcpctl.protocol.registry import Pushed
+from dcpctl.render.record import CUT_OPCODE
 from dcpctl.render.wrap import Hanging
 from dcpctl.safetext import shown
 
@@ -179,22 +180,24 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
     if "connection" in record:
         text.append(f"{record['connection']} {record.get('direction', '')} ", style="dim")
     text.append(f"@{record['offset']} ", style="dim")
-    text.append(shown(record["opcode"]), style="bold magenta" if msg.is_response else "bold green")
+    opcode = record.get("opcode", CUT_OPCODE)
+    text.append(shown(opcode), style="bold magenta" if msg.is_response else "bold green")
     if "request_type_name" in record:
         text.append(f" ({shown(record['request_type_name'])})", style="magenta")
     if "status" in record:
         style = "green" if record["status"] == "Success" else "bold red"
         text.append(" status ").append(shown(record["status"]), style=style)
-    else:
+    elif "vbucket" in record:
         text.append(f" vb {record['vbucket']}")
-    text.append(f" opaque 0x{record['opaque']:08x}", style="dim")
+    if "opaque" in record:  # (a packet cut short inside its header may lack it)
+        text.append(f" opaque 0x{record['opaque']:08x}", style="dim")
     if record.get("cas"):
         text.append(f" cas 0x{record['cas']:016x}", style="dim")
     if "stream_id" in record:
         text.append(f" sid {record['stream_id']}", style="cyan")
     if record.get("datatype"):
         text.append(" " + _meaning(msg, "datatype", record["datatype"]), style="blue")
-    if record["opcode"] == "STAT" and msg.is_response and record.get("status") == "Success":
+    if opcode == "STAT" and msg.is_response and record.get("status") == "Success":
         # one line per stat: its name (the key) and its text (the value), or the group's end
         return Group(*lines, *_stat_line(record, max_field_bytes))
     # a collection id is shown with the key it prefixes; without a key (a dropped collection's event, a
@@ -207,7 +210,7 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         out = line()
         for number, (name, value) in enumerate(fields):
             meaning = _meaning(msg, name, value)
-            called = named(record["opcode"], name, value)  # a value of its own meaning is no time either
+            called = named(opcode, name, value)  # a value of its own meaning is no time either
             if called is not None:
                 pass
             elif name == "expiration" and relative and isinstance(value, int) and 0 < value <= RELATIVE_EXPIRATION_MAX:
@@ -226,7 +229,7 @@ def render(msg: Message, record: dict[str, Any], max_field_bytes: int, *, local_
         line().append("frame infos ", style="dim").append(", ".join(infos))
     if "key" in record:
         # a STAT request's key names the stat group
-        text = line().append("group " if record["opcode"] == "STAT" and not msg.is_response else "key ",
+        text = line().append("group " if opcode == "STAT" and not msg.is_response else "key ",
                              style="dim")
         if "collection_id" in record:
             text.append(f"[cid 0x{record['collection_id']:x}] ", style="cyan")

@@ -27,7 +27,8 @@ from dcpctl.protocol import frameinfo, walk
 from dcpctl.protocol.codegen import compiled
 from dcpctl.protocol.constants import ALT_MAGICS, MAGICS, RESPONSE_MAGICS, Status
 from dcpctl.protocol.diagnostic import Diagnostic
-from dcpctl.protocol.grammar import HEADER_LENGTH
+from dcpctl.protocol.grammar import HEADER_FIELDS, HEADER_LENGTH
+from dcpctl.protocol.layout import header_spans
 from dcpctl.protocol.message import _PLAN_LIMIT, Message, ValueReading
 from dcpctl.protocol.value import as_text
 
@@ -53,6 +54,8 @@ BUILDER_LIMIT: Final = _PLAN_LIMIT
 _BY_PLAN: dict[int, tuple[object, Builder]] = {}  # id(plan) -> (plan, kept so that its id is not reused)
 _BY_SHAPE: dict[Shape, Builder] = {}
 _NO_CONTEXT: Final[dict[str, Any]] = {}
+# What pretty output and hexdump call a packet cut short before its opcode byte (its record has no opcode)
+CUT_OPCODE: Final = "(cut short)"
 
 
 def record(item: Message | Observed) -> dict[str, Any]:
@@ -60,6 +63,8 @@ def record(item: Message | Observed) -> dict[str, Any]:
     once and kept: later calls give the same dict)."""
     if type(item) is Message:
         rec = builder_of(item)(item, _NO_CONTEXT)
+        if len(item.raw) < HEADER_LENGTH:
+            _cut_header(item, rec)
         diagnostics: list[Diagnostic] | tuple[()] = item.diagnostics
     else:
         assert isinstance(item, Observed)
@@ -68,12 +73,29 @@ def record(item: Message | Observed) -> dict[str, Any]:
             return built
         msg = item.packet
         rec = builder_of(msg)(msg, item.first)
+        if len(msg.raw) < HEADER_LENGTH:
+            _cut_header(msg, rec)
         if item.last:
             rec.update(item.last)
         diagnostics = item.diagnostics
         item.rendered = rec
     rec["diagnostics"] = [d.to_json() for d in diagnostics] if diagnostics else []
     return rec
+
+
+def _cut_header(msg: Message, rec: dict[str, Any]) -> None:
+    """A packet cut short inside its header: the header fields past its bytes are not in it (the builder read
+    them as zeros), header_length says where it stops and header_trailing holds the bytes of a field it
+    stops inside, so that encoding the record gives its bytes."""
+    spans = header_spans(msg)
+    present = {span.name for span in spans}
+    for name in [name for name in HEADER_FIELDS if name not in present]:
+        rec.pop(name, None)
+        rec.pop(f"{name}_name", None)
+    rec["header_length"] = len(msg.raw)
+    whole = max((span.offset + span.length for span in spans), default=0)
+    if whole < len(msg.raw):
+        rec["header_trailing"] = msg.raw[whole:].hex()
 
 
 def builder_of(msg: Message) -> Builder:

@@ -129,6 +129,8 @@ def test_records_over_several_lines_still_encode() -> None:
     "0a5e00000000000000000000000000040000000000000000",
     # the key length runs past the body
     "805c000500000000000000020000000000000000000000006b6b",
+    # fragments cut short inside the header: after the lengths, inside the CAS, after the magic
+    "180100000001000000000000", "0857030504000007000000000000000102030405060708", "80",
 ])
 def test_encode_gives_back_what_decode_read(packet: str) -> None:
     raw = bytes.fromhex(packet)

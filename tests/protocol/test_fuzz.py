@@ -78,7 +78,8 @@ def test_every_reader_and_renderer_takes_any_packet(raw: bytes) -> None:
     for options in OPTIONS:
         msg = decode(raw, 0, options)
         record = record_of(msg)
-        if 24 <= len(raw) <= 24 + total and "value_redacted" not in record:  # what a framer hands over
+        # what a framer hands over, and a fragment cut short inside its header (a stream's last bytes)
+        if (len(raw) < 24 or len(raw) <= 24 + total) and "value_redacted" not in record:
             assert encode(record) == raw, raw.hex()
             assert encode(to_base64(record)) == raw, raw.hex()  # as --base64 prints it
         for fmt in (Format.PRETTY, Format.HEXDUMP):

@@ -24,6 +24,13 @@ from dcpctl.render.record import record as record_of
 
 VARIANTS = every_variant()
 UPR_SPECS = {id(s) for s in UPR_DRAFT_ROWS}
+# Where each header field ends, as the protocol documents draw the header (the alternative encoding splits
+# the key length's word into framing extras length and key length); the type field is byte 5
+HEADER_ENDS = {"magic": 1, "opcode": 2, "key_length": 4, "extras_length": 5, "datatype": 6, "request_type": 6,
+               "request_type_name": 6, "vbucket": 8, "status": 8, "total_body_length": 12, "opaque": 16, "cas": 24}
+ALT_HEADER_ENDS = {**HEADER_ENDS, "framing_extras_length": 3, "key_length": 4}
+HEADER_STARTS = {"key_length": 2, "framing_extras_length": 2, "total_body_length": 8, "opaque": 12, "cas": 16,
+                 "vbucket": 6, "status": 6}
 
 
 def documented(msg: Message, first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +64,14 @@ def documented(msg: Message, first: dict[str, Any], last: dict[str, Any]) -> dic
     record_module._key_value(msg, rec)
     if variant is not None and variant.terminator and msg.key_length == 0 and not msg.value and msg.status == 0:
         rec[variant.terminator] = True
+    if len(msg.raw) < 24:  # cut short inside the header: only the fields it has, and where it stops
+        ends = ALT_HEADER_ENDS if msg.magic in ALT_MAGICS else HEADER_ENDS
+        starts = {**HEADER_STARTS, "key_length": 3} if msg.magic in ALT_MAGICS else HEADER_STARTS
+        rec = {k: v for k, v in rec.items() if ends.get(k, 0) <= len(msg.raw)}
+        rec["header_length"] = len(msg.raw)
+        cut = [starts[k] for k, end in ends.items() if k in starts and starts[k] < len(msg.raw) < end]
+        if cut:
+            rec["header_trailing"] = msg.raw[cut[0]:].hex()
     rec.update(last)
     rec["diagnostics"] = [d.to_json() for d in msg.diagnostics]
     return rec
