@@ -54,7 +54,8 @@ CATALOGUE: Final[dict[str, tuple[str, str]]] = {
     "bad_snappy": (ERROR, "value marked SNAPPY does not decompress"),
     "bad_xattr": (ERROR, "value marked XATTR has a malformed xattr blob"),
     "bad_json": (WARNING, "value marked JSON is not valid JSON"),
-    "bad_leb128": (ERROR, "collection-id prefix of the key is not valid LEB128"),
+    "bad_leb128": (ERROR, "an LEB128 number (a key's collection-id prefix, a range scan length) is not a "
+                   "32-bit number in its shortest form"),
     "collections_unknown": (NOTE, "collections state unknown: key prefix not split"),
     # stream-request JSON value (reference 3.4.4, seed 004)
     "stream_request_json_invalid": (ERROR, "stream-request value is not a JSON object"),

@@ -20,11 +20,11 @@ from construct import (
     Int64ul,
     StringEncoded,
     Struct,
-    VarInt,
     this,
 )
 
 from dcpctl.protocol.flat import FlatString, FlatTable
+from dcpctl.protocol.value import Leb128
 
 # --- 1. headers -------------------------------------------------------------------------------------
 request_header = Struct(
@@ -315,7 +315,7 @@ range_scan_continue_extras = Struct(*range_scan_cancel_extras.subcons, "item_lim
                                     "time_limit" / Int32ub, "byte_limit" / Int32ub)
 # Each CONTINUE response's 4-byte extras say what its value holds: 0 keys (a key_only scan), 1 documents.
 range_scan_continue_response_extras = Struct("scan_flags" / Int32ub)
-range_scan_key = Struct("key_length" / VarInt, "key" / Bytes(this.key_length))
+range_scan_key = Struct("key_length" / Leb128(), "key" / Bytes(this.key_length))
 range_scan_keys_value = Struct("scan_keys" / GreedyRange(range_scan_key))
 range_scan_document = Struct(
     "flags" / Int32ub,
@@ -323,9 +323,9 @@ range_scan_document = Struct(
     "seqno" / Int64ub,
     "cas" / Int64ub,
     "datatype" / Int8ub,
-    "key_length" / VarInt,
+    "key_length" / Leb128(),
     "key" / Bytes(this.key_length),
-    "value_length" / VarInt,
+    "value_length" / Leb128(),
     "value" / Bytes(this.value_length),
 )
 range_scan_documents_value = Struct("scan_documents" / GreedyRange(range_scan_document))

@@ -73,6 +73,7 @@ from dcpctl.protocol.registry import (
     fixed_layout,
 )
 from dcpctl.protocol.value import (
+    Leb128Error,
     Xattr,
     as_text,
     leb128_decode,
@@ -1042,6 +1043,8 @@ def _parse_grammar_value(msg: Message, variant: Variant) -> tuple[Any, Any, Diag
     except FlatError as exc:
         return grammar, False, diagnostic("flatbuffers_table_invalid", f"{variant.name} value: {exc}", start,
                                           len(value))
+    except Leb128Error as exc:
+        return grammar, False, diagnostic("bad_leb128", f"{variant.name} value: {exc}", start, len(value))
     except Exception as exc:  # noqa: BLE001 - construct's errors are many; any means "does not fit"
         return grammar, False, diagnostic("illegal_value_length", f"{variant.name} value does not parse: {exc}",
                                           start, len(value))

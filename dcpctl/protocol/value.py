@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import cramjam
+from construct import Construct, ExplicitError, IntegerError, SizeofError, stream_read, stream_write
 
 # Largest valid collection id prefix: a u32 takes at most 5 LEB128 bytes.
 MAX_LEB128_BYTES: Final = 5
@@ -46,6 +47,37 @@ def leb128_encode(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+class Leb128Error(ExplicitError):  # type: ignore[misc]  # construct is untyped
+    """An LEB128 length that is not a u32 in its shortest form. Explicit: a list of them stops parsing
+    instead of ending quietly at the bad one, so the value is shown as its bytes with the reason."""
+
+
+class Leb128(Construct):  # type: ignore[misc]  # construct is untyped
+    """An unsigned LEB128 u32 in its shortest form (range scan lengths), as :func:`leb128_decode` reads a
+    collection-id prefix: a longer form would not encode back to its bytes, and reading stops at 5 bytes,
+    so a hostile run of continuation bytes is not turned into a number of millions of digits."""
+
+    def _parse(self, stream: Any, context: Any, path: str) -> int:
+        data = b""
+        while len(data) < MAX_LEB128_BYTES and (not data or data[-1] & 0x80):
+            data += stream_read(stream, 1, path)
+        decoded = leb128_decode(data)
+        if decoded is None:
+            raise Leb128Error(f"{path.rpartition(' -> ')[2]} {data.hex()} is not a 32-bit number in its "
+                              f"shortest LEB128 form")
+        return decoded[0]
+
+    def _build(self, obj: Any, stream: Any, context: Any, path: str) -> int:
+        if not isinstance(obj, int) or not 0 <= obj <= 0xFFFFFFFF:
+            raise IntegerError(f"{path.rpartition(' -> ')[2]} {obj!r} is not a 32-bit unsigned number", path=path)
+        data = leb128_encode(obj)
+        stream_write(stream, data, len(data), path)
+        return obj
+
+    def _sizeof(self, context: Any, path: str) -> int:
+        raise SizeofError("an LEB128 number's size depends on its value", path=path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 These are the derivations house rule 1 asks for: given a declaration, produce what a renderer or an encoder
 needs without restating the layout. Supported building blocks are the ones ``grammar.py`` uses: Struct,
-GreedyRange, FormatField integers, VarInt (unsigned LEB128), Bytes, StringEncoded (UTF-8 text of a given length)
+GreedyRange, FormatField integers, value.Leb128 (unsigned LEB128), Bytes, StringEncoded (UTF-8 text of a given length)
 and Const (through Renamed wrappers), and ``flat.FlatTable`` (a Struct read through offsets, not in order).
 """
 
@@ -24,11 +24,11 @@ from construct import (
     Renamed,
     StringEncoded,
     Struct,
-    VarInt,
 )
 
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUSES, Vocabulary
 from dcpctl.protocol.flat import FlatTable
+from dcpctl.protocol.value import Leb128
 
 # Grammar fields whose JSON form is a list of names rather than numbers.
 NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
@@ -202,7 +202,7 @@ def field_names(grammar: Construct) -> list[tuple[str, str]]:
             out.append((sub.name, "bool"))
         elif isinstance(leaf, StringEncoded):
             out.append((sub.name, "str"))
-        elif leaf is VarInt:
+        elif isinstance(leaf, Leb128):
             out.append((sub.name, "int"))  # an unsigned LEB128 length (range scan keys and documents)
         else:
             out.append((sub.name, "hex"))

@@ -498,6 +498,25 @@ def test_a_range_scan_value_that_does_not_fit_is_kept_raw(flags: int, value: byt
     assert encode(record, DCP) == raw
 
 
+DOCUMENT_HEAD = struct.pack(">IIQQB", 0, 0, 1, 2, 0)
+
+
+@pytest.mark.parametrize(("flags", "value", "named"), [
+    (0, b"\x01a\x83\x00abc", "key_length 8300"),  # 3 in two bytes, after a key that is well formed
+    (1, DOCUMENT_HEAD + b"\x01k\x81\x80\x00v", "value_length 818000"),  # 1 in three bytes
+    (0, b"\xff" * 4096, "key_length ffffffffff"),  # a run of continuation bytes: read no further than a u32
+])
+def test_a_range_scan_length_in_a_longer_leb128_form_keeps_the_value_raw(flags: int, value: bytes,
+                                                                         named: str) -> None:
+    # the server writes the shortest form; any other would not encode back to the same bytes
+    raw = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", flags), value=value, status=Status.RANGE_SCAN_MORE)
+    record = record_of(decode(raw))
+    assert [(d["name"], named in d["message"]) for d in record["diagnostics"]] == [("bad_leb128", True)]
+    assert (record["value"], "scan_keys" in record, "scan_documents" in record) == (value.hex(), False, False)
+    assert encode(record, DCP) == raw
+
+
+
 def test_range_scan_continue_keys_and_documents_are_told_apart_by_the_extras() -> None:
     keys = res(Opcode.RANGE_SCAN_CONTINUE, struct.pack(">I", 0), value=b"\x01a\x02bc",
                status=Status.RANGE_SCAN_MORE)
