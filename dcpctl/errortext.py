@@ -22,7 +22,6 @@ _JSON_REASONS: Final = (
     ("number is infinity", "a number too large for a double"),
     ("no low surrogate", "a lone surrogate escape"),
     ("lone leading surrogate", "a lone surrogate escape"),
-    ("str is not valid UTF-8", "not UTF-8"),
     ("unexpected content after document", "more after the first value"),
     ("Extra data", "more after the first value"),
 )
@@ -45,6 +44,8 @@ def json_error(what: str, exc: ValueError) -> str:
     value) has its own words."""
     if not isinstance(exc, json.JSONDecodeError):  # orjson's JSONDecodeError is a subclass
         return f"{what} is not valid JSON ({exc})"
+    if exc.msg.startswith("str is not valid UTF-8"):  # (orjson gives no position, and an empty doc)
+        return f"{what} is not valid JSON: it is not UTF-8 text"
     if not str(exc.doc).strip():
         return f"{what} is empty, not JSON"
     reason = next((words for prefix, words in _JSON_REASONS if exc.msg.startswith(prefix)), "unexpected character")

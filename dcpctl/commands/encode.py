@@ -97,7 +97,13 @@ def encode_command(
     """
     env = env_of(ctx)
     with open_input(file, env.stdin) as stream:
-        text = stream.read().decode("utf-8", "replace")
+        data = stream.read()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:  # replaced, a byte would encode as another: refused, with where it is
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CommandError(f"the input is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                           f"(line {line})") from None
     for index, record in _records(text):
         try:
             data = encode(record, dialect_of(dialect), fix_lengths)

@@ -120,6 +120,20 @@ def test_a_bad_json_file_names_option_and_file(tmp_path: Path) -> None:
     assert line == f"--compare: {earlier} is not valid JSON: it ends early at line 2, column 1"
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["rollback", "explain", "--failover-log", "{}", "--uuid", "1", "--start", "4"],
+     "--failover-log: {} is not valid JSON: it is not UTF-8 text"),
+    (["failover", "localhost:1", "--compare", "{}"], "--compare: {} is not valid JSON: it is not UTF-8 text"),
+    (["encode", "{}"], "the input is not UTF-8 text: byte 0xff at offset 52 (line 2)"),
+])
+def test_a_file_that_is_not_utf8_is_said_so(tmp_path: Path, args: list[str], says: str) -> None:
+    """Such a file was said to be empty, and encode replaced the byte and wrote the packet."""
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"magic":"ClientRequest","opcode":"DCP_NOOP"}\n{"k":"\xff"}\n')
+    done = run(*[arg.format(bad) for arg in args], password=True)
+    assert (error_line(done, 3), done.stdout) == (says.format(bad), "")
+
+
 def test_a_bad_state_file_is_said_as_json(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     state.write_text("{nope")
