@@ -582,17 +582,15 @@ def in_time_order(paths: list[str]) -> list[str]:
 
 
 def open_error(path: str) -> str | None:
-    """Why the file at ``path`` does not open as a capture (its file header read; a compressed file only
-    opened, no decompressor started), or None: it opens, or it is standard input or a pipe, which a look
-    would take the first bytes of."""
+    """Why the file at ``path`` does not open as a capture (its file header read; a compressed file's from
+    its decompressor, which is then stopped: garbage that gzip takes is no capture either), or None: it
+    opens, or it is standard input or a pipe, which a look would take the first bytes of."""
     if streamed(path):
         return None
     try:
-        if compression(path) is not None:
-            with open(path, "rb"):
-                pass
-        else:
-            open_offline(path)
+        reader = open_offline(path)
+        if isinstance(reader, _DecompressedReader):
+            reader.close()
     except (CaptureError, FileNotFoundError) as exc:
         return str(exc)
     except ValueError as exc:  # compressed by a program that is not installed (compression())
@@ -756,6 +754,11 @@ class _DecompressedReader:
 
     def datalink(self) -> int:
         return int(self._reader.datalink())
+
+    def close(self) -> None:
+        """Stop the decompressor before the end (a look at the header only)."""
+        del self._reader
+        self._data.close()
 
     def next(self) -> tuple[Any, bytes]:
         try:

@@ -5,6 +5,8 @@ segment boundaries), and tshark reads the output as cleanly as the input."""
 from __future__ import annotations
 
 import base64
+import bz2
+import gzip
 import io
 import json
 import os
@@ -396,7 +398,12 @@ def test_a_random_salt_is_printed_once(tmp_path: Path) -> None:
 def test_no_salt_is_printed_for_an_input_that_cannot_be_read(tmp_path: Path) -> None:
     text = tmp_path / "text.pcap"
     text.write_text("not a capture\n")
-    for given in ([str(tmp_path / "nothing.pcap")], [str(text)], [str(SAMPLE), str(tmp_path / "nothing.pcap.gz")]):
+    packed = tmp_path / "text.pcap.gz"  # good gzip data, of a file that is not a capture
+    packed.write_bytes(gzip.compress(b"not a capture\n" * 10))
+    garbage = tmp_path / "garbage.pcap.bz2"
+    garbage.write_bytes(bz2.compress(bytes(range(256)) * 4))
+    for given in ([str(tmp_path / "nothing.pcap")], [str(text)], [str(SAMPLE), str(tmp_path / "nothing.pcap.gz")],
+                  [str(packed)], [str(SAMPLE), str(garbage)]):
         out = tmp_path / "out"
         run = Run(["redact", *given, "-o", str(out)])
         assert run.code == ExitCode.INPUT, given
