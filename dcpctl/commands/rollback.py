@@ -219,7 +219,8 @@ def _explain_captures(env: Environment, paths: list[str], ports: list[int], outp
         lines = [Text(f"{path}: {label} vbucket {story.vbucket}", style="bold"),
                  Text(f"asked:  start {asked.start_seqno} uuid {asked.vbucket_uuid} "
                       f"snapshot {asked.snap_start}-{asked.snap_end}"),
-                 Text(f"server: Rollback to {story.rollback_seqno}", style="bold red")]
+                 Text(f"server: Rollback to {story.rollback_seqno}" if story.unreadable is None else
+                      f"server: Rollback, to a seqno it does not give ({story.unreadable})", style="bold red")]
         if story.decision is not None:
             seqno = story.decision.rollback_seqno
             agrees = "agrees" if story.engine_agrees else (

@@ -36,6 +36,7 @@ from dcpctl.protocol.constants import (
     DCP_OPEN_FLAGS,
     HELLO_FEATURES,
     RESPONSE_MAGICS,
+    STATUSES,
     STREAM_END_STATUSES,
     VBUCKET_STATES,
     HelloFeature,
@@ -109,6 +110,8 @@ class RollbackStory:
     request_offset: int = 0
     retry: StreamRequest | None = None
     retry_status: str | None = None  # "Success", "Rollback" or the status of a failed retry
+    # why the Rollback answer's seqno could not be read (a value of another size than a seqno's), or None
+    unreadable: str | None = None
     failover_log: list[FailoverEntry] | None = None  # the server's, from the answer that opened the stream
     decision: Decision | None = None  # the engine's verdict on the first request, given that log
     expected_retry: StreamRequest | None = None  # what a correct client sends (reference 9.4)
@@ -135,7 +138,7 @@ class RollbackStory:
 
     @property
     def engine_agrees(self) -> bool | None:
-        if self.decision is None:
+        if self.decision is None or self.unreadable is not None:
             return None
         return self.decision.rollback_seqno == self.rollback_seqno
 
@@ -154,7 +157,15 @@ class RollbackStory:
     def verdict(self) -> str:
         """The engine's reading in one or two sentences."""
         parts = []
-        if self.decision is not None:
+        if self.unreadable is not None:
+            parts.append(f"The Rollback answer's seqno cannot be read ({self.unreadable}): there is no seqno to "
+                         "judge it or the retry by.")
+            if self.decision is not None:
+                seqno = self.decision.rollback_seqno
+                parts.append(f"With the failover log the server sent, the engine "
+                             f"{'sees no rollback' if seqno is None else f'would roll back to {seqno}'} "
+                             f"[{self.decision.rule}]: {self.decision.reason}.")
+        elif self.decision is not None:
             if self.engine_agrees:
                 parts.append(f"The rollback engine agrees [{self.decision.rule}]: {self.decision.reason}.")
                 if self.high_seqno is not None:
@@ -190,7 +201,7 @@ class RollbackStory:
 
     def to_json(self) -> dict[str, Any]:
         return {"vbucket": self.vbucket, "request": self.request.to_json(), "request_offset": self.request_offset,
-                "rollback_seqno": self.rollback_seqno,
+                "rollback_seqno": self.rollback_seqno, "rollback_unreadable": self.unreadable,
                 "retry": self.retry.to_json() if self.retry else None, "retry_status": self.retry_status,
                 "failover_log": [e.to_json() for e in self.failover_log] if self.failover_log is not None else None,
                 "rule": self.decision.rule if self.decision else None,
@@ -364,20 +375,23 @@ class ConnectionTracker:
         asked = stream_request_of(request)
         if status == Status.ROLLBACK:
             seqno = response.field("rollback_seqno")
-            story = RollbackStory(vbucket, asked, seqno, request_offset=request.offset)
+            unreadable = None if seqno is not None else \
+                f"its value has {len(response.value)} byte{'' if len(response.value) == 1 else 's'}, not a seqno's 8"
+            story = RollbackStory(vbucket, asked, seqno, request_offset=request.offset, unreadable=unreadable)
             previous = self.rollbacks.pop(vbucket, None)
             if previous is not None:  # a retry answered with another rollback: one more round
                 previous.retry, previous.retry_status = asked, "Rollback"
                 self._keep(previous)
             self.rollbacks[vbucket] = story
-            note.add("rollback", f"vbucket {vbucket}: the server asks to roll back to {seqno} "
+            note.add("rollback", f"vbucket {vbucket}: the server asks to roll back to "
+                     f"{seqno if unreadable is None else f'a seqno it does not give ({unreadable})'} "
                      f"(requested start {asked.start_seqno}, uuid {asked.vbucket_uuid}, "
                      f"snapshot {asked.snap_start}-{asked.snap_end})")
             return
         previous = self.rollbacks.pop(vbucket, None)
         if status != 0:
             if previous is not None:
-                previous.retry, previous.retry_status = asked, f"0x{status or 0:02x}"
+                previous.retry, previous.retry_status = asked, STATUSES.name(status or 0)
                 self._keep(previous)
             return
         value = request.stream_request_value

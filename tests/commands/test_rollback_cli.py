@@ -6,6 +6,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,21 +235,23 @@ UUID = 250584532339884
 
 
 def _rollback_capture(tmp_path: Path, asked: tuple[int, int, int], rollback_seqno: int,
-                      server_port: int = 11210) -> Path:
+                      server_port: int = 11210, answer: dict[str, Any] | None = None,
+                      retried: str = "Success") -> Path:
     """A client asks (start, snap_start, snap_end) with UUID, the newest and only entry of the server's log; the
-    server answers Rollback, the client retries from the rollback seqno and the stream opens."""
+    server answers Rollback (or ``answer``'s fields), the client retries from the rollback seqno and the stream
+    opens (or is refused with ``retried``)."""
     start, snap_start, snap_end = asked
+    opened: dict[str, Any] = {"failover_log": [{"vbucket_uuid": UUID, "seqno": 0}]} if retried == "Success" else {}
     request = {"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 1, "flags": 0, "reserved": 0,
                "end_seqno": (1 << 64) - 1, "vbucket_uuid": UUID}
     records = [
         (True, {**request, "opaque": 1, "start_seqno": start, "snap_start_seqno": snap_start,
                 "snap_end_seqno": snap_end}),
         (False, {"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Rollback", "opaque": 1,
-                 "rollback_seqno": rollback_seqno}),
+                 **(answer or {"rollback_seqno": rollback_seqno})}),
         (True, {**request, "opaque": 2, "start_seqno": rollback_seqno, "snap_start_seqno": rollback_seqno,
                 "snap_end_seqno": rollback_seqno}),
-        (False, {"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 2,
-                 "failover_log": [{"vbucket_uuid": UUID, "seqno": 0}]}),
+        (False, {"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": retried, "opaque": 2, **opened}),
     ]
     path = tmp_path / "rollback.pcap"
     path.write_bytes(write_capture([(client, encode(record)) for client, record in records],
@@ -285,6 +288,34 @@ def test_a_rollback_to_the_snapshot_start_blames_the_high_seqno_not_the_purge_se
     assert story["engine_agrees"] is False
     assert "high seqno (not in the capture) was below the client's snapshot end 100" in story["verdict"]
     assert "purge seqno (not" not in story["verdict"]
+
+
+@pytest.mark.parametrize("status", ["NotMyVbucket", "KeyEnoent", "Eaccess", "0xe3"])
+def test_a_refused_retry_is_named_as_kv_engine_names_its_status(tmp_path: Path, status: str) -> None:
+    """The retry's status was printed as hex (0x07, 0x24) where every other status is a kv_engine name."""
+    capture = str(_rollback_capture(tmp_path, (100, 100, 100), 10, retried=status))
+    code, out, _ = run(["rollback", "explain", capture, "-F", "pretty"])
+    assert code == ExitCode.OK
+    assert re.search(rf"retry: +start 10 uuid {UUID} snapshot 10-10 -> {status}\n", out), out
+    code, out, _ = run(["rollback", "explain", capture, "-F", "json"])
+    assert json.loads(out)[0]["retry_status"] == status
+
+
+def test_a_rollback_answer_without_a_seqno_says_it_cannot_be_read(tmp_path: Path) -> None:
+    """A Rollback answer whose value is no 8-byte seqno printed "Rollback to None" and an empty verdict."""
+    capture = str(_rollback_capture(tmp_path, (100, 100, 100), 10, answer={"value": "0000000a",
+                                                                          "value_encoding": "hex"}))
+    code, out, _ = run(["rollback", "explain", capture, "-F", "pretty"])
+    assert code == ExitCode.OK
+    assert "None" not in out
+    assert "server: Rollback, to a seqno it does not give (its value has 4 bytes, not a seqno's 8)" in out
+    assert "engine: agrees" not in out
+    code, out, _ = run(["rollback", "explain", capture, "-F", "json"])
+    [story] = json.loads(out)
+    assert (story["rollback_seqno"], story["engine_agrees"], story["retry_correct"]) == (None, None, None)
+    assert story["rollback_unreadable"] == "its value has 4 bytes, not a seqno's 8"
+    assert story["verdict"].startswith("The Rollback answer's seqno cannot be read (its value has 4 bytes")
+    assert "With the failover log the server sent, the engine sees no rollback [" in story["verdict"]
 
 
 def test_a_capture_on_another_port_gets_decodes_port_hint(tmp_path: Path) -> None:
