@@ -297,7 +297,10 @@ def _framing(rec: Mapping[str, Any], response: bool) -> bytes:
             for grammar in options:
                 names = [n for n, _ in walk.field_names(grammar)]
                 if all(n in info for n in names):
-                    data = grammar.build(walk.from_json(grammar, info))
+                    try:
+                        data = grammar.build(walk.from_json(grammar, info))
+                    except walk.ShapeError as exc:
+                        raise EncodeError(f"frame info {frame_id}: {exc}") from None
                     break
             else:
                 if not response and frame_id in frameinfo.TEXT_FRAMES and isinstance(info.get("text"), str):
@@ -351,6 +354,8 @@ def _value(rec: Mapping[str, Any], variant: Variant | None, datatype: int,
             return b""
         try:
             built = bytes(grammar.build(walk.from_json(grammar, rec)))
+        except walk.ShapeError as exc:  # the field's path says where
+            raise EncodeError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - construct build errors name the field
             first = str(exc).strip().splitlines()
             raise EncodeError(f"{variant.name} value: {first[0] if first else type(exc).__name__}") from None

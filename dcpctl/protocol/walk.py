@@ -29,6 +29,7 @@ from construct import (
 from dcpctl.protocol.constants import HELLO_FEATURES, STATUSES, Vocabulary
 from dcpctl.protocol.flat import FlatTable
 from dcpctl.protocol.value import Leb128
+from dcpctl.safetext import brief
 
 # Grammar fields whose JSON form is a list of names rather than numbers.
 NAMED_LIST_FIELDS: dict[str, Vocabulary] = {"features": HELLO_FEATURES}
@@ -69,32 +70,110 @@ def to_json(grammar: Construct, obj: Any, name: str = "") -> Any:
     return obj
 
 
-def from_json(grammar: Construct, data: Any, name: str = "") -> Any:
-    """The inverse of :func:`to_json`, ready for ``grammar.build``."""
+class ShapeError(ValueError):
+    """A JSON value that does not fit its declaration, said with the field's path (``failover_log[1].seqno``)."""
+
+
+def from_json(grammar: Construct, data: Any, name: str = "", where: str = "") -> Any:
+    """The inverse of :func:`to_json`, ready for ``grammar.build``. A length a later field's size is read by
+    (a spec's path_length) is computed when absent, as the header's lengths are. Raises :class:`ShapeError`
+    for a missing field, a value of another type or one out of its field's range."""
+    where = where or name
     inner = unwrap(grammar)
-    if isinstance(inner, FlatTable):  # a slot left out takes its default
-        return Container((sub.name, from_json(sub, data[sub.name], sub.name) if data.get(sub.name) is not None
-                          else None) for sub in inner.subcons)
     if isinstance(inner, Struct):
+        if not isinstance(data, dict):
+            raise ShapeError(f"{where or 'the value'} must be an object, got {brief(data)}")
+        subs = [sub for sub in inner.subcons if sub.name]
+        lengths = {length: sub for sub in subs if (length := _length_of(sub)) is not None}
         out = Container()
-        for sub in inner.subcons:
-            if not sub.name:
-                continue
+        for sub in subs:
+            at = f"{where}.{sub.name}" if where else str(sub.name)
             if isinstance(unwrap(sub), Const):
                 out[sub.name] = None
-                continue
-            out[sub.name] = from_json(sub, data[sub.name], sub.name)
+            elif isinstance(inner, FlatTable) and data.get(sub.name) is None:
+                out[sub.name] = None  # a slot left out takes its default
+            elif sub.name in data:
+                out[sub.name] = from_json(sub, data[sub.name], sub.name, at)
+            elif sub.name in lengths and lengths[sub.name].name in data:
+                sized = lengths[sub.name]
+                given = from_json(sized, data[sized.name], sized.name, f"{where}.{sized.name}" if where
+                                  else str(sized.name))
+                text = unwrap(sized)
+                out[sub.name] = len(given.encode(text.encoding) if isinstance(text, StringEncoded) else given)
+            else:
+                raise ShapeError(f"{at} is missing")
         return out
     if isinstance(inner, GreedyRange):
+        if not isinstance(data, list):
+            raise ShapeError(f"{where} must be a list, got {brief(data)}")
         vocab = NAMED_LIST_FIELDS.get(name)
         if vocab is not None:
-            return [vocab.code(v) if isinstance(v, str) else int(v) for v in data]
-        return [from_json(inner.subcon, item) for item in data]
+            return [_named(vocab, item, f"{where}[{index}]") for index, item in enumerate(data)]
+        return [from_json(inner.subcon, item, "", f"{where}[{index}]") for index, item in enumerate(data)]
     if isinstance(inner, Bytes):
-        return bytes.fromhex(data)
+        try:
+            return bytes.fromhex(data)
+        except (TypeError, ValueError):
+            raise ShapeError(f"{where} must be hex, got {brief(data)}") from None
+    if isinstance(inner, StringEncoded):
+        if not isinstance(data, str):
+            raise ShapeError(f"{where} must be text, got {brief(data)}")
+        return data
     if name in NAMED_FIELDS and isinstance(data, str) and isinstance(inner, FormatField):
-        return NAMED_FIELDS[name].code(data)
-    return data  # integers, and StringEncoded's text as it is
+        return _named(NAMED_FIELDS[name], data, where)
+    if inner is Flag:
+        if not isinstance(data, bool):
+            raise ShapeError(f"{where} must be true or false, got {brief(data)}")
+        return data
+    if isinstance(inner, FormatField | Leb128):
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise ShapeError(f"{where} must be an integer, got {brief(data)}")
+        bits = 8 * inner.length if isinstance(inner, FormatField) else 32
+        signed = isinstance(inner, FormatField) and inner.fmtstr[-1] in "bhilq"
+        low, high = (-(1 << (bits - 1)), 1 << (bits - 1)) if signed else (0, 1 << bits)
+        if not low <= data < high:
+            raise ShapeError(f"{where} {brief(data)} does not fit {bits} bits")
+        return data
+    return data
+
+
+def _named(vocab: Vocabulary, value: Any, where: str) -> int:
+    """A code given by its name or its number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return vocab.code(value) if isinstance(value, str) else vocab.code(brief(value))
+    except KeyError:
+        raise ShapeError(f"{where}: unknown name {brief(value)}") from None
+
+
+class _Lookups(dict[str, Any]):
+    """A context that notes the names an expression reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.append(key)
+        return key
+
+    __getattr__ = __getitem__  # construct's ``this.name`` reads attributes
+
+
+def _length_of(sub: Construct) -> str | None:
+    """The field whose value is ``sub``'s size (``Bytes(this.path_length)``), or None."""
+    inner = unwrap(sub)
+    if isinstance(inner, StringEncoded):
+        inner = unwrap(inner.subcon)
+    if not isinstance(inner, Bytes) or not callable(inner.length):
+        return None
+    context = _Lookups()
+    try:
+        named = inner.length(context)
+    except Exception:  # noqa: BLE001 - an expression of arithmetic on the names: not a plain length
+        return None
+    return named if context.read == [named] else None
 
 
 def fixed_size(grammar: Construct) -> int | None:

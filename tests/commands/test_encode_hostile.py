@@ -105,6 +105,46 @@ def test_a_hostile_record_is_one_line_and_exit_3(name: str) -> None:
     assert err.count("\n") == 1
 
 
+LOOKUP = {"magic": "ClientRequest", "opcode": "SUBDOC_MULTI_LOOKUP", "key": "k"}
+
+
+@pytest.mark.parametrize(("record", "says"), [
+    ({**STREAM_REQ_OK, "failover_log": [{"vbucket_uuid": 1, "seqno": 2}, {"vbucket_uuid": 1}]},
+     "failover_log[1].seqno is missing"),
+    ({**STREAM_REQ_OK, "failover_log": [{"vbucket_uuid": "x", "seqno": 1}]},
+     "failover_log[0].vbucket_uuid must be an integer, got 'x'"),
+    ({**STREAM_REQ_OK, "failover_log": [[1, 2]]}, "failover_log[0] must be an object, got [1, 2]"),
+    ({**STREAM_REQ_OK, "failover_log": {"a": 1}}, "failover_log must be a list, got {'a': 1}"),
+    ({**LOOKUP, "lookup_specs": [{"opcode": 197, "flags": 0, "path": 5}]}, "lookup_specs[0].path must be text, got 5"),
+    ({**LOOKUP, "lookup_specs": [{"opcode": 197, "flags": 256, "path": "a"}]},
+     "lookup_specs[0].flags 256 does not fit 8 bits"),
+    ({**ALT, "frame_infos": [{"id": 2, "stream_id": 70000}]}, "frame info 2: stream_id 70000 does not fit 16 bits"),
+    ({**ALT, "frame_infos": [{"id": 1, "durability_level": 1, "durability_timeout": 70000}]},
+     "frame info 1: durability_timeout 70000 does not fit 16 bits"),
+    ({"magic": "ClientResponse", "opcode": "SUBDOC_MULTI_LOOKUP", "status": 0,
+      "lookup_results": [{"status": "Nope", "value": "1"}]}, "lookup_results[0].status: unknown name 'Nope'"),
+])
+def test_a_bad_value_field_is_named_by_its_path(record: dict[str, Any], says: str) -> None:
+    """These were construct's words or a bare KeyError: "'seqno'", "Error in path (building) -> ..."."""
+    assert _encode(json.dumps(record)) == (ExitCode.INPUT, "", f"dcpctl: error: record 1: {says}\n")
+
+
+@pytest.mark.parametrize(("specs", "path"), [("lookup_specs", "a.b"), ("lookup_specs", "ä"),
+                                             ("mutation_specs", "x[0]")])
+def test_a_specs_path_length_is_computed_when_absent(specs: str, path: str) -> None:
+    """A spec without path_length was refused with "'path_length'"; the lengths of a hand-written record are
+    computed, the spec's as the header's (in bytes: UTF-8)."""
+    spec: dict[str, Any] = {"opcode": 0xC5 if specs == "lookup_specs" else 0xC8, "flags": 0, "path": path}
+    if specs == "mutation_specs":
+        spec["value"] = "1"
+    opcode = "SUBDOC_MULTI_LOOKUP" if specs == "lookup_specs" else "SUBDOC_MULTI_MUTATION"
+    code, out, err = _encode(json.dumps({"magic": "ClientRequest", "opcode": opcode, "key": "k", specs: [spec]}))
+    assert (code, err) == (ExitCode.OK, "")
+    decoded = record_of(decode(bytes.fromhex(out.strip())))
+    assert decoded[specs] == [{**spec, "path_length": len(path.encode()),
+                               **({"value_length": 1} if specs == "mutation_specs" else {})}]
+
+
 @pytest.mark.parametrize("name", list(TEXTS))
 def test_hostile_json_is_one_line_and_exit_3(name: str) -> None:
     code, _, err = _encode(TEXTS[name])
