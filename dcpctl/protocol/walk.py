@@ -108,7 +108,8 @@ def from_json(grammar: Construct, data: Any, name: str = "", where: str = "") ->
             raise ShapeError(f"{where} must be a list, got {brief(data)}")
         vocab = NAMED_LIST_FIELDS.get(name)
         if vocab is not None:
-            return [_named(vocab, item, f"{where}[{index}]") for index, item in enumerate(data)]
+            return [from_json(inner.subcon, _named(vocab, item, at), "", at)
+                    for index, item in enumerate(data) if (at := f"{where}[{index}]")]
         return [from_json(inner.subcon, item, "", f"{where}[{index}]") for index, item in enumerate(data)]
     if isinstance(inner, Bytes):
         try:
@@ -141,8 +142,10 @@ def _named(vocab: Vocabulary, value: Any, where: str) -> int:
     """A code given by its name or its number."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if not isinstance(value, str):
+        raise ShapeError(f"{where} must be a name or a number, got {brief(value)}")
     try:
-        return vocab.code(value) if isinstance(value, str) else vocab.code(brief(value))
+        return vocab.code(value)
     except KeyError:
         raise ShapeError(f"{where}: unknown name {brief(value)}") from None
 

@@ -123,6 +123,10 @@ LOOKUP = {"magic": "ClientRequest", "opcode": "SUBDOC_MULTI_LOOKUP", "key": "k"}
      "frame info 1: durability_timeout 70000 does not fit 16 bits"),
     ({"magic": "ClientResponse", "opcode": "SUBDOC_MULTI_LOOKUP", "status": 0,
       "lookup_results": [{"status": "Nope", "value": "1"}]}, "lookup_results[0].status: unknown name 'Nope'"),
+    ({"magic": "ClientRequest", "opcode": "HELLO", "key": "x", "features": ["Collections", 70000]},
+     "features[1] 70000 does not fit 16 bits"),
+    ({"magic": "ClientRequest", "opcode": "HELLO", "key": "x", "features": [[1]]},
+     "features[0] must be a name or a number, got [1]"),
 ])
 def test_a_bad_value_field_is_named_by_its_path(record: dict[str, Any], says: str) -> None:
     """These were construct's words or a bare KeyError: "'seqno'", "Error in path (building) -> ..."."""
