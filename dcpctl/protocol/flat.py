@@ -11,15 +11,16 @@ string reads as None.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from construct import Construct, Container, Flag, FormatField, GreedyString, SizeofError, Struct, stream_read_entire
 from construct import stream_write as _stream_write
-from flatbuffers import number_types
-from flatbuffers.builder import Builder
-from flatbuffers.table import Table
+
+if TYPE_CHECKING:
+    from flatbuffers.table import Table
 
 FlatString: Final = GreedyString("utf8")  # a string slot: an offset to a length-prefixed UTF-8 string
 _VTABLE_HEADER: Final = 4  # a vtable's own size and its table's, two u16, before one u16 offset per slot
@@ -74,7 +75,7 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
                 yield name, pos, start, length, bytes(data[start:start + length]).decode("utf8")
                 continue
             _offset(data, pos, size, None)
-            value = table.Get(_FLAGS[kind], pos)
+            value = table.Get(_runtime().flags[kind], pos)
             yield name, 0, pos, size, bool(value) if kind == "bool" else value
 
     def parts(self, data: bytes) -> list[tuple[int, int, str, Any]]:
@@ -111,14 +112,15 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
         """The table as flatc lays it out from the same fields (the tests compare the bytes): strings first,
         then the fields largest first, the later slot first within a size; a field at its default is left
         out."""
-        builder = Builder(64)
+        runtime = _runtime()
+        builder = runtime.Builder(64)
         strings = {name: builder.CreateString(obj[name]) for name, kind, _ in self.slots
                    if kind == "string" and obj.get(name) is not None}
         builder.StartObject(len(self.slots))
         for slot, (name, kind, _) in sorted(enumerate(self.slots), key=lambda s: (-s[1][2], -s[0])):
             if kind != "string":
                 value = obj.get(name) or _DEFAULTS[kind]
-                builder.PrependSlot(_FLAGS[kind], slot, bool(value) if kind == "bool" else int(value),
+                builder.PrependSlot(runtime.flags[kind], slot, bool(value) if kind == "bool" else int(value),
                                     _DEFAULTS[kind])
             elif name in strings:
                 builder.PrependUOffsetTRelativeSlot(slot, strings[name], 0)
@@ -136,14 +138,31 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
         raise NotImplementedError
 
 
-_FLAGS: Final = {"u64": number_types.Uint64Flags, "u32": number_types.Uint32Flags,
-                 "bool": number_types.BoolFlags}
+class _Runtime:
+    """The ``flatbuffers`` runtime, imported on the first FlatBuffers value: it imports numpy, when installed,
+    for an API dcpctl does not use (a seventh of every command's start, and most never see a FlatBuffers value)."""
+
+    def __init__(self) -> None:
+        from flatbuffers import number_types  # noqa: PLC0415
+        from flatbuffers.builder import Builder  # noqa: PLC0415
+        from flatbuffers.table import Table  # noqa: PLC0415
+
+        self.Builder, self.Table = Builder, Table
+        self.flags = {"u64": number_types.Uint64Flags, "u32": number_types.Uint32Flags,
+                      "bool": number_types.BoolFlags}
+
+
+@functools.cache
+def _runtime() -> _Runtime:
+    return _Runtime()
+
+
 _DEFAULTS: Final[dict[str, Any]] = {"u64": 0, "u32": 0, "bool": False, "string": None}
 
 
 def _frame(data: bytes) -> tuple[Table, int, int]:
     """The table at the root offset, where its vtable is and the vtable's size, all found inside ``data``."""
-    table = Table(data, _offset(data, 0, 4, _U32))
+    table = _runtime().Table(data, _offset(data, 0, 4, _U32))
     vtable = table.Pos - _offset(data, table.Pos, 4, _I32)
     vsize = _offset(data, vtable, 2, _U16)
     _offset(data, vtable, vsize, None)
