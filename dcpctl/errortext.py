@@ -38,6 +38,13 @@ def file_error(what: str, exc: OSError) -> str:
     return f"{what}: {os_reason(exc)}"
 
 
+def ssl_reason(exc: Exception) -> str:
+    """OpenSSL's name for why a PEM file would not load (KEY_VALUES_MISMATCH), in words and brackets, or
+    nothing: its message ("[SSL] PEM lib (_ssl.c:3926)") names neither the file nor the cause."""
+    why = getattr(exc, "reason", None)
+    return f" ({why.lower().replace('_', ' ')})" if isinstance(why, str) else ""
+
+
 def json_error(what: str, exc: ValueError) -> str:
     """``what`` is not valid JSON, where, and why in plain words. ``exc`` is the parser's error (orjson's
     and the stdlib's JSONDecodeError carry the position); any other ValueError (a hook that refused a

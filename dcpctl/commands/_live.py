@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import typer
 from dcpctl.client.connection import DEFAULT_TIMEOUT, AddressError, ClientError, Connection, TlsOptions, split_host
 from dcpctl.client.streamer import noop_interval_of, vbucket_map
 from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, canonical
-from dcpctl.errortext import file_error
+from dcpctl.errortext import file_error, ssl_reason
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.render.env import Environment, OutputError
 
@@ -165,6 +166,20 @@ def tls_of(tls: bool, cacert: Path | None, cert: Path | None, key: Path | None, 
     for option, path in (("--cacert", cacert), ("--cert", cert), ("--key", key)):
         if path is not None and not path.is_file():  # before connecting: a typo is not a TLS failure
             raise CommandError(f"{option}: {path}: no such file", ExitCode.INPUT)
+    if cacert is not None:  # loaded here too: a file that is no certificate is not a TLS failure either
+        try:
+            ssl.create_default_context(cafile=str(cacert))
+        except (OSError, ssl.SSLError) as exc:
+            raise CommandError(f"--cacert {cacert}: not a PEM CA certificate{ssl_reason(exc)}",
+                               ExitCode.INPUT) from None
+    if cert is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            named = f"--cert {cert}, --key {key}" if key is not None else \
+                f"--cert {cert} (without --key, the key must be in it)"
+            raise CommandError(f"{named}: not a PEM certificate and its key{ssl_reason(exc)}",
+                               ExitCode.INPUT) from None
     return TlsOptions(str(cacert) if cacert else None, str(cert) if cert else None, str(key) if key else None,
                       verify=not no_verify)
 

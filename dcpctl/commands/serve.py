@@ -14,7 +14,7 @@ from typing import IO, Annotated, Any, Final
 import typer
 
 from dcpctl.commands._options import env_of
-from dcpctl.errortext import file_error
+from dcpctl.errortext import file_error, ssl_reason
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.producer import data as documents
 from dcpctl.producer import manifestfile, scenario
@@ -132,10 +132,8 @@ def serve(
         try:
             tls.load_cert_chain(tls_cert, tls_key)
         except (OSError, ssl.SSLError) as exc:
-            why = getattr(exc, "reason", None)  # OpenSSL's name for it (KEY_VALUES_MISMATCH), when it has one
             raise CommandError(f"--tls-cert {tls_cert}, --tls-key {tls_key}: not a PEM certificate and its key"
-                               + (f" ({why.lower().replace('_', ' ')})" if isinstance(why, str) else ""),
-                               ExitCode.INPUT) from None
+                               f"{ssl_reason(exc)}", ExitCode.INPUT) from None
     manifest = _manifest(collections) if collections is not None else None
     try:
         events = scenario.load(scenario_file) if scenario_file is not None else []

@@ -93,6 +93,23 @@ def test_a_tls_file_that_is_not_pem_is_named(tmp_path: Path) -> None:
     assert "ssl.c" not in line
 
 
+@pytest.mark.parametrize(("given", "says"), [
+    (["--cacert", "{key}"], "--cacert {key}: not a PEM CA certificate (no certificate or crl found)"),
+    (["--cert", "{cert}"], "--cert {cert} (without --key, the key must be in it): not a PEM certificate and its key"),
+    (["--cert", "{cert}", "--key", "{cert}"], "--cert {cert}, --key {cert}: not a PEM certificate and its key"),
+])
+def test_a_client_tls_file_that_does_not_load_is_named(tmp_path: Path, given: list[str], says: str) -> None:
+    """These were "TLS handshake failed ([SSL] PEM lib (_ssl.c:3926))", exit 5, a server's fault; the files
+    are read before any connection (port 1: nothing is reached)."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost"], capture_output=True, check=True, timeout=60)
+    names = {"key": key, "cert": cert}
+    for command in (["stream", "127.0.0.1:1", "--until", "now"], ["failover", "127.0.0.1:1"]):
+        done = run(*command, *[arg.format(**names) for arg in given], password=True)
+        assert error_line(done, 3) == says.format(**names)
+
+
 def test_a_missing_scenario_names_the_option() -> None:
     assert error_line(run("serve", "--port", "0", "--scenario", "nosuch.toml"), 3) == \
         "--scenario: nosuch.toml: no such file"
