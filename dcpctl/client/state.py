@@ -37,6 +37,7 @@ import orjson
 
 from dcpctl.dcp.rollback import FailoverEntry
 from dcpctl.errortext import file_error, json_error
+from dcpctl.protocol.constants import MAX_VBUCKETS
 from dcpctl.safetext import brief
 
 VERSION: Final = 1
@@ -98,8 +99,8 @@ def _u64(value: Any) -> int:
 
 
 def _vbucket(name: Any) -> int:
-    if not (isinstance(name, str) and name.isascii() and name.isdigit()):
-        raise ValueError(f"vbucket {brief(name)} is not a vbucket number")
+    if not (isinstance(name, str) and name.isascii() and name.isdigit()) or int(name) >= MAX_VBUCKETS:
+        raise ValueError(f"vbucket {brief(name)} is not a vbucket number (0 to {MAX_VBUCKETS - 1})")
     return int(name)
 
 

@@ -156,7 +156,9 @@ def test_a_compare_file_that_is_not_a_dump_is_one_line_exit_3(tmp_path: Path, bo
     ({"0": {"vbucket_uuid": 1, "seqno": 2**64, "snap_start_seqno": 0, "snap_end_seqno": 0}},
      "18446744073709551616 is not a whole number from 0 to 2^64-1"),
     ({"v0": {"vbucket_uuid": 1, "seqno": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}},
-     "vbucket 'v0' is not a vbucket number"),
+     "vbucket 'v0' is not a vbucket number (0 to 1023)"),
+    ({"5000": {"vbucket_uuid": 1, "seqno": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}},  # was kept and saved
+     "vbucket '5000' is not a vbucket number (0 to 1023)"),
 ])
 def test_a_bad_state_file_is_said_in_words_not_a_python_repr(tmp_path: Path, vbuckets: object, says: str) -> None:
     path = tmp_path / "state.json"
