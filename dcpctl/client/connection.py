@@ -200,6 +200,8 @@ class Connection:
         self.features: list[str] = []
         self.closed = False
         self.read_ts = time.time()  # when the socket last gave bytes: the ts of the messages they hold
+        # whether the server opened DCP: then it is a data node, and a silence is not for want of the protocol
+        self.speaks_dcp = False
 
     def close(self) -> None:
         if not self.closed:
@@ -301,12 +303,14 @@ class Connection:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ClientTimeoutError(f"{self.label}: no answer to {name} within {timeout or self.timeout:g} s "
-                                        "(a server that is not a Couchbase data node stays silent)")
+                    raise ClientTimeoutError(f"{self.label}: no answer to {name} within {timeout or self.timeout:g} s"
+                                             + ("" if self.speaks_dcp else
+                                                " (a server that is not a Couchbase data node stays silent)"))
                 msg = self.next(left)
                 if msg is None:
                     continue
                 if msg.is_response and msg.opaque == opaque:
+                    self.speaks_dcp = self.speaks_dcp or (opcode == Opcode.DCP_OPEN and msg.status == Status.SUCCESS)
                     return msg
                 if not keep:
                     continue

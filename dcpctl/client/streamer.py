@@ -479,8 +479,8 @@ class Streamer:
         for node in self.nodes.values():
             stream = node.consumer.overdue(time.time(), timeout)
             if stream is not None:
-                raise ClientTimeoutError(f"no answer to the stream request for vbucket {stream.vbucket} within "
-                                         f"{timeout:g} s (--timeout)")
+                raise ClientTimeoutError(f"{node.conn.label}: no answer to the stream request for vbucket "
+                                         f"{stream.vbucket} within {timeout:g} s (--timeout)")
 
     def _reroute(self, vb: int) -> None:
         """Have a vbucket asked again, from the node the cluster map will then say owns it: at once the first

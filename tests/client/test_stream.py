@@ -495,9 +495,15 @@ def test_an_unanswered_stream_request_is_a_timeout_not_a_hang(tmp_path: Path) ->
     with serving("--vbuckets", "2", "--items", "20", "--scenario", str(plan)) as server:
         code, _, err = run("stream", f"127.0.0.1:{server.port}", "-F", "jsonl", "--timeout", "1",
                            "--noop-interval", "1")
+        # negotiate's own request: a server that opened DCP is no silent non-data node, the hint says nothing
+        asked, _, negotiated = run("rollback", "negotiate", f"127.0.0.1:{server.port}", "--vbucket", "1",
+                                   "--uuid", "0", "--seqno", "0", "--timeout", "1")
     assert code == ExitCode.TIMEOUT, err
-    assert "no answer to the stream request for vbucket" in err
+    assert err.startswith(f"dcpctl: error: 127.0.0.1:{server.port}: no answer to the stream request for vbucket")
     assert err.count("\n") == 1
+    assert (asked, negotiated.count("\n")) == (ExitCode.TIMEOUT, 1), negotiated
+    assert negotiated.startswith(f"dcpctl: error: 127.0.0.1:{server.port}: no answer to "), negotiated
+    assert "data node" not in negotiated
 
 
 @pytest.mark.parametrize(("until", "told"), [
