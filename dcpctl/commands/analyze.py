@@ -162,6 +162,8 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
                              stall_ms=stall_ms, planned=planned)
         except (CaptureError, FileExistsError) as exc:
             raise CommandError(str(exc), ExitCode.INPUT) from None
+        except job.spark_errors():  # (py4j's socket errors among them: OSErrors, but not --out's)
+            raise
         except OSError as exc:  # making --out
             raise CommandError(f"--out {out}: {exc.strerror or exc}", ExitCode.INPUT) from None
         errors = env.error_console()
@@ -193,13 +195,17 @@ def _on_spark(env: Environment, archive: jvmcache.ClassArchive, paths: list[str]
             job.quiet_jvm(session)
         raise
     finally:
-        session.stop()
+        with contextlib.suppress(*job.spark_errors()):  # a JVM gone already: its failure, if any, is said above
+            session.stop()
     return report
 
 
 def _spark_failed(exc: Exception, *, starting: bool = False) -> CommandError:
     """What PySpark or py4j raised as one line: exit 2 when Spark could not start (no JVM, a master that
     would not take the job), 3 when a task could not read a capture, else 1 (a task failed on a bug)."""
+    if isinstance(exc, ConnectionError):  # py4j found the JVM gone: no bug of dcpctl's, no message of Spark's
+        return CommandError("Spark's JVM went away (killed, or out of memory or threads: its log is above)",
+                            ExitCode.USAGE if starting else ExitCode.FAILURE)
     message, input_error = job.failure(exc)
     if starting:
         return CommandError(f"Spark did not start: {message}", ExitCode.USAGE)

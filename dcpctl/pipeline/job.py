@@ -61,6 +61,7 @@ from dcpctl.protocol.message import DecodeOptions
 from dcpctl.protocol.registry import DIALECTS
 from dcpctl.render.output import notice_text
 from dcpctl.sources.capture import CaptureDecoder, notice_diagnostic
+from dcpctl.sources.parallel import usable_cores
 from dcpctl.sources.pcap import CaptureNotice, FileFrames, Ring, TcpSegment
 from dcpctl.sources.pcapchunks import DEFAULT_CHUNK, Chunk, Endpoints, plan, segments
 
@@ -95,7 +96,7 @@ PARQUET_DICTIONARY: Final = ("connection", "direction", "magic", "opcode", "stat
 # decimal(20,0) (which costs a BigInteger per value). A value above 2^63-1 reads as negative; in practice that
 # is only end_seqno's 0xffffffffffffffff ("no end": -1). schema.U64_COLUMNS lists these columns.
 SPARK_TYPES: Final = {"u8": "int", "u16": "int", "u32": "long", "int": "long", "u64": "long",
-                      "float": "double", "str": "string", "list[int]": "array<long>",
+                      "float": "double", "bool": "boolean", "str": "string", "list[int]": "array<long>",
                       "list[diagnostic]": "array<struct<name:string,severity:string,message:string>>"}
 
 
@@ -118,6 +119,10 @@ _MASTER: Final = re.compile(r"yarn|local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-
 # reachable network answers in well under a second, where Spark's own client retries for 60 s (three
 # 20-second attempts, fixed in Spark) and then fails with pages of stack traces. --master-timeout.
 MASTER_TIMEOUT: Final = 10.0
+# Task threads local[N] may ask for, per usable core: each runs a Python worker, so local[99999] started
+# threads until the kernel refused, minutes later, and local[512] on two cores had the JVM killed for memory
+LOCAL_THREADS_PER_CORE: Final = 4
+MIN_LOCAL_THREADS: Final = 8  # (what a small machine may still ask for)
 # Python exceptions of a failed task that mean a capture could not be read (exit 3), not a bug (exit 1)
 _INPUT_ERRORS: Final = frozenset({"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError",
                                   "OSError", "EOFError"})
@@ -138,6 +143,11 @@ def master_endpoints(master: str) -> list[tuple[str, int]]:
     if not _MASTER.fullmatch(master):
         raise MasterError(f"--master {master}: not a Spark master (local[*], local[N], spark://HOST:PORT, "
                           "yarn or k8s://URL)", ExitCode.USAGE)
+    local = re.fullmatch(r"local\[([0-9]+)(,[0-9]+)?\]", master)
+    most = max(MIN_LOCAL_THREADS, LOCAL_THREADS_PER_CORE * usable_cores())
+    if local is not None and int(local.group(1)) > most:
+        raise MasterError(f"--master {master}: at most {most} task threads on this machine ({LOCAL_THREADS_PER_CORE} "
+                          f"per core; local[*] is one per core)", ExitCode.USAGE)
     if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
         # Spark's launcher would say so in a stack trace, after its JVM started
         raise MasterError("--master yarn: neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set (Spark finds the "

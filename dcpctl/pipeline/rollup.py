@@ -88,7 +88,7 @@ def partial(batch: Any, stall_ms: float) -> Partials:
     repeated = pc.fill_null(pc.and_(item, pc.equal(seqno, previous)), fill_value=False)
     gap = pc.fill_null(pc.and_(item, pc.greater(seqno, pc.add(previous, 1))), fill_value=False)
     stalled = pc.fill_null(pc.greater_equal(column("blocked_ms"), stall_ms), fill_value=False)
-    capture_gap = _has(diagnostics, "capture_gap", rows)
+    capture_gap = pc.fill_null(column("capture_gap_before"), fill_value=False)
     outside = _has(diagnostics, "seqno_outside_snapshot", rows)
 
     def count(mask: Any) -> Any:

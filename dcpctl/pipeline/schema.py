@@ -24,6 +24,7 @@ import orjson
 
 from dcpctl.dcp.observed import Observed
 from dcpctl.protocol.constants import Opcode
+from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.grammar import request_header
 from dcpctl.protocol.message import Message, item_key
@@ -50,6 +51,8 @@ DERIVED_COLUMNS: Final = (
                               "stream order (streams reopened included)"),
     ("blocked_ms", "float", "a pushed message sent after the producer's window was full: how long it was full "
                             "(the stall this message ends)"),
+    ("capture_gap_before", "bool", "items: whether the capture lost bytes of the connection (capture_gap) "
+                                   "between previous_seqno's item and this one"),
     # the record's diagnostics keep their offsets and lengths too; a column of findings needs only these
     ("diagnostics", "list[diagnostic]", "the message's diagnostics: name, severity, message"),
 )
@@ -170,13 +173,11 @@ class Rows:
         snapshot = connection.snapshots.get(header[7]) or _ABSENT_SNAPSHOT
         stream_vbucket = last.get("stream_vbucket")
         where = header[5] if stream_vbucket is None else stream_vbucket
-        last_seqno = connection.last_seqno
-        previous = last_seqno.get(where)
-        last_seqno[where] = fast[4]
-        blocked = connection.blocked(first["ts"], unacked, buffer_size)
         diagnostics = observed.diagnostics
+        previous, hole = connection.item(where, fast[4], diagnostics)
+        blocked = connection.blocked(first["ts"], unacked, buffer_size)
         self.rows.append((*row(msg, first, last, fast[2], fast[3]), sequence, msg.body_end - msg.value_offset,
-                          snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked,
+                          snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked, hole,
                           [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
 
     def _general(self, observed: Observed, unacked: int, buffer_size: int | None) -> None:
@@ -200,13 +201,16 @@ class Rows:
 class _Connection:
     """One connection's derived columns and what they need from its earlier messages."""
 
-    __slots__ = ("full_since", "label", "last_seqno", "sequence", "snapshots", "unacked")
+    __slots__ = ("full_since", "holes", "label", "last_seqno", "sequence", "snapshots", "unacked")
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.sequence = -1  # the last message's place in the connection
         self.snapshots: dict[int, tuple[int, int]] = {}  # opaque -> the stream's marker range
-        self.last_seqno: dict[int, int] = {}  # vbucket -> the last item's seqno
+        self.last_seqno: dict[int, tuple[int, int]] = {}  # vbucket -> the last item's seqno, and holes before it
+        # capture_gap diagnostics so far: the one after a hole is on the next message, often another vbucket's
+        # or a marker, so a seqno gap is told from a hole by the count changing since the vbucket's last item
+        self.holes = 0
         self.unacked = 0  # after the last message
         self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
 
@@ -221,17 +225,28 @@ class _Connection:
         document change), else None."""
         self.sequence += 1
         snapshot: tuple[int, int] | tuple[None, None] = _ABSENT_SNAPSHOT
-        previous = None
+        previous = hole = None
         msg = observed.packet
+        diagnostics = observed.diagnostics  # the packet's and its context's
         if by_seqno is not None:
             snapshot = self.snapshots.get(msg.header[7]) or _ABSENT_SNAPSHOT
             where = (vbucket or 0) if stream_vbucket is None else stream_vbucket
-            previous = self.last_seqno.get(where)
-            self.last_seqno[where] = by_seqno
-        diagnostics = observed.diagnostics  # the packet's and its context's
+            previous, hole = self.item(where, by_seqno, diagnostics)
+        elif diagnostics and any(d.name == "capture_gap" for d in diagnostics):
+            self.holes += 1
         return (self.sequence, msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size,
-                previous, self.blocked(ts, unacked, buffer_size),
+                previous, self.blocked(ts, unacked, buffer_size), hole,
                 [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else [])
+
+    def item(self, where: int, by_seqno: int,
+             diagnostics: list[Diagnostic] | tuple[()]) -> tuple[int | None, bool | None]:
+        """An item of vbucket ``where``: the seqno of the vbucket's item before it, and whether the capture
+        lost bytes of the connection since that one (None, None for its first)."""
+        if diagnostics and any(d.name == "capture_gap" for d in diagnostics):
+            self.holes += 1
+        last = self.last_seqno.get(where)
+        self.last_seqno[where] = (by_seqno, self.holes)
+        return (None, None) if last is None else (last[0], last[1] != self.holes)
 
     def blocked(self, ts: float, unacked: int, buffer_size: int | None) -> float | None:
         """Flow-control bookkeeping: a message that raised the unacknowledged count was pushed; if the

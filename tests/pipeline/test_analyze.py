@@ -147,6 +147,36 @@ def test_rows_are_decodes_messages_whatever_the_chunking(spark: Any, tmp_path: P
     assert lean_rows == full_rows
 
 
+def test_a_hole_before_another_message_still_marks_the_gap_after_it(spark: Any, tmp_path: Path) -> None:
+    """The capture_gap diagnostic is on the first message after the hole, here a snapshot marker: the gap of
+    the item after it was called deduplication, so a capture that lost items looked whole."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50400), ("127.0.0.1", 11210))
+    conversation.handshake()
+    conversation.send(True, stream_request(201))
+    conversation.send(False, stream_opened())
+    conversation.send(False, marker(202, 212))
+    for seqno, key in ((202, "a"), (203, "b"), (205, "c")):  # 204: deduplicated
+        conversation.send(False, item(seqno, key))
+    conversation.skip(False, len(item(212, "lost")))
+    conversation.send(False, marker(213, 220))
+    conversation.send(False, item(215, "d"))
+    conversation.close()
+    path = tmp_path / "hole.pcap"
+    path.write_bytes(out.getvalue())
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    assert {(g["previous"], g["by_seqno"]): g["kind"] for g in report["gaps"]} == {
+        (203, 205): "expected: deduplication or filtered collections",
+        (205, 215): "suspicious: bytes missing from the capture"}
+    rows = {row["by_seqno"]: row["capture_gap_before"] for row in job.read(spark, result)
+            .where("by_seqno IS NOT NULL").select("by_seqno", "capture_gap_before").collect()}
+    assert rows == {202: None, 203: False, 205: False, 215: True}
+
+
 def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     from dcpctl.pipeline import analyses, job  # noqa: PLC0415
     from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
@@ -548,7 +578,9 @@ def test_a_bad_master_or_java_home_is_one_line_before_spark_starts(spark_module:
                              (["--master", "yarn"], ExitCode.USAGE, "neither HADOOP_CONF_DIR nor YARN_CONF_DIR"),
                              (["--master", f"k8s://https://127.0.0.1:{closed}"], ExitCode.CONNECTION,
                               "connection refused"),
-                             (["--master", "k8s://https://"], ExitCode.USAGE, "not k8s://[https://]HOST[:PORT]")):
+                             (["--master", "k8s://https://"], ExitCode.USAGE, "not k8s://[https://]HOST[:PORT]"),
+                             # a Python worker per thread: local[99999] ran for minutes, local[512] was OOM-killed
+                             (["--master", "local[99999]"], ExitCode.USAGE, "task threads on this machine")):
         started = time.monotonic()
         got, err = analyze(*args)
         assert got == code, err
@@ -716,3 +748,13 @@ def test_a_directory_no_one_can_make_is_refused_before_spark_starts(option: str,
         "(no such file)\n"
     assert time.monotonic() - started < 5
     assert not (tmp_path / "out").exists()
+
+
+def test_a_jvm_gone_is_said_so_not_as_a_bug_or_an_out_error() -> None:
+    """py4j's ConnectionRefusedError (the JVM OOM-killed) is an OSError: it was caught as "--out DIR:
+    Connection refused", then stopping the session raised it again as a traceback."""
+    from dcpctl.commands.analyze import _spark_failed  # noqa: PLC0415
+
+    failed = _spark_failed(ConnectionRefusedError(111, "Connection refused"))
+    assert (str(failed), failed.code) == (
+        "Spark's JVM went away (killed, or out of memory or threads: its log is above)", ExitCode.FAILURE)
