@@ -335,8 +335,7 @@ def port_hint_of(path: str, ports: frozenset[int], tls_ports: frozenset[int] = T
             if header is None:
                 break
             frame += 1
-            seconds, micros = header.getts()
-            ts = seconds + micros / 1_000_000
+            ts = frame_time(header)
             keep(parse_frame(linktype, data, header.getlen(), frame, ts), frame, ts)
     except (CaptureError, OSError, pcapy.PcapError):
         pass  # what was read still counts; the analysis itself said why the file is damaged
@@ -394,8 +393,7 @@ def _segments(reader: Any, ports: frozenset[int], tls_ports: frozenset[int], liv
                 continue
             break
         frame += 1
-        seconds, micros = header.getts()
-        ts = seconds + micros / 1_000_000
+        ts = frame_time(header)
         if mixed:
             linktype = header.linktype
             if single is not None and linktype != single:
@@ -581,6 +579,14 @@ def in_time_order(paths: list[str]) -> list[str]:
     return sorted(paths, key=_first_time)
 
 
+def frame_time(header: Any) -> float:
+    """A frame's time from libpcap's header. A classic pcap file's seconds are an unsigned 32-bit field (as
+    tshark and the chunked reader read it) that libpcap hands over signed: a time after 2038-01-19 came out
+    negative, decades before 1970."""
+    seconds, micros = header.getts()
+    return float((seconds + (1 << 32) if seconds < 0 else seconds) + micros / 1_000_000)
+
+
 def open_error(path: str) -> str | None:
     """Why the file at ``path`` does not open as a capture (its file header read; a compressed file's from
     its decompressor, which is then stopped: garbage that gzip takes is no capture either), or None: it
@@ -612,8 +618,7 @@ def _first_time(path: str) -> float:
         return math.inf
     if header is None:
         return math.inf
-    seconds, micros = header.getts()
-    return float(seconds + micros / 1_000_000)
+    return frame_time(header)
 
 
 def frame_times(path: str) -> FileFrames:
@@ -632,8 +637,7 @@ def frame_times(path: str) -> FileFrames:
             break
         if header is None:
             break
-        seconds, micros = header.getts()
-        frames(seconds + micros / 1_000_000, data, 0)
+        frames(frame_time(header), data, 0)
     return frames
 
 

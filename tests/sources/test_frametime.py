@@ -66,3 +66,24 @@ def test_a_time_to_the_microsecond_is_written_to_the_nanosecond_exactly(micros: 
     written = [int.from_bytes(data[at:at + 4], "little") * NANOS + int.from_bytes(data[at + 4:at + 8], "little")
                for at in range(24, len(data), 16 + len(FRAME))]
     assert written == [time * 1000 for time in micros]
+
+
+@given(st.lists(st.integers((1 << 31) * 1_000_000, (1 << 32) * 1_000_000 - 1), min_size=1, max_size=8))
+def test_a_time_after_2038_reads_as_tshark_reads_it(tmp_path_factory: pytest.TempPathFactory,
+                                                     micros: list[int]) -> None:
+    """A classic pcap file's seconds are unsigned 32 bits; libpcap hands them over signed, and decode gave
+    2039-01-01 as a time decades before 1970 (analyze's chunked reader and tshark read it unsigned)."""
+    out = io.BytesIO()
+    writer = PcapWriter(out, LINKTYPE_ETHERNET)
+    for time in micros:
+        writer.write(time / 1_000_000, FRAME)
+    path = tmp_path_factory.mktemp("y2038") / "t.pcap"
+    path.write_bytes(out.getvalue())
+    assert [round(ts * 1_000_000) for ts in _tapped_by_libpcap(path)] == micros
+
+
+def _tapped_by_libpcap(path: Path) -> list[float]:
+    seen: list[float] = []
+    for _ in read_segments(str(path), tap=lambda ts, _data, _wire: seen.append(ts)):
+        pass
+    return seen
