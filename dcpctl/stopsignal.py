@@ -11,7 +11,7 @@ from typing import Final
 CLEAN_STOPS: Final = {
     "stream": (signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
     "serve": (signal.SIGINT, signal.SIGTERM),
-    "capture": (signal.SIGINT,),
+    "capture": (signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
 }
 
 

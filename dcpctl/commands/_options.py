@@ -214,8 +214,3 @@ def first_signal_stops(stop: Callable[[signal.Signals], None],
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def first_ctrl_c_stops(stop: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
-    """:func:`first_signal_stops` for Ctrl-C alone."""
-    return first_signal_stops(lambda _sig: stop(), (signal.SIGINT,))

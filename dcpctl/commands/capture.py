@@ -23,7 +23,7 @@ from dcpctl.commands._options import (
     TemplateOption,
     dialect_of,
     env_of,
-    first_ctrl_c_stops,
+    first_signal_stops,
     line_template_of,
     live_capture_path,
     option_groups,
@@ -175,9 +175,10 @@ def capture(
                         break
             yield from _drops(reader)
 
-        # Ctrl-C is how a live capture normally ends: the first one stops reading, and what was read is
-        # decoded and written whole; a second one (output blocked, say) stops at once
-        with contextlib.suppress(KeyboardInterrupt), first_ctrl_c_stops(lambda: stopping.append(True)):
+        # Ctrl-C (or SIGTERM from a timeout or a service manager, SIGHUP from a closed terminal) is how a live
+        # capture normally ends: the first one stops reading, and what was read is decoded and written whole; a
+        # second one (output blocked, say) stops at once
+        with contextlib.suppress(KeyboardInterrupt), first_signal_stops(lambda _sig: stopping.append(True)):
             emit(items(), output, env, base64=base64, live=True, local_time=local_time, template=line_template)
         if engine is not None and writer is not None:
             # however the capture ended (its traffic, Ctrl-C, --count): the frames still held go out

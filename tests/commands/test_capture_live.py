@@ -84,15 +84,17 @@ def test_a_live_dcp_stream_prints_what_decode_prints_of_the_saved_frames(tmp_pat
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
-def test_ctrl_c_stops_a_capture_that_sees_no_traffic() -> None:
-    """libpcap waits for a packet whatever its timeout: the capture must not be inside it when Ctrl-C comes."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_stops_a_capture_that_sees_no_traffic(stop: signal.Signals) -> None:
+    """libpcap waits for a packet whatever its timeout: the capture must not be inside it when Ctrl-C comes.
+    SIGTERM (timeout, systemd) and SIGHUP (a closed terminal) stop it as Ctrl-C does: they killed it."""
     proc = subprocess.Popen([sys.executable, "-m", "dcpctl", "capture", "-i", "lo", "-p", "9", "-F", "jsonl"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith(b"dcpctl: capturing on lo")
     time.sleep(0.5)
     started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     stdout, _ = proc.communicate(timeout=30)
     assert proc.returncode == ExitCode.OK
     assert stdout == b""
