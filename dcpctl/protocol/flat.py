@@ -140,7 +140,7 @@ class FlatTable(Struct):  # type: ignore[misc]  # construct is untyped
 
 class _Runtime:
     """The ``flatbuffers`` runtime, imported on the first FlatBuffers value: it imports numpy, when installed,
-    for an API dcpctl does not use (a seventh of every command's start, and most never see a FlatBuffers value)."""
+    for an API dcpctl does not use (much of every command's start, and most never see a FlatBuffers value)."""
 
     def __init__(self) -> None:
         from flatbuffers import number_types  # noqa: PLC0415

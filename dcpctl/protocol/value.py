@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Final
@@ -160,6 +161,14 @@ def as_text(data: bytes) -> str | None:
     return text if text.isprintable() or printable(text) else None
 
 
+# The C0 and C1 controls but tab, line feed and carriage return: bytes that make a value binary, not text; and
+# the line and paragraph separators, which readers of JSON lines that split on every line end (Python's
+# splitlines, older JavaScript) would cut a record at
+_CONTROLS: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def printable(text: str) -> bool:
-    """Text shown as text: printable characters, tabs and line breaks (``isprintable`` is the fast test)."""
-    return all(c.isprintable() or c in "\t\r\n" for c in text)
+    """Text shown as text: no control characters but tabs and line breaks (``isprintable`` is the fast
+    test). A no-break space, a zero-width joiner in an emoji or a bidi mark is a document's text: JSON
+    holds it as it is, and pretty output and templates show it escaped."""
+    return _CONTROLS.search(text) is None
