@@ -198,6 +198,11 @@ class Rows:
         self.rows.append(row)
 
 
+def _holes(diagnostics: list[Diagnostic] | tuple[()]) -> int:
+    """1 when a message comes after bytes the capture lost (its capture_gap), else 0."""
+    return 1 if diagnostics and any(d.name == "capture_gap" for d in diagnostics) else 0
+
+
 class _Connection:
     """One connection's derived columns and what they need from its earlier messages."""
 
@@ -232,8 +237,8 @@ class _Connection:
             snapshot = self.snapshots.get(msg.header[7]) or _ABSENT_SNAPSHOT
             where = (vbucket or 0) if stream_vbucket is None else stream_vbucket
             previous, hole = self.item(where, by_seqno, diagnostics)
-        elif diagnostics and any(d.name == "capture_gap" for d in diagnostics):
-            self.holes += 1
+        else:
+            self.holes += _holes(diagnostics)
         return (self.sequence, msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size,
                 previous, self.blocked(ts, unacked, buffer_size), hole,
                 [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else [])
@@ -242,8 +247,7 @@ class _Connection:
              diagnostics: list[Diagnostic] | tuple[()]) -> tuple[int | None, bool | None]:
         """An item of vbucket ``where``: the seqno of the vbucket's item before it, and whether the capture
         lost bytes of the connection since that one (None, None for its first)."""
-        if diagnostics and any(d.name == "capture_gap" for d in diagnostics):
-            self.holes += 1
+        self.holes += _holes(diagnostics)
         last = self.last_seqno.get(where)
         self.last_seqno[where] = (by_seqno, self.holes)
         return (None, None) if last is None else (last[0], last[1] != self.holes)
