@@ -247,7 +247,8 @@ class _Connection:
              diagnostics: list[Diagnostic] | tuple[()]) -> tuple[int | None, bool | None]:
         """An item of vbucket ``where``: the seqno of the vbucket's item before it, and whether the capture
         lost bytes of the connection since that one (None, None for its first)."""
-        self.holes += _holes(diagnostics)
+        if diagnostics:  # (most items have none: no call on the hot path)
+            self.holes += _holes(diagnostics)
         last = self.last_seqno.get(where)
         self.last_seqno[where] = (by_seqno, self.holes)
         return (None, None) if last is None else (last[0], last[1] != self.holes)
