@@ -135,13 +135,39 @@ def _name_the_values(command: Any) -> Any:
     return command
 
 
+# arguments typed str that name files (``-`` is standard input), beside the options typed Path
+_FILE_METAVARS: Final = frozenset({"FILE", "CAPTURE"})
+
+
+def _refuse_empty_names(command: Any) -> Any:
+    """An empty file name is a usage error (exit 2), said before the command runs: Python reads ``Path("")`` as
+    ``.``, so ``-o "$OUT"`` with OUT unset would write into the working directory, and ``--password-file ""``
+    would be reported as a directory."""
+    for param in command.params:
+        if not (param.type_descriptor.is_path or param.metavar in _FILE_METAVARS):
+            continue
+        made = param.process_value
+
+        def checked(ctx: Any, value: Any, made: Any = made, param: Any = param) -> Any:
+            given = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(name, str) and not name for name in given):
+                raise typer.BadParameter("an empty name (a shell variable not set?)", ctx=ctx, param=param)
+            return made(ctx, value)
+
+        setattr(param, "process_value", checked)  # noqa: B010 - a method replaced on one object, as below
+    for sub in getattr(command, "commands", {}).values():
+        _refuse_empty_names(sub)
+    return command
+
+
 def _no_type(ctx: object) -> None:  # typer passes ctx by name
     return None
 
 
 def _main(args: list[str], environment: Environment) -> int:
     try:
-        command = _name_the_values(typer.main.get_command(make_app(commands_for(args))))  # the command's imports
+        made = typer.main.get_command(make_app(commands_for(args)))  # the command's imports
+        command = _refuse_empty_names(_name_the_values(made))
         # make_context/invoke rather than main(): typer's main turns a closed pipe into exit 1
         with command.make_context("dcpctl", args, obj=environment) as ctx:
             result = command.invoke(ctx)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,52 @@ def test_no_command_shows_the_help_and_names_the_commands(args: list[str], names
     assert "Usage: dcpctl" in done.stdout
     assert done.stderr.startswith(f"dcpctl: error: missing command: one of {names}")
     assert done.stderr.count("\n") == 1
+
+
+def _file_parameters() -> list[tuple[list[str], str, bool]]:
+    """Every command's parameters that name a file or directory: (the command's words, the option or the
+    argument's metavar, whether it is an option), read off the commands themselves so that a new one is held
+    to the rule too."""
+    import typer.main  # noqa: PLC0415 - only this test walks the commands
+
+    from dcpctl.cli import make_app  # noqa: PLC0415
+
+    found: list[tuple[list[str], str, bool]] = []
+
+    def walk(command: Any, words: list[str]) -> None:
+        for param in command.params:
+            if param.type_descriptor.is_path or param.metavar in ("FILE", "CAPTURE"):
+                name = max(param.opts, key=len) if param.param_type_name == "option" else param.metavar
+                found.append((words, name, param.param_type_name == "option"))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*words, name])
+
+    walk(typer.main.get_command(make_app()), [])
+    return found
+
+
+FILE_PARAMETERS = _file_parameters()
+# each command's other required arguments, so that the empty name is the only mistake
+_REQUIRED = {"stream": ["127.0.0.1:1"], "failover": ["127.0.0.1:1"], "rollback negotiate": ["127.0.0.1:1"],
+             "redact": [PCAP, "-o", "never.pcap"], "analyze": [PCAP]}
+
+
+def test_every_command_with_files_is_walked() -> None:
+    commands = {" ".join(words) for words, _, _ in FILE_PARAMETERS}
+    assert commands >= {"decode", "hexdump", "encode", "redact", "analyze", "stream", "capture", "failover",
+                        "serve", "rollback explain", "rollback negotiate"}
+
+
+@pytest.mark.parametrize(("words", "name", "option"), FILE_PARAMETERS,
+                         ids=[f"{' '.join(w)} {n}" for w, n, _ in FILE_PARAMETERS])
+def test_an_empty_file_name_is_a_usage_error(words: list[str], name: str, option: bool, tmp_path: Path) -> None:
+    """Python reads Path("") as ".": `redact -o ""` (a variable not set) wrote into the working directory and
+    `--password-file ""` was called a directory. Run in an empty directory, which must stay empty."""
+    # an option given twice takes the last value: redact's -o never.pcap, then --output ""
+    args = [*words, *_REQUIRED.get(" ".join(words), []), *([name, ""] if option else [""])]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", *args], capture_output=True, text=True, env=env,
+                          timeout=60, check=False, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout) == (2, ""), (args, done.stderr)
+    assert done.stderr == f"dcpctl: error: {name}: an empty name (a shell variable not set?)\n", args
+    assert list(tmp_path.iterdir()) == []
