@@ -99,7 +99,9 @@ def _u64(value: Any) -> int:
 
 
 def _vbucket(name: Any) -> int:
-    if not (isinstance(name, str) and name.isascii() and name.isdigit()) or int(name) >= MAX_VBUCKETS:
+    # the length first: int() refuses a string of over 4,300 digits with Python's own message
+    if not (isinstance(name, str) and name.isascii() and name.isdigit()) or len(name.lstrip("0")) > 4 \
+            or int(name) >= MAX_VBUCKETS:
         raise ValueError(f"vbucket {brief(name)} is not a vbucket number (0 to {MAX_VBUCKETS - 1})")
     return int(name)
 
