@@ -177,9 +177,13 @@ class Decompressed:
         self._closed()
 
 
+class DamagedDataError(OSError):
+    """Decompressed data that stopped short: its text is the whole reason, the format named."""
+
+
 class _Pipe(io.RawIOBase):
     """A :class:`Decompressed` file's bytes as a stream read in this process; at their end, a damage raises
-    OSError with its reason (what the reader of a stdlib module's file would raise)."""
+    DamagedDataError with its reason (an OSError, as the reader of a stdlib module's file raises)."""
 
     def __init__(self, data: Decompressed) -> None:
         self._data = data
@@ -192,7 +196,7 @@ class _Pipe(io.RawIOBase):
         if not count:
             why = self._data.failure()
             if why is not None:
-                raise OSError(why)
+                raise DamagedDataError(why)
         return count
 
     def close(self) -> None:

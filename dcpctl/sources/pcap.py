@@ -650,14 +650,14 @@ def reopened(path: str, frames: int) -> PcapngReader:
         stream: BinaryIO = Path(path).open("rb") if name is None else opened(path, name)  # noqa: SIM115
     except (OSError, ValueError) as exc:  # the file gone since libpcap opened it
         raise pcapy.PcapError(f"cannot read it again: {exc}") from None
-    return PcapngReader(stream, skip=frames)
+    return PcapngReader(stream, skip=frames, compressed=name)
 
 
 def nanosecond_times(path: str) -> bool:
     """Whether ``read_segments(path, exact=True)`` gives times finer than the microsecond: those of a classic
     pcap file of nanosecond times, or of a pcapng file one of whose interfaces described before its first
-    frame (of a link type dcpctl reads) has a finer resolution. Standard input and compressed files are read
-    by libpcap, to the microsecond."""
+    frame (of a link type dcpctl reads) has a finer resolution, compressed or not (dumpcap writes nanoseconds).
+    Standard input and a compressed classic pcap file are read by libpcap, to the microsecond."""
     from dcpctl.sources import pcapchunks  # noqa: PLC0415 - it builds on this module
 
     return not streamed(path) and (pcapchunks.nanosecond_pcap(path) or _nanosecond_interfaces(path))
@@ -665,9 +665,9 @@ def nanosecond_times(path: str) -> bool:
 
 def _nanosecond_interfaces(path: str) -> bool:
     try:
-        if streamed(path) or compression(path) is not None:
+        if streamed(path):
             return False
-        with contextlib.closing(_described(path)) as reader:
+        with contextlib.closing(_described(path)) as reader:  # a compressed file's start decompressed
             return reader.datalink() in SUPPORTED_LINKTYPES and any(
                 interface.divisor > 1_000_000 for interface in reader.interfaces)
     except (pcapy.PcapError, ValueError):

@@ -21,6 +21,7 @@ from typing import BinaryIO, Final
 
 import pcapy
 
+from dcpctl.sources.compressed import DamagedDataError
 from dcpctl.sources.frametime import NANOS
 
 SECTION_HEADER: Final = 0x0A0D0D0A
@@ -61,10 +62,12 @@ class _Interface:
 
 class PcapngReader:
     """The frames of a pcapng stream, each with its interface's link type; ``skip``: frames not given (those
-    libpcap gave before it stopped)."""
+    libpcap gave before it stopped); ``compressed``: the format the stream is decompressed from, to say so
+    of a read that fails (as libpcap's reader of a compressed file does)."""
 
-    def __init__(self, stream: BinaryIO, skip: int = 0) -> None:
+    def __init__(self, stream: BinaryIO, skip: int = 0, compressed: str | None = None) -> None:
         self.stream = stream
+        self.compressed = compressed
         self.buf, self.pos = b"", 0
         # what decompressed before a damage comes out first (a compressed file's read1)
         self.read = getattr(stream, "read1", stream.read)
@@ -144,7 +147,9 @@ class PcapngReader:
                 chunk = self.read(_CHUNK)
             except Exception as exc:  # noqa: BLE001 - a read error, or compressed data that does not
                 # decompress: gzip, bz2 and lzma each raise errors of their own
-                self.failure = f"the file cannot be read on ({exc})"
+                self.failure = (str(exc) if isinstance(exc, DamagedDataError)
+                                else f"the {self.compressed} data is damaged ({exc})" if self.compressed
+                                else f"the file cannot be read on ({exc})")
                 break
             if not chunk:
                 break

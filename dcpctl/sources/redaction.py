@@ -917,12 +917,15 @@ def capture_items(path: str, reader: Any, ports: frozenset[int], tls_ports: froz
            several: bool) -> Iterator[TcpSegment | CaptureNotice]:
     """A file's segments and notices, every frame through ``tap``. Standard input and a compressed file are
     opened once: read by the reader their link type came from; a file is read again by read_segments, which
-    reads a short snap length's records whole, and a pcapng file of ``several`` link types on where libpcap
-    stops, each frame's link type given to the tap."""
+    reads a short snap length's records whole, a pcapng file of ``several`` link types on where libpcap
+    stops, each frame's link type given to the tap, and one of nanosecond times (compressed too) to the
+    nanosecond."""
     if several:
         return read_segments(path, ports, tls_ports, typed_tap=tap, exact=True)
-    if streamed(path) or compression(path) is not None:
+    if streamed(path) or (compression(path) is not None and not nanosecond_times(path)):
         return reader_segments(reader, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE)
+    if compression(path) is not None:
+        reader.close()  # its decompressor stopped: read_segments decompresses the file in this process
     return read_segments(path, ports, tls_ports, tap=tap, unmixed=ONE_LINKTYPE, exact=True)
 
 
