@@ -21,6 +21,8 @@ from dcpctl.render.env import Environment, OutputError
 
 DEFAULT_PASSWORD_ENV = "DCPCTL_PASSWORD"  # noqa: S105 - the name of a variable, not a password
 MAX_SEQNO: Final = 2**64 - 1  # seqnos are unsigned 64-bit on the wire
+# a day: a socket takes no timeout past the platform's time_t (--timeout 1e10 was a traceback)
+MAX_TIMEOUT: Final = 86_400
 
 
 def _checked_host(value: str) -> str:
@@ -102,8 +104,9 @@ class Login:
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify the server's certificate (only "
                                             "when asked for: never by default).",
                                             rich_help_panel=CONNECTION_PANEL)] = False
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for a connection and for "
-                                           "each answer.", metavar="SECONDS",
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=MAX_TIMEOUT, help="Seconds to wait for a "
+                                           f"connection and for each answer (at most {MAX_TIMEOUT}).",
+                                           metavar="SECONDS",
                                            rich_help_panel=CONNECTION_PANEL)] = DEFAULT_TIMEOUT
     max_scram_iterations: Annotated[int, typer.Option(
         "--max-scram-iterations", min=1, metavar="N", rich_help_panel=CONNECTION_PANEL,

@@ -45,6 +45,11 @@ def usage_error(*args: str) -> str:
     (["decod"], "no such command 'decod'. Did you mean 'decode'"),
     (["rollback", "bogus"], "no such command 'bogus'"),
     (["stream", "127.0.0.1:abc"], "HOST[:PORT]: '127.0.0.1:abc': the port must be a number"),  # an argument's
+    # a socket takes no timeout past the platform's time_t: 1e10 was an OverflowError traceback
+    (["stream", "127.0.0.1:1", "--timeout", "1e10"], "--timeout: input should be less than or equal to 86400"),
+    (["failover", "127.0.0.1:1", "--timeout", "inf"], "--timeout: input should be less than or equal to 86400"),
+    (["rollback", "negotiate", "127.0.0.1:1", "--vbucket", "0", "--uuid", "0", "--seqno", "0", "--timeout",
+      "1e12"], "--timeout: input should be less than or equal to 86400"),
     # a live capture is written as it comes, never compressed: a name asking for it is refused, before
     # connecting or opening the interface
     (["stream", "127.0.0.1:1", "--write", "x.pcap.gz"], "--write x.pcap.gz: written uncompressed as the "
