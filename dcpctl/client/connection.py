@@ -182,6 +182,10 @@ class Connection:
                 sock.close()
                 raise ConnectError(f"{self.label}: the server's certificate is not trusted ({exc.verify_message}); "
                                     "give its CA with --cacert, or --no-verify") from None
+            except TimeoutError:  # a server that accepts and then says nothing: a timeout, as without TLS
+                sock.close()
+                raise ClientTimeoutError(f"{self.label}: no answer to the TLS handshake within {timeout:g} s") \
+                    from None
             except (ssl.SSLError, OSError) as exc:
                 sock.close()
                 raise ConnectError(f"{self.label}: TLS handshake failed ({exc})") from None

@@ -334,3 +334,18 @@ def test_a_stream_that_ends_again_and_again_is_asked_again_later_each_time() -> 
     gaps = [later - earlier for earlier, later in itertools.pairwise(requests)]
     assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), gaps
     assert err.count("vbucket 0: stream ended (StateChanged)") == len(requests), err
+
+
+@pytest.mark.parametrize("command", [["stream", "--until", "now"], ["failover"]])
+def test_a_server_silent_in_the_tls_handshake_is_a_timeout(command: list[str]) -> None:
+    """It accepts and says nothing: exit 6, as the same server without --tls gets (was 5, 'TLS handshake
+    failed', a connection error)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        code, out, err = run(command[0], f"127.0.0.1:{port}", *command[1:], "--tls", "--no-verify",
+                             "--timeout", "1")
+    assert (code, out) == (ExitCode.TIMEOUT, ""), err
+    one_line(err)
+    assert err == f"dcpctl: error: 127.0.0.1:{port}: no answer to the TLS handshake within 1 s\n"
+    assert time.monotonic() - started < 20
