@@ -27,6 +27,7 @@ from dcpctl.dcp.sasl import MAX_SCRAM_ITERATIONS, MECHANISMS, PLAIN, SaslError, 
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build
 from dcpctl.protocol.constants import HELLO_FEATURES, OPCODES, HelloFeature, Opcode, Status
+from dcpctl.protocol.diagnostic import ERROR, Diagnostic
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.value import text_or_hex
@@ -156,6 +157,11 @@ def server_address(entry: str) -> tuple[str, int]:
 def join_host(host: str, port: int) -> str:
     """(host, port) -> ``host:port``, an IPv6 address in brackets (``[::1]:11210``), as split_host reads it."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def first_error(reply: Message) -> Diagnostic | None:
+    """The first error its decoding found in an answer (see :meth:`Connection.well_formed`)."""
+    return next((found for found in reply.diagnostics if found.severity == ERROR), None)
 
 
 class Connection:
@@ -331,10 +337,20 @@ class Connection:
 
     def check(self, opcode: int, what: str | None = None, *, code: ExitCode | None = None,
               **fields: Any) -> Message:
-        """:meth:`call` that raises :class:`StatusError` unless the answer is Success."""
+        """:meth:`call` that raises :class:`StatusError` unless the answer is Success, and ClientError (exit 8)
+        when it is not a well-formed answer (:meth:`well_formed`)."""
         reply = self.call(opcode, what, **fields)
         if reply.status != Status.SUCCESS:
             raise StatusError(what or OPCODES.name(opcode), str(reply.status_name), code)
+        return self.well_formed(reply, what or OPCODES.name(opcode))
+
+    def well_formed(self, reply: Message, what: str) -> Message:
+        """``reply``, unless its decoding found an error (a failover log that is not 16-byte entries, a Rollback
+        without its seqno): its fields would be read as what the server never said (an empty log, a rollback
+        to 0), so it is a protocol fault naming the server."""
+        bad = first_error(reply)
+        if bad is not None:
+            raise ClientError(f"{self.label}: a malformed answer to {what} ({bad.message})")
         return reply
 
     # --- bootstrap ---------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from dcpctl.client.connection import ClientError, StatusError
+from dcpctl.client.connection import ClientError, StatusError, first_error
 from dcpctl.client.state import State, VbucketPosition
 from dcpctl.dcp.observed import Observed
 from dcpctl.dcp.rollback import (
@@ -48,6 +48,7 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build, grammar, stream_request_value
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
+from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.reader import ItemReaders
@@ -448,6 +449,12 @@ class Consumer:
         status = msg.status
         vbucket = stream.vbucket
         position = self.progress.state.vbuckets[vbucket]
+        bad = first_error(msg) if status in (Status.SUCCESS, Status.ROLLBACK) else None
+        if bad is None and status == Status.ROLLBACK and msg.field("rollback_seqno") is None:
+            bad = Diagnostic("must_have_value", "a Rollback answer without the seqno to roll back to")
+        if bad is not None:  # its log or seqno would be read as what the server never said (empty, 0)
+            raise ClientError(f"{self.label}: a malformed answer to the stream request for vbucket {vbucket} "
+                              f"({bad.message})")
         if status == Status.SUCCESS:
             stream.open = True
             self.progress.reroutes.pop(vbucket, None)  # it opened: the map pointed at its node (see Progress)
@@ -464,7 +471,7 @@ class Consumer:
             return
         del self.streams[msg.opaque]
         if status == Status.ROLLBACK:
-            seqno = int(msg.field("rollback_seqno") or 0)
+            seqno = int(msg.field("rollback_seqno"))
             self._refused[vbucket] = stream
             self._events.append(RollbackAsked(vbucket, seqno))
         elif status == Status.NOT_MY_VBUCKET:

@@ -62,6 +62,8 @@ def negotiate_live(conn: Connection, vbucket: int, request: StreamRequest, clien
                           flags=request.flags, reserved=0, start_seqno=request.start_seqno,
                           end_seqno=request.end_seqno, vbucket_uuid=request.vbucket_uuid,
                           snap_start_seqno=request.snap_start, snap_end_seqno=request.snap_end)
+        if reply.status in (Status.SUCCESS, Status.ROLLBACK):  # a Rollback without its seqno is no round
+            conn.well_formed(reply, f"DCP_STREAM_REQ vbucket {vbucket}")
         status = str(reply.status_name)
         seqno = reply.field("rollback_seqno") if reply.status == Status.ROLLBACK else None
         rounds.append(LiveRound(request, status, int(seqno) if isinstance(seqno, int) else None, predicted.status,

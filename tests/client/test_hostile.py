@@ -349,3 +349,44 @@ def test_a_server_silent_in_the_tls_handshake_is_a_timeout(command: list[str]) -
     one_line(err)
     assert err == f"dcpctl: error: 127.0.0.1:{port}: no answer to the TLS handshake within 1 s\n"
     assert time.monotonic() - started < 20
+
+
+def malformed_answers(opcode: str) -> Script:
+    """One vbucket of seqno 5, whose stream opens, except that ``opcode``'s answer is cut to a value its layout
+    cannot hold: a failover log of 2 bytes (not 16-byte entries), a Rollback of none (not its 8-byte seqno)."""
+
+    def script(request: Message, sock: socket.socket) -> bytes | None:
+        name = request.opcode_name
+        if name == opcode == "GET_FAILOVER_LOG":
+            return response(request, value="0011", value_encoding="hex")
+        if name == opcode == "DCP_STREAM_REQ":
+            return response(request, "Rollback", value="", value_encoding="hex")
+        if name == "GET_ALL_VB_SEQNOS":
+            return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+        if name == "GET_FAILOVER_LOG":
+            return response(request, failover_log=[{"vbucket_uuid": 1, "seqno": 0}])
+        if name == "DCP_STREAM_REQ":
+            return response(request, failover_log=[{"vbucket_uuid": 1, "seqno": 0}])
+        return None
+
+    return script
+
+
+@pytest.mark.parametrize(("opcode", "command", "says"), [
+    # was an empty failover log, exit 0
+    ("GET_FAILOVER_LOG", ["failover"], "a malformed answer to GET_FAILOVER_LOG vbucket 0 (failover_log value "
+     "has 2 bytes, expected a multiple of 16 bytes)"),
+    # was 'the server asks to roll back ... to 0', then the items again from 0, or 30 rounds and exit 9
+    ("DCP_STREAM_REQ", ["stream", "--from", "3", "--until", "now"], "a malformed answer to the stream request "
+     "for vbucket 0 (DCP_STREAM_REQ must have a value)"),
+    ("DCP_STREAM_REQ", ["rollback", "negotiate", "--vbucket", "0", "--uuid", "1", "--seqno", "3"],
+     "a malformed answer to DCP_STREAM_REQ vbucket 0 (DCP_STREAM_REQ must have a value)"),
+])
+def test_an_answer_its_layout_cannot_hold_is_a_protocol_fault(opcode: str, command: list[str], says: str) -> None:
+    """Its fields would be read as what the server never said: exit 8, one line naming the server."""
+    with hostile(malformed_answers(opcode)) as server:
+        words = command[:2] if command[0] == "rollback" else command[:1]
+        code, out, err = run(*words, f"127.0.0.1:{server.port}", *command[len(words):], "--timeout", "5")
+    assert code == ExitCode.PROTOCOL, err
+    one_line(err)
+    assert err == f"dcpctl: error: 127.0.0.1:{server.port}: {says}\n"
