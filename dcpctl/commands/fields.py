@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dcpctl.commands._options import env_of
@@ -39,7 +40,8 @@ def fields(
     elif fmt == "table":
         table = Table(*columns, show_lines=False)
         for row in rows:
-            table.add_row(*(", ".join(v) if isinstance(v, list) else str(v) for v in (row[c] for c in columns)))
+            # cells are text, not rich markup: [int] of list[int] was read as a style tag and dropped
+            table.add_row(*(escape(", ".join(v) if isinstance(v, list) else str(v)) for v in (row[c] for c in columns)))
         env.console().print(table)
     else:
         raise typer.BadParameter("must be table, tsv or jsonl", param_hint="--format")

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dcpctl.dcp.summary import Row, Summary
@@ -24,7 +25,8 @@ def print_summary(summary: Summary, console: Console, as_json: bool = False) -> 
 
     def cells(r: Row, vbucket: str, seqnos: str) -> list[str]:
         times = [_seconds(summary.since_first(r.first_ts)), _seconds(summary.since_first(r.last_ts))]
-        return [r.connection, vbucket, str(r.messages), str(r.bytes),
+        # text, not rich markup: an IPv6 connection's [fe80::1] would be read as a style tag and dropped
+        return [escape(r.connection), vbucket, str(r.messages), str(r.bytes),
                 str(r.items), seqnos, str(r.snapshots), str(r.rollbacks), str(r.errors), str(r.diagnostics),
                 *(times if timed else ())]
 

@@ -169,6 +169,17 @@ def test_fields_lists_declared_fields() -> None:
     assert "illegal_extras_length" in {r["name"] for r in diags.records}
 
 
+def test_the_fields_table_shows_the_types_jsonl_gives() -> None:
+    """The table took list[int]'s [int] for a rich style tag: 'list' was all it showed."""
+    types = {r["name"]: r["type"] for r in Run(["fields", "-F", "jsonl"]).records}
+    assert types["frames"] == "list[int]"
+    table = Run(["fields", "-F", "table"], tty=True).out.getvalue()
+    shown = {cells[1].strip(): cells[2].strip() for line in table.splitlines()
+             if len(cells := line.split("│")) > 3 and cells[1].strip() in types}
+    assert shown == {name: kind for name, kind in types.items() if name in shown}
+    assert shown["frames"] == "list[int]"
+
+
 @pytest.mark.skipif(not (SEEDS / "000_b8f71fd18ed91174.txt").exists(), reason="shared seeds absent")
 def test_document_diagrams_decode_one_packet_each() -> None:
     run = Run(["hexdump", "-F", "jsonl", str(SEEDS / "000_b8f71fd18ed91174.txt")])

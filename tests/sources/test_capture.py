@@ -145,6 +145,17 @@ def test_link_types_and_ipv6(tmp_path: Path, linktype: int, client: tuple[str, i
         assert records[0]["connection"] == "[fd00::1]:40000 > [fd00::2]:11210"
 
 
+def test_the_summary_table_shows_an_ipv6_connection_whole(tmp_path: Path) -> None:
+    """The table took [fd00::1] for a rich style tag and dropped it: ':40000 > :11210' was all it showed."""
+    path = tmp_path / "l.pcap"
+    path.write_bytes(write_capture(session_packets(), client=("fd00::1", 40000), server=("fd00::2", 11210)))
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=True, stderr_isatty=False,
+                      color=False, width=250)
+    assert main(["decode", "--summary", str(path)], env) == ExitCode.OK, err.getvalue()
+    assert "[fd00::1]:40000 > [fd00::2]:11210" in out.getvalue()
+
+
 def test_other_ports_are_ignored_unless_asked(tmp_path: Path) -> None:
     path = tmp_path / "p.pcap"
     path.write_bytes(write_capture(session_packets(), server=("127.0.0.1", 12000)))
