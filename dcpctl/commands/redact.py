@@ -167,7 +167,7 @@ def redact(
     max_held_bytes: Annotated[int, typer.Option(
         "--max-held-bytes", min=0, metavar="BYTES",
         help=f"Frames held waiting for the messages they carry to end; past it the oldest is written with its "
-             f"unfinished bytes zeroed (default {DEFAULT_MAX_HELD_BYTES}: two of the largest packets).")]
+             f"unfinished bytes zeroed (default {DEFAULT_MAX_HELD_BYTES}: two of the largest packets and a mebibyte).")]
         = DEFAULT_MAX_HELD_BYTES,
     dialect: DialectOption = DialectName.DCP,
     collections: CollectionsOption = None,

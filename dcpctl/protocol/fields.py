@@ -45,7 +45,7 @@ COMMON_FIELDS: Final[list[tuple[str, str, str]]] = [
     ("collection_id", "u32", "collection id from the key's LEB128 prefix (with collections)"),
     ("key", "str", "key: document key, connection name, control key, mechanism or bucket"),
     ("key_encoding", "str", "'hex' when the key is not UTF-8 text (or holds control characters)"),
-    ("value", "str", "value as text (documents: the body after xattrs, decompressed)"),
+    ("value", "str", "value as text (documents: the body after xattrs, decompressed); null when hidden (SASL)"),
     ("value_encoding", "str", "'hex' when the value is not UTF-8 text (or holds control characters)"),
     ("value_compressed", "hex", "the value as sent, when SNAPPY"),
     ("value_redacted", "int", "length of a hidden SASL value"),
