@@ -244,9 +244,9 @@ class Streamer:
         finally:
             seed.close()
         wanted = sorted(self.options.vbuckets if self.options.vbuckets is not None else range(count))
-        missing = [vb for vb in wanted if vb not in self.owner]
-        if missing:
-            raise ClientError(f"vbucket {missing[0]} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
+        wanted, unserved = served(wanted, count, self.owner)
+        if unserved:
+            self.notice(f"{unserved}: left out")
         by_node: dict[tuple[str, int], list[int]] = {}
         for vb in wanted:
             by_node.setdefault(self.owner[vb], []).append(vb)
@@ -529,7 +529,8 @@ class Streamer:
             seed.close()
         address = self.owner.get(vb)
         if address is None:
-            raise ClientError(f"vbucket {vb} is not in the cluster map any more", ExitCode.PROTOCOL)
+            raise ClientError(f"vbucket {vb} is not in the cluster map any more, or has no active node in it",
+                              ExitCode.PROTOCOL)
         self._open_node(address, [vb])
 
     # --- the end ---------------------------------------------------------------------------------
@@ -638,6 +639,26 @@ def _config_of(raw: bytes, host: str, label: str) -> dict[str, Any]:
     except AddressError as exc:
         raise bad(f"lists a server {exc!s}") from None
     return config
+
+
+def served(wanted: list[int], count: int, owner: dict[int, tuple[str, int]]) -> tuple[list[int], str]:
+    """The vbuckets asked for that have an active node in the map, and what to say of those that have none (""
+    when all have one): a map's entry of -1 (or an index past its servers), as a failover with no replica to
+    promote leaves it, until the node is back or a rebalance. A vbucket past the map is the command line's
+    mistake; none served at all is a connection failure."""
+    past = [vb for vb in wanted if vb >= count]
+    if past:
+        raise ClientError(f"vbucket {past[0]} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
+    have = [vb for vb in wanted if vb in owner]
+    missing = [vb for vb in wanted if vb not in owner]
+    if not missing:
+        return have, ""
+    said = (f"vbucket {missing[0]} has" if len(missing) == 1 else
+            f"vbuckets {', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''} ({len(missing)}) have")
+    said += " no active node in the cluster map (a failover with no replica to promote, until its node is back)"
+    if not have:
+        raise ClientError(said, ExitCode.CONNECTION)
+    return have, said
 
 
 def vbucket_map(seed: Connection, host: str, port: int, *, tls: bool) -> tuple[int, dict[int, tuple[str, int]]]:

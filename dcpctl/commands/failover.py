@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
+from dcpctl.client.streamer import ACTIVE, served
 from dcpctl.commands._live import HostArgument, Login, client_errors
 from dcpctl.commands._options import env_of, option_groups, parse_ranges
 from dcpctl.dcp.failover import checked_dump, compare, dump_logs
@@ -17,6 +19,7 @@ from dcpctl.dcp.rollback import failover_entries, load_json
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import Opcode
+from dcpctl.safetext import shown
 
 
 class FailoverFormat(StrEnum):
@@ -54,17 +57,23 @@ def failover(
     rows: list[dict[str, Any]] = []
     with client_errors():
         count, owner = login.cluster_map(host, password, tls_options)
-        wanted = sorted(chosen if chosen is not None else range(count))
+        wanted, unserved = served(sorted(chosen if chosen is not None else range(count)), count, owner)
+        if unserved:
+            env.stderr.write(f"dcpctl: warning: {shown(unserved)}: not in this dump\n")
         by_node: dict[tuple[str, int], list[int]] = {}
         for vb in wanted:
-            if vb not in owner:
-                raise CommandError(f"vbucket {vb} is not in the cluster map ({count} vbuckets)", ExitCode.USAGE)
             by_node.setdefault(owner[vb], []).append(vb)
         for (node_host, node_port), node_vbuckets in by_node.items():
             conn = login.connect(node_host, node_port, password, tls_options)
             try:
-                seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS).field("vbucket_seqnos")
+                # active ones only: unfiltered, a node lists its replicas too, whose seqno is not the vbucket's
+                seqnos = conn.check(Opcode.GET_ALL_VB_SEQNOS, vbucket_state_filter=ACTIVE).field("vbucket_seqnos")
                 high = {int(e.vbucket): int(e.seqno) for e in seqnos or ()}
+                unlisted = [vb for vb in node_vbuckets if vb not in high]
+                if unlisted:
+                    env.stderr.write(f"dcpctl: warning: {shown(conn.label)} does not list vbucket"
+                                     f"{'s' if len(unlisted) > 1 else ''} {', '.join(map(str, unlisted))} as active "
+                                     "there (GET_ALL_VB_SEQNOS): the cluster map may be stale; high_seqno null\n")
                 for vb in node_vbuckets:
                     entries = failover_entries(conn.check(Opcode.GET_FAILOVER_LOG, f"GET_FAILOVER_LOG vbucket {vb}",
                                                           vbucket=vb))
@@ -74,6 +83,8 @@ def failover(
             finally:
                 conn.close()
     rows.sort(key=lambda r: r["vbucket"])
+    if earlier is not None and chosen is not None:  # the vbuckets left out are not missing from this dump
+        earlier = {vb: dumped for vb, dumped in earlier.items() if vb in chosen}
     changes = compare(earlier, dump_logs(rows)) if earlier is not None else None
     if env.output_format(fmt, FailoverFormat.TABLE, FailoverFormat.JSON) is FailoverFormat.JSON:
         if changes is not None:
@@ -90,9 +101,11 @@ def failover(
         console.print(f"{unchanged} of {len(changes)} vbuckets unchanged")
         return
     table = Table("vbucket", "high seqno", "entries", "failover log (uuid@seqno, newest first)", "node",
-                  title=f"failover logs of {login.bucket}")
+                  title=f"failover logs of {escape(login.bucket)}")
     for row in rows:
         log = ", ".join(f"{e['vbucket_uuid']}@{e['seqno']}" for e in row["failover_log"])
-        table.add_row(str(row["vbucket"]), str(row["high_seqno"]), str(len(row["failover_log"])), log, row["node"])
+        high = row["high_seqno"]
+        table.add_row(str(row["vbucket"]), "?" if high is None else str(high), str(len(row["failover_log"])), log,
+                      escape(row["node"]))  # text, not markup: an IPv6 node's [fe80::1] is no style tag
     console.print(table)
 

@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from dcpctl.client.negotiate import negotiate_live, server_view
+from dcpctl.client.streamer import served
 from dcpctl.commands._live import MAX_SEQNO, HostArgument, Login, client_errors
 from dcpctl.commands._options import env_of, option_groups
 from dcpctl.dcp.rollback import (
@@ -73,7 +74,8 @@ def explain(
     snap_end: Annotated[str | None, typer.Option("--snap-end", help="Snapshot end (default: start).",
                                                  metavar="SEQNO")] = None,
     high_seqno: Annotated[str | None, typer.Option(
-        "--high-seqno", help="The vbucket's high seqno (default: the larger of start and the newest entry's seqno).",
+        "--high-seqno", help="The vbucket's high seqno (default: a failover dump's high_seqno; else the larger "
+        "of start and the newest entry's seqno).",
         metavar="SEQNO")] = None,
     purge_seqno: Annotated[str | None, typer.Option("--purge-seqno", help="The server's purge seqno (default 0).",
                                                     metavar="SEQNO")]
@@ -268,9 +270,8 @@ def negotiate_command(
     password = login.password(env)
     tls_options = login.tls_options()
     with client_errors():
-        _, owner = login.cluster_map(host, password, tls_options)
-        if vbucket not in owner:
-            raise CommandError(f"vbucket {vbucket} is not in the cluster map", ExitCode.USAGE)
+        count, owner = login.cluster_map(host, password, tls_options)
+        served([vbucket], count, owner)  # past the map: exit 2; no active node: exit 5
         conn = login.connect(*owner[vbucket], password, tls_options)
         try:
             server = server_view(conn, vbucket)

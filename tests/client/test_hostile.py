@@ -386,7 +386,83 @@ def test_an_answer_its_layout_cannot_hold_is_a_protocol_fault(opcode: str, comma
     """Its fields would be read as what the server never said: exit 8, one line naming the server."""
     with hostile(malformed_answers(opcode)) as server:
         words = command[:2] if command[0] == "rollback" else command[:1]
-        code, out, err = run(*words, f"127.0.0.1:{server.port}", *command[len(words):], "--timeout", "5")
+        code, _, err = run(*words, f"127.0.0.1:{server.port}", *command[len(words):], "--timeout", "5")
     assert code == ExitCode.PROTOCOL, err
     one_line(err)
     assert err == f"dcpctl: error: 127.0.0.1:{server.port}: {says}\n"
+
+
+def one_vbucket_unserved(request: Message, sock: socket.socket) -> bytes | None:
+    """Three vbuckets on this server, the map giving vbucket 1 no active node (-1: what a failover with no
+    replica to promote leaves); each served one has a log and high seqno 0."""
+    name = request.opcode_name
+    if name == "GET_CLUSTER_CONFIG":
+        config = {"vBucketServerMap": {"serverList": [f"127.0.0.1:{sock.getsockname()[1]}"],
+                                       "vBucketMap": [[0], [-1], [0]]}}
+        return response(request, value=json.dumps(config).encode().hex(), value_encoding="hex")
+    if name == "GET_ALL_VB_SEQNOS":
+        return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 0}, {"vbucket": 2, "seqno": 0}])
+    if name == "GET_FAILOVER_LOG":
+        return response(request, failover_log=[{"vbucket_uuid": 7, "seqno": 0}])
+    if name == "DCP_STREAM_REQ":  # opened, then ended at once: it is at its end
+        return response(request, failover_log=[{"vbucket_uuid": 7, "seqno": 0}]) + encode(
+            {"magic": "ClientRequest", "opcode": "DCP_STREAM_END", "opaque": request.opaque,
+             "vbucket": request.vbucket, "stream_end_status": 0}, fix_lengths=True)
+    return None
+
+
+def test_a_vbucket_without_an_active_node_is_left_out_of_a_failover_dump() -> None:
+    """It is in the map (was 'not in the cluster map', exit 2, and no dump of the others)."""
+    with hostile(one_vbucket_unserved) as server:
+        code, out, err = run("failover", f"127.0.0.1:{server.port}", "-F", "json", "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert [row["vbucket"] for row in json.loads(out)] == [0, 2]
+    assert err == "dcpctl: warning: vbucket 1 has no active node in the cluster map (a failover with no replica " \
+                  "to promote, until its node is back): not in this dump\n"
+
+
+@pytest.mark.parametrize("command", [["failover", "--vbuckets", "1"], ["stream", "--vbuckets", "1"],
+                                     ["rollback", "negotiate", "--vbucket", "1", "--uuid", "7", "--seqno", "0"]])
+def test_only_vbuckets_without_an_active_node_is_a_connection_failure(command: list[str]) -> None:
+    with hostile(one_vbucket_unserved) as server:
+        words = command[:2] if command[0] == "rollback" else command[:1]
+        code, out, err = run(*words, f"127.0.0.1:{server.port}", *command[len(words):], "--timeout", "5")
+    assert (code, out) == (ExitCode.CONNECTION, ""), err
+    assert err == "dcpctl: error: vbucket 1 has no active node in the cluster map (a failover with no replica to " \
+                  "promote, until its node is back)\n"
+
+
+def test_a_stream_leaves_out_a_vbucket_without_an_active_node() -> None:
+    with hostile(one_vbucket_unserved) as server:
+        code, _, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert err.startswith("dcpctl: vbucket 1 has no active node in the cluster map (a failover with no replica to "
+                          "promote, until its node is back): left out\n"), err
+
+
+def test_a_vbucket_past_the_map_is_still_the_command_line_s_mistake() -> None:
+    with hostile(one_vbucket_unserved) as server:
+        code, _, err = run("failover", f"127.0.0.1:{server.port}", "--vbuckets", "3", "--timeout", "5")
+    assert code == ExitCode.USAGE
+    assert err == "dcpctl: error: vbucket 3 is not in the cluster map (3 vbuckets)\n"
+
+
+def test_a_vbucket_its_node_does_not_list_has_no_high_seqno_and_a_warning() -> None:
+    """The table printed Python's None, JSON a silent null."""
+    def script(request: Message, sock: socket.socket) -> bytes | None:
+        if request.opcode_name == "GET_ALL_VB_SEQNOS":
+            return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 0}])
+        return one_vbucket_unserved(request, sock)
+
+    with hostile(script) as server:
+        code, out, err = run("failover", f"127.0.0.1:{server.port}", "--vbuckets", "0,2", "-F", "json",
+                             "--timeout", "5")
+        assert code == ExitCode.OK, err
+        assert [(row["vbucket"], row["high_seqno"]) for row in json.loads(out)] == [(0, 0), (2, None)]
+        assert err == f"dcpctl: warning: 127.0.0.1:{server.port} does not list vbucket 2 as active there " \
+                      "(GET_ALL_VB_SEQNOS): the cluster map may be stale; high_seqno null\n"
+        code, out, err = run("failover", f"127.0.0.1:{server.port}", "--vbuckets", "2", "-F", "table",
+                             "--timeout", "5")
+    assert code == ExitCode.OK, err
+    assert "None" not in out
+    assert "│ 2       │ ?" in out

@@ -3,14 +3,18 @@ not a failover dump."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from servekit import free_port, run, serving
 
+from dcpctl.cli import main
 from dcpctl.client.state import State, StateError, VbucketPosition, check_writable, load, save
 from dcpctl.exitcode import ExitCode
+from dcpctl.render.env import Environment
 from dcpctl.safetext import brief
 
 PAST = "starts at 40, past --until 10: nothing to stream"
@@ -174,3 +178,21 @@ def test_a_bad_state_file_is_said_in_words_not_a_python_repr(tmp_path: Path, vbu
     with pytest.raises(StateError) as raised:
         load(path, "default")
     assert str(raised.value) == f"{path}: not a dcpctl state file ({says})"
+
+
+def test_a_compare_of_some_vbuckets_compares_those_only(tmp_path: Path) -> None:
+    """The vbuckets --vbuckets left out were reported 'not in this dump' (missing_vbucket), each of them."""
+    def json_of(*args: str) -> Any:
+        out, err = io.StringIO(), io.StringIO()
+        env = Environment(stdout=out, stderr=err, stdin=io.BytesIO(), stdout_isatty=False, stderr_isatty=False,
+                          color=False, width=200)
+        assert main(list(args), env) == ExitCode.OK, err.getvalue()
+        assert err.getvalue() == ""
+        return json.loads(out.getvalue())
+
+    with serving("--vbuckets", "8", "--items", "40") as server:
+        earlier = tmp_path / "earlier.json"
+        earlier.write_text(json.dumps(json_of("failover", f"127.0.0.1:{server.port}", "-F", "json")))
+        changes = json_of("failover", f"127.0.0.1:{server.port}", "--vbuckets", "1,5", "--compare", str(earlier),
+                          "-F", "json")
+    assert [(change["vbucket"], change["change"]) for change in changes] == [(1, "unchanged"), (5, "unchanged")]
