@@ -233,7 +233,9 @@ class Consumer:
             tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
             tracker.negotiated(collections=bool(options.collections))  # HELLO came before tracking
         self.tracker = tracker
-        self.streams: dict[int, Stream] = {}  # opaque -> stream
+        self.streams: dict[int, Stream] = {}  # opaque -> stream, once its request is answered Success
+        # opaque -> stream asked for, not answered yet: its messages before the answer are no stream's data
+        self._asked: dict[int, Stream] = {}
         self.unacked = 0
         self.ts = 0.0  # when the bytes being handled were read: their messages' ts, as a capture's
         self._lines = lines.lines(connection) if lines is not None else None
@@ -289,7 +291,7 @@ class Consumer:
     # --- streams -----------------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        return any(not s.ended for s in self.streams.values())
+        return bool(self._asked) or any(not s.ended for s in self.streams.values())
 
     def request(self, vbucket: int, now: float) -> Stream:
         """Ask for a vbucket's stream from its position: queues a DCP_STREAM_REQ."""
@@ -310,14 +312,13 @@ class Consumer:
                              vbucket_uuid=request.vbucket_uuid, snap_start_seqno=snap_start,
                              snap_end_seqno=snap_end)
         self._send(data)
-        stream = self.streams[opaque] = Stream(vbucket, opaque, request, now)
+        stream = self._asked[opaque] = Stream(vbucket, opaque, request, now)
         return stream
 
     def overdue(self, now: float, timeout: float) -> Stream | None:
         """A stream request unanswered for more than ``timeout`` seconds (the server's noops keep the
         connection alive, so only the request's own deadline catches it)."""
-        return next((s for s in self.streams.values()
-                     if not s.open and not s.ended and now - s.sent > timeout), None)
+        return next((s for s in self._asked.values() if now - s.sent > timeout), None)
 
     def close_streams(self) -> None:
         """Queue DCP_CLOSE_STREAM for every stream still open (the end of a run)."""
@@ -403,6 +404,8 @@ class Consumer:
         if self.unacked >= self.half:
             self._ack()
         stream = self.streams.get(msg.opaque)
+        if stream is None and msg.opaque in self._asked and opcode in STREAM_OPCODES:
+            self._unanswered(msg.opaque, msg.opcode_name)
         note = self.tracker.observe(msg, from_client=False, ts=ts)
         seen = Observed(msg, {"ts": ts, "connection": self.connection, "direction": _DIRECTION}, note.fields,
                         note.diagnostics)
@@ -443,7 +446,7 @@ class Consumer:
         return seen
 
     def _stream_response(self, msg: Message) -> None:
-        stream = self.streams.get(msg.opaque)
+        stream = self._asked.pop(msg.opaque, None)
         if stream is None:
             return
         status = msg.status
@@ -457,6 +460,7 @@ class Consumer:
                               f"({bad.message})")
         if status == Status.SUCCESS:
             stream.open = True
+            self.streams[msg.opaque] = stream
             self.progress.reroutes.pop(vbucket, None)  # it opened: the map pointed at its node (see Progress)
             log = failover_entries(msg)
             if log:
@@ -469,7 +473,6 @@ class Consumer:
                 self._events.append(Notice(f"vbucket {vbucket}: starts at {start}, past --until {until}: "
                                            "nothing to stream"))
             return
-        del self.streams[msg.opaque]
         if status == Status.ROLLBACK:
             seqno = int(msg.field("rollback_seqno"))
             self._refused[vbucket] = stream
@@ -480,6 +483,12 @@ class Consumer:
             self._events.append(Reroute(vbucket))
         else:
             raise StatusError(f"stream request for vbucket {vbucket} on {self.label}", str(msg.status_name))
+
+    def _unanswered(self, opaque: int, opcode: str) -> None:
+        """A stream's message before the answer to its request: a server answers first, so what it sends
+        cannot be told to be that stream's (counted, saved as a position the server never granted)."""
+        raise ClientError(f"{self.label}: sent {opcode} for vbucket {self._asked[opaque].vbucket} before answering "
+                          "its stream request")
 
     def rollback(self, vbucket: int, seqno: int, log: list[FailoverEntry], high: int | None, now: float, *,
                  until_now: bool = False) -> Notice:
@@ -647,6 +656,8 @@ class Consumer:
                         vbucket = stream.vbucket
                         run = written.get(vbucket) or written.setdefault(vbucket, [0, seqno, seqno])
                 if stream is None:  # not one of ours (the usual path writes it and counts it nowhere)
+                    if opaque in self._asked:
+                        self._unanswered(opaque, str(msg.opcode_name))
                     continue
                 run[0] += 1
                 run[2] = seqno

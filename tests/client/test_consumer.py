@@ -351,6 +351,13 @@ def one_stream(vbucket: int = 3) -> tuple[Consumer, int]:
     return consumer, stream.opaque
 
 
+def opened_stream(vbucket: int = 3) -> tuple[Consumer, int]:
+    """:func:`one_stream`, its request answered Success: a server answers before it sends the stream's messages."""
+    consumer, opaque = one_stream(vbucket)
+    drained(consumer, build.response(Opcode.DCP_STREAM_REQ, opaque=opaque, value=b""))
+    return consumer, opaque
+
+
 def drained(consumer: Consumer, data: bytes, now: float = 1.0) -> list[Event]:
     consumer.feed(data, now)
     out = []
@@ -373,7 +380,7 @@ def test_a_stream_end_ends_or_reroutes_by_its_status(status: int, asked_again: b
 
 
 def test_a_stream_end_for_lost_privileges_stops_with_exit_7() -> None:
-    consumer, opaque = one_stream()
+    consumer, opaque = opened_stream()
     with pytest.raises(ClientError) as raised:
         drained(consumer, build.request(Opcode.DCP_STREAM_END, opaque=opaque, vbucket=3,
                                         stream_end_status=StreamEndStatus.LOST_PRIVILEGES))
@@ -391,7 +398,7 @@ def test_not_my_vbucket_asks_the_topology_and_other_refusals_are_errors() -> Non
 
 
 def test_a_marker_sets_the_snapshot_a_resume_asks_with() -> None:
-    consumer, opaque = one_stream()
+    consumer, opaque = opened_stream()
     drained(consumer, build.request(Opcode.DCP_SNAPSHOT_MARKER, opaque=opaque, vbucket=3, snap_start_seqno=6,
                                     snap_end_seqno=9, snapshot_flags=1))
     position = consumer.progress.state.vbuckets[3]

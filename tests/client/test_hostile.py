@@ -466,3 +466,33 @@ def test_a_vbucket_its_node_does_not_list_has_no_high_seqno_and_a_warning() -> N
     assert code == ExitCode.OK, err
     assert "None" not in out
     assert "│ 2       │ ?" in out
+
+
+def items_before_the_answer(request: Message, sock: socket.socket) -> bytes | None:
+    """One vbucket of seqno 5, whose stream request is never answered, though its items come."""
+    name = request.opcode_name
+    if name == "GET_ALL_VB_SEQNOS":
+        return response(request, vbucket_seqnos=[{"vbucket": 0, "seqno": 5}])
+    if name == "DCP_STREAM_REQ":
+        return b"".join(build.request(Opcode.DCP_MUTATION, opaque=request.opaque, key=b"k%d" % seqno, value=b"v",
+                                      by_seqno=seqno, rev_seqno=1, flags=0, expiration=0, lock_time=0, nmeta=0,
+                                      nru=0) for seqno in range(1, 6))
+    return None
+
+
+@pytest.mark.parametrize("mode", [["-F", "jsonl"], ["--summary"], ["-f", "{by_seqno}"]])
+def test_items_before_the_answer_to_their_stream_request_are_a_protocol_fault(mode: list[str],
+                                                                             tmp_path: Path) -> None:
+    """They were streamed and counted, and the state saved seqno 5 with uuid 0, which a resume could only
+    roll back from; every output path now refuses them (exit 8) and saves nothing of them."""
+    state = tmp_path / "state.json"
+    with hostile(items_before_the_answer) as server:
+        code, out, err = run("stream", f"127.0.0.1:{server.port}", "--until", "now", "--timeout", "5",
+                             "--state", str(state), *mode)
+    assert code == ExitCode.PROTOCOL, err
+    assert err.endswith(f"dcpctl: error: 127.0.0.1:{server.port}: sent DCP_MUTATION for vbucket 0 before answering "
+                        "its stream request\n"), err
+    assert "k1" not in out
+    assert "\n1\n" not in f"\n{out}"
+    saved = json.loads(state.read_text())["vbuckets"] if state.exists() else {}
+    assert saved.get("0", {}).get("seqno", 0) == 0
