@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import ssl
 from collections.abc import Iterator
@@ -158,7 +159,12 @@ def password_of(env: Environment, variable: str, path: Path | None, user: str) -
     if variable in os.environ:
         return os.environ[variable]
     if env.stderr_isatty and env.stdin_isatty():
-        return str(typer.prompt(f"password for {user}", hide_input=True, err=True))
+        try:  # getpass, not click's prompt: that makes Ctrl-D an Abort, said as 'interrupted'
+            return getpass.getpass(f"password for {user}: ")
+        except EOFError:
+            env.stderr.write("\n")  # the prompt's line ended, as Enter would
+            raise CommandError("no password: the prompt was given the end of input (Ctrl-D)", ExitCode.USAGE) \
+                from None
     raise CommandError(f"no password: set {variable}, give --password-file, or run on a terminal to be asked",
                        ExitCode.USAGE)
 
