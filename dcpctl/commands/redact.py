@@ -395,7 +395,7 @@ def summary_text(summary: Summary) -> str:
         lines.append(f"  {counts['unparsed_bytes']} bytes of {counts['unparsed_connections']} connections "
                      "overwritten: not parsed (a start the capture missed, a gap, garbage)")
     if counts["truncated"]:
-        lines.append(f"  messages cut short by the capture, their bodies zeroed: {counts['truncated']}")
+        lines.append(f"  messages cut short by the capture, their keys and values zeroed: {counts['truncated']}")
     if counts["untrusted"]:
         lines.append(f"  messages found just after skipped bytes (maybe a document's bytes), only their header "
                      f"and extras kept: {counts['untrusted']}")

@@ -581,6 +581,72 @@ class Redactor:
         if parsed_end < msg.extras_offset:  # an element that runs past the framing extras: not read
             out[parsed_end:msg.extras_offset] = self.placeholder(b"value", msg.raw[parsed_end:msg.extras_offset])
 
+    def _before_key(self, msg: Message, out: bytearray, *, odd_extras: bool, names: bool,
+                    every: bool = False) -> None:
+        """The frame infos and extras of ``out`` (the message's bytes), as :meth:`message` redacts them: the
+        protocol's numbers kept, data and names replaced (every frame info's data: ``every``)."""
+        raw, key_at = msg.raw, msg.key_offset
+        if msg.framing_extras_length:
+            self._frame_infos(msg, out, every=every, names=names)
+        variant = msg.variant
+        layout = variant.layout if variant is not None else None
+        if odd_extras:  # extras no row declares at this length (an unknown opcode's, a malformed one's): nothing
+            # says they are the protocol's numbers
+            extras_at = msg.extras_offset
+            out[extras_at:key_at] = self.placeholder(b"value", raw[extras_at:key_at])
+        elif layout is not None and msg.extras_length == layout.size:
+            for name in DATA_EXTRAS:
+                if name in layout.names:
+                    self.counts["values"] += 1
+                    at = msg.extras_offset + layout.offset(name)
+                    stop = at + layout.field(name).size
+                    out[at:stop] = self.placeholder(b"value", raw[at:stop])
+
+    def _cut_short(self, msg: Message, *, names: bool, trusted: bool = True) -> bytes:
+        """A message the capture ended inside: its value cannot be read whole, so it is zeroed; its frame infos
+        (when all there), its extras (the numbers a declared row reads, as far as they go) and its key (when
+        whole) are redacted as a whole message's, so that its seqnos, flags and times stay (zeroed, they read as
+        a by_seqno 0 going backwards, a diagnosis the capture never held) and its key has its placeholder and
+        collection (a part of a key has none: zeroed). Not ``trusted`` (:meth:`untrusted`): every frame info's
+        data is replaced too, and the key as a document key."""
+        self.counts["truncated"] += 1
+        raw = msg.raw
+        if len(raw) <= HEADER_LENGTH:
+            return raw
+        out = bytearray(raw[:HEADER_LENGTH]) + bytes(len(raw) - HEADER_LENGTH)
+        # where the header puts them (a cut message's own offsets stop at its end)
+        key_at = HEADER_LENGTH + msg.framing_extras_length + msg.extras_length
+        value_at = key_at + msg.key_length
+        variant = msg.variant
+        layout = variant.layout if variant is not None else None
+        declared = (layout.size if layout is not None else 0) == msg.extras_length and not any(
+            d.name in ("lengths_exceed_body", "extras_length_mismatch") for d in msg.diagnostics)
+        extras_at = HEADER_LENGTH + msg.framing_extras_length
+        if len(raw) < extras_at or not declared:  # frame infos cut, or extras no row reads as numbers: zeroed too
+            return bytes(out)
+        out[HEADER_LENGTH:key_at] = raw[HEADER_LENGTH:key_at]
+        if len(raw) >= key_at:
+            self._before_key(msg, out, odd_extras=False, names=names, every=not trusted)
+            return self._cut_key(msg, out, key_at, value_at, trusted=trusted)
+        if msg.framing_extras_length:
+            self._frame_infos(msg, out, every=not trusted, names=names)
+        for name in DATA_EXTRAS:  # a document's number, cut: zeroed
+            if layout is not None and name in layout.names:
+                at = extras_at + layout.offset(name)
+                stop = min(at + layout.field(name).size, len(out))
+                out[at:stop] = bytes(max(0, stop - at))
+        return bytes(out)
+
+    def _cut_key(self, msg: Message, out: bytearray, key_at: int, value_at: int, *, trusted: bool) -> bytes:
+        """A cut message's key replaced when it is whole (else left zeroed)."""
+        variant = msg.variant
+        if key_at < value_at <= len(msg.raw):
+            row = variant if trusted else None
+            key = self._key(msg, row.key if row is not None else None, row.key_content if row is not None else None)
+            if len(key) == value_at - key_at:  # else an address in it mapped to other text: zeroed, as a part
+                out[key_at:value_at] = key
+        return bytes(out)
+
     def untrusted(self, msg: Message) -> bytes:
         """A message found after skipped bytes (a capture begun inside a connection, a gap): it may be a
         document's bytes that look like a message, so only its header and extras (numbers) stay. Its frame
@@ -588,7 +654,7 @@ class Redactor:
         everywhere, so it still matches; a document's value emptied under --values drop)."""
         raw = msg.raw
         if len(raw) < HEADER_LENGTH + msg.total_body_length:
-            return self.message(msg)  # cut short: its body goes whole
+            return self._cut_short(msg, names=True, trusted=False)
         self.counts["untrusted"] += 1
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
         out = bytearray(raw)
@@ -659,29 +725,14 @@ class Redactor:
         the names frame infos carry (a user, a privilege) are replaced too."""
         raw = msg.raw
         if len(raw) < HEADER_LENGTH or len(raw) < HEADER_LENGTH + msg.total_body_length:
-            # cut short (the capture ended inside it): its body cannot be read by its layout, so none of it stays
-            self.counts["truncated"] += 1
-            return raw[:HEADER_LENGTH] + bytes(max(0, len(raw) - HEADER_LENGTH))
+            return self._cut_short(msg, names=names)
         key_at, value_at, end = msg.key_offset, msg.value_offset, msg.body_end
         variant = msg.variant
         odd_extras = _odd_extras(msg)
         if key_at == end == len(raw) and not msg.framing_extras_length and not odd_extras:
             return raw  # no key, no value (an ack, a noop): nothing to replace
         out = bytearray(raw)
-        if msg.framing_extras_length:
-            self._frame_infos(msg, out, names=names)
-        layout = variant.layout if variant is not None else None
-        if odd_extras:  # extras no row declares at this length (an unknown opcode's, a malformed one's): nothing
-            # says they are the protocol's numbers
-            extras_at = msg.extras_offset
-            out[extras_at:key_at] = self.placeholder(b"value", raw[extras_at:key_at])
-        elif layout is not None and msg.extras_length == layout.size:
-            for name in DATA_EXTRAS:
-                if name in layout.names:
-                    self.counts["values"] += 1
-                    at = msg.extras_offset + layout.offset(name)
-                    stop = at + layout.field(name).size
-                    out[at:stop] = self.placeholder(b"value", raw[at:stop])
+        self._before_key(msg, out, odd_extras=odd_extras, names=names)
         shift = 0  # how far a key of another length moved the value
         if value_at > key_at:
             key = self._key(msg, variant.key if variant is not None else None,

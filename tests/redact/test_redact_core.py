@@ -132,11 +132,22 @@ def test_sasl_values_and_the_user_agent_are_overwritten() -> None:
     assert b"host-42" not in out
 
 
-def test_a_message_cut_short_keeps_its_header_only() -> None:
-    raw = _mutation(b"customer-key", b"value")[:40]
-    out = Redactor(b"salt").message(decode(raw))
-    assert out[:24] == raw[:24]
-    assert out[24:] == bytes(16)
+def test_a_message_cut_short_keeps_its_numbers_not_its_key_or_value() -> None:
+    """Its extras are the protocol's numbers (by_seqno first): zeroed, they read as a seqno 0 going backwards.
+    A key cut short has no placeholder of its own, and a value cut short cannot be redacted as a whole one."""
+    whole = _mutation(b"customer-key", b"confidential value")
+    key_at = 24 + 31
+    value_at = key_at + len(b"customer-key")
+    in_extras = whole[:40]
+    assert Redactor(b"salt").message(decode(in_extras)) == in_extras  # header and by_seqno, rev_seqno's half
+    in_key = whole[:key_at + 5]
+    assert Redactor(b"salt").message(decode(in_key)) == whole[:key_at] + bytes(5)
+    in_value = whole[:value_at + 7]
+    out = Redactor(b"salt").message(decode(in_value))
+    assert out[:key_at] == whole[:key_at]
+    # the key's placeholder is the whole message's, so decode still tells which document it was
+    assert out[key_at:value_at] == Redactor(b"salt").message(decode(whole))[key_at:value_at] != whole[key_at:value_at]
+    assert out[value_at:] == bytes(7)
 
 
 def test_address_mapping_preserves_prefixes() -> None:
