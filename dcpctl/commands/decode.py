@@ -68,12 +68,12 @@ def decode(
                                                       "(repeatable).", metavar="RANGES")] = None,
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
                                                      "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Only keys matching this glob, or /regex/.",
-                                            metavar="GLOB")] = None,
+    key: Annotated[list[str] | None, typer.Option("--key", help="Only keys matching this glob, or /regex/ "
+                                                  "(repeatable: any of them).", metavar="GLOB")] = None,
     stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids "
                                                         "(1-65535; 0 is no stream id).", metavar="N",
                                                         min=1, max=65535)] = None,
-    filter_expr: Annotated[str | None, typer.Option(
+    filter_expr: Annotated[list[str] | None, typer.Option(
         "--filter", "-Y", help='Expression over JSON field names: opcode == "DCP_MUTATION" and by_seqno > 100; '
         "and/or/not, == != < <= > >= in, matches(field, regex), exists(field).", metavar="EXPR")] = None,
     count: Annotated[int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.",
@@ -100,8 +100,11 @@ def decode(
     env = env_of(ctx)
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     ports = frozenset(port or [11210])
+    if filter_expr and len(filter_expr) > 1:  # taken as the last one, it dropped the others without a word
+        raise CommandError("--filter given twice: write one expression, its parts joined with and / or",
+                           ExitCode.USAGE)
     try:
-        predicate = compile_filter(filter_expr, field_roots()) if filter_expr else None
+        predicate = compile_filter(filter_expr[0], field_roots()) if filter_expr else None
     except FilterError as exc:
         raise CommandError(f"--filter: {exc}", ExitCode.USAGE) from None
     vbuckets = parse_ranges(vbucket, "--vbucket") if vbucket else None
@@ -252,9 +255,17 @@ def _opcode_patterns(values: list[str]) -> Callable[[str], bool]:
     return matches
 
 
-def _key_matcher(pattern: str | None) -> Callable[[str], object] | None:
-    if pattern is None:
+def _key_matcher(patterns: list[str] | None) -> Callable[[str], object] | None:
+    """Whether a key matches any of the patterns (--key repeated: either document), each a glob or /regex/."""
+    if not patterns:
         return None
+    matchers = [_one_key_matcher(pattern) for pattern in patterns]
+    if len(matchers) == 1:
+        return matchers[0]
+    return lambda key: any(match(key) for match in matchers)
+
+
+def _one_key_matcher(pattern: str) -> Callable[[str], object]:
     if len(pattern) > 1 and pattern.startswith("/") and pattern.endswith("/"):
         try:
             return re.compile(pattern[1:-1]).search

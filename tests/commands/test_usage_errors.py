@@ -42,6 +42,9 @@ def usage_error(*args: str) -> str:
     (["decode", "--stream-id", "-1", PCAP], "--stream-id: input should be greater than or equal to 1"),
     (["decode", "--stream-id", "65536", PCAP], "--stream-id: input should be less than or equal to 65535"),
     (["decode", "--format"], "'--format' requires an argument"),
+    # the last was taken, the first dropped without a word
+    (["decode", "--filter", "by_seqno == 201", "-Y", "by_seqno == 203", PCAP], "--filter given twice: write one "
+     "expression, its parts joined with and / or"),
     (["decod"], "no such command 'decod'. Did you mean 'decode'"),
     (["rollback", "bogus"], "no such command 'bogus'"),
     (["stream", "127.0.0.1:abc"], "HOST[:PORT]: '127.0.0.1:abc': the port must be a number"),  # an argument's
@@ -98,6 +101,14 @@ def test_opcodes_by_name_in_any_case_glob_or_number() -> None:
     assert decoded("--opcode", "dcp_mutation") == decoded("--opcode", "0x57") == decoded("--opcode", "87") \
         == ["DCP_MUTATION", "DCP_MUTATION"]
     assert set(decoded("--opcode", "DCP_*")) >= {"DCP_MUTATION", "DCP_STREAM_REQ"}
+
+
+def test_a_repeated_key_selects_either() -> None:
+    """As --opcode and --vbucket: the last one was all --key took."""
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "decode", "-f", "{key}", "--key", "airline_10", "--key",
+                           "/_137$/", PCAP], capture_output=True, text=True, timeout=60, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split() == ["airline_10", "airline_137"]
 
 
 def test_filters_name_the_context_fields_and_exists_works() -> None:
