@@ -86,10 +86,10 @@ def analyze(
         if streamed(path):
             raise CommandError(f"{path}: a pipe: analyze reads capture files, which Spark cuts into pieces (save "
                                "it to a file, or use dcpctl decode)", ExitCode.USAGE)
-        if compressed(path):
-            raise CommandError(f"{path}: a compressed capture: analyze reads files Spark cuts into pieces, which "
-                               "compressed data cannot be (decompress it first, or use dcpctl decode)",
-                               ExitCode.INPUT)
+        if compressed(path):  # named with the others that do not open: one run names every file to mend
+            failures.append((path, "a compressed capture: analyze reads files Spark cuts into pieces, which "
+                                   "compressed data cannot be (decompress it first, or use dcpctl decode)"))
+            continue
         try:
             check(path)
         except FileNotFoundError:

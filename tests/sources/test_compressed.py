@@ -192,6 +192,14 @@ def test_analyze_says_it_cannot_cut_a_compressed_capture(tmp_path: Path) -> None
     assert done.returncode == ExitCode.INPUT
     assert done.stderr == (f"dcpctl: error: {packed}: a compressed capture: analyze reads files Spark cuts into "
                            "pieces, which compressed data cannot be (decompress it first, or use dcpctl decode)\n")
+    # with files that do not open either, the one line names them all (it named the compressed one alone)
+    missing = tmp_path / "missing.pcap"
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(missing), str(packed)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == ExitCode.INPUT
+    assert done.stderr.startswith("dcpctl: error: 2 files cannot be read: "), done.stderr
+    assert f"{missing}: no such file" in done.stderr
+    assert f"{packed}: a compressed capture" in done.stderr
 
 
 def _decompressors() -> list[int]:
