@@ -127,8 +127,8 @@ def stream(
         raise CommandError("--redact redacts what --write saves: give --write FILE", ExitCode.USAGE)
     file_size = rotation.size(write)
     live_capture_path(write, "--write")
-    redacting = redaction.live(redact, salt_file, env, "--write",
-                               _seed_ports(login, host) if redact and redaction.map_addresses else frozenset())
+    if not redact:  # what to keep without --redact is said at once; a salt is made below, once all is checked
+        redaction.live(redact, salt_file, env, "--write", frozenset())
     seqno_or(start, "--from", ("beginning", "now", "resume"))
     seqno_or(until, "--until", ("forever", "now"))
     if start.isdigit() and until.isdigit() and int(start) > int(until):  # the server would stream nothing
@@ -158,8 +158,13 @@ def stream(
     noop_seconds: float = noop_interval
     if "set_noop_interval" in controls:  # the interval the dead-connection check waits for
         noop_seconds = noop_interval_of_option(controls["set_noop_interval"], "--control set_noop_interval")
+    password = login.password(env)
+    # a random salt is printed once: not for a run the command line or a missing password stops first
+    redacting = redaction.live(redact, salt_file, env, "--write",
+                               _seed_ports(login, host) if redaction.map_addresses else frozenset()) \
+        if redact else None
     options = StreamOptions(
-        login.bucket, login.user, login.password(env), login.sasl_mech, login.tls_options(), login.timeout,
+        login.bucket, login.user, password, login.sasl_mech, login.tls_options(), login.timeout,
         parse_ranges(vbuckets) if vbuckets else None, start,
         until, collection_ids or None, scope_id, stream_id, no_value, xattrs, controls, buffer_size,
         noop_seconds, count, on_rollback.value, state, save_items,

@@ -222,3 +222,22 @@ def test_capture_count_stop_saves_every_message_it_printed_and_a_summary(tmp_pat
     assert documents
     assert not any({"key", "vbucket", "seqno", "pad"} & set(document) for document in documents)
     assert b"JSON names hashed (--no-keep-json-names): " in err
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ([], "no password: set DCPCTL_PASSWORD"),
+    (["--from", "50", "--until", "10"], "--from 50 is past --until 10"),
+])
+def test_no_salt_is_printed_for_a_stream_that_never_starts(args: list[str], says: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A random salt was made and printed before the command line and the password were checked: a line to
+    keep for a run that wrote nothing."""
+    monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
+    monkeypatch.delenv("DCPCTL_PASSWORD", raising=False)
+    if args:
+        monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    code, _, err = run("stream", "127.0.0.1:1", "--write", str(tmp_path / "x.pcap"), "--redact", *args)
+    assert code == ExitCode.USAGE
+    assert err.startswith("dcpctl: error: ")
+    assert says in err
+    assert "salt" not in err
