@@ -43,9 +43,20 @@ def shown_bytes(data: bytes) -> str:
 QUOTED_CHARS: Final = 48  # of a bad value quoted in an error or diagnostic: enough to recognise it, one line
 
 
+class _JsonWords(reprlib.Repr):
+    """The values quoted come from JSON (records to encode, state files, failover dumps): its null, true and
+    false, not Python's None, True and False."""
+
+    def repr_NoneType(self, _value: None, _level: int) -> str:  # noqa: N802 - reprlib's dispatch by type name
+        return "null"
+
+    def repr_bool(self, value: bool, _level: int) -> str:
+        return "true" if value else "false"
+
+
 def _bounded_repr() -> reprlib.Repr:
     # depth and size bounded: a value from the wire may nest 1024 levels (orjson's limit), past repr's own
-    bounded = reprlib.Repr()
+    bounded = _JsonWords()
     bounded.maxlevel = 3
     bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 4
     bounded.maxstring = bounded.maxother = bounded.maxlong = QUOTED_CHARS

@@ -46,3 +46,10 @@ def test_a_deeply_nested_value_is_quoted_without_recursing() -> None:
     for _ in range(5000):
         deep = [deep]
     assert len(brief(deep)) <= 60
+
+
+def test_a_value_quoted_from_json_is_in_json_s_words() -> None:
+    """encode said 'got None' and 'got True' of a record's null and true."""
+    assert brief(None) == "null"
+    assert brief([True, {"a": False}]) == "[true, {'a': false}]"
+    assert brief(7) == "7"
