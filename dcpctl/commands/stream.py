@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import orjson
 import typer
@@ -294,6 +294,9 @@ def stream(
             discard_stdout()
 
 
+SAME_STOP: Final = 0.2  # seconds: a stop signal again within this is the first one delivered twice
+
+
 class _StopSignals:
     """SIGINT, SIGTERM and SIGHUP from the start of ``dcpctl stream`` to its last output, through one handler
     whose state says what a signal does, so that no signal finds Python's defaults (a kill, exit 130) or cuts
@@ -301,7 +304,9 @@ class _StopSignals:
 
     - connecting (no stream asked for yet): stop at once (KeyboardInterrupt): nothing to close or save;
     - streaming: the first asks the streamer to stop at its next safe point; another stops at once
-      (KeyboardInterrupt: a write a reader that never reads has blocked) and closing begins;
+      (KeyboardInterrupt: a write a reader that never reads has blocked) and closing begins, unless it came
+      within :data:`SAME_STOP` of the first: GNU timeout passes a signal it gets on to its child and to its
+      process group, so the child gets it twice (Ctrl-C on ``timeout 1h dcpctl stream``), one stop;
     - closing (the output flushed, the state saved, the streams closed, the summary written): noted, nothing
       more, except that one cuts short a write (KeyboardInterrupt) to a descriptor that does not take more,
       whose reader stopped reading: the caller then keeps the last save if that was output a save would count.
@@ -310,6 +315,7 @@ class _StopSignals:
     def __init__(self, stop: Callable[[signal.Signals], None], started: Callable[[], bool]) -> None:
         self.stop, self.started = stop, started
         self.stopping = False  # the first signal came while streaming
+        self.stopped_at = 0.0  # when (time.monotonic)
         self.closing = False
         self.cuttable: int | None = None  # while closing, the descriptor being written: its blocked write is cut
 
@@ -318,10 +324,12 @@ class _StopSignals:
             if self.cuttable is not None and not _writable(self.cuttable):
                 raise KeyboardInterrupt
             return
+        if self.stopping and time.monotonic() - self.stopped_at < SAME_STOP:
+            return  # the first one again, passed on to the process group too
         if self.stopping or not self.started():
             self.closing = True  # set before the raise: the save that follows is never cut
             raise KeyboardInterrupt
-        self.stopping = True
+        self.stopping, self.stopped_at = True, time.monotonic()
         self.stop(signal.Signals(signum))
 
     @contextlib.contextmanager
