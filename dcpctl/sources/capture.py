@@ -341,7 +341,7 @@ class CaptureDecoder:
     def _message(self, conn: ConnectionId, state: _Connection, from_client: bool, direction: _Direction,
                  data: bytes, offset: int) -> Observed | Skipped | None:
         if not data or (data[0] not in MAGIC_CLASS and len(data) < 24):
-            return Skipped(offset, len(data), "truncated")
+            return Skipped(offset, len(data), "garbage")  # no magic byte first: not a packet's start
         end = offset + len(data)
         spans = direction.spans
         while spans and spans[0][1] <= offset:

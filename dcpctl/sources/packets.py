@@ -100,5 +100,5 @@ def _frames(framer: Framer, chunks: Iterator[bytes] | list[bytes], options: Deco
     offset, tail = framer.remainder()
     if tail and tail[0] in MAGIC_CLASS:
         yield decode(tail, base + offset, options)  # a packet cut short: "truncated" diagnostic
-    elif tail:
-        yield Skipped(base + offset, len(tail), "truncated")
+    elif tail:  # no magic byte first: not a packet's start, cut or whole
+        yield Skipped(base + offset, len(tail), "garbage")
