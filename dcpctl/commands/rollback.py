@@ -64,7 +64,7 @@ def explain(
         help="Captures (pcap, pcapng): explain every rollback negotiation in them instead.", metavar="CAPTURE")] = None,
     failover_log: Annotated[str | None, typer.Option(
         "--failover-log", help="The server's failover log: JSON from dcpctl failover/decode, [{vbucket_uuid, "
-        "seqno}] or [[uuid, seqno]], newest first; - for standard input.", metavar="JSON")] = None,
+        "seqno}] or [[uuid, seqno]], newest first; - for standard input.", metavar="FILE")] = None,
     uuid: Annotated[str | None, typer.Option("--uuid", help="The vbucket uuid the client sends (decimal or 0x "
                                              "hex).", metavar="UUID")] = None,
     start: Annotated[str | None, typer.Option("--start", help="The client's start seqno.", metavar="SEQNO")] = None,
