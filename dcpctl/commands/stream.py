@@ -305,8 +305,8 @@ class _StopSignals:
     - connecting (no stream asked for yet): stop at once (KeyboardInterrupt): nothing to close or save;
     - streaming: the first asks the streamer to stop at its next safe point; another stops at once
       (KeyboardInterrupt: a write a reader that never reads has blocked) and closing begins, unless it came
-      within :data:`SAME_STOP` of the first: GNU timeout passes a signal it gets on to its child and to its
-      process group, so the child gets it twice (Ctrl-C on ``timeout 1h dcpctl stream``), one stop;
+      within :data:`SAME_STOP` of the first: GNU timeout passes a signal it gets on to its child and to the
+      child's process group, so the child may get it twice, one stop;
     - closing (the output flushed, the state saved, the streams closed, the summary written): noted, nothing
       more, except that one cuts short a write (KeyboardInterrupt) to a descriptor that does not take more,
       whose reader stopped reading: the caller then keeps the last save if that was output a save would count.
