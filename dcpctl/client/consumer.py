@@ -48,7 +48,6 @@ from dcpctl.dcp.session import ConnectionTracker
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import build, grammar, stream_request_value
 from dcpctl.protocol.constants import STREAM_END_STATUSES, Magic, Opcode, Status, StreamEndStatus
-from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.framer import HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode, item_plan
 from dcpctl.protocol.reader import ItemReaders
@@ -453,8 +452,6 @@ class Consumer:
         vbucket = stream.vbucket
         position = self.progress.state.vbuckets[vbucket]
         bad = first_error(msg) if status in (Status.SUCCESS, Status.ROLLBACK) else None
-        if bad is None and status == Status.ROLLBACK and msg.field("rollback_seqno") is None:
-            bad = Diagnostic("must_have_value", "a Rollback answer without the seqno to roll back to")
         if bad is not None:  # its log or seqno would be read as what the server never said (empty, 0)
             raise ClientError(f"{self.label}: a malformed answer to the stream request for vbucket {vbucket} "
                               f"({bad.message})")

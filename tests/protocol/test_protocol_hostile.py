@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 from capturekit import session_packets, session_records, write_capture
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dcpctl.cli import main
 from dcpctl.dcp.session import stream_request_of
 from dcpctl.exitcode import ExitCode
 from dcpctl.protocol import stream_request_value
+from dcpctl.protocol.diagnostic import ERROR
 from dcpctl.protocol.encode import encode
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.render.env import Environment
@@ -96,3 +99,15 @@ def test_framing_extras_longer_than_the_body_are_said(keylen: int) -> None:
     names = [d.name for d in message.diagnostics]
     assert names[0] == "lengths_exceed_body", names
     assert "framing extras length 4 runs past the 3-byte body" in message.diagnostics[0].message
+
+
+@given(extras=st.binary(max_size=12), value=st.binary(max_size=20), datatype=st.integers(0, 7))
+def test_a_rollback_answer_without_its_seqno_is_always_an_error(extras: bytes, value: bytes, datatype: int) -> None:
+    """The consumer and negotiate refuse an answer by its first error alone; so a Rollback whose seqno cannot
+    be read must carry one, or it would be taken for 'roll back to 0'."""
+    raw = encode({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Rollback", "opaque": 1,
+                  "datatype": datatype, "extras": extras.hex(), "extras_encoding": "hex", "value": value.hex(),
+                  "value_encoding": "hex"}, fix_lengths=True)
+    message = decode(raw)
+    if message.field("rollback_seqno") is None:
+        assert any(found.severity == ERROR for found in message.diagnostics)
