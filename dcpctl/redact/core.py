@@ -619,8 +619,7 @@ class Redactor:
         value_at = key_at + msg.key_length
         variant = msg.variant
         layout = variant.layout if variant is not None else None
-        declared = (layout.size if layout is not None else 0) == msg.extras_length and not any(
-            d.name in ("lengths_exceed_body", "extras_length_mismatch") for d in msg.diagnostics)
+        declared = _row_reads_extras(msg) and not any(d.name == "lengths_exceed_body" for d in msg.diagnostics)
         extras_at = HEADER_LENGTH + msg.framing_extras_length
         if len(raw) < extras_at or not declared:  # frame infos cut, or extras no row reads as numbers: zeroed too
             return bytes(out)
@@ -749,15 +748,19 @@ class Redactor:
         return bytes(out) if len(out) == len(raw) else _with_body_length(out)
 
 
-def _odd_extras(msg: Message) -> bool:
-    """Whether a message has extras that no row of its opcode declares at their length, or that its row reads
-    at a length its header does not give (the UPR draft's stream messages: then they are the header's key and
-    value)."""
+def _row_reads_extras(msg: Message) -> bool:
+    """Whether the extras its header gives (none included) are the numbers its row declares at that length."""
     variant = msg.variant
-    if msg.key_offset > msg.extras_offset and any(d.name == "extras_length_mismatch" for d in msg.diagnostics):
-        return True
-    return msg.extras_length > 0 and (variant is None or variant.layout is None
-                                      or variant.layout.size != msg.extras_length)
+    layout = variant.layout if variant is not None else None
+    return (layout.size if layout is not None else 0) == msg.extras_length and not any(
+        d.name == "extras_length_mismatch" for d in msg.diagnostics)
+
+
+def _odd_extras(msg: Message) -> bool:
+    """Whether a whole message has extras that no row of its opcode declares at their length, or that its row
+    reads at a length its header does not give (the UPR draft's stream messages: then they are the header's
+    key and value), some of them in the body: the bytes before its key are then not known numbers."""
+    return msg.key_offset > msg.extras_offset and not _row_reads_extras(msg)
 
 
 def _parses(value: bytes) -> bool:
