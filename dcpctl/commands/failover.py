@@ -19,6 +19,7 @@ from dcpctl.dcp.rollback import failover_entries, load_json
 from dcpctl.errortext import file_error, json_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.constants import Opcode
+from dcpctl.render.tables import print_table
 from dcpctl.safetext import shown
 
 
@@ -107,5 +108,5 @@ def failover(
         high = row["high_seqno"]
         table.add_row(str(row["vbucket"]), "?" if high is None else str(high), str(len(row["failover_log"])), log,
                       escape(row["node"]))  # text, not markup: an IPv6 node's [fe80::1] is no style tag
-    console.print(table)
+    print_table(console, table)
 

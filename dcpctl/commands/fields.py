@@ -12,6 +12,7 @@ from dcpctl.commands._options import env_of
 from dcpctl.protocol.diagnostic import CATALOGUE
 from dcpctl.protocol.fields import catalogue
 from dcpctl.render import jsonl
+from dcpctl.render.tables import print_table
 
 
 def fields(
@@ -42,6 +43,6 @@ def fields(
         for row in rows:
             # cells are text, not rich markup: [int] of list[int] was read as a style tag and dropped
             table.add_row(*(escape(", ".join(v) if isinstance(v, list) else str(v)) for v in (row[c] for c in columns)))
-        env.console().print(table)
+        print_table(env.console(), table)
     else:
         raise typer.BadParameter("must be table, tsv or jsonl", param_hint="--format")

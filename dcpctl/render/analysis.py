@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dcpctl.render.tables import print_table
 from dcpctl.safetext import shown
 
 # (title, report key, columns) of the tables, in the report's order
@@ -109,7 +110,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         table = Table(*columns, title=title)
         for row in rows[:TABLE_ROWS]:
             table.add_row(*[cell(row.get(c), c) for c in columns])
-        console.print(table)
+        print_table(console, table)
         cut = key in report.get("lists_at_limit", ())
         if len(rows) > TABLE_ROWS:
             console.print(f"... {len(rows) - TABLE_ROWS} more in --format json" + (
@@ -131,6 +132,6 @@ def _print_per_second(console: Console, rows: list[dict[str, Any]]) -> None:
         console.print(f"per second: {table.row_count} rows, too many connections for a table "
                       "(--format json has them all)")
     else:
-        console.print(table)
+        print_table(console, table)
     for line in lines:
         console.print(escape(shown(line)))

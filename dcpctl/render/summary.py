@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dcpctl.dcp.summary import Row, Summary
+from dcpctl.render.tables import print_table
 
 
 def print_summary(summary: Summary, console: Console, as_json: bool = False) -> None:
@@ -37,7 +38,7 @@ def print_summary(summary: Summary, console: Console, as_json: bool = False) -> 
     if len(rows) > 1:
         table.add_section()
         table.add_row(*cells(summary.total(), "", ""), style="bold")
-    console.print(table)
+    print_table(console, table)
 
 
 def _seconds(offset: float | None) -> str:
@@ -57,4 +58,4 @@ def print_stream_summary(rows: Sequence[Mapping[str, Any]], total: Mapping[str, 
     table.add_section()
     table.add_row("total", str(total["items"]), "", f"{total['rate']:,.1f}", _seconds(total["first_offset"]),
                   _seconds(total["last_offset"]), style="bold")
-    console.print(table)
+    print_table(console, table)
