@@ -57,3 +57,25 @@ def test_every_dataset_column_of_analyze_is_documented() -> None:
     page = _page("analyze")  # the README points to the man page for the dataset's columns
     for name, _ in column_types(records=True):
         assert re.search(rf"\b{name}\b", page), f"column {name} is not in dcpctl-analyze(1)"
+
+
+@pytest.mark.parametrize(("name", "command"), _commands(), ids=[n for n, _ in _commands()])
+def test_an_options_value_is_named_as_its_help_names_it(name: str, command: object) -> None:
+    """``--key PATTERN`` in the page and ``--key GLOB`` in the help read as two options' worth of values."""
+    page = _page(name)
+    for param in command.params:  # type: ignore[attr-defined]
+        if getattr(param, "is_flag", False) or not param.opts:
+            continue
+        if param.metavar is not None:
+            value = param.metavar
+        elif param.type_descriptor.is_choice:
+            value = "|".join(getattr(choice, "value", str(choice)) for choice in param.type_descriptor.choices)
+        else:
+            continue
+        for option in param.opts:
+            described = re.findall(rf'(?:^\.BI? |, "? ){re.escape(option)} " ([^"\n]+)"?', page, re.MULTILINE)
+            synopsis = [re.sub(r"[\s\]]", "", found) for found in
+                        re.findall(rf"^\.RB \[ {re.escape(option)}\n\.IR ([^\n]+)", page, re.MULTILINE)]
+            for written in described + synopsis:
+                same = set(written.strip().split("|")) == set(value.split("|"))  # choices in either order
+                assert same, f"{option} of dcpctl {name}: the page has {written!r}, the help {value!r}"

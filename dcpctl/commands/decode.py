@@ -69,7 +69,7 @@ def decode(
     opcode: Annotated[list[str] | None, typer.Option("--opcode", help="Only these opcodes, by kv_engine "
                                                      "name or glob (DCP_*) (repeatable).", metavar="NAME")] = None,
     key: Annotated[list[str] | None, typer.Option("--key", help="Only keys matching this glob, or /regex/ "
-                                                  "(repeatable: any of them).", metavar="GLOB")] = None,
+                                                  "(repeatable: any of them).", metavar="PATTERN")] = None,
     stream_id: Annotated[list[int] | None, typer.Option("--stream-id", help="Only these DCP stream ids "
                                                         "(1-65535; 0 is no stream id).", metavar="N",
                                                         min=1, max=65535)] = None,
