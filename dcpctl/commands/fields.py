@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -15,10 +16,16 @@ from dcpctl.render import jsonl
 from dcpctl.render.tables import print_table
 
 
+class FieldsFormat(StrEnum):
+    TABLE = "table"
+    TSV = "tsv"
+    JSONL = "jsonl"
+
+
 def fields(
     ctx: typer.Context,
-    fmt: Annotated[str, typer.Option("--format", "-F", help="table, tsv or jsonl.",
-                                     metavar="table|tsv|jsonl")] = "table",
+    fmt: Annotated[FieldsFormat | None, typer.Option("--format", "-F", help="table on a terminal, jsonl when "
+                                                     "piped; tsv for grep and cut.")] = None,
     diagnostics: Annotated[bool, typer.Option(
         "--diagnostics", help="List the named diagnostics instead of the fields.")] = False,
 ) -> None:
@@ -32,17 +39,16 @@ def fields(
         rows = [{"name": f.name, "type": f.type, "meaning": f.meaning, "messages": list(f.messages)}
                 for f in catalogue()]
         columns = ["name", "type", "meaning", "messages"]
-    if fmt == "jsonl":
+    fmt = env.output_format(fmt, FieldsFormat.TABLE, FieldsFormat.JSONL)
+    if fmt is FieldsFormat.JSONL:
         jsonl.write_jsonl(rows, env.stdout)
-    elif fmt == "tsv":
+    elif fmt is FieldsFormat.TSV:
         for row in rows:
             env.stdout.write("\t".join(", ".join(v) if isinstance(v, list) else str(v)
                                        for v in (row[c] for c in columns)) + "\n")
-    elif fmt == "table":
+    else:
         table = Table(*columns, show_lines=False)
         for row in rows:
             # cells are text, not rich markup: [int] of list[int] was read as a style tag and dropped
             table.add_row(*(escape(", ".join(v) if isinstance(v, list) else str(v)) for v in (row[c] for c in columns)))
         print_table(env.console(), table)
-    else:
-        raise typer.BadParameter("must be table, tsv or jsonl", param_hint="--format")

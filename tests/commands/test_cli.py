@@ -169,6 +169,17 @@ def test_fields_lists_declared_fields() -> None:
     assert "illegal_extras_length" in {r["name"] for r in diags.records}
 
 
+def test_fields_is_a_table_on_a_terminal_and_json_lines_when_piped() -> None:
+    """As every command chooses (it was a box-drawn table in a pipe); a format it has not is named like theirs."""
+    piped = Run(["fields"])
+    assert piped.code == ExitCode.OK
+    assert piped.records == Run(["fields", "-F", "jsonl"]).records
+    assert "┃ name" in Run(["fields"], tty=True).out.getvalue()
+    bad = Run(["fields", "-F", "xml"])
+    assert bad.code == ExitCode.USAGE
+    assert bad.err.getvalue() == "dcpctl: error: --format: 'xml' is not one of 'table', 'tsv', 'jsonl'\n"
+
+
 def test_the_fields_table_shows_the_types_jsonl_gives() -> None:
     """The table took list[int]'s [int] for a rich style tag: 'list' was all it showed."""
     types = {r["name"]: r["type"] for r in Run(["fields", "-F", "jsonl"]).records}
