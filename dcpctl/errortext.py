@@ -55,5 +55,7 @@ def json_error(what: str, exc: ValueError) -> str:
         return f"{what} is not valid JSON: it is not UTF-8 text"
     if not str(exc.doc).strip():
         return f"{what} is empty, not JSON"
-    reason = next((words for prefix, words in _JSON_REASONS if exc.msg.startswith(prefix)), "unexpected character")
+    reason = next((words for prefix, words in _JSON_REASONS if exc.msg.startswith(prefix)), None)
+    if reason is None:  # orjson says "unexpected character" of the end when only white space is left
+        reason = "unexpected character" if str(exc.doc)[exc.pos:].strip() else "it ends early"
     return f"{what} is not valid JSON: {reason} at line {exc.lineno}, column {exc.colno}"

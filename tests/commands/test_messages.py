@@ -123,6 +123,9 @@ def test_a_missing_scenario_names_the_option() -> None:
     (["encode"], "[1,", "the input is not valid JSON: it ends early at line 1, column 4"),
     (["encode"], '{"magic": "ClientRequest", "opcode": "DCP_NOOP"}\nx\n',
      "record 2 is not valid JSON: unexpected character at line 2, column 1"),
+    # orjson says 'unexpected character' of an end after white space: it was worded so
+    (["encode"], '{"magic": "ClientRequest", "opcode": "DCP_NOOP"\n',
+     "record 1 is not valid JSON: it ends early at line 2, column 1"),
 ])
 def test_bad_json_is_said_with_what_and_where(args: list[str], stdin: str, says: str) -> None:
     """Parser messages ("unexpected character, expected a string key: line 1 column 2 (char 1)") named
