@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dcpctl.protocol.registry import CHANGE_OPCODES, names
+from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES, names
 
-ITEMS: Final = tuple(sorted(names(CHANGE_OPCODES)))  # the opcodes that are document changes, by record name
+# the stream items about a document (changes and prepares, as decode --summary counts them), by record name
+ITEMS: Final = tuple(sorted(names(DOCUMENT_ITEM_OPCODES)))
 LIST_LIMIT: Final = 1000  # rows of a list-like analysis kept per task, and in the report
 # What a stream request row keeps for the rollback and latency analyses
 REQUEST_COLUMNS: Final = ("ts", "connection", "direction", "offset", "sequence", "vbucket", "status", "start_seqno",
@@ -50,11 +51,16 @@ class Partials:
         self.vbuckets += other.vbuckets
         self.gaps = sorted(self.gaps + other.gaps, key=_gap_order)[:LIST_LIMIT]
         self.requests += other.requests
-        self.stalls = (self.stalls + other.stalls)[:LIST_LIMIT]
+        self.stalls = sorted(self.stalls + other.stalls, key=_stall_order)[:LIST_LIMIT]
 
 
 def _gap_order(row: dict[str, Any]) -> tuple[Any, ...]:
     return row["connection"], row["vb"], row["by_seqno"]
+
+
+def _stall_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The report's order, so that what a limit cuts is the report's last rows, not a later task's."""
+    return row["connection"], row["ts"]
 
 
 def _has(diagnostics: Any, name: str, rows: int) -> Any:
@@ -83,10 +89,14 @@ def partial(batch: Any, stall_ms: float) -> Partials:
     pushed = pc.equal(column("direction"), "server>client")
     item = pc.and_(pc.and_(pushed, pc.is_in(column("opcode"), pa.array(ITEMS))), pc.is_valid(column("by_seqno")))
     seqno = pc.if_else(pc.and_(item, pc.greater_equal(column("by_seqno"), 0)), column("by_seqno"), None)
+    # the seqnos of a stream run through every message that takes one (items, commits, system events...)
+    taken = pc.and_(pushed, pc.is_valid(column("stream_seqno")))
+    position = pc.if_else(pc.and_(taken, pc.greater_equal(column("stream_seqno"), 0)), column("stream_seqno"), None)
     previous = pc.if_else(pc.greater_equal(column("previous_seqno"), 0), column("previous_seqno"), None)
-    # a seqno the one before again, and one below it (decode's seqno_backwards covers both): each counted once
-    repeated = pc.fill_null(pc.and_(item, pc.equal(seqno, previous)), fill_value=False)
-    gap = pc.fill_null(pc.and_(item, pc.greater(seqno, pc.add(previous, 1))), fill_value=False)
+    # a seqno the one before again, and one below it, each counted once
+    repeated = pc.fill_null(pc.equal(position, previous), fill_value=False)
+    backwards = pc.fill_null(pc.less(position, previous), fill_value=False)
+    gap = pc.fill_null(pc.greater(position, pc.add(previous, 1)), fill_value=False)
     stalled = pc.fill_null(pc.greater_equal(column("blocked_ms"), stall_ms), fill_value=False)
     capture_gap = pc.fill_null(column("capture_gap_before"), fill_value=False)
     outside = _has(diagnostics, "seqno_outside_snapshot", rows)
@@ -103,18 +113,16 @@ def partial(batch: Any, stall_ms: float) -> Partials:
         "acks": count(pc.and_(pc.invert(pushed), pc.equal(column("opcode"), "DCP_BUFFER_ACKNOWLEDGEMENT"))),
         "exceeded": count(_has(diagnostics, "flow_control_exceeded", rows)), "stalls": count(stalled),
         "blocked": column("blocked_ms"), "seqno": seqno, "repeated": count(repeated), "gaps": count(gap),
-        "backwards": count(pc.and_(pc.and_(item, _has(diagnostics, "seqno_backwards", rows)), pc.invert(repeated))),
-        "outside_snapshot": count(pc.and_(item, outside)),
-        "before_marker": count(pc.and_(item, _has(diagnostics, "item_before_marker", rows))),
-        "invalid_seqnos": count(pc.and_(item, pc.less(column("by_seqno"), 0))),
+        "backwards": count(backwards), "outside_snapshot": count(pc.and_(taken, outside)),
+        "before_marker": count(pc.and_(taken, _has(diagnostics, "item_before_marker", rows))),
+        "invalid_seqnos": count(pc.fill_null(pc.and_(taken, pc.less(column("stream_seqno"), 0)), fill_value=False)),
     })
     seconds = work.group_by(["connection", "second"], use_threads=False).aggregate(
         [(name, "sum") for name in SECOND_SUMS]
         + [("unacked", "max"), ("unacked", "last"), ("window", "last"), ("blocked", "max"), ("sequence", "max")])
-    items = work.filter(item)
-    vbuckets = items.group_by(["connection", "vb"], use_threads=False).aggregate(
+    vbuckets = work.filter(taken).group_by(["connection", "vb"], use_threads=False).aggregate(
         [(name, "sum") for name in VBUCKET_SUMS] + [("seqno", "min"), ("seqno", "max")])
-    gaps = table.filter(gap).select(["connection", "ts", "previous_seqno", "by_seqno"])
+    gaps = table.filter(gap).select(["connection", "ts", "previous_seqno", "stream_seqno"])
     kinds = [("suspicious: bytes missing from the capture" if lost else
               "suspicious: the item is outside its snapshot" if out else
               "expected: deduplication or filtered collections")
@@ -130,15 +138,15 @@ def partial(batch: Any, stall_ms: float) -> Partials:
         seconds=[_renamed(row) for row in seconds.to_pylist()],
         vbuckets=[_renamed(row) for row in vbuckets.to_pylist()],
         gaps=sorted(({"connection": row["connection"], "vb": vb, "previous": row["previous_seqno"],
-                      "by_seqno": row["by_seqno"], "missing": row["by_seqno"] - row["previous_seqno"] - 1,
+                      "by_seqno": row["stream_seqno"], "missing": row["stream_seqno"] - row["previous_seqno"] - 1,
                       "kind": kind, "ts": row["ts"]}
                      for row, vb, kind in zip(gaps.to_pylist(), gap_vbuckets, kinds, strict=True)),
                     key=_gap_order)[:LIST_LIMIT],
         requests=[{**row, "rollback": message} for row, message in
                   zip(requests.select(list(REQUEST_COLUMNS)).to_pylist(), rollback, strict=True)],
-        stalls=[{"connection": row["connection"], "ts": row["ts"], "stalled_ms": row["blocked_ms"],
-                 "unacked_bytes": row["unacked_bytes"], "buffer_size": row["buffer_size"]}
-                for row in stalls.to_pylist()][:LIST_LIMIT])
+        stalls=sorted(({"connection": row["connection"], "ts": row["ts"], "stalled_ms": row["blocked_ms"],
+                        "unacked_bytes": row["unacked_bytes"], "buffer_size": row["buffer_size"]}
+                       for row in stalls.to_pylist()), key=_stall_order)[:LIST_LIMIT])
 
 
 _NAMES: Final = {**{f"{name}_sum": name for name in (*SECOND_SUMS, *VBUCKET_SUMS)},

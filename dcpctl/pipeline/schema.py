@@ -28,7 +28,7 @@ from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.grammar import request_header
 from dcpctl.protocol.message import Message, item_key
-from dcpctl.protocol.registry import DOCUMENT_ITEM_OPCODES
+from dcpctl.protocol.registry import SEQNO_FIELDS
 from dcpctl.render.record import record as record_of
 
 # record fields kept as columns, in column order (named and typed by the catalogue)
@@ -42,17 +42,20 @@ DERIVED_COLUMNS: Final = (
     ("sequence", "int", "the message's position among its connection's messages, both directions, in capture "
                         "order (from 0): ORDER BY connection, sequence replays a connection"),
     ("value_length", "u32", "bytes of value on the wire"),
-    ("snapshot_start_seqno", "u64", "items: start of the snapshot marker before them in their stream"),
-    ("snapshot_end_seqno", "u64", "items: end of that snapshot"),
+    ("snapshot_start_seqno", "u64", "messages with a stream_seqno: start of the snapshot marker before them in "
+                                    "their stream"),
+    ("snapshot_end_seqno", "u64", "messages with a stream_seqno: end of that snapshot"),
     ("unacked_bytes", "u32", "the connection's unacknowledged bytes after this message (flow control: "
                              "the producer's pushes counted, the consumer's buffer acks subtracted)"),
     ("buffer_size", "u32", "the connection_buffer_size negotiated so far on the connection, if any"),
-    ("previous_seqno", "u64", "items: the seqno of the item before it on the same connection and vbucket, in "
-                              "stream order (streams reopened included)"),
+    ("stream_seqno", "u64", "a pushed stream message that takes a seqno of its vbucket's history (an item, a "
+                            "prepare, a commit, an abort, a system event, a seqno advance): that seqno"),
+    ("previous_seqno", "u64", "messages with a stream_seqno: the stream_seqno before it on the same connection "
+                              "and vbucket, in stream order (streams reopened included)"),
     ("blocked_ms", "float", "a pushed message sent after the producer's window was full: how long it was full "
                             "(the stall this message ends)"),
-    ("capture_gap_before", "bool", "items: whether the capture lost bytes of the connection (capture_gap) "
-                                   "between previous_seqno's item and this one"),
+    ("capture_gap_before", "bool", "messages with a stream_seqno: whether the capture lost bytes of the "
+                                   "connection (capture_gap) between previous_seqno's message and this one"),
     # the record's diagnostics keep their offsets and lengths too; a column of findings needs only these
     ("diagnostics", "list[diagnostic]", "the message's diagnostics: name, severity, message"),
 )
@@ -177,7 +180,7 @@ class Rows:
         previous, hole = connection.item(where, fast[4], diagnostics)
         blocked = connection.blocked(first["ts"], unacked, buffer_size)
         self.rows.append((*row(msg, first, last, fast[2], fast[3]), sequence, msg.body_end - msg.value_offset,
-                          snapshot[0], snapshot[1], unacked, buffer_size, previous, blocked, hole,
+                          snapshot[0], snapshot[1], unacked, buffer_size, fast[4], previous, blocked, hole,
                           [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else []))
 
     def _general(self, observed: Observed, unacked: int, buffer_size: int | None) -> None:
@@ -186,12 +189,13 @@ class Rows:
         msg = observed.packet
         connection = self.connection(str(record.get("connection")))
         get = record.get
-        by_seqno = get("by_seqno")
-        item = not msg.is_response and msg.opcode in DOCUMENT_ITEM_OPCODES and isinstance(by_seqno, int)
+        field = None if msg.is_response else SEQNO_FIELDS.get(msg.opcode)
+        seqno = get(field) if field is not None else None
         if not msg.is_response and msg.opcode == Opcode.DCP_SNAPSHOT_MARKER:
             connection.marker(msg.opaque, get("snap_start_seqno"), get("snap_end_seqno"))
         row = tuple(get(name) for name in RECORD_COLUMNS) + connection.derived(
-            observed, by_seqno if item else None, get("vbucket"), get("stream_vbucket"), float(get("ts") or 0.0),
+            observed, seqno if isinstance(seqno, int) else None, get("vbucket"), get("stream_vbucket"),
+            float(get("ts") or 0.0),
             unacked, buffer_size)
         if self.records:
             row += (orjson.dumps(record).decode(),)
@@ -224,29 +228,29 @@ class _Connection:
         if isinstance(start, int) and isinstance(end, int):
             self.snapshots[opaque] = (start, end)
 
-    def derived(self, observed: Observed, by_seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
+    def derived(self, observed: Observed, seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
                 ts: float, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
-        """The :data:`DERIVED_COLUMNS` of the connection's next message; ``by_seqno``: an item's (a pushed
-        document change), else None."""
+        """The :data:`DERIVED_COLUMNS` of the connection's next message; ``seqno``: its stream_seqno, if it
+        takes one."""
         self.sequence += 1
         snapshot: tuple[int, int] | tuple[None, None] = _ABSENT_SNAPSHOT
         previous = hole = None
         msg = observed.packet
         diagnostics = observed.diagnostics  # the packet's and its context's
-        if by_seqno is not None:
+        if seqno is not None:
             snapshot = self.snapshots.get(msg.header[7]) or _ABSENT_SNAPSHOT
             where = (vbucket or 0) if stream_vbucket is None else stream_vbucket
-            previous, hole = self.item(where, by_seqno, diagnostics)
+            previous, hole = self.item(where, seqno, diagnostics)
         else:
             self.holes += _holes(diagnostics)
         return (self.sequence, msg.body_end - msg.value_offset, snapshot[0], snapshot[1], unacked, buffer_size,
-                previous, self.blocked(ts, unacked, buffer_size), hole,
+                seqno, previous, self.blocked(ts, unacked, buffer_size), hole,
                 [(d.name, d.severity, d.message) for d in diagnostics] if diagnostics else [])
 
     def item(self, where: int, by_seqno: int,
              diagnostics: list[Diagnostic] | tuple[()]) -> tuple[int | None, bool | None]:
-        """An item of vbucket ``where``: the seqno of the vbucket's item before it, and whether the capture
-        lost bytes of the connection since that one (None, None for its first)."""
+        """A message of vbucket ``where`` that takes seqno ``by_seqno``: the vbucket's stream_seqno before it,
+        and whether the capture lost bytes of the connection since that one (None, None for its first)."""
         if diagnostics:  # (most items have none: no call on the hot path)
             self.holes += _holes(diagnostics)
         last = self.last_seqno.get(where)

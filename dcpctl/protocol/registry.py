@@ -244,6 +244,14 @@ class MessageSpec:
         return any(v.layout is not None and "by_seqno" in v.layout.names for v in self.variants)
 
     @property
+    def seqno_field(self) -> str | None:
+        """Pushed on a stream, the extras field holding the seqno the message takes in its vbucket's history:
+        an item's or a seqno advance's by_seqno, a commit's commit_seqno, an abort's abort_seqno (reference
+        3.17: each is a seqno of its own, after the prepare's)."""
+        declared = {name for v in self.variants if v.layout is not None for name in v.layout.names}
+        return next((name for name in _SEQNO_FIELDS if name in declared), None) if self.on_stream else None
+
+    @property
     def document_key(self) -> bool:
         """Some row's key is a document key (a collection prefix when collections are on)."""
         return any(v.key is KeyKind.DOCUMENT for v in self.variants)
@@ -267,6 +275,9 @@ class MessageSpec:
     def document_item(self) -> bool:
         """A stream item about a document, with its seqno: mutation, deletion, expiration, prepare."""
         return self.item is not Item.NONE and self.document_key and self.by_seqno
+
+
+_SEQNO_FIELDS: Final = ("by_seqno", "commit_seqno", "abort_seqno")
 
 
 def _x(**kwargs: Any) -> Variant:
@@ -862,6 +873,10 @@ CHANGE_OPCODES: Final = request_opcodes(lambda spec: spec.item is Item.CHANGE)
 DOCUMENT_ITEM_OPCODES: Final = request_opcodes(lambda spec: spec.document_item)
 # Pushed on a stream with a by_seqno: the items and DCP_SEQNO_ADVANCED, which move a stream's position.
 BY_SEQNO_OPCODES: Final = request_opcodes(lambda spec: spec.on_stream and spec.by_seqno)
+# Pushed on a stream, taking a seqno of the vbucket's history: opcode -> the extras field that holds it
+# (the items, DCP_SEQNO_ADVANCED, DCP_COMMIT and DCP_ABORT). A stream's seqnos run through all of them.
+SEQNO_FIELDS: Final = {spec.opcode: spec.seqno_field for (magic, _), spec in DCP.table.items()
+                       if magic == REQ and spec.seqno_field is not None}
 # Pushed messages the consumer answers, so their response can be matched.
 ANSWERED_OPCODES: Final = request_opcodes(lambda spec: spec.answered)
 # Requests a server runs before SASL authentication succeeds.

@@ -85,7 +85,7 @@ def _per_second_table(rows: list[dict[str, Any]]) -> tuple[Table, list[str]]:
     peak = ["peak items/s"] if width > 1 else []
     columns = ["connection", "from (UTC)", "since start (s)", "messages", "items", *peak, "bytes", "acks",
                "max unacked", "stalls"]
-    table = Table(*columns, title=f"{label} (items and bytes the producer pushed)")
+    table = Table(*columns, title=f"{label} (items the producer pushed, bytes the server sent)")
     for (connection, start), bucket in sorted(buckets.items()):
         table.add_row(cell(connection), cell(utc(start)), cell(start - first), cell(bucket["messages"]),
                       cell(bucket["items"]), *([cell(bucket["peak"])] if width > 1 else []), cell(bucket["bytes"]),

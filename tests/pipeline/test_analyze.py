@@ -239,6 +239,94 @@ def test_a_repeated_seqno_and_one_that_went_back_are_counted_once_each(spark: An
     assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(2, 2), (3, 2)]
 
 
+def pushed(record: dict[str, Any]) -> bytes:
+    return encode({"magic": "ClientRequest", "vbucket": 12, "opaque": 5000, **record}, fix_lengths=True)
+
+
+def test_a_streams_seqnos_run_through_every_message_that_takes_one(spark: Any, tmp_path: Path) -> None:
+    """A system event, a commit and a seqno advance take seqnos of the vbucket's history: no gap before the
+    message after them (each was 'expected: deduplication'); a prepare is an item, as decode --summary counts
+    it. A seqno that really is missing (5 to 8 here, after the seqno advance to 6) is still a gap."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50500), ("127.0.0.1", 11210))
+    conversation.handshake()
+    conversation.send(True, stream_request(0))
+    conversation.send(False, stream_opened())
+    conversation.send(False, marker(1, 9))
+    conversation.send(False, item(1, "a"))
+    conversation.send(False, pushed({"opcode": "DCP_SYSTEM_EVENT", "by_seqno": 2, "event_id": 0, "event_version": 0,
+                                     "key": "c1", "value": ""}))
+    conversation.send(False, pushed({"opcode": "DCP_PREPARE", "by_seqno": 3, "rev_seqno": 1, "flags": 0,
+                                     "expiration": 0, "lock_time": 0, "nru": 0, "deleted": 0, "durability_level": 1,
+                                     "cas": 3, "key": "b", "value": "{}", "datatype": 1}))
+    conversation.send(False, pushed({"opcode": "DCP_COMMIT", "prepared_seqno": 3, "commit_seqno": 4, "key": "b"}))
+    conversation.send(False, item(5, "c"))
+    conversation.send(False, pushed({"opcode": "DCP_SEQNO_ADVANCED", "by_seqno": 6}))
+    conversation.send(False, item(8, "d"))
+    conversation.close()
+    path = tmp_path / "sync.pcap"
+    path.write_bytes(out.getvalue())
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    [row] = report["vbuckets"]
+    assert (row["items"], row["first_seqno"], row["last_seqno"], row["gaps"]) == (4, 1, 8, 1)
+    assert [(gap["previous"], gap["by_seqno"], gap["missing"]) for gap in report["gaps"]] == [(6, 8, 1)]
+    summary = io.StringIO()
+    env = Environment(stdout=summary, stderr=io.StringIO(), stdin=io.BytesIO(), stdout_isatty=False,
+                      stderr_isatty=False, color=False)
+    assert main(["decode", "--summary", str(path)], env) == ExitCode.OK
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in summary.getvalue().splitlines()]
+    [(items, seqnos)] = [(cells[4], cells[5]) for cells in rows if len(cells) > 5 and cells[1] == "12"]
+    assert (int(items), seqnos) == (row["items"], f"{row['first_seqno']}-{row['last_seqno']}")  # decode's count
+
+
+def test_items_a_reopened_stream_sends_again_are_duplicates(spark: Any, tmp_path: Path) -> None:
+    """Seqnos 1-5, a Rollback to 3, then 4-6 on the retried stream of the same connection: 4 and 5 came
+    twice and went back below 5 (decode's seqno_backwards is per stream, so it says nothing here)."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50600), ("127.0.0.1", 11210))
+    conversation.handshake()
+    conversation.send(True, stream_request(0))
+    conversation.send(False, stream_opened())
+    conversation.send(False, marker(1, 5))
+    for seqno in range(1, 6):
+        conversation.send(False, item(seqno, f"k{seqno}"))
+    conversation.send(False, pushed({"opcode": "DCP_STREAM_END", "stream_end_status": 0}))
+    conversation.send(True, stream_request(3))
+    conversation.send(False, stream_opened())
+    conversation.send(False, marker(4, 6))
+    for seqno in (4, 5, 6):
+        conversation.send(False, item(seqno, f"k{seqno}"))
+    conversation.close()
+    path = tmp_path / "again.pcap"
+    path.write_bytes(out.getvalue())
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    [row] = report["vbuckets"]
+    assert (row["items"], row["repeated"], row["backwards"], row["gaps"]) == (8, 0, 1, 0)
+    assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(4, 2), (5, 2)]
+
+
+def test_the_stalls_a_limit_keeps_are_the_reports_first() -> None:
+    """Partials cut their stalls at the limit in the report's order (connection, then time), not in the order
+    tasks finished: a connection sorted first lost every stall to a later task's 1000."""
+    from dcpctl.pipeline.rollup import LIST_LIMIT, Partials  # noqa: PLC0415
+
+    def stall(connection: str, ts: float) -> dict[str, Any]:
+        return {"connection": connection, "ts": ts, "stalled_ms": 1.0, "unacked_bytes": 1, "buffer_size": 1}
+
+    gathered = Partials(stalls=[stall("b", float(n)) for n in range(LIST_LIMIT)])
+    gathered.extend(Partials(stalls=[stall("a", 5.0), stall("a", 1.0)]))
+    assert [(r["connection"], r["ts"]) for r in gathered.stalls[:3]] == [("a", 1.0), ("a", 5.0), ("b", 0.0)]
+    assert len(gathered.stalls) == LIST_LIMIT
+
+
 def test_a_list_at_the_reports_limit_is_said_to_be_so(spark: Any, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The report keeps the first ROWS_LIMIT rows of a list; one that reached it is named, not cut silently,
@@ -305,7 +393,7 @@ def test_the_table_reads_as_a_person_expects(spark: Any, tmp_path: Path) -> None
     assert "False" not in text
     [flow] = [line for line in text.splitlines() if "1048576" in line]
     assert flow.rstrip(" │").endswith("│ no")  # stuck_at_end
-    assert "per second (items and bytes the producer pushed)" in text
+    assert "per second (items the producer pushed, bytes the server sent)" in text
     assert "busiest second: 2023-11-14T22:13:20Z (+0 s) 3 items" in text
 
 
@@ -322,7 +410,7 @@ def test_without_a_format_analyze_asks_the_environment(spark: Any, tmp_path: Pat
                           color=False)
     code = main(["analyze", str(SAMPLE), "--out", str(tmp_path / "ds"), "--master", "local[2]"], env)
     assert code == ExitCode.OK, err.getvalue()
-    assert "per second (items and bytes the producer pushed)" in out.getvalue()  # the table, not JSON
+    assert "per second (items the producer pushed, bytes the server sent)" in out.getvalue()  # the table, not JSON
 
 
 def test_the_samples_plots_are_not_empty(spark: Any, tmp_path: Path) -> None:
