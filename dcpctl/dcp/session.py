@@ -41,6 +41,7 @@ from dcpctl.protocol.constants import (
     VBUCKET_STATES,
     HelloFeature,
     Opcode,
+    OsoFlag,
     SnapshotMarkerFlag,
     Status,
     StreamEndStatus,
@@ -66,6 +67,7 @@ NOOP: Final = int(Opcode.DCP_NOOP)
 BUFFER_ACK: Final = int(Opcode.DCP_BUFFER_ACKNOWLEDGEMENT)
 MARKER: Final = int(Opcode.DCP_SNAPSHOT_MARKER)
 SET_VBUCKET_STATE: Final = int(Opcode.DCP_SET_VBUCKET_STATE)
+OSO_SNAPSHOT: Final = int(Opcode.DCP_OSO_SNAPSHOT)
 # What each DCP_SET_VBUCKET_STATE of a takeover stream means (kv_engine's ActiveStream TakeoverSend/Wait)
 TAKEOVER_STEPS: Final = {
     "pending": "everything is sent; once the consumer answers, the producer's copy turns dead and what came in "
@@ -90,6 +92,10 @@ class StreamState:
     failover_log: list[FailoverEntry] = field(default_factory=list)
     open: bool = False
     takeover: bool = False  # requested with TakeOver: it ends by handing the vbucket over (reference 3.12)
+    # Inside an OSO snapshot (reference 3.19): the highest seqno before it and in it so far. Its items come in
+    # key order, need no marker, and only at its end is that seqno the stream's last (a resume point).
+    oso: int | None = None
+    in_oso: bool = False
 
 
 @dataclass
@@ -475,6 +481,11 @@ class ConnectionTracker:
             seqno = msg.by_seqno
             if seqno is None:
                 return
+            if stream.in_oso:  # key order: no marker, no order to check; the highest is kept for its end
+                if opcode in ITEM_OPCODES:
+                    stream.items += 1
+                stream.oso = seqno if stream.oso is None else max(stream.oso, seqno)
+                return
             if opcode in ITEM_OPCODES:
                 stream.items += 1
                 snapshot = stream.snapshot
@@ -496,6 +507,13 @@ class ConnectionTracker:
                 stream.snapshot = (start, end)
         elif opcode == SET_VBUCKET_STATE:
             self._vbucket_state(stream, extras.get("vbucket_state"), note)
+        elif opcode == OSO_SNAPSHOT:
+            flags = extras.get("oso_flags", 0)
+            if flags & OsoFlag.START:
+                # the marker before no longer bounds the items (and the per-item fast path, needing one, stops)
+                stream.in_oso, stream.oso, stream.snapshot = True, stream.last_seqno, None
+            elif flags & OsoFlag.END and stream.in_oso:
+                stream.in_oso, stream.last_seqno = False, stream.oso
         elif opcode == STREAM_END:
             status = extras.get("stream_end_status", 0)
             stream.open = False

@@ -23,7 +23,7 @@ from typing import Any, Final
 import orjson
 
 from dcpctl.dcp.observed import Observed
-from dcpctl.protocol.constants import Opcode
+from dcpctl.protocol.constants import Opcode, OsoFlag
 from dcpctl.protocol.diagnostic import Diagnostic
 from dcpctl.protocol.fields import catalogue
 from dcpctl.protocol.grammar import request_header
@@ -193,10 +193,11 @@ class Rows:
         seqno = get(field) if field is not None else None
         if not msg.is_response and msg.opcode == Opcode.DCP_SNAPSHOT_MARKER:
             connection.marker(msg.opaque, get("snap_start_seqno"), get("snap_end_seqno"))
+        if not msg.is_response and msg.opcode == Opcode.DCP_OSO_SNAPSHOT:
+            connection.oso_bracket(msg.opaque, get("stream_vbucket"), get("vbucket"), get("oso_flags"))
         row = tuple(get(name) for name in RECORD_COLUMNS) + connection.derived(
             observed, seqno if isinstance(seqno, int) else None, get("vbucket"), get("stream_vbucket"),
-            float(get("ts") or 0.0),
-            unacked, buffer_size)
+            float(get("ts") or 0.0), unacked, buffer_size)
         if self.records:
             row += (orjson.dumps(record).decode(),)
         self.rows.append(row)
@@ -210,7 +211,7 @@ def _holes(diagnostics: list[Diagnostic] | tuple[()]) -> int:
 class _Connection:
     """One connection's derived columns and what they need from its earlier messages."""
 
-    __slots__ = ("full_since", "holes", "label", "last_seqno", "sequence", "snapshots", "unacked")
+    __slots__ = ("full_since", "holes", "label", "last_seqno", "oso", "sequence", "snapshots", "unacked")
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -220,6 +221,9 @@ class _Connection:
         # capture_gap diagnostics so far: the one after a hole is on the next message, often another vbucket's
         # or a marker, so a seqno gap is told from a hole by the count changing since the vbucket's last item
         self.holes = 0
+        # vbucket -> inside an OSO snapshot (reference 3.19), the highest seqno before and in it so far: its
+        # items come in key order, so they have no previous_seqno, and its end continues from that seqno
+        self.oso: dict[int, int | None] = {}
         self.unacked = 0  # after the last message
         self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
 
@@ -227,6 +231,19 @@ class _Connection:
         """A snapshot marker the producer sent: the range of the items after it on its stream."""
         if isinstance(start, int) and isinstance(end, int):
             self.snapshots[opaque] = (start, end)
+
+    def oso_bracket(self, opaque: int, stream_vbucket: Any, vbucket: Any, flags: Any) -> None:
+        """A DCP_OSO_SNAPSHOT the producer sent: its start or its end."""
+        where = stream_vbucket if isinstance(stream_vbucket, int) else vbucket if isinstance(vbucket, int) else 0
+        flags = flags if isinstance(flags, int) else 0
+        if flags & OsoFlag.START:
+            last = self.last_seqno.get(where)
+            self.oso[where] = None if last is None else last[0]
+            self.snapshots.pop(opaque, None)  # the marker before bounds none of its items
+        elif flags & OsoFlag.END and where in self.oso:
+            highest = self.oso.pop(where)
+            if highest is not None:
+                self.last_seqno[where] = (highest, self.holes)
 
     def derived(self, observed: Observed, seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
                 ts: float, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
@@ -253,6 +270,10 @@ class _Connection:
         and whether the capture lost bytes of the connection since that one (None, None for its first)."""
         if diagnostics:  # (most items have none: no call on the hot path)
             self.holes += _holes(diagnostics)
+        if self.oso and where in self.oso:
+            highest = self.oso[where]
+            self.oso[where] = by_seqno if highest is None else max(highest, by_seqno)
+            return None, None
         last = self.last_seqno.get(where)
         self.last_seqno[where] = (by_seqno, self.holes)
         return (None, None) if last is None else (last[0], last[1] != self.holes)

@@ -564,7 +564,12 @@ DURABILITY_ROWS: Final[list[Row]] = [
 ]
 DURABILITY_LEVELS = Vocabulary(DURABILITY_ROWS)
 
-OSO_FLAG_ROWS: Final[list[Row]] = [(0x01, "Start", "OSO snapshot starts"), (0x02, "End", "OSO snapshot ends")]
+class OsoFlag(_Flag):  # 3.19: between start and end a backfill's items come in key order, not seqno order
+    START = 0x01, "Start", "OSO snapshot starts"
+    END = 0x02, "End", "OSO snapshot ends"
+
+
+OSO_FLAG_ROWS: Final = rows(OsoFlag)
 OSO_FLAGS = Vocabulary(OSO_FLAG_ROWS)
 
 # --- 2.2/2.3 frame ids --------------------------------------------------------------------------------

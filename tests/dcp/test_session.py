@@ -188,3 +188,53 @@ def test_takeover_steps_left_unanswered_are_listed_until_answered() -> None:
     answer = {"magic": "ClientResponse", "opcode": "DCP_SNAPSHOT_MARKER", "status": "Success", "opaque": 7}
     tracker.observe(decode(encode(answer, fix_lengths=True), 0, tracker.options()), True, 1.5)
     assert tracker.unanswered_takeover_steps() == []
+
+
+def _oso_stream(seqnos_inside: list[int], *, end: bool, after: tuple[int, ...] = (10, 11)) -> list[
+        tuple[str, list[str], str]]:
+    """A stream whose backfill is an OSO snapshot (reference 3.19: its items in key order, no marker), then,
+    when ``end``, its end marker, an in-memory snapshot 5-11 with the items ``after``, and a stream end:
+    (opcode, diagnostics, text) of each message."""
+    tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
+
+    def pushed(record: dict[str, Any]) -> dict[str, Any]:
+        return {"magic": "ClientRequest", "vbucket": 3, "opaque": 7, **record}
+
+    def item(seqno: int) -> dict[str, Any]:
+        return pushed({"opcode": "DCP_MUTATION", "by_seqno": seqno, "rev_seqno": 1, "flags": 0, "expiration": 0,
+                       "lock_time": 0, "nmeta": 0, "nru": 0, "key": f"k{seqno}", "value": "v", "cas": 1})
+
+    packets = [({"magic": "ClientRequest", "opcode": "DCP_STREAM_REQ", "vbucket": 3, "opaque": 7, "flags": 0,
+                 "reserved": 0, "start_seqno": 0, "end_seqno": 2**64 - 1, "vbucket_uuid": 0, "snap_start_seqno": 0,
+                 "snap_end_seqno": 0}, True),
+               ({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 7,
+                 "failover_log": [{"vbucket_uuid": 1, "seqno": 0}]}, False),
+               (pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1}), False),
+               *[(item(seqno), False) for seqno in seqnos_inside]]
+    if end:
+        packets += [(pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 2}), False),
+                    (pushed({"opcode": "DCP_SNAPSHOT_MARKER", "snap_start_seqno": 5, "snap_end_seqno": 11,
+                             "snapshot_flags": 1}), False),
+                    *[(item(seqno), False) for seqno in after]]
+    packets.append((pushed({"opcode": "DCP_STREAM_END", "stream_end_status": 0}), False))
+    said = []
+    for record, from_client in packets:
+        msg = decode(encode(record, fix_lengths=True), 0, tracker.options())
+        note = tracker.observe(msg, from_client, 1.0)
+        said.append((msg.opcode_name, names(note), " ".join(d.message for d in note.diagnostics)))
+    return said
+
+
+def test_the_items_of_an_oso_snapshot_come_in_key_order_without_a_marker() -> None:
+    """They were each item_before_marker and, going down, seqno_backwards: errors of a correct backfill."""
+    said = _oso_stream([7, 2, 9, 4], end=True)
+    assert [names for opcode, names, _ in said if opcode == "DCP_MUTATION"] == [[]] * 6
+    assert said[-1][2].endswith("after 6 items, last seqno 11")
+
+
+def test_after_an_oso_snapshot_its_highest_seqno_is_the_last_and_order_is_checked_again() -> None:
+    said = _oso_stream([7, 2, 9, 4], end=True, after=(8,))  # 8 is inside its marker, but below the OSO's 9
+    assert said[-2][:2] == ("DCP_MUTATION", ["seqno_backwards"])
+    assert "seqno 8 after 9" in said[-2][2]
+    cut = _oso_stream([7, 2, 9, 4], end=False)  # ended inside: no last seqno (the resume point is before it)
+    assert cut[-1][2].endswith("after 4 items")

@@ -313,6 +313,38 @@ def test_items_a_reopened_stream_sends_again_are_duplicates(spark: Any, tmp_path
     assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(4, 2), (5, 2)]
 
 
+def test_an_oso_snapshots_items_in_key_order_are_no_gaps_or_seqnos_going_back(spark: Any, tmp_path: Path) -> None:
+    """An OSO backfill (reference 3.19) sends its items in key order, without a marker: 7 2 9 4, then the
+    in-memory snapshot from 10. Neither decode's tracker nor the report finds anything wrong (each item was
+    item_before_marker, and 2 and 4 went backwards); a gap after the OSO's highest seqno is still one."""
+    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
+    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
+
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50700), ("127.0.0.1", 11210))
+    conversation.handshake()
+    conversation.send(True, stream_request(0))
+    conversation.send(False, stream_opened())
+    conversation.send(False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1}))
+    for seqno in (7, 2, 9, 4):
+        conversation.send(False, item(seqno, f"k{seqno}"))
+    conversation.send(False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 2}))
+    conversation.send(False, marker(10, 13))
+    for seqno in (10, 13):
+        conversation.send(False, item(seqno, f"k{seqno}"))
+    conversation.close()
+    path = tmp_path / "oso.pcap"
+    path.write_bytes(out.getvalue())
+    assert [record.get("diagnostics", []) for record in decoded(path) if record["opcode"] == "DCP_MUTATION"] \
+        == [[]] * 6
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
+    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    [row] = report["vbuckets"]
+    assert (row["items"], row["first_seqno"], row["last_seqno"]) == (6, 2, 13)
+    assert (row["backwards"], row["before_marker"], row["outside_snapshot"]) == (0, 0, 0)
+    assert [(gap["previous"], gap["by_seqno"]) for gap in report["gaps"]] == [(10, 13)]
+
+
 def test_the_stalls_a_limit_keeps_are_the_reports_first() -> None:
     """Partials cut their stalls at the limit in the report's order (connection, then time), not in the order
     tasks finished: a connection sorted first lost every stall to a later task's 1000."""
