@@ -48,6 +48,7 @@ from dcpctl.protocol.constants import (
     Datatype,
     DcpOpenFlag,
     HelloFeature,
+    Magic,
     Opcode,
     ServerOpcode,
     SnapshotMarkerFlag,
@@ -510,6 +511,10 @@ class ProducerConnection:
             self._reply(msg, status)
 
     def _handle(self, msg: Message) -> None:
+        if msg.magic == Magic.SERVER_REQUEST:  # its opcodes are the server's table (reference 4.9), never run
+            self.close("a server request (magic 0x82) from a client: the server disconnects (kv_engine: "
+                       "'Received a server command')")
+            return
         if msg.is_response:
             if msg.opcode == Opcode.DCP_NOOP:  # the client's answer to our noop
                 self.noop_outstanding = False
@@ -1051,6 +1056,13 @@ class ProducerConnection:
         extras = msg.extras or {}  # answered only on error (reference 3.14): request_error checked its shape
         self.outstanding = max(0, self.outstanding - int(extras.get("bytes_to_ack", 0)))
 
+    def _seqno_acknowledged(self, msg: Message) -> None:
+        """A consumer's acknowledgement of a prepare (reference 3.1, 3.17: client to producer, answered only on
+        error), which needs enable_sync_writes and a consumer_name. It counts towards no write: serve's
+        replicas are its own (see --silent-replicas)."""
+        if self.controls.get("enable_sync_writes") != "true" or not self.controls.get("consumer_name"):
+            self._error(msg, Status.EINVAL, "DCP_SEQNO_ACKNOWLEDGED needs enable_sync_writes and a consumer_name")
+
     def _noop_request(self, msg: Message) -> None:
         # reference 3.13: a DCP_NOOP request to a producer disconnects the client (NEEDS_DCP answered the rest)
         self.close("DCP_NOOP request from the client on a DCP connection: the producer disconnects "
@@ -1363,10 +1375,11 @@ def _control_status(conn: ProducerConnection, key: str, value: str) -> Status:
         "v7_dcp_status_codes": lambda: value == "true",
         "flatbuffers_system_events": lambda: value == "true",
         "backfill_order": lambda: value in ("round-robin", "sequential"),
-        "cache_transfer": lambda: True,
     }
-    if key in {"stream_buffer_size", "change_streams"}:
-        return Status.NOT_SUPPORTED  # never implemented / needs magma's history
+    if key in {"stream_buffer_size", "change_streams", "cache_transfer"}:
+        # never implemented / needs magma's history / serve is a node with dcp_cache_transfer_enabled off (its
+        # stream requests' CacheTransfer, which would send DCP_CACHE_TRANSFER items, 3.20, are Einval)
+        return Status.NOT_SUPPORTED
     if key == "max_marker_version":
         return (Status.SUCCESS if conn.collections else Status.NOT_SUPPORTED) if value == "2.2" else Status.EINVAL
     if key == "enable_stream_id" and conn.controls.get("enable_sync_writes") == "true":
@@ -1420,6 +1433,7 @@ _HANDLERS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     Opcode.DCP_STREAM_REQ: ProducerConnection._stream_request,
     Opcode.DCP_CLOSE_STREAM: ProducerConnection._close_stream,
     Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ProducerConnection._buffer_ack,
+    Opcode.DCP_SEQNO_ACKNOWLEDGED: ProducerConnection._seqno_acknowledged,
     Opcode.DCP_NOOP: ProducerConnection._noop_request,
 }
 # The document commands (producer/kv.py and producer/subdoc.py): answered through kv.handle's error mapping.

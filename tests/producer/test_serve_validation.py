@@ -6,6 +6,7 @@ error bodies and disconnects without XERROR, ``@no bucket@``, noop opaques."""
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,8 +157,36 @@ def test_malformed_dcp_requests_are_einval(server: Server, record: dict[str, Any
 
 def test_well_formed_requests_still_succeed(server: Server) -> None:
     client = producer(server)
-    assert client.call(opcode="DCP_CONTROL", key="cache_transfer", value="true")["status"] == "Success"
+    assert client.call(opcode="DCP_CONTROL", key="set_priority", value="high")["status"] == "Success"
     assert client.call(opcode="DCP_CLOSE_STREAM", vbucket=1)["status"] == "KeyEnoent"  # well formed: no stream
+
+
+def test_cache_transfer_is_a_probe_serve_answers_as_a_node_without_it(server: Server) -> None:
+    """Reference 7.2: the control succeeds iff the node has dcp_cache_transfer_enabled. It said Success, and
+    then every stream request with CacheTransfer was Einval: a client was told of a feature it could not use."""
+    client = producer(server)
+    assert client.call(opcode="DCP_CONTROL", key="cache_transfer", value="true")["status"] == "NotSupported"
+
+
+def test_a_sync_replication_consumers_seqno_acknowledgement_is_taken_without_an_answer(server: Server) -> None:
+    """Reference 3.1, 3.17: client to producer, answered on error only; it was NotSupported ('sent by a
+    producer'). Without enable_sync_writes and a consumer_name it is an error."""
+    client = producer(server, enable_sync_writes="true", consumer_name="replica-1")
+    client.send(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=1, prepared_seqno=5)
+    assert client.call(opcode="DCP_GET_FAILOVER_LOG", vbucket=1)["opcode"] == "DCP_GET_FAILOVER_LOG"  # no answer
+    assert not [r for r in client.backlog if r["opcode"] == "DCP_SEQNO_ACKNOWLEDGED"]
+    plain = producer(server, enable_sync_writes="true")
+    assert plain.call(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=1, prepared_seqno=5)["status"] == "Einval"
+
+
+def test_a_server_request_from_a_client_closes_the_connection(server: Server) -> None:
+    """Magic 0x82 takes the server's opcode table (reference 4.9): its 0x21 was run as SASL_AUTH and its 0x89
+    as SELECT_BUCKET. kv_engine closes the connection ('Received a server command')."""
+    client = authenticated(server)
+    name = b"default"
+    client.sock.sendall(struct.pack(">BBHBBHIIQ", 0x82, 0x89, len(name), 0, 0, 0, len(name), 1, 0) + name)
+    with pytest.raises(ConnectionError):
+        client.read()
 
 
 def test_a_dcp_open_with_short_extras_is_einval(server: Server) -> None:
