@@ -28,7 +28,7 @@ import functools
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -57,6 +57,7 @@ from dcpctl.protocol.constants import (
     StreamRequestFlag,
     SystemEventId,
 )
+from dcpctl.protocol.frameinfo import DURABILITY
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
 from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
@@ -103,12 +104,17 @@ DCP_VALIDATED: Final = NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}
 # The HELLO feature that lets a client send each datatype bit (reference 6.1; DCP_OPEN adds JSON, 3.2).
 DATATYPE_FEATURES: Final = {Datatype.JSON: HelloFeature.JSON, Datatype.SNAPPY: HelloFeature.SNAPPY,
                             Datatype.XATTR: HelloFeature.XATTR}
-# Request frame infos the server's parser knows, with the data lengths it takes where the reference gives them
-# (reference 2.2: Barrier empty, DcpStreamId 2 bytes; None: any, the command checks the rest). Any other id,
-# the retired tracing prototype (OpenTracingContext) among them, is UnknownFrameInfo.
-FRAME_INFO_LENGTHS: Final[dict[int, frozenset[int] | None]] = {
-    **{code: None for code, name in REQUEST_FRAMES.name_of.items() if name != "OpenTracingContext"},
-    REQUEST_FRAMES.code_of["Barrier"]: frozenset({0}), REQUEST_FRAMES.code_of["DcpStreamId"]: frozenset({2})}
+# Request frame infos the server's parser knows, with the data lengths it takes (reference 2.2; kv_engine's
+# frame-extras validator answers another length Einval). Any other id, the retired tracing prototype
+# (OpenTracingContext) among them, is UnknownFrameInfo.
+_SOME: Final = range(1, 1 << 16)  # a name: at least one byte
+FRAME_INFO_LENGTHS: Final[dict[int, Container[int]]] = {
+    REQUEST_FRAMES.code_of[name]: lengths for name, lengths in (
+        ("Barrier", frozenset({0})), ("DurabilityRequirement", frozenset({1, 3})), ("DcpStreamId", frozenset({2})),
+        ("Impersonate", _SOME), ("PreserveTtl", frozenset({0})), ("ImpersonateExtraPrivilege", _SOME),
+        ("ImpersonateTokenAuthId", frozenset({2})))}
+# A durability requirement on any other command is Einval (kv_engine: "does not support durability").
+DURABLE_OPCODES: Final = kv.DURABLE | subdoc.DURABLE
 _KNOWN_OPCODES: Final = frozenset(int(opcode) for opcode in Opcode)
 # Statuses a client that did not ask for XERROR cannot be told: the server disconnects instead (reference 5's
 # list; its "SyncWritePending" is SyncWriteInProgress).
@@ -1339,9 +1345,10 @@ def _frame_info_error(msg: Message) -> tuple[Status, str] | None:
     for info in msg.frame_infos:
         if info.id not in FRAME_INFO_LENGTHS:
             return Status.UNKNOWN_FRAME_INFO, f"frame info id {info.id} is unknown"
-        lengths = FRAME_INFO_LENGTHS[info.id]
-        if lengths is not None and len(info.data) not in lengths:
+        if len(info.data) not in FRAME_INFO_LENGTHS[info.id]:
             return Status.EINVAL, f"frame info {REQUEST_FRAMES.name(info.id)} of {len(info.data)} bytes"
+        if info.id == DURABILITY and msg.opcode not in DURABLE_OPCODES:
+            return Status.EINVAL, f"{msg.opcode_name} does not support durability requirements"
     if any(found.name == "bad_frame_info" for found in msg.diagnostics):
         return Status.EINVAL, "Invalid encoding in FrameExtras"
     return None

@@ -436,6 +436,7 @@ SINGLE_LOOKUPS: Final = (Opcode.SUBDOC_GET, Opcode.SUBDOC_EXISTS, Opcode.SUBDOC_
 SINGLE_MUTATIONS: Final = (Opcode.SUBDOC_DICT_ADD, Opcode.SUBDOC_DICT_UPSERT, Opcode.SUBDOC_DELETE,
                            Opcode.SUBDOC_REPLACE, Opcode.SUBDOC_ARRAY_PUSH_LAST, Opcode.SUBDOC_ARRAY_PUSH_FIRST,
                            Opcode.SUBDOC_ARRAY_INSERT, Opcode.SUBDOC_ARRAY_ADD_UNIQUE, Opcode.SUBDOC_COUNTER)
+DURABLE: Final = frozenset((*SINGLE_MUTATIONS, Opcode.SUBDOC_MULTI_MUTATION))  # they take a durability requirement
 COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     Opcode.SUBDOC_MULTI_LOOKUP: multi_lookup, Opcode.SUBDOC_MULTI_MUTATION: multi_mutation,
     **dict.fromkeys(SINGLE_LOOKUPS, single_lookup), **dict.fromkeys(SINGLE_MUTATIONS, single_mutation)}

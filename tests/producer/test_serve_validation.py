@@ -60,11 +60,27 @@ def framed(client: Client, framing: str, **record: Any) -> dict[str, Any]:
     ("00 f0", "Einval"),  # an escape byte missing at the end
     ("30 22 00", "UnknownFrameInfo"),  # the first element decides: unknown before the overrun
     ("01 00 30", "Einval"),  # a bad Barrier before an unknown id
+    # lengths kv_engine's frame-extras validator refuses (they were all Success)
+    ("11 01", "Einval"),  # a durability requirement on a command that takes none
+    ("40", "Einval"),  # an impersonated user with no name
+    ("60", "Einval"),  # an extra privilege with no name
+    ("51 00", "Einval"),  # PreserveTtl with data
+    ("71 05", "Einval"),  # a token auth id of 1 byte
 ])
 def test_frame_infos_are_checked_as_the_server_parses_them(server: Server, framing: str, status: str) -> None:
     client = authenticated(server)
     assert framed(client, framing.replace(" ", ""), opcode="GET_FAILOVER_LOG", vbucket=1)["status"] == status
     assert client.call(opcode="GET_FAILOVER_LOG", vbucket=1)["status"] == "Success"  # the connection stays
+
+
+@pytest.mark.parametrize(("framing", "status"), [("11 01", "Success"), ("13 01 2710", "Success"),
+                                                 ("12 01 00", "Einval"), ("14 01 271000", "Einval")])
+def test_a_durability_requirement_is_a_level_and_maybe_a_timeout(server: Server, framing: str, status: str) -> None:
+    """Reference 2.2: 1 or 3 bytes; kv_engine says 'Invalid sized buffer provided' of any other."""
+    client = authenticated(server)
+    reply = framed(client, framing.replace(" ", ""), opcode="SET", vbucket=1, key="k", value="v", flags=0,
+                   expiration=0)
+    assert reply["status"] == status, reply
 
 
 def test_frame_infos_are_checked_on_dcp_commands_too(server: Server) -> None:
