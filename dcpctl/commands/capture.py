@@ -102,13 +102,16 @@ def capture(
     line_template = line_template_of(template, fmt)
     file_size = rotation.size(write)
     live_capture_path(write, "-w")
-    redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS)
+    if not redact:  # what to keep without --redact is said at once; a salt is made below, once all is checked
+        redaction.live(redact, salt_file, env, "-w", frozenset())
     if bpf is not None and (why := bpf_error(bpf)) is not None:
         raise CommandError(f"--bpf: {why}", ExitCode.USAGE)
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:
         raise CommandError(f"{exc}{_privilege_hint(str(exc))}", ExitCode.INPUT) from None
+    # a random salt is printed once: not for a run that a bad filter or an interface that does not open stops
+    redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS) if redact else None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:

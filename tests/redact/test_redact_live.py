@@ -241,3 +241,17 @@ def test_no_salt_is_printed_for_a_stream_that_never_starts(args: list[str], says
     assert err.startswith("dcpctl: error: ")
     assert says in err
     assert "salt" not in err
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["-i", "lo", "--bpf", "tcp port"], ExitCode.USAGE, "--bpf: "),
+    (["-i", "dcpctl-no-such-if0"], ExitCode.INPUT, "cannot capture on dcpctl-no-such-if0"),
+])
+def test_no_salt_is_printed_for_a_capture_that_never_starts(args: list[str], code: int, says: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for stream: capture made and printed its salt before the filter and the interface were checked."""
+    monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
+    got, _, err = run("capture", *args, "-w", str(tmp_path / "x.pcap"), "--redact")
+    assert got == code, err
+    assert err.startswith(f"dcpctl: error: {says}")
+    assert "salt" not in err
