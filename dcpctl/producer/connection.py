@@ -518,7 +518,7 @@ class ProducerConnection:
 
     def _handle(self, msg: Message) -> None:
         if msg.magic == Magic.SERVER_REQUEST:  # its opcodes are the server's table (reference 4.9), never run
-            self.close("a server request (magic 0x82) from a client: the server disconnects (kv_engine: "
+            self.close(f"magic {Magic.SERVER_REQUEST.kv_name} from a client: the server disconnects (kv_engine: "
                        "'Received a server command')")
             return
         if msg.is_response:

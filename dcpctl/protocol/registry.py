@@ -247,7 +247,7 @@ class MessageSpec:
     def seqno_field(self) -> str | None:
         """Pushed on a stream, the extras field holding the seqno the message takes in its vbucket's history:
         an item's or a seqno advance's by_seqno, a commit's commit_seqno, an abort's abort_seqno (reference
-        3.17: each is a seqno of its own, after the prepare's)."""
+        3.17: a commit and an abort carry their own seqno beside the prepare's)."""
         declared = {name for v in self.variants if v.layout is not None for name in v.layout.names}
         return next((name for name in _SEQNO_FIELDS if name in declared), None) if self.on_stream else None
 
