@@ -153,6 +153,12 @@ def stream(
         if not sep or not name:
             raise CommandError(f"--control: key=value, not {item!r}", ExitCode.USAGE)
         controls[name] = value
+    if controls.get("enable_out_of_order_snapshots", "false") != "false":
+        # an OSO backfill sends its items in key order (reference 3.19): the resume point --state saves after
+        # each item and --until's end would then pass items not yet sent, which a resume would never send
+        raise CommandError("--control enable_out_of_order_snapshots: stream follows each vbucket's seqnos (its "
+                           "--state resume point, --until), which an OSO snapshot's key order would skip past",
+                           ExitCode.USAGE)
     if "connection_buffer_size" in controls:  # the window acknowledgements are counted against
         buffer_size = window_of(controls["connection_buffer_size"], "--control connection_buffer_size")
     noop_seconds: float = noop_interval

@@ -281,6 +281,15 @@ def test_write_with_rotate_seconds_begins_a_file_each_interval_named_by_its_time
     assert len(items(decoded)) == 44
 
 
+@pytest.mark.parametrize("value", ["true", "true_with_seqno_advanced"])
+def test_out_of_order_snapshots_are_refused_before_connecting(value: str) -> None:
+    """An OSO backfill's key order (reference 3.19) would move the --state resume point and --until's end past
+    items not yet sent: a resume would never send them."""
+    code, _, err = run("stream", "127.0.0.1:1", "--control", f"enable_out_of_order_snapshots={value}")
+    assert code == ExitCode.USAGE
+    assert err.startswith("dcpctl: error: --control enable_out_of_order_snapshots: stream follows each vbucket's ")
+
+
 def test_file_size_and_count_need_what_they_modify() -> None:
     for args, says in ((["-C", "1"], "-C: the size of each -w file"), (["-w", "x.pcap", "-W", "2"], "-W: "),
                        (["-G", "5"], "-G: the seconds each -w file covers"),
