@@ -509,7 +509,7 @@ class ConnectionTracker:
             self._vbucket_state(stream, extras.get("vbucket_state"), note)
         elif opcode == OSO_SNAPSHOT:
             flags = extras.get("oso_flags", 0)
-            if flags & OsoFlag.START:
+            if flags & OsoFlag.START and not stream.in_oso:  # (a second start: still the same bracket)
                 # the marker before no longer bounds the items (and the per-item fast path, needing one, stops)
                 stream.in_oso, stream.oso, stream.snapshot = True, stream.last_seqno, None
             elif flags & OsoFlag.END and stream.in_oso:

@@ -195,6 +195,8 @@ class Rows:
             connection.marker(msg.opaque, get("snap_start_seqno"), get("snap_end_seqno"))
         if not msg.is_response and msg.opcode == Opcode.DCP_OSO_SNAPSHOT:
             connection.oso_bracket(msg.opaque, get("stream_vbucket"), get("vbucket"), get("oso_flags"))
+        elif not msg.is_response and msg.opcode == Opcode.DCP_STREAM_END:  # a stream that ended inside one
+            connection.oso_bracket(msg.opaque, get("stream_vbucket"), get("vbucket"), OsoFlag.END)
         row = tuple(get(name) for name in RECORD_COLUMNS) + connection.derived(
             observed, seqno if isinstance(seqno, int) else None, get("vbucket"), get("stream_vbucket"),
             float(get("ts") or 0.0), unacked, buffer_size)
@@ -217,13 +219,14 @@ class _Connection:
         self.label = label
         self.sequence = -1  # the last message's place in the connection
         self.snapshots: dict[int, tuple[int, int]] = {}  # opaque -> the stream's marker range
-        self.last_seqno: dict[int, tuple[int, int]] = {}  # vbucket -> the last item's seqno, and holes before it
+        self.last_seqno: dict[int, tuple[int, int]] = {}  # vbucket -> the last stream_seqno, and holes before it
         # capture_gap diagnostics so far: the one after a hole is on the next message, often another vbucket's
         # or a marker, so a seqno gap is told from a hole by the count changing since the vbucket's last item
         self.holes = 0
-        # vbucket -> inside an OSO snapshot (reference 3.19), the highest seqno before and in it so far: its
-        # items come in key order, so they have no previous_seqno, and its end continues from that seqno
-        self.oso: dict[int, int | None] = {}
+        # vbucket -> inside an OSO snapshot (reference 3.19), the highest seqno before and in it so far, and the
+        # holes before its first item: its items come in key order, so they have no previous_seqno, and its end
+        # (or its stream's) continues from that seqno, a hole inside it still before the next message
+        self.oso: dict[int, tuple[int | None, int]] = {}
         self.unacked = 0  # after the last message
         self.full_since: float | None = None  # when a push filled the flow-control window, if it is full
 
@@ -236,14 +239,14 @@ class _Connection:
         """A DCP_OSO_SNAPSHOT the producer sent: its start or its end."""
         where = stream_vbucket if isinstance(stream_vbucket, int) else vbucket if isinstance(vbucket, int) else 0
         flags = flags if isinstance(flags, int) else 0
-        if flags & OsoFlag.START:
+        if flags & OsoFlag.START and where not in self.oso:  # (a second start: still the same bracket)
             last = self.last_seqno.get(where)
-            self.oso[where] = None if last is None else last[0]
+            self.oso[where] = (None, self.holes) if last is None else last
             self.snapshots.pop(opaque, None)  # the marker before bounds none of its items
         elif flags & OsoFlag.END and where in self.oso:
-            highest = self.oso.pop(where)
+            highest, holes = self.oso.pop(where)
             if highest is not None:
-                self.last_seqno[where] = (highest, self.holes)
+                self.last_seqno[where] = (highest, holes)
 
     def derived(self, observed: Observed, seqno: int | None, vbucket: int | None, stream_vbucket: int | None,
                 ts: float, unacked: int, buffer_size: int | None) -> tuple[Any, ...]:
@@ -271,8 +274,8 @@ class _Connection:
         if diagnostics:  # (most items have none: no call on the hot path)
             self.holes += _holes(diagnostics)
         if self.oso and where in self.oso:
-            highest = self.oso[where]
-            self.oso[where] = by_seqno if highest is None else max(highest, by_seqno)
+            highest, holes = self.oso[where]
+            self.oso[where] = (by_seqno if highest is None else max(highest, by_seqno), holes)
             return None, None
         last = self.last_seqno.get(where)
         self.last_seqno[where] = (by_seqno, self.holes)

@@ -190,11 +190,11 @@ def test_takeover_steps_left_unanswered_are_listed_until_answered() -> None:
     assert tracker.unanswered_takeover_steps() == []
 
 
-def _oso_stream(seqnos_inside: list[int], *, end: bool, after: tuple[int, ...] = (10, 11)) -> list[
+def _oso_stream(seqnos_inside: list[int | None], *, end: bool, after: tuple[int, ...] = (10, 11)) -> list[
         tuple[str, list[str], str]]:
-    """A stream whose backfill is an OSO snapshot (reference 3.19: its items in key order, no marker), then,
-    when ``end``, its end marker, an in-memory snapshot 5-11 with the items ``after``, and a stream end:
-    (opcode, diagnostics, text) of each message."""
+    """A stream whose backfill is an OSO snapshot (reference 3.19: its items in key order, no marker; None
+    among them: its start marker again), then, when ``end``, its end marker, an in-memory snapshot 5-11 with
+    the items ``after``, and a stream end: (opcode, diagnostics, text) of each message."""
     tracker = ConnectionTracker(DecodeOptions(), known_from_start=True)
 
     def pushed(record: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +210,8 @@ def _oso_stream(seqnos_inside: list[int], *, end: bool, after: tuple[int, ...] =
                ({"magic": "ClientResponse", "opcode": "DCP_STREAM_REQ", "status": "Success", "opaque": 7,
                  "failover_log": [{"vbucket_uuid": 1, "seqno": 0}]}, False),
                (pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1}), False),
-               *[(item(seqno), False) for seqno in seqnos_inside]]
+               *[(item(seqno) if seqno is not None else pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1}),
+                  False) for seqno in seqnos_inside]]
     if end:
         packets += [(pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 2}), False),
                     (pushed({"opcode": "DCP_SNAPSHOT_MARKER", "snap_start_seqno": 5, "snap_end_seqno": 11,
@@ -238,3 +239,10 @@ def test_after_an_oso_snapshot_its_highest_seqno_is_the_last_and_order_is_checke
     assert "seqno 8 after 9" in said[-2][2]
     cut = _oso_stream([7, 2, 9, 4], end=False)  # ended inside: no last seqno (the resume point is before it)
     assert cut[-1][2].endswith("after 4 items")
+
+
+def test_a_second_oso_start_is_the_same_bracket() -> None:
+    """It reset the highest seqno to the one before the bracket: 6 after 7 read as in order."""
+    said = _oso_stream([7, None, 2], end=True, after=(6,))
+    assert said[-2][:2] == ("DCP_MUTATION", ["seqno_backwards"])
+    assert "seqno 6 after 7" in said[-2][2]

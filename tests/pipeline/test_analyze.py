@@ -284,7 +284,7 @@ def test_a_streams_seqnos_run_through_every_message_that_takes_one(spark: Any, t
 
 
 def test_items_a_reopened_stream_sends_again_are_duplicates(spark: Any, tmp_path: Path) -> None:
-    """Seqnos 1-5, a Rollback to 3, then 4-6 on the retried stream of the same connection: 4 and 5 came
+    """Seqnos 1-5, a stream end, then 4-6 on a stream asked from 3 on the same connection: 4 and 5 came
     twice and went back below 5 (decode's seqno_backwards is per stream, so it says nothing here)."""
     from dcpctl.pipeline import analyses, job  # noqa: PLC0415
     from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415

@@ -390,3 +390,42 @@ def test_a_pcapng_file_of_several_link_types_gives_each_connections_rows(tmp_pat
     expected = apart([row for part in parts for row in ring_rows([part])])
     assert len(expected) > 20
     assert apart(ring_rows([mixed])) == expected
+
+
+def _pushed(opaque: int, **record: Any) -> bytes:
+    return encode({"magic": "ClientRequest", "vbucket": 5, "opaque": opaque, **record}, fix_lengths=True)
+
+
+def _mutation(opaque: int, seqno: int) -> bytes:
+    return _pushed(opaque, opcode="DCP_MUTATION", by_seqno=seqno, rev_seqno=1, flags=0, expiration=0, lock_time=0,
+                   nmeta=0, nru=0, key=f"k{seqno}", value="v", cas=seqno)
+
+
+def test_a_stream_that_ends_inside_an_oso_snapshot_leaves_its_highest_as_the_last(tmp_path: Path) -> None:
+    """The bracket was closed only by its end marker: after a stream end inside it, every later message of
+    the vbucket had no previous_seqno, so repeats, seqnos going back and gaps went unseen. A second start is
+    the same bracket, and a hole inside it is still a hole before the next message."""
+    out = io.BytesIO()
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50900), ("127.0.0.1", 11210))
+    conversation.handshake()
+    for from_client, data in stream_open(5, 1):
+        conversation.send(from_client, data)
+    for seqno in (1, 2, 3):
+        conversation.send(False, _mutation(1, seqno))
+    for data in (_pushed(1, opcode="DCP_OSO_SNAPSHOT", oso_flags=1), _mutation(1, 7),
+                 _pushed(1, opcode="DCP_OSO_SNAPSHOT", oso_flags=1), _mutation(1, 5)):
+        conversation.send(False, data)
+    conversation.skip(False, len(_mutation(1, 6)))  # lost to the capture, inside the bracket
+    conversation.send(False, _pushed(1, opcode="DCP_STREAM_END", stream_end_status=0))
+    for from_client, data in stream_open(5, 2):
+        conversation.send(from_client, data)
+    for seqno in (4, 5, 5, 3, 20):
+        conversation.send(False, _mutation(2, seqno))
+    conversation.close()
+    path = tmp_path / "oso-end.pcap"
+    path.write_bytes(out.getvalue())
+    rows = [dict(zip(NAMES, row, strict=True)) for row in rows_of(path, records=False)]
+    items = [(r["opaque"], r["by_seqno"], r["previous_seqno"], r["capture_gap_before"]) for r in rows
+             if r["opcode"] == "DCP_MUTATION"]
+    assert items == [(1, 1, None, None), (1, 2, 1, False), (1, 3, 2, False), (1, 7, None, None), (1, 5, None, None),
+                     (2, 4, 7, True), (2, 5, 4, False), (2, 5, 5, False), (2, 3, 5, False), (2, 20, 3, False)]
