@@ -1064,10 +1064,18 @@ class ProducerConnection:
 
     def _seqno_acknowledged(self, msg: Message) -> None:
         """A consumer's acknowledgement of a prepare (reference 3.1, 3.17: client to producer, answered only on
-        error), which needs enable_sync_writes and a consumer_name. It counts towards no write: serve's
-        replicas are its own (see --silent-replicas)."""
+        error), which needs enable_sync_writes and a consumer_name; then, as kv_engine's
+        DcpProducer::seqno_acknowledged: a vbucket not on this node is NotMyVbucket, one this connection streams
+        nothing of disconnects (a logic error there), and one it streams is taken silently, whatever the
+        opaque. It counts towards no write: serve's replicas are its own (see --silent-replicas)."""
+        number = msg.vbucket_or_status
         if self.controls.get("enable_sync_writes") != "true" or not self.controls.get("consumer_name"):
             self._error(msg, Status.EINVAL, "DCP_SEQNO_ACKNOWLEDGED needs enable_sync_writes and a consumer_name")
+        elif self._here(number) is None:
+            self._error(msg, Status.NOT_MY_VBUCKET)
+        elif not any(vbucket == number for vbucket, _ in self.streams):
+            self.close(f"DCP_SEQNO_ACKNOWLEDGED for vbucket {number}, which this connection streams nothing of: "
+                       "the server disconnects")
 
     def _noop_request(self, msg: Message) -> None:
         # reference 3.13: a DCP_NOOP request to a producer disconnects the client (NEEDS_DCP answered the rest)

@@ -448,8 +448,10 @@ _GETS: Final = (Opcode.GET, Opcode.GETQ, Opcode.GETK, Opcode.GETKQ)
 _STORES: Final = (Opcode.SET, Opcode.SETQ, Opcode.ADD, Opcode.ADDQ, Opcode.REPLACE, Opcode.REPLACEQ)
 _COUNTERS: Final = (Opcode.INCREMENT, Opcode.INCREMENTQ, Opcode.DECREMENT, Opcode.DECREMENTQ)
 _CONCATS: Final = (Opcode.APPEND, Opcode.APPENDQ, Opcode.PREPEND, Opcode.PREPENDQ)
-# the commands that take a durability requirement (the writes, which run as synchronous writes)
-DURABLE: Final = frozenset((*_STORES, Opcode.DELETE, Opcode.DELETEQ, *_COUNTERS, *_CONCATS))
+# the commands that take a durability requirement: kv_engine's opcode table gives it to the writes, TOUCH and
+# GAT, but to no quiet command
+DURABLE: Final = frozenset((Opcode.SET, Opcode.ADD, Opcode.REPLACE, Opcode.DELETE, Opcode.INCREMENT,
+                            Opcode.DECREMENT, Opcode.APPEND, Opcode.PREPEND, Opcode.TOUCH, Opcode.GAT))
 COMMANDS: Final[dict[int, Callable[[ProducerConnection, Message], None]]] = {
     **dict.fromkeys(_GETS, _get), Opcode.GET_REPLICA: _get_replica,
     **dict.fromkeys((Opcode.GAT, Opcode.GATQ, Opcode.TOUCH), _touch),

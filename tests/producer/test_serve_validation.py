@@ -83,6 +83,15 @@ def test_a_durability_requirement_is_a_level_and_maybe_a_timeout(server: Server,
     assert reply["status"] == status, reply
 
 
+def test_a_durability_requirement_is_for_the_commands_kv_engine_gives_one(server: Server) -> None:
+    """TOUCH takes one; a quiet SETQ does not (kv_engine's opcode table): no answer to it would say how it went."""
+    client = authenticated(server)
+    assert client.call(opcode="SET", vbucket=1, key="k", value="v", flags=0, expiration=0)["status"] == "Success"
+    assert framed(client, "1101", opcode="TOUCH", vbucket=1, key="k", expiration=60)["status"] == "Success"
+    assert framed(client, "1101", opcode="SETQ", vbucket=1, key="k", value="v", flags=0,
+                  expiration=0)["status"] == "Einval"
+
+
 def test_frame_infos_are_checked_on_dcp_commands_too(server: Server) -> None:
     client = producer(server)
     assert framed(client, "30", opcode="DCP_CONTROL", key="set_priority", value="high")["status"] == \
@@ -184,13 +193,27 @@ def test_cache_transfer_is_a_probe_serve_answers_as_a_node_without_it(server: Se
     assert client.call(opcode="DCP_CONTROL", key="cache_transfer", value="true")["status"] == "NotSupported"
 
 
+def drained(client: Client) -> None:
+    """Everything the server sends, until it closes the connection (ConnectionError)."""
+    while True:
+        client.read()
+
+
 def test_a_sync_replication_consumers_seqno_acknowledgement_is_taken_without_an_answer(server: Server) -> None:
     """Reference 3.1, 3.17: client to producer, answered on error only; it was NotSupported ('sent by a
     producer'). Without enable_sync_writes and a consumer_name it is an error."""
     client = producer(server, enable_sync_writes="true", consumer_name="replica-1")
+    opened = client.call(opcode="DCP_STREAM_REQ", vbucket=1, flags=0, reserved=0, start_seqno=0,
+                         end_seqno=2**64 - 1, vbucket_uuid=0, snap_start_seqno=0, snap_end_seqno=0)
+    assert opened["status"] == "Success"
     client.send(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=1, prepared_seqno=5)
     assert client.call(opcode="DCP_GET_FAILOVER_LOG", vbucket=1)["opcode"] == "DCP_GET_FAILOVER_LOG"  # no answer
     assert not [r for r in client.backlog if r["opcode"] == "DCP_SEQNO_ACKNOWLEDGED"]
+    # kv_engine: a vbucket not on the node is NotMyVbucket; one the connection streams nothing of disconnects
+    assert client.call(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=1000, prepared_seqno=5)["status"] == "NotMyVbucket"
+    client.send(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=2, prepared_seqno=5)
+    with pytest.raises(ConnectionError):
+        drained(client)
     plain = producer(server, enable_sync_writes="true")
     assert plain.call(opcode="DCP_SEQNO_ACKNOWLEDGED", vbucket=1, prepared_seqno=5)["status"] == "Einval"
 
