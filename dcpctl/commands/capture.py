@@ -28,7 +28,7 @@ from dcpctl.commands._options import (
     live_capture_path,
     option_groups,
 )
-from dcpctl.commands.redact import Redaction, SaltFileOption, summary_text
+from dcpctl.commands.redact import Redaction, SaltFileOption, given_salt, salt_of, summary_text
 from dcpctl.dcp.observed import Observed
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.diagnostic import Diagnostic, diagnostic
@@ -102,16 +102,15 @@ def capture(
     line_template = line_template_of(template, fmt)
     file_size = rotation.size(write)
     live_capture_path(write, "-w")
-    if not redact:  # what to keep without --redact is said at once; a salt is made below, once all is checked
+    if not redact:  # what to keep without --redact is said at once
         redaction.live(redact, salt_file, env, "-w", frozenset())
+    salt = given_salt(salt_file) if redact else None  # a bad --salt-file is said before anything opens
     if bpf is not None and (why := bpf_error(bpf)) is not None:
         raise CommandError(f"--bpf: {why}", ExitCode.USAGE)
     try:
         linktype, reader = open_live(interface, bpf, ports)
     except CaptureError as exc:
         raise CommandError(f"{exc}{_privilege_hint(str(exc))}", ExitCode.INPUT) from None
-    # a random salt is printed once: not for a run that a bad filter or an interface that does not open stops
-    redacting = redaction.live(redact, salt_file, env, "-w", ports | TLS_PORTS) if redact else None
     options = DecodeOptions(dialect_of(dialect), collections, show_secrets)
     stopping: list[bool] = []  # the first Ctrl-C, or the -w file failing: end after the packet in hand
     with contextlib.ExitStack() as stack:
@@ -123,6 +122,9 @@ def capture(
             except OSError as exc:
                 raise CommandError(f"{write!s}: {exc.strerror}", ExitCode.INPUT) from None
         engine = None
+        # a random salt is printed once: not for a run that a bad filter, an interface or a -w file stops first
+        redacting = redaction.redactor(salt if salt is not None else salt_of(None, env), ports | TLS_PORTS) \
+            if redact else None
         if redacting is not None and writer is not None:
             engine = CaptureRedactor(redacting, writer, linktype, DecodeOptions(dialect_of(dialect), collections),
                                      ports, TLS_PORTS, max_body_length=max_body_length,

@@ -118,6 +118,17 @@ class Redaction:
 
 def salt_of(salt_file: Path | None, env: Environment) -> bytes:
     """The salt: from --salt-file, else the environment, else a random one printed once on standard error."""
+    given = given_salt(salt_file)
+    if given is not None:
+        return given
+    fresh = secrets.token_hex(RANDOM_SALT_BYTES)
+    env.stderr.write(f"dcpctl: redact: salt {fresh} (give it again with --salt-file or {SALT_ENVIRONMENT} to "
+                     "get the same placeholders)\n")
+    return fresh.encode()
+
+
+def given_salt(salt_file: Path | None) -> bytes | None:
+    """The salt the user gave (--salt-file, else the environment), None when there is none."""
     if salt_file is not None:
         try:
             with salt_file.open("rb") as stream:
@@ -131,12 +142,7 @@ def salt_of(salt_file: Path | None, env: Environment) -> bytes:
             raise CommandError("--salt-file: the file is empty", ExitCode.USAGE)
         return salt
     text = os.environ.get(SALT_ENVIRONMENT)
-    if text:
-        return text.encode()
-    fresh = secrets.token_hex(RANDOM_SALT_BYTES)
-    env.stderr.write(f"dcpctl: redact: salt {fresh} (give it again with --salt-file or {SALT_ENVIRONMENT} to "
-                     "get the same placeholders)\n")
-    return fresh.encode()
+    return text.encode() if text else None
 
 
 def _openable(paths: list[str]) -> None:

@@ -42,11 +42,12 @@ from dcpctl.commands._options import (
     option_groups,
     parse_ranges,
 )
-from dcpctl.commands.redact import Redaction, SaltFileOption, replaced_lines
+from dcpctl.commands.redact import Redaction, SaltFileOption, given_salt, replaced_lines, salt_of
 from dcpctl.dcp.observed import Observed
 from dcpctl.errortext import file_error
 from dcpctl.exitcode import CommandError, ExitCode
 from dcpctl.protocol.message import DecodeOptions, redacted
+from dcpctl.redact.address import AddressMap
 from dcpctl.redact.core import ByteStreamRedactor, Redactor
 from dcpctl.render.env import OutputError, discard_stdout
 from dcpctl.render.lines import ItemLines
@@ -165,10 +166,7 @@ def stream(
     if "set_noop_interval" in controls:  # the interval the dead-connection check waits for
         noop_seconds = noop_interval_of_option(controls["set_noop_interval"], "--control set_noop_interval")
     password = login.password(env)
-    # a random salt is printed once: not for a run the command line or a missing password stops first
-    redacting = redaction.live(redact, salt_file, env, "--write",
-                               _seed_ports(login, host) if redaction.map_addresses else frozenset()) \
-        if redact else None
+    salt = given_salt(salt_file) if redact else None  # a bad --salt-file is said before the file is made
     options = StreamOptions(
         login.bucket, login.user, password, login.sasl_mech, login.tls_options(), login.timeout,
         parse_ranges(vbuckets) if vbuckets else None, start,
@@ -199,8 +197,13 @@ def stream(
             if not closing:  # a stop at once, while streaming; while closing, the notice was cut short
                 raise
 
-    capture = _Capture(write, redacting, file_size, rotation.file_count, rotation.rotate_seconds) \
+    capture = _Capture(write, None, file_size, rotation.file_count, rotation.rotate_seconds) \
         if write is not None else None
+    if capture is not None and redact:
+        # a random salt is printed once: not for a run the command line, a missing password or a --write file
+        # that cannot be made stops first
+        capture.redact_with(redaction.redactor(salt if salt is not None else salt_of(None, env),
+                                               _seed_ports(login, host) if redaction.map_addresses else frozenset()))
 
     def flush() -> None:
         """Everything written so far reaches its file: before a save, the positions count only that. While
@@ -417,8 +420,10 @@ class _Capture:
     def __init__(self, path: Path, redactor: Redactor | None = None, size: int | None = None,
                  count: int | None = None, seconds: float | None = None) -> None:
         self.path = path
-        self.redactor = redactor
-        self.addresses = redactor.addresses if redactor is not None else None
+        self.redactor: Redactor | None = None
+        self.addresses: AddressMap | None = None
+        if redactor is not None:
+            self.redact_with(redactor)
         self.redacting: dict[tuple[int, bool], ByteStreamRedactor] = {}  # per connection and direction
         self.failed = False
         self.conversations: dict[int, TcpConversation] = {}
@@ -426,6 +431,10 @@ class _Capture:
             self.writer = Savefiles(path, size=size, count=count, opener=buffered, seconds=seconds)
         except OSError as exc:
             raise CommandError(file_error(f"--write: {path}", exc), ExitCode.INPUT) from None
+
+    def redact_with(self, redactor: Redactor) -> None:
+        """What is written from now on goes through ``redactor`` (its address map, if any, maps the frames)."""
+        self.redactor, self.addresses = redactor, redactor.addresses
 
     def _guarded(self, write: Callable[[], _T]) -> _T:
         try:

@@ -243,15 +243,32 @@ def test_no_salt_is_printed_for_a_stream_that_never_starts(args: list[str], says
     assert "salt" not in err
 
 
+def test_no_salt_is_printed_for_a_stream_whose_file_cannot_be_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
+    monkeypatch.setenv("DCPCTL_PASSWORD", "password")
+    code, _, err = run("stream", "127.0.0.1:1", "--write", "/nonexistent/x.pcap", "--redact")
+    assert (code, err) == (ExitCode.INPUT, "dcpctl: error: --write: /nonexistent/x.pcap: no such file\n")
+
+
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["-i", "lo", "--bpf", "tcp port"], ExitCode.USAGE, "--bpf: "),
     (["-i", "dcpctl-no-such-if0"], ExitCode.INPUT, "cannot capture on dcpctl-no-such-if0"),
+    (["-i", "lo", "-w", "/nonexistent/x.pcap"], ExitCode.INPUT, ""),  # (as root: lo opens, the file does not)
 ])
 def test_no_salt_is_printed_for_a_capture_that_never_starts(args: list[str], code: int, says: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """As for stream: capture made and printed its salt before the filter and the interface were checked."""
+    """As for stream: capture made and printed its salt before the filter, the interface and the -w file were
+    checked."""
     monkeypatch.delenv("DCPCTL_REDACT_SALT", raising=False)
-    got, _, err = run("capture", *args, "-w", str(tmp_path / "x.pcap"), "--redact")
+    got, _, err = run("capture", *args, *([] if "-w" in args else ["-w", str(tmp_path / "x.pcap")]), "--redact")
     assert got == code, err
     assert err.startswith(f"dcpctl: error: {says}")
     assert "salt" not in err
+    assert not (tmp_path / "x.pcap").exists()
+
+
+def test_a_bad_salt_file_is_said_before_the_capture_opens_anything(tmp_path: Path) -> None:
+    (tmp_path / "salt").write_bytes(b"")
+    got, _, err = run("capture", "-i", "dcpctl-no-such-if0", "-w", str(tmp_path / "x.pcap"), "--redact",
+                      "--salt-file", str(tmp_path / "salt"))
+    assert (got, err) == (ExitCode.USAGE, "dcpctl: error: --salt-file: the file is empty\n")
