@@ -73,7 +73,7 @@ def test_an_options_value_is_named_as_its_help_names_it(name: str, command: obje
         else:
             continue
         for option in param.opts:
-            described = re.findall(rf'(?:^\.BI? |, "? ){re.escape(option)} " ([^"\n]+)"?', page, re.MULTILINE)
+            described = re.findall(rf'(?:^\.BI? |, (?:" )?){re.escape(option)} " ([^"\n]+)"?', page, re.MULTILINE)
             synopsis = [re.sub(r"[\s\]]", "", found) for found in
                         re.findall(rf"^\.RB \[ {re.escape(option)}\n\.IR ([^\n]+)", page, re.MULTILINE)]
             for written in described + synopsis:
