@@ -215,25 +215,29 @@ def test_the_analyses_find_what_was_planted(spark: Any, tmp_path: Path) -> None:
     assert report["progress"]
 
 
-def test_a_repeated_seqno_and_one_that_went_back_are_counted_once_each(spark: Any, tmp_path: Path) -> None:
-    """Seqnos 1 2 3 3 2: the second 3 is the one before again (repeated), the last 2 below it (backwards);
-    decode gives both seqno_backwards, which the report counted in both columns. Both are duplicates."""
+def analysed(spark: Any, path: Path, port: int, sent: list[tuple[bool, bytes]]) -> dict[str, Any]:
+    """The report of a capture at ``path`` of one connection from client ``port``: its handshake, ``sent``
+    ((from the client, packet) in order), its close."""
     from dcpctl.pipeline import analyses, job  # noqa: PLC0415
     from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
 
     out = io.BytesIO()
-    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50400), ("127.0.0.1", 11210))
+    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", port), ("127.0.0.1", 11210))
     conversation.handshake()
-    conversation.send(True, stream_request(0))
-    conversation.send(False, stream_opened())
-    conversation.send(False, marker(1, 10))
-    for seqno in (1, 2, 3, 3, 2):
-        conversation.send(False, item(seqno, f"k{seqno}"))
+    for from_client, data in sent:
+        conversation.send(from_client, data)
     conversation.close()
-    path = tmp_path / "back.pcap"
     path.write_bytes(out.getvalue())
-    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
-    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), path.parent / "out", 600)
+    return analyses.report(job.read(spark, result), result.partials, plots=False)
+
+
+def test_a_repeated_seqno_and_one_that_went_back_are_counted_once_each(spark: Any, tmp_path: Path) -> None:
+    """Seqnos 1 2 3 3 2: the second 3 is the one before again (repeated), the last 2 below it (backwards);
+    decode gives both seqno_backwards, which the report counted in both columns. Both are duplicates."""
+    report = analysed(spark, tmp_path / "back.pcap", 50400, [
+        (True, stream_request(0)), (False, stream_opened()), (False, marker(1, 10)),
+        *[(False, item(seqno, f"k{seqno}")) for seqno in (1, 2, 3, 3, 2)]])
     [row] = report["vbuckets"]
     assert (row["items"], row["repeated"], row["backwards"]) == (5, 1, 1)
     assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(2, 2), (3, 2)]
@@ -247,30 +251,16 @@ def test_a_streams_seqnos_run_through_every_message_that_takes_one(spark: Any, t
     """A system event, a commit and a seqno advance take seqnos of the vbucket's history: no gap before the
     message after them (each was 'expected: deduplication'); a prepare is an item, as decode --summary counts
     it. A seqno that really is missing (5 to 8 here, after the seqno advance to 6) is still a gap."""
-    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
-    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
-
-    out = io.BytesIO()
-    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50500), ("127.0.0.1", 11210))
-    conversation.handshake()
-    conversation.send(True, stream_request(0))
-    conversation.send(False, stream_opened())
-    conversation.send(False, marker(1, 9))
-    conversation.send(False, item(1, "a"))
-    conversation.send(False, pushed({"opcode": "DCP_SYSTEM_EVENT", "by_seqno": 2, "event_id": 0, "event_version": 0,
-                                     "key": "c1", "value": ""}))
-    conversation.send(False, pushed({"opcode": "DCP_PREPARE", "by_seqno": 3, "rev_seqno": 1, "flags": 0,
-                                     "expiration": 0, "lock_time": 0, "nru": 0, "deleted": 0, "durability_level": 1,
-                                     "cas": 3, "key": "b", "value": "{}", "datatype": 1}))
-    conversation.send(False, pushed({"opcode": "DCP_COMMIT", "prepared_seqno": 3, "commit_seqno": 4, "key": "b"}))
-    conversation.send(False, item(5, "c"))
-    conversation.send(False, pushed({"opcode": "DCP_SEQNO_ADVANCED", "by_seqno": 6}))
-    conversation.send(False, item(8, "d"))
-    conversation.close()
     path = tmp_path / "sync.pcap"
-    path.write_bytes(out.getvalue())
-    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
-    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    report = analysed(spark, path, 50500, [
+        (True, stream_request(0)), (False, stream_opened()), (False, marker(1, 9)), (False, item(1, "a")),
+        (False, pushed({"opcode": "DCP_SYSTEM_EVENT", "by_seqno": 2, "event_id": 0, "event_version": 0, "key": "c1",
+                        "value": ""})),
+        (False, pushed({"opcode": "DCP_PREPARE", "by_seqno": 3, "rev_seqno": 1, "flags": 0, "expiration": 0,
+                        "lock_time": 0, "nru": 0, "deleted": 0, "durability_level": 1, "cas": 3, "key": "b",
+                        "value": "{}", "datatype": 1})),
+        (False, pushed({"opcode": "DCP_COMMIT", "prepared_seqno": 3, "commit_seqno": 4, "key": "b"})),
+        (False, item(5, "c")), (False, pushed({"opcode": "DCP_SEQNO_ADVANCED", "by_seqno": 6})), (False, item(8, "d"))])
     [row] = report["vbuckets"]
     assert (row["items"], row["first_seqno"], row["last_seqno"], row["gaps"]) == (4, 1, 8, 1)
     assert [(gap["previous"], gap["by_seqno"], gap["missing"]) for gap in report["gaps"]] == [(6, 8, 1)]
@@ -286,28 +276,12 @@ def test_a_streams_seqnos_run_through_every_message_that_takes_one(spark: Any, t
 def test_items_a_reopened_stream_sends_again_are_duplicates(spark: Any, tmp_path: Path) -> None:
     """Seqnos 1-5, a stream end, then 4-6 on a stream asked from 3 on the same connection: 4 and 5 came
     twice and went back below 5 (decode's seqno_backwards is per stream, so it says nothing here)."""
-    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
-    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
-
-    out = io.BytesIO()
-    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50600), ("127.0.0.1", 11210))
-    conversation.handshake()
-    conversation.send(True, stream_request(0))
-    conversation.send(False, stream_opened())
-    conversation.send(False, marker(1, 5))
-    for seqno in range(1, 6):
-        conversation.send(False, item(seqno, f"k{seqno}"))
-    conversation.send(False, pushed({"opcode": "DCP_STREAM_END", "stream_end_status": 0}))
-    conversation.send(True, stream_request(3))
-    conversation.send(False, stream_opened())
-    conversation.send(False, marker(4, 6))
-    for seqno in (4, 5, 6):
-        conversation.send(False, item(seqno, f"k{seqno}"))
-    conversation.close()
-    path = tmp_path / "again.pcap"
-    path.write_bytes(out.getvalue())
-    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
-    report = analyses.report(job.read(spark, result), result.partials, plots=False)
+    report = analysed(spark, tmp_path / "again.pcap", 50600, [
+        (True, stream_request(0)), (False, stream_opened()), (False, marker(1, 5)),
+        *[(False, item(seqno, f"k{seqno}")) for seqno in range(1, 6)],
+        (False, pushed({"opcode": "DCP_STREAM_END", "stream_end_status": 0})),
+        (True, stream_request(3)), (False, stream_opened()), (False, marker(4, 6)),
+        *[(False, item(seqno, f"k{seqno}")) for seqno in (4, 5, 6)]])
     [row] = report["vbuckets"]
     assert (row["items"], row["repeated"], row["backwards"], row["gaps"]) == (8, 0, 1, 0)
     assert [(d["by_seqno"], d["times"]) for d in report["duplicates"]] == [(4, 2), (5, 2)]
@@ -317,28 +291,15 @@ def test_an_oso_snapshots_items_in_key_order_are_no_gaps_or_seqnos_going_back(sp
     """An OSO backfill (reference 3.19) sends its items in key order, without a marker: 7 2 9 4, then the
     in-memory snapshot from 10. Neither decode's tracker nor the report finds anything wrong (each item was
     item_before_marker, and 2 and 4 went backwards); a gap after the OSO's highest seqno is still one."""
-    from dcpctl.pipeline import analyses, job  # noqa: PLC0415
-    from dcpctl.protocol.message import DecodeOptions  # noqa: PLC0415
-
-    out = io.BytesIO()
-    conversation = TcpConversation(PcapWriter(out), ("127.0.0.1", 50700), ("127.0.0.1", 11210))
-    conversation.handshake()
-    conversation.send(True, stream_request(0))
-    conversation.send(False, stream_opened())
-    conversation.send(False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1}))
-    for seqno in (7, 2, 9, 4):
-        conversation.send(False, item(seqno, f"k{seqno}"))
-    conversation.send(False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 2}))
-    conversation.send(False, marker(10, 13))
-    for seqno in (10, 13):
-        conversation.send(False, item(seqno, f"k{seqno}"))
-    conversation.close()
     path = tmp_path / "oso.pcap"
-    path.write_bytes(out.getvalue())
+    report = analysed(spark, path, 50700, [
+        (True, stream_request(0)), (False, stream_opened()),
+        (False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 1})),
+        *[(False, item(seqno, f"k{seqno}")) for seqno in (7, 2, 9, 4)],
+        (False, pushed({"opcode": "DCP_OSO_SNAPSHOT", "oso_flags": 2})), (False, marker(10, 13)),
+        *[(False, item(seqno, f"k{seqno}")) for seqno in (10, 13)]])
     assert [record.get("diagnostics", []) for record in decoded(path) if record["opcode"] == "DCP_MUTATION"] \
         == [[]] * 6
-    result = job.run(spark, [str(path)], frozenset({11210}), DecodeOptions(), tmp_path / "out", 600)
-    report = analyses.report(job.read(spark, result), result.partials, plots=False)
     [row] = report["vbuckets"]
     assert (row["items"], row["first_seqno"], row["last_seqno"]) == (6, 2, 13)
     assert (row["backwards"], row["before_marker"], row["outside_snapshot"]) == (0, 0, 0)
