@@ -23,7 +23,9 @@ Only when dcpctl starts the JVM itself: not under spark-submit, nor in a process
 Spark's launcher always adds ``--add-modules=jdk.incubator.vector``, and the JVM then prints
 ``WARNING: Using incubator modules: jdk.incubator.vector`` on every start, with no option to silence it.
 :func:`launch` starts the JVM with its standard error on a pipe that a thread copies to dcpctl's, line by
-line, all but exactly that line: the JVM's real errors and Spark's log still reach the user.
+line, all but exactly that line: the JVM's real errors and Spark's log still reach the user. Its standard
+output goes into the same pipe: the JVM writes its unified log there (every warning, unless told otherwise),
+and dcpctl's standard output is the report alone.
 """
 
 from __future__ import annotations
@@ -210,8 +212,9 @@ def copy_lines(source: int, sink: int, dropped: Iterable[bytes] = NOISE) -> None
 
 def launch(settings: Mapping[str, str]) -> Any:
     """Start Spark's JVM as pyspark would for a session with ``settings`` (spark.* properties), its standard
-    error filtered by :func:`copy_lines` (see the module docstring), and make it the process's gateway, which
-    the session then uses. Returns the thread that copies the lines (it ends when the JVM does)."""
+    output and error filtered by :func:`copy_lines` onto dcpctl's standard error (see the module docstring),
+    and make it the process's gateway, which the session then uses. Returns the thread that copies the
+    lines (it ends when the JVM does)."""
     from pyspark import SparkConf, SparkContext  # noqa: PLC0415
     from pyspark.java_gateway import launch_gateway  # noqa: PLC0415
 
@@ -222,7 +225,8 @@ def launch(settings: Mapping[str, str]) -> Any:
     copier = threading.Thread(target=copy_lines, args=(read, 2), name="jvm-stderr", daemon=True)
     copier.start()  # before the JVM starts: a JVM that fails to start may say more than a pipe holds
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})  # type: ignore[no-untyped-call]
+        # its standard output too: the JVM's unified log (every warning, by default) would go into the report
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": write, "stderr": write})  # type: ignore[no-untyped-call]
     except BaseException:
         os.close(write)
         copier.join(DRAIN_WAIT)  # its last words before dcpctl's one line

@@ -233,3 +233,25 @@ def test_analyze_says_nothing_of_incubator_modules_but_the_jvms_own_lines_remain
     assert "incubator" not in done.stderr
     assert "Picked up JAVA_TOOL_OPTIONS: -Ddcpctl.test=1" in done.stderr.splitlines()
     assert json.loads(done.stdout)["messages"] == 22
+
+
+def test_what_the_jvm_writes_on_standard_output_goes_to_standard_error(tmp_path: Path) -> None:
+    """The JVM writes its unified log (every warning, by default) on standard output, which is analyze's
+    report: a driver JVM started with ``-Xlog:gc``, as a user tuning Spark's memory may, used to put its
+    lines before the JSON. They now reach standard error, and the report stays one JSON document."""
+    java = java_or_skip()
+    home = tmp_path / "java"
+    (home / "bin").mkdir(parents=True)
+    # the driver JVM logs its collector; Spark's launcher, which prints its command for spark-class, does not
+    wrapper = home / "bin" / "java"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *org.apache.spark.deploy.SparkSubmit*)\n'
+                       f'  exec {java} -Xlog:gc "$@";;\nesac\nexec {java} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "DCPCTL_JVM_CACHE": "off", "JAVA_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),
+                           "--master", "local[1]", "-F", "json"], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["messages"] == 22
+    assert any("[info][gc] Using " in line for line in done.stderr.splitlines()), done.stderr[-2000:]
+
