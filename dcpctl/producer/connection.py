@@ -164,6 +164,7 @@ NOOP_OPAQUE_BASE: Final = 10_000_000
 PREPARE_FLOW_CONTROL_EXTRA: Final = 2
 MARKER_DISK_CHECKPOINT: Final = SnapshotMarkerFlag.DISK | SnapshotMarkerFlag.CHECKPOINT
 MARKER_MEMORY: Final = SnapshotMarkerFlag.MEMORY
+MARKER_MEMORY_CHECKPOINT: Final = SnapshotMarkerFlag.MEMORY | SnapshotMarkerFlag.CHECKPOINT
 # A takeover stream (reference 3.4.2, 3.12; kv_engine's ActiveStream TakeoverSend and TakeoverWait): after its
 # backfill every marker asks for an answer, and once caught up with none outstanding the stream sends
 # DCP_SET_VBUCKET_STATE pending, then (answered: the vbucket here turns dead) active, then (answered) ends Ok.
@@ -251,6 +252,10 @@ class _Stream:
     filter_ids: frozenset[int] | None  # a filtered stream's collections (None: every collection)
     filter_scope: int | None = None  # a scope filter's scope: its scope's system events go out too
     snapshot_end: int = -1  # the last marker's end; items up to it may go out
+    # Whether it begins with a disk backfill. serve keeps no checkpoints, so what the vbucket held when the
+    # stream was asked for is read from disk, as kv_engine backfills what its checkpoints no longer hold; a
+    # stream from the high seqno registers its cursor at the end and starts in memory (scheduleBackfill).
+    backfill: bool = True
     markers: int = 0
     items: int = 0
     last_seqno: int = 0
@@ -856,9 +861,9 @@ class ProducerConnection:
             return [name, ("status", "stream_is_dead"), ("estimate", 0), ("backfillRemaining", 0)]
         last = min(vb.high_seqno, stream.end_seqno)
         remaining: int | None = None
-        if stream.markers == 0 and stream.next_seqno <= last:
+        if stream.backfill and stream.markers == 0 and stream.next_seqno <= last:
             status, cursor = "calculating-item-count", last + 1  # the backfill not begun: its size unknown yet
-        elif stream.markers == 1 and stream.next_seqno <= stream.snapshot_end:
+        elif stream.backfill and stream.markers == 1 and stream.next_seqno <= stream.snapshot_end:
             status, cursor = "backfilling", stream.snapshot_end + 1
             remaining = stream.snapshot_end - stream.next_seqno + 1
         else:
@@ -963,7 +968,7 @@ class ProducerConnection:
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
                          skip_deletes=start == 0 and bool(
                              (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL),
-                         takeover=takeover, new_checkpoint=takeover)
+                         takeover=takeover, new_checkpoint=takeover, backfill=start < vb.high_seqno)
         if start >= end:
             stream.ending = StreamEndStatus.OK
         self.streams[(number, stream_id)] = stream
@@ -1193,7 +1198,7 @@ class ProducerConnection:
                 self._count(len(data))
                 sent += len(data)
                 stream.snapshot_end = last
-                if not stream.markers:
+                if disk and not stream.markers:
                     stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
                     stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
                 stream.markers += 1
@@ -1206,10 +1211,14 @@ class ProducerConnection:
         return sent
 
     def _marker_flags(self, stream: _Stream) -> int:
-        """The first snapshot is the backfill's, the rest from memory; on a takeover stream each one after the
-        backfill must be answered, and the first of each takeover phase begins a checkpoint."""
-        if not stream.takeover or not (stream.markers or stream.takeover_since is not None):
-            return MARKER_DISK_CHECKPOINT if stream.markers == 0 else MARKER_MEMORY
+        """The first snapshot is the backfill's, if the stream has one, the rest from memory, the first of them
+        beginning a checkpoint (kv_engine's move to InMemory sets nextSnapshotIsCheckpoint); on a takeover
+        stream each one after the backfill must be answered, and the first of each takeover phase begins a
+        checkpoint."""
+        if stream.backfill and stream.markers == 0:
+            return MARKER_DISK_CHECKPOINT
+        if not stream.takeover:
+            return MARKER_MEMORY_CHECKPOINT if stream.markers == int(stream.backfill) else MARKER_MEMORY
         self._takeover_sending(stream)
         stream.marker_acks += 1
         checkpoint = stream.new_checkpoint

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from servekit import peer
 
 from dcpctl.dcp.sasl import plain_message
@@ -951,3 +952,49 @@ def test_a_takeover_waiting_for_its_pending_states_answer_is_not_backed_up() -> 
     assert drain(conn) == []
     assert upsert(on, "waiting")["status"] == "Success"
     assert not on.bucket.vbuckets[0].takeover_backed_up
+
+
+# --- where a stream's snapshots come from: disk, then memory (kv_engine's scheduleBackfill) ------------------
+DISK, MEMORY = 0x02, 0x01
+
+
+def flags_of(got: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    return [(r["snap_start_seqno"], r["snap_end_seqno"], r["snapshot_flags"]) for r in got
+            if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
+
+
+def test_a_backfill_is_followed_by_a_memory_snapshot_that_begins_a_checkpoint() -> None:
+    """The move from backfilling to memory begins a checkpoint (transitionState InMemory sets
+    nextSnapshotIsCheckpoint): serve flagged that snapshot Memory alone, as it does the ones after it."""
+    on = cluster()
+    conn = session(on=on)
+    status, got = stream(conn)
+    assert (status, flags_of(got)) == ("Success", [(0, HIGH, DISK | CHECKPOINT_FLAG)])
+    for key in ("one", "two"):
+        assert upsert(on, key)["status"] == "Success"
+        got += drain(conn)
+    assert flags_of(got)[1:] == [(HIGH + 1, HIGH + 1, MEMORY | CHECKPOINT_FLAG), (HIGH + 2, HIGH + 2, MEMORY)]
+
+
+@pytest.mark.parametrize("takeover", [False, True])
+def test_a_stream_from_the_high_seqno_has_no_backfill(takeover: bool) -> None:
+    """Its cursor is registered at the end of the checkpoints, so nothing is read from disk: the writes that
+    follow come in memory snapshots, from the requested start (reference 3.8). serve sent the first of them
+    flagged Disk, and a sync-replication consumer had a disk marker's high completed seqno in it; a takeover
+    stream's first marker was a backfill's, not to be answered; and dcp-vbtakeover said a backfill
+    was about to begin."""
+    on = cluster()
+    conn = session(on=on, controls={"enable_noop": "true", "enable_sync_writes": "true", "consumer_name": "b"},
+                   name="replication:a->b")
+    uuid = on.bucket.vbuckets[0].failover_log[0].vbucket_uuid
+    assert request(conn, start=HIGH, uuid=uuid, flags=TAKE_OVER if takeover else 0) == "Success"
+    assert upsert(on, "one")["status"] == "Success"
+    answers = call(kv_session(on=on), opcode="STAT", key="dcp-vbtakeover 0 replication:a->b")
+    assert {r["key"]: r["value"] for r in answers if r.get("key")}["status"] == "in-memory"  # the write to send
+    got = drain(conn)
+    [marker] = [r for r in got if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
+    assert (marker["snap_start_seqno"], marker["snap_end_seqno"]) == (HIGH, HIGH + 1)
+    assert marker["snapshot_flags"] == (MEMORY | ACKNOWLEDGE | CHECKPOINT_FLAG if takeover
+                                        else MEMORY | CHECKPOINT_FLAG)
+    assert (marker["max_visible_seqno"], marker["high_completed_seqno"]) == (HIGH + 1, 0)  # v2.0: disk only
+    assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [HIGH + 1]
