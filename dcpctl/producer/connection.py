@@ -67,7 +67,10 @@ FEATURES: Final = frozenset({
     HelloFeature.TCP_NO_DELAY, HelloFeature.MUTATION_SEQNO, HelloFeature.XATTR, HelloFeature.XERROR,
     HelloFeature.SELECT_BUCKET, HelloFeature.SNAPPY, HelloFeature.JSON, HelloFeature.ALT_REQUEST_SUPPORT,
     HelloFeature.COLLECTIONS, HelloFeature.SYNC_REPLICATION, HelloFeature.DUPLEX, HelloFeature.TRACING,
-    HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF})
+    HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF,
+    # serve runs every command in order, which UnorderedExecution allows; SkipDeletes only says DCP_OPEN
+    # takes its flag (hello_packet_executor.cc)
+    HelloFeature.UNORDERED_EXECUTION, HelloFeature.DCP_SKIP_DELETES_IN_INITIAL_BACKFILL})
 # HELLO features the server pushes cluster maps for; each needs Duplex (hello_packet_executor.cc), and a
 # client asking for both gets the brief one (the revision without the map).
 NOTIFICATIONS: Final = (HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION, HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF)
@@ -80,6 +83,15 @@ BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # connection always has its bucket, so NoBucket never comes first.
 NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
                              if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
+# The commands whose kv_engine validators end in verify_common_dcp_restrictions: after their header checks,
+# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1).
+DCP_RESTRICTED: Final = frozenset({
+    Opcode.DCP_OPEN, Opcode.DCP_ADD_STREAM, Opcode.DCP_CLOSE_STREAM, Opcode.DCP_STREAM_REQ,
+    Opcode.DCP_GET_FAILOVER_LOG, Opcode.DCP_STREAM_END, Opcode.DCP_SNAPSHOT_MARKER, Opcode.DCP_MUTATION,
+    Opcode.DCP_DELETION, Opcode.DCP_EXPIRATION, Opcode.DCP_SET_VBUCKET_STATE, Opcode.DCP_NOOP,
+    Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, Opcode.DCP_CONTROL, Opcode.DCP_SYSTEM_EVENT, Opcode.DCP_PREPARE,
+    Opcode.DCP_SEQNO_ACKNOWLEDGED, Opcode.DCP_COMMIT, Opcode.DCP_ABORT, Opcode.DCP_CACHE_TRANSFER,
+    Opcode.DCP_CACHE_TRANSFER_END, Opcode.GET_FAILOVER_LOG})
 # Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
 ANY_DATATYPE: Final = functools.reduce(operator.or_, Datatype)
 # Commands whose kv_engine validator asks for exactly the extras length, key and value their registry row
@@ -540,6 +552,9 @@ class ProducerConnection:
         if refused is not None:
             self._error(msg, *refused)
             return
+        if opcode in DCP_RESTRICTED and HelloFeature.UNORDERED_EXECUTION in self.features:
+            self._error(msg, Status.NOT_SUPPORTED, "DCP on connections with unordered execution is not supported")
+            return
         if opcode in NEEDS_DCP and not self._is_dcp(msg):
             return
         handler = _HANDLERS.get(opcode)
@@ -580,6 +595,8 @@ class ProducerConnection:
                 self._error(msg, Status.EINVAL, f"{HelloFeature(feature).kv_name} needs Duplex")
                 return
         wanted = [f for f in asked if f in FEATURES]
+        if self.dcp_flags is not None:  # not for a DCP connection: left out of the answer, as kv_engine does
+            wanted = [f for f in wanted if f != HelloFeature.UNORDERED_EXECUTION]
         if HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION_BRIEF in wanted:
             wanted = [f for f in wanted if f != HelloFeature.CLUSTERMAP_CHANGE_NOTIFICATION]
         self.features = list(dict.fromkeys(wanted))

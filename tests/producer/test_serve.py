@@ -46,7 +46,7 @@ def test_commands_before_authentication_are_refused(server: Server) -> None:
 def test_hello_enables_the_supported_subset_in_request_order(server: Server) -> None:
     reply = connect(server).hello("Collections", "UnorderedExecution", "Xerror", "Duplex", "Tracing", "JSON", "Xattr",
                                   "GetClusterConfigWithKnownVersion")
-    assert reply["features"] == ["Collections", "Xerror", "Duplex", "Tracing", "JSON", "Xattr"]
+    assert reply["features"] == ["Collections", "UnorderedExecution", "Xerror", "Duplex", "Tracing", "JSON", "Xattr"]
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA512", "SCRAM-SHA256", "SCRAM-SHA1", "SCRAM-SHA-512"])

@@ -998,3 +998,35 @@ def test_a_stream_from_the_high_seqno_has_no_backfill(takeover: bool) -> None:
                                         else MEMORY | CHECKPOINT_FLAG)
     assert (marker["max_visible_seqno"], marker["high_completed_seqno"]) == (HIGH + 1, 0)  # v2.0: disk only
     assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [HIGH + 1]
+
+
+# --- HELLO UnorderedExecution: granted, and then no DCP (reference 3.1; verify_common_dcp_restrictions) ----
+def hello(conn: ProducerConnection, *features: str) -> list[str]:
+    return list(call(conn, opcode="HELLO", key="t", features=["Xerror", "JSON", *features])[0]["features"])
+
+
+def test_unordered_execution_is_granted_and_then_dcp_is_not_supported() -> None:
+    """kv_engine grants UnorderedExecution to a connection that is not DCP, and DcpSkipDeletesInInitialBackfill
+    to any (it says DCP_OPEN takes that flag); serve left both out. A connection with UnorderedExecution gets
+    NotSupported for every DCP command and GET_FAILOVER_LOG, after their header checks; a HELLO without it
+    lifts that, and a DCP connection asking for it again is not granted it."""
+    conn = ProducerConnection(Node(0, cluster()))
+    assert hello(conn, "UnorderedExecution", "DcpSkipDeletesInInitialBackfill") == [
+        "Xerror", "JSON", "UnorderedExecution", "DcpSkipDeletesInInitialBackfill"]
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    assert upsert(conn.node.cluster, "any")["status"] == "Success"  # other commands run as before
+    refused = call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]
+    assert (refused["status"], json.loads(refused["value"])) == (
+        "NotSupported", {"error": {"context": "DCP on connections with unordered execution is not supported"}})
+    assert call(conn, opcode="GET_FAILOVER_LOG", vbucket=0)[0]["status"] == "NotSupported"
+    assert call(conn, opcode="DCP_CONTROL", key="enable_noop", value="true")[0]["status"] == "NotSupported"
+    # the header is checked first: DCP_OPEN without its extras is Einval
+    assert call(conn, opcode="DCP_OPEN", key="n", extras_length=0, extras="")[0]["status"] == "Einval"
+    assert hello(conn) == ["Xerror", "JSON"]
+    assert call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]["status"] == "Success"
+    assert hello(conn, "UnorderedExecution") == ["Xerror", "JSON"]
+    assert call(conn, opcode="DCP_CONTROL", key="enable_noop", value="true")[0]["status"] == "Success"
+
