@@ -222,7 +222,7 @@ def launch(settings: Mapping[str, str]) -> Any:
     for key, value in settings.items():
         conf.set(key, value)
     read, write = os.pipe()
-    copier = threading.Thread(target=copy_lines, args=(read, 2), name="jvm-stderr", daemon=True)
+    copier = threading.Thread(target=copy_lines, args=(read, 2), name="jvm-output", daemon=True)
     copier.start()  # before the JVM starts: a JVM that fails to start may say more than a pipe holds
     try:
         # its standard output too: the JVM's unified log (every warning, by default) would go into the report

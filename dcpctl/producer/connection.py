@@ -84,14 +84,10 @@ BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
                              if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
 # The commands whose kv_engine validators end in verify_common_dcp_restrictions: after their header checks,
-# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1).
-DCP_RESTRICTED: Final = frozenset({
-    Opcode.DCP_OPEN, Opcode.DCP_ADD_STREAM, Opcode.DCP_CLOSE_STREAM, Opcode.DCP_STREAM_REQ,
-    Opcode.DCP_GET_FAILOVER_LOG, Opcode.DCP_STREAM_END, Opcode.DCP_SNAPSHOT_MARKER, Opcode.DCP_MUTATION,
-    Opcode.DCP_DELETION, Opcode.DCP_EXPIRATION, Opcode.DCP_SET_VBUCKET_STATE, Opcode.DCP_NOOP,
-    Opcode.DCP_BUFFER_ACKNOWLEDGEMENT, Opcode.DCP_CONTROL, Opcode.DCP_SYSTEM_EVENT, Opcode.DCP_PREPARE,
-    Opcode.DCP_SEQNO_ACKNOWLEDGED, Opcode.DCP_COMMIT, Opcode.DCP_ABORT, Opcode.DCP_CACHE_TRANSFER,
-    Opcode.DCP_CACHE_TRANSFER_END, Opcode.GET_FAILOVER_LOG})
+# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1). Every DCP command but the three
+# the server has no validator for, and GET_FAILOVER_LOG.
+DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - {
+    Opcode.DCP_FLUSH, Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT}
 # Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
 ANY_DATATYPE: Final = functools.reduce(operator.or_, Datatype)
 # Commands whose kv_engine validator asks for exactly the extras length, key and value their registry row
@@ -276,10 +272,10 @@ class _Stream:
     # enable_sync_writes with a consumer_name (kv_engine's SyncReplication): markers are v2.0, with the
     # max visible and high completed seqnos
     sync_replication: bool = False
-    # DCP_OPEN SkipDeletesInInitialBackfill on a stream from seqno 0: its first (disk) snapshot has no
+    # DCP_OPEN SkipDeletesInInitialBackfill on a stream from seqno 0: its disk snapshot has no
     # tombstones (kv_engine's backfill without deletes; a stream from any other seqno gets them)
     skip_deletes: bool = False
-    # the first (disk) snapshot has no tombstone at or below this seqno, set as it begins: the vbucket's purge
+    # the disk snapshot has no tombstone at or below this seqno, set as it begins: the vbucket's purge
     # seqno (a purge takes them off disk, reference 9.1), or the snapshot's end with skip_deletes
     no_tombstones_upto: int = 0
     takeover: bool = False
@@ -292,7 +288,7 @@ class _Stream:
     # when its current sending phase began (kv_engine's takeoverStart); None until the backfill is done, after
     # which every marker is the takeover's
     takeover_since: float | None = None
-    # The first (disk) snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
+    # The disk snapshot leaves out what a later manifest's drops took off disk (Bucket.hidden_in_backfill):
     # each dropped collection's seqno of drop, and the creation events of dropped scopes
     hidden: dict[int, int] = field(default_factory=dict)
     superseded: frozenset[int] = frozenset()
@@ -302,15 +298,20 @@ class _Stream:
     filter_gone: bool = False
 
     @property
+    def in_backfill(self) -> bool:
+        """Whether its last marker is its backfill's: the stream is in its disk snapshot."""
+        return self.backfill and self.markers == 1
+
+    @property
     def plain(self) -> bool:
         """Whether the store's encoded image serves this stream (the fast path)."""
         return self.filter_ids is None and not self.stream_id and not self.encoding.no_value and not (
-            self.markers == 1 and self.no_tombstones_upto) and not self.encoding.sync_writes  # prepares count more
+            self.in_backfill and self.no_tombstones_upto) and not self.encoding.sync_writes  # prepares count more
 
     def imaged(self, vb: VBucket) -> bool:
         """Whether the image serves it now: not while its disk snapshot leaves dropped collections out, nor once
         a legacy stream's vbucket has later manifests (their events, which it is not sent, can end it)."""
-        return self.plain and not (self.markers == 1 and (self.hidden or self.superseded)) and not (
+        return self.plain and not (self.in_backfill and (self.hidden or self.superseded)) and not (
             vb.event_seqnos and not self.encoding.collections)
 
     def sees(self, bucket: Bucket, item: Item) -> bool:
@@ -319,7 +320,7 @@ class _Stream:
         those the purge took off disk)."""
         if not bucket.visible(item, self.encoding, self.filter_ids, self.filter_scope):
             return False
-        if self.markers != 1:
+        if not self.in_backfill:
             return True
         event = item.event  # a collection's creation or modification is its collection's
         owner = event.collection_id if event is not None and not event.dropped else item.collection_id
@@ -880,7 +881,7 @@ class ProducerConnection:
         remaining: int | None = None
         if stream.backfill and stream.markers == 0 and stream.next_seqno <= last:
             status, cursor = "calculating-item-count", last + 1  # the backfill not begun: its size unknown yet
-        elif stream.backfill and stream.markers == 1 and stream.next_seqno <= stream.snapshot_end:
+        elif stream.in_backfill and stream.next_seqno <= stream.snapshot_end:
             status, cursor = "backfilling", stream.snapshot_end + 1
             remaining = stream.snapshot_end - stream.next_seqno + 1
         else:

@@ -242,10 +242,12 @@ def test_what_the_jvm_writes_on_standard_output_goes_to_standard_error(tmp_path:
     java = java_or_skip()
     home = tmp_path / "java"
     (home / "bin").mkdir(parents=True)
-    # the driver JVM logs its collector; Spark's launcher, which prints its command for spark-class, does not
+    # the driver JVM logs its collector; Spark's launcher (launcher.Main, whose arguments name SparkSubmit
+    # too) does not: spark-class would echo its lines itself
     wrapper = home / "bin" / "java"
-    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *org.apache.spark.deploy.SparkSubmit*)\n'
-                       f'  exec {java} -Xlog:gc "$@";;\nesac\nexec {java} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *org.apache.spark.launcher.Main*) exec {java} "$@";;\n'
+                       f'*org.apache.spark.deploy.SparkSubmit*) exec {java} -Xlog:gc "$@";;\nesac\n'
+                       f'exec {java} "$@"\n')
     wrapper.chmod(0o755)
     env = {**os.environ, "DCPCTL_JVM_CACHE": "off", "JAVA_HOME": str(home)}
     done = subprocess.run([sys.executable, "-m", "dcpctl", "analyze", str(SAMPLE), "--out", str(tmp_path / "ds"),

@@ -1017,7 +1017,8 @@ def test_unordered_execution_is_granted_and_then_dcp_is_not_supported() -> None:
                   "value": plain_message("Administrator", "password").hex()},
                  {"opcode": "SELECT_BUCKET", "key": "default"}):
         assert call(conn, **step)[0]["status"] == "Success"
-    assert upsert(conn.node.cluster, "any")["status"] == "Success"  # other commands run as before
+    assert call(conn, opcode="SET", vbucket=0, key="any", value="{}", flags=0, expiration=0)[0][
+        "status"] == "Success"  # other commands run as before
     refused = call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]
     assert (refused["status"], json.loads(refused["value"])) == (
         "NotSupported", {"error": {"context": "DCP on connections with unordered execution is not supported"}})
