@@ -40,6 +40,7 @@ from dcpctl.dcp.sasl import MECHANISMS, PLAIN, SaslError, ScramServer, canonical
 from dcpctl.producer import errormap, kv, subdoc
 from dcpctl.producer.store import DEFAULT_COLLECTION, PREPARE, Bucket, Encoding, Item, SystemEvent, VBucket
 from dcpctl.protocol import build
+from dcpctl.protocol import grammar as g
 from dcpctl.protocol import stream_request_value as srv
 from dcpctl.protocol.constants import (
     REQUEST_FRAMES,
@@ -146,6 +147,7 @@ STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
 # flag's ``~`` complements only within the enum's declared bits, which leaves 0x400 and up unchecked.
 OPEN_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(OPEN_KNOWN_FLAGS)
 STREAM_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(STREAM_KNOWN_FLAGS)
+STREAM_REQUEST_EXTRAS: Final = g.stream_req_extras.sizeof()  # 48: a v0 request's 40 are Einval
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -549,7 +551,8 @@ class ProducerConnection:
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, Status.EACCESS, "authenticate first")
             return
-        refused = request_error(msg, self.datatypes) if opcode in _KNOWN_OPCODES else None
+        refused = request_error(msg, self.datatypes) or command_error(msg, self.collections) \
+            if opcode in _KNOWN_OPCODES else None
         if refused is not None:
             self._error(msg, *refused)
             return
@@ -571,7 +574,7 @@ class ProducerConnection:
     def _is_dcp(self, msg: Message) -> bool:
         """Whether this is a DCP connection; if not, the Einval a DCP command gets (reference 3.1)."""
         if self.dcp_flags is None:
-            self._reply(msg, Status.EINVAL)
+            self._error(msg, Status.EINVAL, "The command can only be sent on a DCP connection")
         return self.dcp_flags is not None
 
     def _unhandled(self, msg: Message) -> None:
@@ -897,23 +900,16 @@ class ProducerConnection:
     def _dcp_open(self, msg: Message) -> None:
         if self._needs_bucket(msg) is None:
             return
-        extras = msg.extras or {}
-        flags = extras.get("flags", 0)
+        flags = (msg.extras or {}).get("flags", 0)  # valid: command_error passed them
         name = msg.key.decode(errors="replace")
-        if self.dcp_flags is not None or not name or len(name) > 200:
-            self._reply(msg, Status.EINVAL)
+        if self.dcp_flags is not None:
+            self._error(msg, Status.EINVAL, "The connection is already opened as a DCP connection")
             return
-        if flags & OPEN_UNKNOWN_FLAGS or (
-                flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE) or (
-                flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS) or (
-                flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER):
+        if not name or len(name) > 200:
             self._reply(msg, Status.EINVAL)
             return
         if not flags & DcpOpenFlag.PRODUCER:
             self._reply(msg, Status.NOT_SUPPORTED)  # dcpctl serve emulates producers only
-            return
-        if msg.value:
-            self._reply(msg, Status.EINVAL)  # consumer_name is for consumers
             return
         self.dcp_flags = flags
         self.name = name
@@ -947,11 +943,11 @@ class ProducerConnection:
         if self.now < self.node.cluster.requests_hang_until:
             return  # a scenario's hang: the request is never answered (noops go on), as a stuck backfill
         extras = msg.extras
-        flags = extras.get("flags", 0) if extras else 0
-        if msg.extras_length != 48 or extras is None or msg.key or (msg.value and not self.collections) or (
-                flags & STREAM_UNKNOWN_FLAGS) or flags & (StreamRequestFlag.NO_VALUE
-                                                          | StreamRequestFlag.CACHE_TRANSFER):
-            self._reply(msg, Status.EINVAL)
+        if extras is None:
+            return  # (command_error answered it)
+        flags = extras.get("flags", 0)
+        if flags & StreamRequestFlag.CACHE_TRANSFER:
+            self._reply(msg, Status.EINVAL)  # valid with TakeOver or ActiveVbOnly, but serve has no cache to send
             return
         filter_answer, filter_ids, filter_scope, stream_id, purge = self._filter(msg)
         req = StreamRequest(extras["start_seqno"], extras["vbucket_uuid"], extras["snap_start_seqno"],
@@ -1372,6 +1368,65 @@ def request_error(msg: Message, datatypes: int) -> tuple[Status, str] | None:
     if opcode in DCP_VALIDATED and msg.datatype & ~datatypes:
         return Status.EINVAL, f"datatype {msg.datatype} has bits HELLO did not enable"
     return _frame_info_error(msg)
+
+
+def command_error(msg: Message, collections: bool) -> tuple[Status, str] | None:
+    """The checks of a DCP_OPEN's or a stream request's own fields that kv_engine's validators make after the
+    header's and before the common DCP restrictions (UnorderedExecution's NotSupported), with their contexts;
+    None when they pass."""
+    if msg.opcode == Opcode.DCP_OPEN:
+        return _open_error(msg)
+    if msg.opcode != Opcode.DCP_STREAM_REQ:
+        return None
+    if msg.extras_length != STREAM_REQUEST_EXTRAS or msg.extras is None:
+        return Status.EINVAL, f"the extras are {STREAM_REQUEST_EXTRAS} bytes"
+    if msg.key:
+        return Status.EINVAL, "the request must not have a key"
+    if msg.value and not collections:
+        return Status.EINVAL, "a value (a filter) needs HELLO Collections"
+    flags = msg.extras.get("flags", 0)
+    if flags & StreamRequestFlag.NO_VALUE:
+        return Status.EINVAL, "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used"
+    if flags & STREAM_UNKNOWN_FLAGS:
+        return Status.EINVAL, f"Request contains invalid flags: {flags}"
+    if flags & StreamRequestFlag.CACHE_TRANSFER and flags & ~int(
+            StreamRequestFlag.CACHE_TRANSFER | StreamRequestFlag.TAKE_OVER | StreamRequestFlag.ACTIVE_VB_ONLY):
+        return Status.EINVAL, "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags"
+    return None
+
+
+def _open_error(msg: Message) -> tuple[Status, str] | None:
+    """kv_engine's dcp_open_validator after the header: the flags, then the value (empty and raw, or a JSON
+    object whose only property is a consumer's consumer_name)."""
+    flags = (msg.extras or {}).get("flags", 0)
+    if flags & OPEN_UNKNOWN_FLAGS:
+        return Status.EINVAL, f"Request contains invalid flags: {flags & OPEN_UNKNOWN_FLAGS}"
+    if flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER:
+        return Status.EINVAL, "SkipDeletesInInitialBackfill may only be requested on a producer stream"
+    if flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE:
+        return Status.EINVAL, "Request contains invalid flags combination (NO_VALUE && " \
+            "NO_VALUE_WITH_UNDERLYING_DATATYPE)"
+    if flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS:
+        return Status.EINVAL, "Request contains invalid flags combination - IncludeDeletedUserXattrs but not " \
+            f"IncludeXattrs: {flags}"
+    if not msg.value:
+        return (Status.EINVAL, "datatype should be set to RAW") if msg.datatype else None
+    if msg.datatype != Datatype.JSON:
+        return Status.EINVAL, "datatype should be set to JSON for non-empty value"
+    try:
+        value = json.loads(msg.value)
+    except ValueError:
+        return Status.EINVAL, "value is not valid JSON"
+    if not isinstance(value, dict):
+        return Status.EINVAL, "value must be JSON of type object"
+    for key, item in value.items():
+        if key != "consumer_name":
+            return Status.EINVAL, f"Unsupported JSON property {key}"
+        if flags & DcpOpenFlag.PRODUCER:
+            return Status.EINVAL, "consumer_name only valid for Consumer connections"
+        if not isinstance(item, str):
+            return Status.EINVAL, "consumer_name must be a string"
+    return None
 
 
 def _frame_info_error(msg: Message) -> tuple[Status, str] | None:

@@ -1031,3 +1031,45 @@ def test_unordered_execution_is_granted_and_then_dcp_is_not_supported() -> None:
     assert hello(conn, "UnorderedExecution") == ["Xerror", "JSON"]
     assert call(conn, opcode="DCP_CONTROL", key="enable_noop", value="true")[0]["status"] == "Success"
 
+
+
+def context_of(answer: dict[str, Any]) -> tuple[str, str]:
+    return answer["status"], json.loads(answer["value"])["error"]["context"] if answer.get("value") else ""
+
+
+def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() -> None:
+    """kv_engine's DCP_OPEN and stream request validators check the flags and the value (DCP_OPEN) and the
+    extras, key and flags (a stream request) before verify_common_dcp_restrictions: a bad one is Einval, with
+    the validator's context, even where UnorderedExecution would make the command NotSupported."""
+    conn = ProducerConnection(Node(0, cluster()))
+    hello(conn, "UnorderedExecution")
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    open_: dict[str, Any] = {"opcode": "DCP_OPEN", "key": "n", "seqno": 0}
+    assert context_of(call(conn, **open_, flags=PRODUCER | 0x8000_0000)[0]) == (
+        "Einval", "Request contains invalid flags: 2147483648")
+    assert context_of(call(conn, **open_, flags=NO_VALUE | NO_VALUE_WITH_UNDERLYING_DATATYPE | PRODUCER)[0]) == (
+        "Einval", "Request contains invalid flags combination (NO_VALUE && NO_VALUE_WITH_UNDERLYING_DATATYPE)")
+    assert context_of(call(conn, **open_, flags=PRODUCER, value='{"consumer_name":"c"}', datatype=JSON)[0]) == (
+        "Einval", "consumer_name only valid for Consumer connections")
+    assert context_of(call(conn, **open_, flags=PRODUCER, value='{"other":1}', datatype=JSON)[0]) == (
+        "Einval", "Unsupported JSON property other")
+    assert context_of(call(conn, **open_, flags=PRODUCER, value="[]", datatype=JSON)[0]) == (
+        "Einval", "value must be JSON of type object")
+    assert context_of(call(conn, **open_, flags=PRODUCER)[0])[0] == "NotSupported"  # valid: then unordered
+    stream_req: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "reserved": 0, "start_seqno": 0, "end_seqno": END,
+                  "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
+    assert context_of(call(conn, **stream_req, flags=NO_VALUE)[0]) == (
+        "Einval", "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used")
+    assert context_of(call(conn, **stream_req, flags=0x200)[0]) == ("Einval", "Request contains invalid flags: 512")
+    assert context_of(call(conn, **stream_req, flags=0x100 | TO_LATEST)[0]) == (
+        "Einval", "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags")
+    assert context_of(call(conn, **stream_req, flags=0)[0])[0] == "NotSupported"
+    hello(conn)  # ordered again: then the last of the common restrictions, a DCP connection
+    assert context_of(call(conn, **stream_req, flags=0)[0]) == (
+        "Einval", "The command can only be sent on a DCP connection")
+    assert call(conn, **open_, flags=PRODUCER)[0]["status"] == "Success"
+    assert context_of(call(conn, **open_, flags=PRODUCER)[0]) == (
+        "Einval", "The connection is already opened as a DCP connection")
