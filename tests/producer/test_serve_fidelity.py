@@ -984,20 +984,24 @@ def test_a_stream_from_the_high_seqno_has_no_backfill(takeover: bool) -> None:
     stream's first marker was a backfill's, not to be answered; and dcp-vbtakeover said a backfill
     was about to begin."""
     on = cluster()
+    vb = on.bucket.vbuckets[0]
+    on.bucket.write(vb, 0, b"durable", b"{}", JSON, 0, 0, None, durability_level=1)  # prepare and commit
+    high = vb.high_seqno
+    assert on.bucket.marker_seqnos(vb, high) == (high, HIGH + 1)  # a disk marker would say the prepare completed
     conn = session(on=on, controls={"enable_noop": "true", "enable_sync_writes": "true", "consumer_name": "b"},
                    name="replication:a->b")
-    uuid = on.bucket.vbuckets[0].failover_log[0].vbucket_uuid
-    assert request(conn, start=HIGH, uuid=uuid, flags=TAKE_OVER if takeover else 0) == "Success"
+    uuid = vb.failover_log[0].vbucket_uuid
+    assert request(conn, start=high, uuid=uuid, flags=TAKE_OVER if takeover else 0) == "Success"
     assert upsert(on, "one")["status"] == "Success"
     answers = call(kv_session(on=on), opcode="STAT", key="dcp-vbtakeover 0 replication:a->b")
     assert {r["key"]: r["value"] for r in answers if r.get("key")}["status"] == "in-memory"  # the write to send
     got = drain(conn)
     [marker] = [r for r in got if r["opcode"] == "DCP_SNAPSHOT_MARKER"]
-    assert (marker["snap_start_seqno"], marker["snap_end_seqno"]) == (HIGH, HIGH + 1)
+    assert (marker["snap_start_seqno"], marker["snap_end_seqno"]) == (high, high + 1)
     assert marker["snapshot_flags"] == (MEMORY | ACKNOWLEDGE | CHECKPOINT_FLAG if takeover
                                         else MEMORY | CHECKPOINT_FLAG)
-    assert (marker["max_visible_seqno"], marker["high_completed_seqno"]) == (HIGH + 1, 0)  # v2.0: disk only
-    assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [HIGH + 1]
+    assert (marker["max_visible_seqno"], marker["high_completed_seqno"]) == (high + 1, 0)  # v2.0: disk only
+    assert [r["by_seqno"] for r in got if r["opcode"] == "DCP_MUTATION"] == [high + 1]
 
 
 # --- HELLO UnorderedExecution: granted, and then no DCP (reference 3.1; verify_common_dcp_restrictions) ----
