@@ -147,6 +147,7 @@ STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
 # flag's ``~`` complements only within the enum's declared bits, which leaves 0x400 and up unchecked.
 OPEN_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(OPEN_KNOWN_FLAGS)
 STREAM_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(STREAM_KNOWN_FLAGS)
+DEFAULT_ONLY: Final = frozenset({DEFAULT_COLLECTION})  # a legacy stream's collections
 STREAM_REQUEST_EXTRAS: Final = g.stream_req_extras.sizeof()  # 48: a v0 request's 40 are Einval
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
@@ -266,6 +267,9 @@ class _Stream:
     # stream was asked for is read from disk, as kv_engine backfills what its checkpoints no longer hold; a
     # stream from the high seqno registers its cursor at the end and starts in memory (scheduleBackfill).
     backfill: bool = True
+    # the seqnos its backfill reads end here (the high seqno at its first marker): a legacy stream's disk
+    # snapshot may end before, on its last item
+    backfill_end: int = 0
     markers: int = 0
     items: int = 0
     last_seqno: int = 0
@@ -884,9 +888,9 @@ class ProducerConnection:
         remaining: int | None = None
         if stream.backfill and stream.markers == 0 and stream.next_seqno <= last:
             status, cursor = "calculating-item-count", last + 1  # the backfill not begun: its size unknown yet
-        elif stream.in_backfill and stream.next_seqno <= stream.snapshot_end:
-            status, cursor = "backfilling", stream.snapshot_end + 1
-            remaining = stream.snapshot_end - stream.next_seqno + 1
+        elif stream.in_backfill and stream.next_seqno <= stream.backfill_end:
+            status, cursor = "backfilling", stream.backfill_end + 1
+            remaining = stream.backfill_end - stream.next_seqno + 1
         else:
             status, cursor = "in-memory", stream.next_seqno
         checkpoint = max(0, last - cursor + 1) if alive else 0  # what follows the cursor, up to the end seqno
@@ -1189,6 +1193,20 @@ class ProducerConnection:
             if stream.next_seqno > last:  # caught up: wait for new items
                 return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
+                scan_end = last
+                if not stream.encoding.collections:
+                    if stream.backfill and not stream.markers and stream.encoding.sync_writes and (
+                            bucket.manifest_of(vb).uid):
+                        # kv_engine's markLegacyDiskSnapshot: no sync writes on a legacy backfill of a vbucket
+                        # with collections
+                        stream.ending = StreamEndStatus.BACKFILL_FAIL
+                        continue
+                    seen = self._legacy_end(stream, vb, last)
+                    if seen < stream.next_seqno:  # nothing for it: no snapshot, and a backfill is cancelled
+                        self._pass_over(stream, vb, last)
+                        stream.backfill = stream.backfill and stream.markers > 0
+                        continue
+                    last = seen
                 flags = self._marker_flags(stream)
                 marker: dict[str, int] = {}
                 disk = bool(flags & SnapshotMarkerFlag.DISK)
@@ -1213,6 +1231,7 @@ class ProducerConnection:
                 sent += len(data)
                 stream.snapshot_end = last
                 if disk and not stream.markers:
+                    stream.backfill_end = scan_end
                     stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
                     stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
                 stream.markers += 1
@@ -1223,6 +1242,37 @@ class ProducerConnection:
             else:
                 sent += self._each_item(stream, vb, upto, parts, budget - sent)
         return sent
+
+    def _legacy_end(self, stream: _Stream, vb: VBucket, last: int) -> int:
+        """Where a legacy stream's next snapshot ends: the newest seqno up to ``last`` that it is sent (its
+        default collection's, not a prepare or abort without sync writes, nor a purged tombstone in its
+        backfill), or below its next seqno when there is none. Such a stream can be sent no DCP_SEQNO_ADVANCED,
+        so kv_engine ends its snapshots on an item it sends: a backfill at the default collection's max visible
+        seqno (markLegacyDiskSnapshot), a memory snapshot at its last item (ActiveStream::snapshot)."""
+        bucket = self.node.cluster.bucket
+        encoding = stream.encoding
+        seqno = last if encoding.sync_writes else min(last, bucket.collection_high_seqno(
+            vb, DEFAULT_ONLY, visible=True))
+        disk = stream.backfill and not stream.markers
+        while seqno >= stream.next_seqno:
+            item = bucket.item(vb, seqno)
+            if bucket.visible(item, encoding, None) and not (
+                    disk and seqno <= vb.purge_seqno and bucket.purgeable(item)):
+                break
+            seqno -= 1
+        return seqno
+
+    def _pass_over(self, stream: _Stream, vb: VBucket, last: int) -> None:
+        """Moves a stream past seqnos it is sent nothing of, reading their system events all the same, as
+        kv_engine's filter does (the default collection's drop ends a legacy stream)."""
+        bucket = self.node.cluster.bucket
+        first = stream.next_seqno
+        for seqno in (*range(first, min(last, len(bucket.events)) + 1),
+                      *(s for s in vb.event_seqnos if first <= s <= last)):
+            event = bucket.item(vb, seqno).event
+            if event is not None:
+                stream.follow(event)
+        stream.next_seqno = last + 1
 
     def _marker_flags(self, stream: _Stream) -> int:
         """The first snapshot is the backfill's, if the stream has one, the rest from memory, the first of them

@@ -139,7 +139,7 @@ def test_tls_bootstrap_ping_and_write(tmp_path: Path) -> None:
 
 def test_a_durable_upsert_is_prepare_then_commit_on_a_sync_writes_stream(server: Server) -> None:
     sync = Client(server.port, timeout=5)
-    sync.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+    sync.dcp("Collections", controls={"enable_noop": "true", "enable_sync_writes": "true"})  # (see test_serve_kv)
     plain = Client(server.port, timeout=5)
     plain.dcp()
     cluster = connect(server.port)

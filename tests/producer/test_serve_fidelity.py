@@ -499,10 +499,12 @@ def test_a_legacy_stream_gets_no_system_event_and_its_seqnos_still_hold() -> Non
     assert status == "Success"
     assert "DCP_SYSTEM_EVENT" not in [r["opcode"] for r in got]
     marker = got[0]
-    assert (marker["opcode"], marker["snap_start_seqno"], marker["snap_end_seqno"]) == ("DCP_SNAPSHOT_MARKER", 0,
-                                                                                       HIGH)
     sent = [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
     assert sent == collection_seqnos(conn.node.cluster.bucket, 0)  # ascending, inside the marker, above the events
+    # it cannot be sent a DCP_SEQNO_ADVANCED: its snapshot ends on its last item (markLegacyDiskSnapshot)
+    assert sent[-1] < HIGH
+    assert (marker["opcode"], marker["snap_start_seqno"], marker["snap_end_seqno"]) == ("DCP_SNAPSHOT_MARKER", 0,
+                                                                                       sent[-1])
     assert sent[0] > EVENTS
     assert all("collection_id" not in r and r["diagnostics"] == [] for r in got)
 
@@ -686,7 +688,7 @@ def test_a_takeover_stream_sends_everything_then_hands_the_vbucket_over() -> Non
     status, out = stream(conn, flags=TAKE_OVER, end=5)  # a takeover streams to the end whatever it asks
     assert status == "Success"
     assert out[0]["snapshot_flags"] & (ACKNOWLEDGE | 0x02) == 0x02  # the backfill's marker is not answered
-    assert out[0]["snap_end_seqno"] == HIGH
+    assert out[0]["snap_end_seqno"] == collection_seqnos(on.bucket, 0)[-1]  # a legacy stream's: its last item
     assert [r["by_seqno"] for r in out if r["opcode"] in ITEM_OPCODES] == collection_seqnos(on.bucket, 0)
     pending = out[-1]
     assert (pending["opcode"], pending["vbucket_state"], pending["vbucket"]) == ("DCP_SET_VBUCKET_STATE", 3, 0)
@@ -821,7 +823,7 @@ def test_a_legacy_stream_ends_when_the_default_collection_is_dropped() -> None:
     on.bucket.apply_manifest(Manifest(6, {AIRLINE: (8, "airline"), HOTEL: (8, "hotel")}, dict(MANIFEST.scopes)))
     on.bucket.mutate(on.bucket.vbuckets[0], 50)
     got = drain(legacy)
-    assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER", "DCP_STREAM_END"]
+    assert [r["opcode"] for r in got] == ["DCP_STREAM_END"]  # no marker: nothing in memory was for it
     assert got[-1]["stream_end_status"] == 0
     assert stream(session(on=on, name="again"))[0] == "UnknownCollection"
 
@@ -969,7 +971,8 @@ def test_a_backfill_is_followed_by_a_memory_snapshot_that_begins_a_checkpoint() 
     on = cluster()
     conn = session(on=on)
     status, got = stream(conn)
-    assert (status, flags_of(got)) == ("Success", [(0, HIGH, DISK | CHECKPOINT_FLAG)])
+    last = collection_seqnos(on.bucket, 0)[-1]  # a legacy stream's backfill ends on its last item
+    assert (status, flags_of(got)) == ("Success", [(0, last, DISK | CHECKPOINT_FLAG)])
     for key in ("one", "two"):
         assert upsert(on, key)["status"] == "Success"
         got += drain(conn)
@@ -1063,8 +1066,8 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
     assert context_of(call(conn, **open_, flags=PRODUCER, value="[]", datatype=JSON)[0]) == (
         "Einval", "value must be JSON of type object")
     assert context_of(call(conn, **open_, flags=PRODUCER)[0])[0] == "NotSupported"  # valid: then unordered
-    stream_req: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "reserved": 0, "start_seqno": 0, "end_seqno": END,
-                  "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
+    stream_req: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "reserved": 0, "start_seqno": 0,
+                                  "end_seqno": END, "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
     assert context_of(call(conn, **stream_req, flags=NO_VALUE)[0]) == (
         "Einval", "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used")
     assert context_of(call(conn, **stream_req, flags=0x200)[0]) == ("Einval", "Request contains invalid flags: 512")
@@ -1077,3 +1080,74 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
     assert call(conn, **open_, flags=PRODUCER)[0]["status"] == "Success"
     assert context_of(call(conn, **open_, flags=PRODUCER)[0]) == (
         "Einval", "The connection is already opened as a DCP connection")
+
+
+# --- a legacy stream's snapshots end on an item it is sent (markLegacyDiskSnapshot, ActiveStream::snapshot) ----
+def sent_seqnos(got: list[dict[str, Any]]) -> list[int]:
+    return [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
+
+
+def test_a_legacy_backfill_ends_on_its_last_item_not_on_a_hidden_prepare() -> None:
+    """A client without Collections can be sent no DCP_SEQNO_ADVANCED, so kv_engine ends its disk snapshot at
+    the default collection's max visible seqno: serve ended it at the vbucket's high seqno, a seqno the client
+    never gets, and the snapshot could never be seen complete."""
+    bucket = Bucket("default", 1, ITEMS, 20, 7, silent_replicas=1)  # the default collection alone
+    vb = bucket.vbuckets[0]
+    bucket.write(vb, 0, b"pending", b"{}", JSON, 0, 0, None, durability_level=1)  # never commits
+    _, got = stream(session(on=cluster(bucket)))
+    assert flags_of(got) == [(0, ITEMS, DISK | CHECKPOINT_FLAG)]
+    assert vb.high_seqno == ITEMS + 1
+    assert sent_seqnos(got) == list(range(1, ITEMS + 1))
+
+
+def test_a_legacy_stream_gets_no_snapshot_of_what_it_is_not_sent() -> None:
+    """In memory, kv_engine's snapshot ends at the last item it sends the stream; with nothing for it (another
+    collection's write, a prepare) there is no marker at all. serve sent a marker with no item after it."""
+    on = cluster(Bucket("default", 1, ITEMS, 20, 7, MANIFEST, silent_replicas=1))
+    conn = session(on=on)
+    _, backfill = stream(conn)
+    vb = on.bucket.vbuckets[0]
+    assert flags_of(backfill)[0][1] == sent_seqnos(backfill)[-1] == collection_seqnos(on.bucket, 0)[-1]
+    assert kv_call(on, "Collections", opcode="SET", vbucket=0, key="\x09other", value="{}", flags=0,
+                   expiration=0)["status"] == "Success"  # the airline collection's (a leb128 prefix)
+    on.bucket.write(vb, 0, b"pending", b"{}", JSON, 0, 0, None, durability_level=1)
+    assert drain(conn) == []
+    assert upsert(on, "mine")["status"] == "Success"
+    got = drain(conn)
+    assert flags_of(got) == [(vb.high_seqno, vb.high_seqno, MEMORY | CHECKPOINT_FLAG)]  # from its first item
+    assert sent_seqnos(got) == [vb.high_seqno]
+
+
+def test_a_legacy_backfill_with_nothing_for_the_stream_is_cancelled() -> None:
+    """Nothing of the default collection between the start and the high seqno: kv_engine sends no disk
+    snapshot and the stream goes on in memory, its first marker from the requested start and beginning a
+    checkpoint."""
+    on = cluster()
+    start = collection_seqnos(on.bucket, 0)[-1]
+    assert start < HIGH
+    conn = session(on=on)
+    uuid = on.bucket.vbuckets[0].failover_log[0].vbucket_uuid
+    status, got = stream(conn, start=start, uuid=uuid)
+    assert (status, got) == ("Success", [])
+    assert upsert(on, "mine")["status"] == "Success"
+    got = drain(conn)
+    assert flags_of(got) == [(start, HIGH + 1, MEMORY | CHECKPOINT_FLAG)]
+    assert sent_seqnos(got) == [HIGH + 1]
+
+
+def test_a_legacy_sync_writes_backfill_of_a_bucket_with_collections_fails() -> None:
+    """kv_engine's markLegacyDiskSnapshot cannot find a legacy stream's prepares among other collections:
+    with enable_sync_writes and a manifest uid other than 0 it ends the stream BackfillFail. A stream from the
+    high seqno has no backfill, and a bucket with the default collection alone backfills."""
+    controls = {"enable_noop": "true", "enable_sync_writes": "true"}
+    on = cluster()
+    _, got = stream(session(controls=controls, on=on))
+    assert [(r["opcode"], r.get("stream_end_status")) for r in got] == [("DCP_STREAM_END", 5)]
+    uuid = on.bucket.vbuckets[0].failover_log[0].vbucket_uuid
+    conn = session(controls=controls, on=on, name="high")
+    assert stream(conn, start=HIGH, uuid=uuid) == ("Success", [])
+    assert upsert(on, "mine")["status"] == "Success"
+    assert sent_seqnos(drain(conn)) == [HIGH + 1]
+    plain = cluster(Bucket("default", 1, ITEMS, 20, 7))
+    _, got = stream(session(controls=controls, on=plain))
+    assert flags_of(got) == [(0, ITEMS, DISK | CHECKPOINT_FLAG)]

@@ -297,9 +297,11 @@ def test_sync_replication_streams_get_v2_0_markers(server: Server) -> None:
     client = kv_client(server)
     assert durable_set(client, "marker-doc", '{"m":1}')["status"] == "Success"
     replication = Client(server.port, timeout=5)
-    replication.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true", "consumer_name": "replica"})
+    # collection-aware, as replication is: a legacy sync-writes backfill of a bucket with collections fails
+    replication.dcp("Collections", controls={"enable_noop": "true", "enable_sync_writes": "true",
+                                             "consumer_name": "replica"})
     writes_only = Client(server.port, timeout=5)
-    writes_only.dcp(controls={"enable_noop": "true", "enable_sync_writes": "true"})
+    writes_only.dcp("Collections", controls={"enable_noop": "true", "enable_sync_writes": "true"})
     for stream in (replication, writes_only):
         assert stream.stream_request(VB)["status"] == "Success"
     records = replication.until("DCP_COMMIT")
