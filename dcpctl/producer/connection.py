@@ -326,15 +326,17 @@ class _Stream:
         those the purge took off disk)."""
         if not bucket.visible(item, self.encoding, self.filter_ids, self.filter_scope):
             return False
-        if not self.in_backfill:
-            return True
+        return not (self.in_backfill and self.backfill_hides(bucket, item))
+
+    def backfill_hides(self, bucket: Bucket, item: Item) -> bool:
+        """Whether its disk snapshot leaves out an item its filter passes (see :meth:`sees`)."""
         event = item.event  # a collection's creation or modification is its collection's
         owner = event.collection_id if event is not None and not event.dropped else item.collection_id
         if item.seqno in self.superseded or item.seqno < self.hidden.get(owner if owner is not None else -1, 0):
-            return False
-        if item.seqno > self.no_tombstones_upto:
             return True
-        return not (bucket.tombstone(item) if self.skip_deletes else bucket.purgeable(item))
+        if item.seqno > self.no_tombstones_upto:
+            return False
+        return bucket.tombstone(item) if self.skip_deletes else bucket.purgeable(item)
 
     def follow(self, event: SystemEvent) -> None:
         """A system event the stream read, as kv_engine's Filter takes it (checkAndUpdateSystemEvent): a legacy
@@ -984,7 +986,8 @@ class ProducerConnection:
         stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
                          filter_scope,
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
-                         skip_deletes=start == 0 and bool(
+                         # kv_engine's isSkipDeletesInInitialBackfillEnabled: collection-enabled streams only
+                         skip_deletes=start == 0 and self.collections and bool(
                              (self.dcp_flags or 0) & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL),
                          takeover=takeover, new_checkpoint=takeover, backfill=start < vb.high_seqno)
         if start >= end:
@@ -1193,7 +1196,10 @@ class ProducerConnection:
             if stream.next_seqno > last:  # caught up: wait for new items
                 return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
-                scan_end = last
+                if stream.backfill and not stream.markers:  # what the backfill's scan, to last, leaves out
+                    stream.backfill_end = last
+                    stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
+                    stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
                 if not stream.encoding.collections:
                     if stream.backfill and not stream.markers and stream.encoding.sync_writes and (
                             bucket.manifest_of(vb).uid):
@@ -1230,10 +1236,6 @@ class ProducerConnection:
                 self._count(len(data))
                 sent += len(data)
                 stream.snapshot_end = last
-                if disk and not stream.markers:
-                    stream.backfill_end = scan_end
-                    stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
-                    stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
                 stream.markers += 1
                 continue
             upto = stream.snapshot_end
@@ -1245,8 +1247,8 @@ class ProducerConnection:
 
     def _legacy_end(self, stream: _Stream, vb: VBucket, last: int) -> int:
         """Where a legacy stream's next snapshot ends: the newest seqno up to ``last`` that it is sent (its
-        default collection's, not a prepare or abort without sync writes, nor a purged tombstone in its
-        backfill), or below its next seqno when there is none. Such a stream can be sent no DCP_SEQNO_ADVANCED,
+        default collection's, not a prepare or abort without sync writes, nor what its backfill leaves out),
+        or below its next seqno when there is none. Such a stream can be sent no DCP_SEQNO_ADVANCED,
         so kv_engine ends its snapshots on an item it sends: a backfill at the default collection's max visible
         seqno (markLegacyDiskSnapshot), a memory snapshot at its last item (ActiveStream::snapshot)."""
         bucket = self.node.cluster.bucket
@@ -1256,8 +1258,7 @@ class ProducerConnection:
         disk = stream.backfill and not stream.markers
         while seqno >= stream.next_seqno:
             item = bucket.item(vb, seqno)
-            if bucket.visible(item, encoding, None) and not (
-                    disk and seqno <= vb.purge_seqno and bucket.purgeable(item)):
+            if bucket.visible(item, encoding, None) and not (disk and stream.backfill_hides(bucket, item)):
                 break
             seqno -= 1
         return seqno
@@ -1429,11 +1430,11 @@ def command_error(msg: Message, collections: bool) -> tuple[Status, str] | None:
     if msg.opcode != Opcode.DCP_STREAM_REQ:
         return None
     if msg.extras_length != STREAM_REQUEST_EXTRAS or msg.extras is None:
-        return Status.EINVAL, f"the extras are {STREAM_REQUEST_EXTRAS} bytes"
+        return Status.EINVAL, f"Request must include extras of length {STREAM_REQUEST_EXTRAS}"
     if msg.key:
-        return Status.EINVAL, "the request must not have a key"
+        return Status.EINVAL, "Request must not include key"
     if msg.value and not collections:
-        return Status.EINVAL, "a value (a filter) needs HELLO Collections"
+        return Status.EINVAL, "Request must not include value"  # a filter needs HELLO Collections
     flags = msg.extras.get("flags", 0)
     if flags & StreamRequestFlag.NO_VALUE:
         return Status.EINVAL, "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used"
