@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
 
+import orjson
+
 from dcpctl import __version__
 from dcpctl.dcp import rollback
 from dcpctl.dcp.rollback import Answer, StreamRequest
@@ -1465,8 +1467,8 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
     if msg.datatype != Datatype.JSON:
         return Status.EINVAL, "datatype should be set to JSON for non-empty value"
     try:
-        value = json.loads(msg.value)
-    except ValueError:
+        value = orjson.loads(msg.value)  # bounded nesting: a hostile depth is invalid, not a RecursionError
+    except orjson.JSONDecodeError:
         return Status.EINVAL, "value is not valid JSON"
     if not isinstance(value, dict):
         return Status.EINVAL, "value must be JSON of type object"

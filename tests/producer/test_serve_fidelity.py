@@ -1070,6 +1070,8 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
         "Einval", "Unsupported JSON property other")
     assert context_of(call(conn, **open_, flags=PRODUCER, value="[]", datatype=JSON)[0]) == (
         "Einval", "value must be JSON of type object")
+    assert context_of(call(conn, **open_, flags=PRODUCER, value="[" * 100_000, datatype=JSON)[0]) == (
+        "Einval", "value is not valid JSON")  # a hostile depth
     assert context_of(call(conn, **open_, flags=PRODUCER)[0])[0] == "NotSupported"  # valid: then unordered
     stream_req: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "reserved": 0, "start_seqno": 0,
                                   "end_seqno": END, "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
