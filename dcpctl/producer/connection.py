@@ -2,10 +2,10 @@
 
 Theory of operation. :meth:`ProducerConnection.receive` frames the client's bytes and answers each
 request the way kv_engine does (reference sections 2, 3, 4, 7, 8, 9): what is allowed before
-authentication, the validators' checks of a packet before it runs (``request_error``: frame infos, the shape
-its registry row declares, datatype bits), SASL, bucket selection, HELLO features, DCP_OPEN and DCP_CONTROL
-with the server's value rules, and DCP_STREAM_REQ through the full order of checks with the rollback engine
-deciding rollbacks.
+authentication, the validators' checks of a packet before it runs (``request_error``: verify_header's, in its
+order and words, on the shape its registry row declares), SASL, bucket selection, HELLO features, DCP_OPEN
+and DCP_CONTROL with the server's value rules, and DCP_STREAM_REQ through the full order of checks with the
+rollback engine deciding rollbacks.
 Answers queue in order, and requests are executed only while the queued answers are below the send-queue
 limit (a client that pipelines without reading waits, as on the server); before authentication a packet
 above the unauthenticated limit closes the connection. :meth:`produce` returns queued answers first, then
@@ -59,11 +59,13 @@ from dcpctl.protocol.constants import (
     StreamEndStatus,
     StreamRequestFlag,
     SystemEventId,
+    kv_datatype_text,
+    kv_flags_json,
 )
 from dcpctl.protocol.frameinfo import DURABILITY
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, HEADER_LAYOUT
+from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, DCP, HEADER_LAYOUT
 
 # HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
 FEATURES: Final = frozenset({
@@ -91,24 +93,46 @@ NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
 # the server has no validator for, and GET_FAILOVER_LOG.
 DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - {
     Opcode.DCP_FLUSH, Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT}
-# Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
-ANY_DATATYPE: Final = functools.reduce(operator.or_, Datatype)
-# Commands whose kv_engine validator asks for exactly the extras length, key and value their registry row
-# declares (reference 3.1's table, 3.2, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1, 4.6), with the datatype bits each one takes
-# (DCP_CONTROL raw only, 3.15; DCP_OPEN's value is JSON, 3.2). The row's diagnostics (MALFORMED) are then
-# Einval before the command runs, so a malformed acknowledgement is answered rather than ignored.
-VALIDATED_ROWS: Final[dict[int, int]] = {
-    Opcode.HELLO: ANY_DATATYPE, Opcode.DCP_OPEN: Datatype.JSON, Opcode.DCP_CONTROL: 0,
-    Opcode.DCP_CLOSE_STREAM: ANY_DATATYPE, Opcode.DCP_GET_FAILOVER_LOG: ANY_DATATYPE,
-    Opcode.GET_FAILOVER_LOG: ANY_DATATYPE, Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: ANY_DATATYPE,
-    Opcode.DCP_SEQNO_ACKNOWLEDGED: ANY_DATATYPE, Opcode.GET_ALL_VB_SEQNOS: ANY_DATATYPE}
+@dataclass(frozen=True)
+class HeaderRule:
+    """What kv_engine's validator of one command asks of its header (verify_header's arguments, beside the
+    extras, key and value its registry row declares): the datatype bits it takes, and whether its CAS must be
+    0 (ExpectedCas::NotSet)."""
+
+    datatypes: int = 0
+    cas_not_set: bool = False
+
+
+# The commands serve checks as kv_engine's validators do before they run (daemon/mcbp_validators.cc; reference
+# 3.1, 3.2, 3.4, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1, 4.6): each takes raw bytes only, but DCP_OPEN also JSON
+# (its consumer_name value, 3.2). A malformed acknowledgement is thereby answered rather than ignored.
+HEADER_RULES: Final[dict[int, HeaderRule]] = {
+    Opcode.HELLO: HeaderRule(cas_not_set=True), Opcode.DCP_OPEN: HeaderRule(Datatype.JSON),
+    Opcode.DCP_CONTROL: HeaderRule(), Opcode.DCP_STREAM_REQ: HeaderRule(), Opcode.DCP_CLOSE_STREAM: HeaderRule(),
+    Opcode.DCP_GET_FAILOVER_LOG: HeaderRule(), Opcode.GET_FAILOVER_LOG: HeaderRule(),
+    Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: HeaderRule(), Opcode.DCP_SEQNO_ACKNOWLEDGED: HeaderRule(cas_not_set=True),
+    Opcode.GET_ALL_VB_SEQNOS: HeaderRule(cas_not_set=True)}
 # GET_ALL_VB_SEQNOS's requested vbucket state (kv_engine's RequestedVBState, reference 4.6): 0 Alive (active,
 # replica and pending), 1 Active ... 4 Dead; anything outside is Einval.
 VBUCKET_STATE_ALIVE: Final = 0
 VBUCKET_STATE_ACTIVE: Final = 1
 VBUCKET_STATE_DEAD: Final = 4
-MALFORMED: Final = frozenset({"illegal_extras_length", "extras_length_mismatch", "must_have_key", "must_not_have_key",
-                              "must_have_value", "must_not_have_value", "odd_feature_list", "invalid_datatype"})
+STREAM_REQUEST_EXTRAS: Final = g.stream_req_extras.sizeof()  # 48: a v0 request's 40 are Einval
+# Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
+ANY_DATATYPE: Final = int(functools.reduce(operator.or_, Datatype))  # an int: an IntFlag's ~ keeps its own bits
+# The extras lengths each command's registry row allows; a stream request's 40-byte legacy layout decodes
+# but the server takes 48 only.
+EXTRAS_LENGTHS: Final[dict[int, frozenset[int]]] = {
+    opcode: frozenset(v.extras_length for v in spec.variants) if opcode != Opcode.DCP_STREAM_REQ
+    else frozenset({STREAM_REQUEST_EXTRAS})
+    for opcode in HEADER_RULES if (spec := DCP.spec(Magic.CLIENT_REQUEST, opcode)) is not None}
+# The decoder's key and value diagnostics as verify_header words them.
+SHAPE_CONTEXTS: Final[dict[str, str]] = {
+    "must_not_have_key": "Request must not include key", "must_have_key": "Request must include key",
+    "must_not_have_value": "Request must not include value", "must_have_value": "Request must include value"}
+# The longest key verify_header lets through (cb::limits::MaxKeyLength; MaxCollectionsKeyLen with
+# Collections, its LEB128 prefix's byte more).
+MAX_KEY_LENGTH: Final = 250
 # Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command, and the plain
 # GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's. Their datatype bits must be ones HELLO negotiated.
 DCP_VALIDATED: Final = NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}
@@ -150,7 +174,6 @@ STREAM_KNOWN_FLAGS: Final = functools.reduce(operator.or_, StreamRequestFlag)
 OPEN_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(OPEN_KNOWN_FLAGS)
 STREAM_UNKNOWN_FLAGS: Final = 0xFFFF_FFFF & ~int(STREAM_KNOWN_FLAGS)
 DEFAULT_ONLY: Final = frozenset({DEFAULT_COLLECTION})  # a legacy stream's collections
-STREAM_REQUEST_EXTRAS: Final = g.stream_req_extras.sizeof()  # 48: a v0 request's 40 are Einval
 # The producer's default noop interval and idle timeout (reference 8.2: 20 s and dcp_idle_timeout 360 s).
 DEFAULT_NOOP_INTERVAL: Final = 20.0
 IDLE_TIMEOUT: Final = 360.0
@@ -559,7 +582,7 @@ class ProducerConnection:
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, Status.EACCESS, "authenticate first")
             return
-        refused = request_error(msg, self.datatypes) or command_error(msg, self.collections) \
+        refused = request_error(msg, self.datatypes, self.collections) or command_error(msg) \
             if opcode in _KNOWN_OPCODES else None
         if refused is not None:
             self._error(msg, *refused)
@@ -740,9 +763,6 @@ class ProducerConnection:
         collection's; without Collections or SyncReplication the max visible seqno (no pending prepare)."""
         extras = msg.extras or {}
         state = extras.get("vbucket_state_filter", VBUCKET_STATE_ALIVE)
-        if msg.cas:  # the validator's checks, before the command runs (VALIDATED_ROWS has the shape's)
-            self._error(msg, Status.EINVAL, "Request CAS must be 0")
-            return
         if not VBUCKET_STATE_ALIVE <= state <= VBUCKET_STATE_DEAD:
             self._error(msg, Status.EINVAL, "Request vbucket state invalid")
             return
@@ -912,9 +932,6 @@ class ProducerConnection:
         name = msg.key.decode(errors="replace")
         if self.dcp_flags is not None:
             self._error(msg, Status.EINVAL, "The connection is already opened as a DCP connection")
-            return
-        if not name or len(name) > 200:
-            self._reply(msg, Status.EINVAL)
             return
         if not flags & DcpOpenFlag.PRODUCER:
             self._reply(msg, Status.NOT_SUPPORTED)  # dcpctl serve emulates producers only
@@ -1407,44 +1424,78 @@ def _json(value: Any) -> bytes:
 
 
 
-def request_error(msg: Message, datatypes: int) -> tuple[Status, str] | None:
-    """What kv_engine's validator answers a request before the command runs, None when it passes; in its
-    order (verify_header): the row's shape (VALIDATED_ROWS), the datatype (DCP_VALIDATED), the frame infos.
-    ``datatypes``: the bits the connection negotiated."""
+def request_error(msg: Message, datatypes: int, collections: bool) -> tuple[Status, str] | None:
+    """What kv_engine's validator answers a request before the command runs, None when it passes. A command
+    of HEADER_RULES gets verify_header's checks, in its order and words: the datatype byte, the extras, the key,
+    the value, the CAS, the datatype bits the command takes, those the connection enabled, the frame infos;
+    the other DCP commands the datatype's and the frame infos'. ``datatypes``: the bits HELLO enabled."""
     opcode = msg.opcode
-    if opcode in VALIDATED_ROWS:
-        for found in msg.diagnostics:
-            if found.name in MALFORMED:
-                return Status.EINVAL, found.message
-        if msg.datatype & ~VALIDATED_ROWS[opcode]:
-            return Status.EINVAL, f"{msg.opcode_name} does not take datatype {msg.datatype}"
-    if opcode in DCP_VALIDATED and msg.datatype & ~datatypes:
-        return Status.EINVAL, f"datatype {msg.datatype} has bits HELLO did not enable"
+    rule = HEADER_RULES.get(opcode)
+    if rule is None and opcode not in DCP_VALIDATED:
+        return _frame_info_error(msg)
+    if msg.datatype & ~ANY_DATATYPE:
+        return Status.EINVAL, "Request datatype invalid"
+    if rule is not None:
+        shape = _shape_error(msg, collections)
+        if shape is not None:
+            return Status.EINVAL, shape
+        if rule.cas_not_set and msg.cas:
+            return Status.EINVAL, "Request CAS must not be set"
+        if msg.datatype & ~int(rule.datatypes):
+            return Status.EINVAL, "Request datatype invalid"
+    if msg.datatype & ~int(datatypes):
+        return Status.EINVAL, f"Datatype ({kv_datatype_text(msg.datatype & ~int(datatypes))}) not enabled for " \
+            "the connection"
     return _frame_info_error(msg)
 
 
-def command_error(msg: Message, collections: bool) -> tuple[Status, str] | None:
+def _shape_error(msg: Message, collections: bool) -> str | None:
+    """verify_header's extras, key and value checks of a HEADER_RULES command: the extras its row allows
+    (a command that allows several lengths checks them itself, later), the key and value its row asks for,
+    and no key longer than the server's limit. A stream request's value is a filter, which needs HELLO
+    Collections."""
+    lengths = EXTRAS_LENGTHS[msg.opcode]
+    if len(lengths) == 1 and msg.extras_length not in lengths:
+        (length,) = lengths
+        return f"Request must include extras of length {length}" if length else "Request must not include extras"
+    found = {diagnostic.name for diagnostic in msg.diagnostics}
+    for name in ("must_not_have_key", "must_have_key"):
+        if name in found:
+            return SHAPE_CONTEXTS[name]
+    longest = MAX_KEY_LENGTH + collections
+    if len(msg.key) > longest:
+        return f"Key length exceeds {longest}"
+    for name in ("must_not_have_value", "must_have_value"):
+        if name in found:
+            return SHAPE_CONTEXTS[name]
+    if msg.opcode == Opcode.DCP_STREAM_REQ and msg.value and not collections:
+        return SHAPE_CONTEXTS["must_not_have_value"]
+    return None
+
+
+def command_error(msg: Message) -> tuple[Status, str] | None:
     """The checks of a DCP_OPEN's or a stream request's own fields that kv_engine's validators make after the
     header's and before the common DCP restrictions (UnorderedExecution's NotSupported), with their contexts;
     None when they pass."""
     if msg.opcode == Opcode.DCP_OPEN:
         return _open_error(msg)
-    if msg.opcode != Opcode.DCP_STREAM_REQ:
+    if msg.opcode == Opcode.HELLO and len(msg.value) % 2:
+        return Status.EINVAL, "Request value must be of even length"
+    if msg.opcode == Opcode.GET_ALL_VB_SEQNOS and msg.extras_length not in EXTRAS_LENGTHS[msg.opcode]:
+        allowed = " or ".join(str(length) for length in sorted(EXTRAS_LENGTHS[msg.opcode]))
+        return Status.EINVAL, f"Request extras must be of length {allowed}"
+    if msg.opcode != Opcode.DCP_STREAM_REQ or msg.extras is None:
         return None
-    if msg.extras_length != STREAM_REQUEST_EXTRAS or msg.extras is None:
-        return Status.EINVAL, f"Request must include extras of length {STREAM_REQUEST_EXTRAS}"
-    if msg.key:
-        return Status.EINVAL, "Request must not include key"
-    if msg.value and not collections:
-        return Status.EINVAL, "Request must not include value"  # a filter needs HELLO Collections
     flags = msg.extras.get("flags", 0)
     if flags & StreamRequestFlag.NO_VALUE:
         return Status.EINVAL, "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used"
     if flags & STREAM_UNKNOWN_FLAGS:
-        return Status.EINVAL, f"Request contains invalid flags: {flags}"
-    if flags & StreamRequestFlag.CACHE_TRANSFER and flags & ~int(
-            StreamRequestFlag.CACHE_TRANSFER | StreamRequestFlag.TAKE_OVER | StreamRequestFlag.ACTIVE_VB_ONLY):
-        return Status.EINVAL, "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags"
+        return Status.EINVAL, f"Request contains invalid flags: {kv_flags_json(StreamRequestFlag, flags)}"
+    invalid = flags & ~int(StreamRequestFlag.CACHE_TRANSFER | StreamRequestFlag.TAKE_OVER
+                           | StreamRequestFlag.ACTIVE_VB_ONLY)
+    if flags & StreamRequestFlag.CACHE_TRANSFER and invalid:
+        return Status.EINVAL, "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags. " \
+            f"Invalid combination: {kv_flags_json(StreamRequestFlag, invalid)}"
     return None
 
 
@@ -1453,7 +1504,8 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
     object whose only property is a consumer's consumer_name)."""
     flags = (msg.extras or {}).get("flags", 0)
     if flags & OPEN_UNKNOWN_FLAGS:
-        return Status.EINVAL, f"Request contains invalid flags: {flags & OPEN_UNKNOWN_FLAGS}"
+        unknown = kv_flags_json(DcpOpenFlag, flags & OPEN_UNKNOWN_FLAGS)
+        return Status.EINVAL, f"Request contains invalid flags: {unknown}"
     if flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER:
         return Status.EINVAL, "SkipDeletesInInitialBackfill may only be requested on a producer stream"
     if flags & DcpOpenFlag.NO_VALUE and flags & DcpOpenFlag.NO_VALUE_WITH_UNDERLYING_DATATYPE:
@@ -1461,7 +1513,7 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
             "NO_VALUE_WITH_UNDERLYING_DATATYPE)"
     if flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS:
         return Status.EINVAL, "Request contains invalid flags combination - IncludeDeletedUserXattrs but not " \
-            f"IncludeXattrs: {flags}"
+            f"IncludeXattrs: {kv_flags_json(DcpOpenFlag, flags)}"
     if not msg.value:
         return (Status.EINVAL, "datatype should be set to RAW") if msg.datatype else None
     if msg.datatype != Datatype.JSON:

@@ -7,6 +7,7 @@ whose UPPER_SNAKE members carry the kv_engine name and meaning, or, for tables n
 
 from __future__ import annotations
 
+import json
 import re
 from enum import IntEnum, IntFlag
 from typing import Any, Final, Self, TypeVar
@@ -422,6 +423,14 @@ class Datatype(_Flag):
 
 
 DATATYPE_ROWS: Final = rows(Datatype)
+
+def kv_datatype_text(datatype: int) -> str:
+    """A datatype as kv_engine writes it in an error context (cb::mcbp::datatype::to_string): ``raw``, the
+    bits set in its order (``snappy,json,xattr``), or ``invalid`` for a bit above them."""
+    if datatype & ~(Datatype.JSON | Datatype.SNAPPY | Datatype.XATTR):
+        return "invalid"
+    names = [bit.kv_name.lower() for bit in (Datatype.SNAPPY, Datatype.JSON, Datatype.XATTR) if datatype & bit]
+    return ",".join(names) or "raw"
 DATATYPES = Vocabulary(DATATYPE_ROWS)
 DATATYPE_JSON: Final = int(Datatype.JSON)  # plain ints: the per-message path masks with them
 DATATYPE_SNAPPY: Final = int(Datatype.SNAPPY)
@@ -505,6 +514,23 @@ class StreamRequestFlag(_Flag):
 
 STREAM_FLAG_ROWS: Final = rows(StreamRequestFlag)
 STREAM_FLAGS = Vocabulary(STREAM_FLAG_ROWS)
+
+# The names kv_engine's to_json gives these flags (protocol/mcbp/json_utilities.cc), which its error contexts
+# print (format_as, flag2string): TakeOver is "Takeover" there, and the retired Invalid and Unused bits are
+# left unnamed, like any undeclared bit.
+KV_JSON_FLAG_NAMES: Final[dict[type[_Flag], dict[int, str]]] = {
+    DcpOpenFlag: {int(f): f.kv_name for f in DcpOpenFlag if f not in (DcpOpenFlag.INVALID, DcpOpenFlag.UNUSED)},
+    StreamRequestFlag: {int(f): f.kv_name for f in StreamRequestFlag} | {int(StreamRequestFlag.TAKE_OVER): "Takeover"},
+}
+
+
+def kv_flags_json(table: type[_Flag], value: int) -> str:
+    """A DCP_OPEN or stream-request flag set as kv_engine formats it in an error context: ``"None"``, one
+    name as a JSON string, several as an array; a bit it does not name as ``unknown:0x..``."""
+    names = KV_JSON_FLAG_NAMES[table]
+    found = [names.get(1 << bit, f"unknown:{1 << bit:#x}") for bit in range(32) if value >> bit & 1]
+    shown: str | list[str] = "None" if not found else found[0] if len(found) == 1 else found
+    return json.dumps(shown, separators=(",", ":"))
 
 # --- 3.8 snapshot marker flags ------------------------------------------------------------------------
 class SnapshotMarkerFlag(_Flag):

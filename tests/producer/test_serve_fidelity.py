@@ -1061,7 +1061,7 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
         assert call(conn, **step)[0]["status"] == "Success"
     open_: dict[str, Any] = {"opcode": "DCP_OPEN", "key": "n", "seqno": 0}
     assert context_of(call(conn, **open_, flags=PRODUCER | 0x8000_0000)[0]) == (
-        "Einval", "Request contains invalid flags: 2147483648")
+        "Einval", 'Request contains invalid flags: "unknown:0x80000000"')
     assert context_of(call(conn, **open_, flags=NO_VALUE | NO_VALUE_WITH_UNDERLYING_DATATYPE | PRODUCER)[0]) == (
         "Einval", "Request contains invalid flags combination (NO_VALUE && NO_VALUE_WITH_UNDERLYING_DATATYPE)")
     assert context_of(call(conn, **open_, flags=PRODUCER, value='{"consumer_name":"c"}', datatype=JSON)[0]) == (
@@ -1077,9 +1077,11 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
                                   "end_seqno": END, "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
     assert context_of(call(conn, **stream_req, flags=NO_VALUE)[0]) == (
         "Einval", "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used")
-    assert context_of(call(conn, **stream_req, flags=0x200)[0]) == ("Einval", "Request contains invalid flags: 512")
+    assert context_of(call(conn, **stream_req, flags=0x200)[0]) == (
+        "Einval", 'Request contains invalid flags: "unknown:0x200"')
     assert context_of(call(conn, **stream_req, flags=0x100 | TO_LATEST)[0]) == (
-        "Einval", "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags")
+        "Einval", 'CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags. Invalid combination: '
+        '"ToLatest"')
     assert context_of(call(conn, **stream_req, flags=0)[0])[0] == "NotSupported"
     hello(conn)  # ordered again: then the last of the common restrictions, a DCP connection
     assert context_of(call(conn, **stream_req, flags=0)[0]) == (
@@ -1087,6 +1089,129 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
     assert call(conn, **open_, flags=PRODUCER)[0]["status"] == "Success"
     assert context_of(call(conn, **open_, flags=PRODUCER)[0]) == (
         "Einval", "The connection is already opened as a DCP connection")
+
+
+# --- error contexts name flags as kv_engine's to_json does (protocol/mcbp/json_utilities.cc, formatters.cc) -----
+@pytest.mark.parametrize(("flags", "context"), [
+    (PRODUCER | 0x8000_0000, 'Request contains invalid flags: "unknown:0x80000000"'),
+    # Invalid (was Notifier) and Unused have no name in the server's table; PiTR has one, and is refused too
+    (PRODUCER | 0x02 | 0x10 | 0x80, 'Request contains invalid flags: ["unknown:0x2","unknown:0x10","PiTR"]'),
+    (PRODUCER | 0x100, "Request contains invalid flags combination - IncludeDeletedUserXattrs but not "
+                       'IncludeXattrs: ["Producer","IncludeDeletedUserXattrs"]'),
+])
+def test_a_dcp_open_context_names_its_flags_as_the_server_does(flags: int, context: str) -> None:
+    conn = ProducerConnection(Node(0, cluster()))
+    hello(conn)
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=flags)[0]) == ("Einval", context)
+
+
+@pytest.mark.parametrize(("flags", "context"), [
+    (0x201, 'Request contains invalid flags: ["Takeover","unknown:0x200"]'),  # all of them, "Takeover" so spelt
+    (0x8000_0000, 'Request contains invalid flags: "unknown:0x80000000"'),
+    (0x100 | 0x02 | 0x40 | 0x10, "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags. "
+                                 'Invalid combination: ["DiskOnly","FromLatest"]'),
+])
+def test_a_stream_request_context_names_its_flags_as_the_server_does(flags: int, context: str) -> None:
+    assert context_of(call(session(), **STREAM_REQ, flags=flags)[0]) == ("Einval", context)
+
+
+# --- a request's header is checked in verify_header's order and words (daemon/mcbp_validators.cc) ------------
+STREAM_REQ: dict[str, Any] = {"opcode": "DCP_STREAM_REQ", "vbucket": 0, "reserved": 0, "start_seqno": 0,
+                              "end_seqno": END, "vbucket_uuid": 0, "snap_start_seqno": 0, "snap_end_seqno": 0}
+LEGACY_EXTRAS = "00" * 40  # a stream request's retired layout: decoded, but the server takes 48 bytes only
+
+
+def test_a_stream_requests_shape_comes_before_its_datatype_and_frame_infos() -> None:
+    """The extras, key and value come before the datatype and the frame infos: serve checked them after,
+    and answered a bad request's unknown frame info UnknownFrameInfo where the server says Einval."""
+    conn = session()
+    assert context_of(call(conn, opcode="DCP_STREAM_REQ", vbucket=0, extras=LEGACY_EXTRAS, magic="AltClientRequest",
+                           framing_extras="30")[0]) == ("Einval", "Request must include extras of length 48")
+    assert context_of(call(conn, **STREAM_REQ, flags=0, key="k", datatype=SNAPPY)[0]) == (
+        "Einval", "Request must not include key")
+    assert context_of(call(conn, **STREAM_REQ, flags=0, value="{}", magic="AltClientRequest",
+                           framing_extras="30")[0]) == ("Einval", "Request must not include value")
+    assert context_of(call(conn, **STREAM_REQ, flags=0, magic="AltClientRequest", framing_extras="30")[0]) == (
+        "UnknownFrameInfo", "frame info id 3 is unknown")
+    assert context_of(call(conn, **STREAM_REQ, flags=0x200, magic="AltClientRequest", framing_extras="30")[0])[0] \
+        == "UnknownFrameInfo"  # the header before the flags
+
+
+@pytest.mark.parametrize("opcode", ["DCP_STREAM_REQ", "DCP_CLOSE_STREAM", "DCP_GET_FAILOVER_LOG", "GET_FAILOVER_LOG",
+                                    "DCP_CONTROL"])
+def test_dcp_commands_take_raw_bytes_only_even_a_datatype_hello_enabled(opcode: str) -> None:
+    """kv_engine's validators pass these PROTOCOL_BINARY_RAW_BYTES: JSON, which HELLO and DCP_OPEN enable, is
+    still Einval on them. serve let any enabled bit through."""
+    conn = session()
+    record: dict[str, Any] = {**STREAM_REQ, "flags": 0} if opcode == "DCP_STREAM_REQ" else \
+        {"opcode": opcode, "key": "enable_noop", "value": "true"} if opcode == "DCP_CONTROL" else \
+        {"opcode": opcode, "vbucket": 0}
+    assert context_of(call(conn, **record, datatype=JSON)[0]) == ("Einval", "Request datatype invalid")
+    assert call(conn, **record)[0]["status"] in ("Success", "KeyEnoent")  # KeyEnoent: no stream to close
+
+
+def test_the_datatype_byte_is_checked_first_and_a_bit_not_enabled_is_named() -> None:
+    conn = ProducerConnection(Node(0, cluster()))
+    assert call(conn, opcode="HELLO", key="t", features=["Xerror"])[0]["features"] == ["Xerror"]  # no JSON
+    # above the three bits: before the extras (here the wrong ones) are looked at
+    assert context_of(call(conn, opcode="HELLO", key="t", extras="00", datatype=0x08)[0]) == (
+        "Einval", "Request datatype invalid")
+    assert context_of(call(conn, opcode="HELLO", key="t", extras="00")[0]) == (
+        "Einval", "Request must not include extras")
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    # DCP_OPEN takes JSON (its consumer_name), but this connection's HELLO did not enable it
+    assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=0, value='{"consumer_name":"c"}',
+                           datatype=JSON)[0]) == ("Einval", "Datatype (json) not enabled for the connection")
+    assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER, value="x",
+                           datatype=SNAPPY | XATTR)[0]) == ("Einval", "Request datatype invalid")
+    assert call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]["status"] == "Success"
+    # a DCP command without a validator of its own: only the bits the connection enabled (DCP_OPEN added JSON)
+    assert context_of(call(conn, opcode="DCP_SEQNO_ADVANCED", vbucket=0, by_seqno=1,
+                           datatype=SNAPPY | JSON | XATTR)[0]) == (
+        "Einval", "Datatype (snappy,xattr) not enabled for the connection")
+
+
+@pytest.mark.parametrize("collections", [False, True])
+def test_a_dcp_name_is_a_key_of_up_to_the_servers_key_length(collections: bool) -> None:
+    """The server's only limit on a connection name is verify_header's on every key: 250 bytes, 251 with
+    Collections. serve refused names over the 200 bytes the documents advise, with no context."""
+    longest = 251 if collections else 250
+    conn = ProducerConnection(Node(0, cluster()))
+    hello(conn, *(["Collections"] if collections else []))
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    assert context_of(call(conn, opcode="DCP_OPEN", key="n" * (longest + 1), seqno=0, flags=PRODUCER)[0]) == (
+        "Einval", f"Key length exceeds {longest}")
+    assert context_of(call(conn, opcode="DCP_OPEN", key="", seqno=0, flags=PRODUCER)[0]) == (
+        "Einval", "Request must include key")
+    assert call(conn, opcode="DCP_OPEN", key="n" * longest, seqno=0, flags=PRODUCER)[0]["status"] == "Success"
+
+
+def test_the_cas_hello_and_get_all_vb_seqnos_must_not_have_and_their_own_checks_after() -> None:
+    conn = ProducerConnection(Node(0, cluster()))
+    assert hello(conn) == ["Xerror", "JSON"]
+    assert context_of(call(conn, opcode="HELLO", key="t", cas=5)[0]) == ("Einval", "Request CAS must not be set")
+    assert context_of(call(conn, opcode="HELLO", key="t", value="000700", value_encoding="hex")[0]) == (
+        "Einval", "Request value must be of even length")
+    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
+                  "value": plain_message("Administrator", "password").hex()},
+                 {"opcode": "SELECT_BUCKET", "key": "default"}):
+        assert call(conn, **step)[0]["status"] == "Success"
+    # its extras are checked after the rest of the header: the CAS, then the extras' length
+    assert context_of(call(conn, opcode="GET_ALL_VB_SEQNOS", extras="0001", cas=5)[0]) == (
+        "Einval", "Request CAS must not be set")
+    assert context_of(call(conn, opcode="GET_ALL_VB_SEQNOS", extras="0001")[0]) == (
+        "Einval", "Request extras must be of length 0 or 4 or 8")
+    assert call(conn, opcode="GET_ALL_VB_SEQNOS")[0]["status"] == "Success"
 
 
 # --- a legacy stream's snapshots end on an item it is sent (markLegacyDiskSnapshot, ActiveStream::snapshot) ----
