@@ -1524,7 +1524,7 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
         return Status.EINVAL, "value is not valid JSON"
     if not isinstance(value, dict):
         return Status.EINVAL, "value must be JSON of type object"
-    for key, item in value.items():
+    for key, item in sorted(value.items()):  # nlohmann's objects are maps: the server reads keys sorted
         if key != "consumer_name":
             return Status.EINVAL, f"Unsupported JSON property {key}"
         if flags & DcpOpenFlag.PRODUCER:

@@ -1068,6 +1068,11 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
         "Einval", "consumer_name only valid for Consumer connections")
     assert context_of(call(conn, **open_, flags=PRODUCER, value='{"other":1}', datatype=JSON)[0]) == (
         "Einval", "Unsupported JSON property other")
+    # the server's JSON objects are sorted maps: consumer_name is read before a property that comes first
+    assert context_of(call(conn, **open_, flags=0, value='{"z":1,"consumer_name":5}', datatype=JSON)[0]) == (
+        "Einval", "consumer_name must be a string")
+    assert context_of(call(conn, **open_, flags=0, value='{"consumer_name":"c","a":1}', datatype=JSON)[0]) == (
+        "Einval", "Unsupported JSON property a")
     assert context_of(call(conn, **open_, flags=PRODUCER, value="[]", datatype=JSON)[0]) == (
         "Einval", "value must be JSON of type object")
     assert context_of(call(conn, **open_, flags=PRODUCER, value="[" * 100_000, datatype=JSON)[0]) == (
