@@ -281,7 +281,9 @@ class _Stream:
     vbucket: int
     stream_id: int  # 0: none
     opaque: int
-    start_seqno: int  # the request's (after FromLatest): the first marker starts there (reference 3.8)
+    # the request's snapshot start (after FromLatest, the high seqno): the first marker starts there, so that
+    # a client resuming inside a snapshot is sent that snapshot's start again (kv_engine's snap_start_seqno_)
+    snap_start_seqno: int
     next_seqno: int  # the next seqno to consider
     end_seqno: int
     encoding: Encoding
@@ -1002,7 +1004,8 @@ class ProducerConnection:
         if takeover:
             end = TAKEOVER_END
         self._reply(msg, failover_log=[(e.vbucket_uuid, e.seqno) for e in vb.failover_log])
-        stream = _Stream(number, stream_id, msg.opaque, start, start + 1, end, self.encoding(), filter_ids,
+        snap_start = start if flags & StreamRequestFlag.FROM_LATEST else req.snap_start
+        stream = _Stream(number, stream_id, msg.opaque, snap_start, start + 1, end, self.encoding(), filter_ids,
                          filter_scope,
                          sync_replication=self.encoding().sync_writes and "consumer_name" in self.controls,
                          # kv_engine's isSkipDeletesInInitialBackfillEnabled: collection-enabled streams only
@@ -1247,8 +1250,9 @@ class ProducerConnection:
                     visible, completed = bucket.marker_seqnos(vb, last)
                     marker = {"marker_version": MARKER_V2_0, "max_visible_seqno": visible,
                               "high_completed_seqno": completed if disk else 0}
-                # the first marker starts at the requested start, though its first item is the next seqno
-                first = stream.start_seqno if stream.markers == 0 else stream.next_seqno
+                # the first marker starts at the requested snapshot's start, though its first item is the next
+                # seqno (ActiveStream::snapshot and markDiskSnapshot take the lower of the two)
+                first = stream.snap_start_seqno if stream.markers == 0 else stream.next_seqno
                 data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=first,
                                      snap_end_seqno=last, snapshot_flags=flags, **marker)
                 parts.append(data)

@@ -1219,6 +1219,33 @@ def test_the_cas_hello_and_get_all_vb_seqnos_must_not_have_and_their_own_checks_
     assert call(conn, opcode="GET_ALL_VB_SEQNOS")[0]["status"] == "Success"
 
 
+# --- a stream's first marker starts at the requested snapshot's start (ActiveStream's snap_start_seqno_) -----
+FROM_LATEST = 0x40
+
+
+def test_a_resumed_snapshots_first_marker_starts_where_the_clients_snapshot_did() -> None:
+    """kv_engine's first marker takes the lower of the requested snapshot start and its own ('the first
+    snapshot could be resumption of a previous snapshot', ActiveStream::snapshot, markDiskSnapshot): serve
+    sent the requested start seqno, so a client resuming inside snapshot 3-8 was told a snapshot began at 5."""
+    on = cluster(Bucket("default", 1, ITEMS, 20, 7))  # the default collection alone: legacy streams see it all
+    vb = on.bucket.vbuckets[0]
+    uuid = vb.failover_log[0].vbucket_uuid
+    for start, snap_end in ((5, 8), (8, 8)):  # inside the snapshot, and at its end
+        conn = session(on=on, name=f"resume-{start}")
+        assert call(conn, **STREAM_REQ | {"flags": 0, "start_seqno": start, "vbucket_uuid": uuid,
+                                          "snap_start_seqno": 3, "snap_end_seqno": snap_end})[0]["status"] == "Success"
+        got = drain(conn)
+        assert flags_of(got)[0][:2] == (3, ITEMS)
+        assert sent_seqnos(got)[:1] == [start + 1]
+    latest = session(on=on, name="latest")  # FromLatest: the snapshot is the high seqno's, whatever was asked
+    assert call(latest, **STREAM_REQ | {"flags": FROM_LATEST, "snap_start_seqno": 0, "snap_end_seqno": 0})[0][
+        "status"] == "Success"
+    on.bucket.write(vb, 0, b"later", b"{}", JSON, 0, 0, None)
+    got = drain(latest)
+    assert flags_of(got)[0][:2] == (ITEMS, ITEMS + 1)
+    assert sent_seqnos(got) == [ITEMS + 1]
+
+
 # --- a legacy stream's snapshots end on an item it is sent (markLegacyDiskSnapshot, ActiveStream::snapshot) ----
 def sent_seqnos(got: list[dict[str, Any]]) -> list[int]:
     return [r["by_seqno"] for r in got if r["opcode"] in ITEM_OPCODES]
