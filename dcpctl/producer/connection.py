@@ -24,11 +24,12 @@ inside the snapshot marker sent before it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import operator
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -1218,23 +1219,29 @@ class ProducerConnection:
             if stream.next_seqno > last:  # caught up: wait for new items
                 return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
+                begin = stream.next_seqno
                 if stream.backfill and not stream.markers:  # what the backfill's scan, to last, leaves out
                     stream.backfill_end = last
                     stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
                     stream.hidden, stream.superseded = bucket.hidden_in_backfill(vb, last)
-                if not stream.encoding.collections:
-                    if stream.backfill and not stream.markers and stream.encoding.sync_writes and (
-                            bucket.manifest_of(vb).uid):
-                        # kv_engine's markLegacyDiskSnapshot: no sync writes on a legacy backfill of a vbucket
-                        # with collections
-                        stream.ending = StreamEndStatus.BACKFILL_FAIL
-                        continue
-                    seen = self._legacy_end(stream, vb, last)
-                    if seen < stream.next_seqno:  # nothing for it: no snapshot, and a backfill is cancelled
+                    if not stream.encoding.collections:
+                        if stream.encoding.sync_writes and bucket.manifest_of(vb).uid:
+                            # kv_engine's markLegacyDiskSnapshot: no sync writes on a legacy backfill of a
+                            # vbucket with collections
+                            stream.ending = StreamEndStatus.BACKFILL_FAIL
+                            continue
+                        seen = self._legacy_end(stream, vb, last)
+                        if seen < stream.next_seqno:  # nothing for it: no snapshot, and the backfill is cancelled
+                            self._pass_over(stream, vb, last)
+                            stream.backfill = False
+                            continue
+                        last = seen
+                else:
+                    span = self._memory_span(stream, vb, last)
+                    if span is None:  # nothing for it: no snapshot
                         self._pass_over(stream, vb, last)
-                        stream.backfill = stream.backfill and stream.markers > 0
                         continue
-                    last = seen
+                    begin, last = span
                 flags = self._marker_flags(stream)
                 marker: dict[str, int] = {}
                 disk = bool(flags & SnapshotMarkerFlag.DISK)
@@ -1252,7 +1259,7 @@ class ProducerConnection:
                               "high_completed_seqno": completed if disk else 0}
                 # the first marker starts at the requested snapshot's start, though its first item is the next
                 # seqno (ActiveStream::snapshot and markDiskSnapshot take the lower of the two)
-                first = stream.snap_start_seqno if stream.markers == 0 else stream.next_seqno
+                first = stream.snap_start_seqno if stream.markers == 0 else begin
                 data = self._message(stream, Opcode.DCP_SNAPSHOT_MARKER, snap_start_seqno=first,
                                      snap_end_seqno=last, snapshot_flags=flags, **marker)
                 parts.append(data)
@@ -1269,34 +1276,78 @@ class ProducerConnection:
         return sent
 
     def _legacy_end(self, stream: _Stream, vb: VBucket, last: int) -> int:
-        """Where a legacy stream's next snapshot ends: the newest seqno up to ``last`` that it is sent (its
+        """Where a legacy stream's disk snapshot ends: the newest seqno up to ``last`` that it is sent (its
         default collection's, not a prepare or abort without sync writes, nor what its backfill leaves out),
-        or below its next seqno when there is none. Such a stream can be sent no DCP_SEQNO_ADVANCED,
-        so kv_engine ends its snapshots on an item it sends: a backfill at the default collection's max visible
-        seqno (markLegacyDiskSnapshot), a memory snapshot at its last item (ActiveStream::snapshot)."""
+        or below its next seqno when there is none. Such a stream can be sent no DCP_SEQNO_ADVANCED, so
+        kv_engine ends its backfill at the default collection's max visible seqno (markLegacyDiskSnapshot)."""
         bucket = self.node.cluster.bucket
         encoding = stream.encoding
         seqno = last if encoding.sync_writes else min(last, bucket.collection_high_seqno(
             vb, DEFAULT_ONLY, visible=True))
-        disk = stream.backfill and not stream.markers
         while seqno >= stream.next_seqno:
             item = bucket.item(vb, seqno)
-            if bucket.visible(item, encoding, None) and not (disk and stream.backfill_hides(bucket, item)):
+            if bucket.visible(item, encoding, None) and not stream.backfill_hides(bucket, item):
                 break
             seqno -= 1
         return seqno
+
+    def _memory_span(self, stream: _Stream, vb: VBucket, last: int) -> tuple[int, int] | None:
+        """The range of a memory snapshot of the seqnos from the stream's next to ``last``, as kv_engine's
+        processItemsInner and ActiveStream::snapshot make it of what its checkpoints hold: from the first item
+        the stream is sent to the last, or on to a later one of its collections it is not sent (a prepare or
+        abort without sync writes, a ModifyCollection without FlatBuffers) where a DCP_SEQNO_ADVANCED can
+        say so (highNonVisibleSeqno; :meth:`_seqno_advanced` sends it). Nothing to send is no snapshot (None).
+        (kv_engine's other case, a first snapshot filtered away whose client is inside a snapshot that ends
+        past it, MB-47009, needs a client ahead of the high seqno: the rollback rules answer it first.)"""
+        bucket = self.node.cluster.bucket
+        encoding = stream.encoding
+        advances = encoding.collections and not (encoding.sync_writes and encoding.flatbuffers_system_events)
+        unfiltered = dataclasses.replace(encoding, sync_writes=True, flatbuffers_system_events=True)
+        # a copy of the stream to ask, markers + 1 as no backfill hides what is in memory
+        probe = dataclasses.replace(stream, dropping=set(stream.dropping), markers=stream.markers + 1)
+
+        def sent(seqno: int) -> bool:
+            return probe.sees(bucket, bucket.item(vb, seqno))
+
+        def advanced(item: Item) -> bool:  # (one the stream is not sent)
+            return advances and bucket.visible(item, unfiltered, probe.filter_ids, probe.filter_scope)
+
+        first = seen = hidden = 0
+        if stream.filter_scope is not None and next(self._event_seqnos(vb, stream.next_seqno, last), 0):
+            # an event may widen its filter (its scope's new collection): read in order, following the
+            # events as kv_engine's filter does while it reads the checkpoint
+            for seqno in range(stream.next_seqno, last + 1):
+                item = bucket.item(vb, seqno)
+                if probe.sees(bucket, item):
+                    first, seen = first or seqno, seqno
+                elif advanced(item):
+                    hidden = seqno
+                if item.event is not None:
+                    probe.follow(item.event)
+        else:  # what it is sent stays the same over the range: look in from both ends
+            first = next((seqno for seqno in range(stream.next_seqno, last + 1) if sent(seqno)), 0)
+            seen = next(seqno for seqno in range(last, first - 1, -1) if sent(seqno)) if first else 0
+            hidden = next((seqno for seqno in range(last, max(seen, stream.next_seqno - 1), -1)
+                           if not sent(seqno) and advanced(bucket.item(vb, seqno))), 0)
+        if seen:
+            return first, max(seen, hidden)
+        return (hidden, hidden) if hidden else None
 
     def _pass_over(self, stream: _Stream, vb: VBucket, last: int) -> None:
         """Moves a stream past seqnos it is sent nothing of, reading their system events all the same, as
         kv_engine's filter does (the default collection's drop ends a legacy stream)."""
         bucket = self.node.cluster.bucket
-        first = stream.next_seqno
-        for seqno in (*range(first, min(last, len(bucket.events)) + 1),
-                      *(s for s in vb.event_seqnos if first <= s <= last)):
+        for seqno in self._event_seqnos(vb, stream.next_seqno, last):
             event = bucket.item(vb, seqno).event
             if event is not None:
                 stream.follow(event)
         stream.next_seqno = last + 1
+
+    def _event_seqnos(self, vb: VBucket, first: int, last: int) -> Iterator[int]:
+        """The seqnos from ``first`` to ``last`` that may hold a system event: the bucket's first ones (its
+        manifest's), and the later manifests' of this vbucket."""
+        yield from range(first, min(last, len(self.node.cluster.bucket.events)) + 1)
+        yield from (seqno for seqno in vb.event_seqnos if first <= seqno <= last)
 
     def _marker_flags(self, stream: _Stream) -> int:
         """The first snapshot is the backfill's, if the stream has one, the rest from memory, the first of them

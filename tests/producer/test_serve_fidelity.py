@@ -155,6 +155,81 @@ def test_seqno_advanced_only_where_the_snapshot_end_is_hidden_and_only_with_coll
     assert "DCP_SEQNO_ADVANCED" not in [r["opcode"] for r in default]
 
 
+# --- a memory snapshot is what the stream is sent of what the checkpoints hold (processItemsInner) ----------
+def write(bucket: Bucket, collection: int, key: bytes, *, durable: bool = False) -> None:
+    bucket.write(bucket.vbuckets[0], collection, key, b"{}", JSON, 0, 0, None, durability_level=int(durable))
+
+
+def test_a_filtered_memory_snapshot_runs_from_its_first_item_to_its_last() -> None:
+    """kv_engine's memory marker starts at the first item the stream is sent and ends at its last
+    (ActiveStream::snapshot), and what holds nothing for the stream sends nothing: serve's ran from the
+    stream's next seqno to the high seqno, with a DCP_SEQNO_ADVANCED over the other collection's writes."""
+    on = cluster()
+    filtered = session("Collections", on=on)
+    assert stream(filtered, value='{"collections":["9"]}')[0] == "Success"  # its backfill, drained
+    write(on.bucket, HOTEL, b"h1")  # HIGH + 1
+    write(on.bucket, AIRLINE, b"a1")
+    write(on.bucket, HOTEL, b"h2")
+    got = drain(filtered)
+    assert flags_of(got) == [(HIGH + 2, HIGH + 2, MEMORY | CHECKPOINT_FLAG)]
+    assert [(r["opcode"], r.get("by_seqno")) for r in got[1:]] == [("DCP_MUTATION", HIGH + 2)]
+    write(on.bucket, HOTEL, b"h3")
+    assert drain(filtered) == []  # nothing of its collection: no snapshot
+    write(on.bucket, AIRLINE, b"a2")  # HIGH + 5
+    assert flags_of(drain(filtered)) == [(HIGH + 5, HIGH + 5, MEMORY)]
+
+
+def test_a_prepare_a_stream_is_not_sent_ends_its_memory_snapshot_and_is_advanced_over() -> None:
+    """highNonVisibleSeqno: a collection stream without sync writes is not sent a prepare of its collection,
+    but its snapshot ends there and a DCP_SEQNO_ADVANCED says so; a prepare alone is a snapshot of its own
+    (MB-48368)."""
+    bucket = Bucket("default", 1, ITEMS, 20, 7, MANIFEST, silent_replicas=1)  # durable writes stay pending
+    conn = session("Collections", on=cluster(bucket))
+    assert stream(conn)[0] == "Success"
+    write(bucket, AIRLINE, b"m")  # HIGH + 1
+    write(bucket, AIRLINE, b"p", durable=True)
+    got = drain(conn)
+    assert flags_of(got) == [(HIGH + 1, HIGH + 2, MEMORY | CHECKPOINT_FLAG)]
+    assert [(r["opcode"], r["by_seqno"]) for r in got[1:]] == [("DCP_MUTATION", HIGH + 1),
+                                                              ("DCP_SEQNO_ADVANCED", HIGH + 2)]
+    write(bucket, HOTEL, b"q", durable=True)  # HIGH + 3
+    got = drain(conn)
+    assert flags_of(got) == [(HIGH + 3, HIGH + 3, MEMORY)]
+    assert [(r["opcode"], r["by_seqno"]) for r in got[1:]] == [("DCP_SEQNO_ADVANCED", HIGH + 3)]
+    hotel = session("Collections", on=cluster(bucket), name="hotel")
+    assert stream(hotel, start=HIGH + 3, uuid=bucket.vbuckets[0].failover_log[0].vbucket_uuid,
+                  value='{"collections":["a"]}')[0] == "Success"
+    write(bucket, AIRLINE, b"p2", durable=True)  # another collection's: nothing to advance over
+    assert drain(hotel) == []
+
+
+def test_a_scope_filter_widened_inside_a_memory_snapshot_ends_it_on_the_new_collections_item() -> None:
+    """The collection a later manifest adds to its scope is the stream's from its creation on, inside the
+    snapshot too (kv_engine's filter follows the events as it reads): the snapshot ends on its item, not on
+    the default collection's write after it."""
+    on = cluster()
+    scoped = session("Collections", on=on)
+    assert stream(scoped, value='{"scope":"8"}')[0] == "Success"
+    on.bucket.apply_manifest(WITH_CAR)
+    write(on.bucket, CAR, b"car")  # HIGH + 2, after its creation at HIGH + 1
+    write(on.bucket, 0, b"other")
+    got = drain(scoped)
+    assert flags_of(got) == [(HIGH + 1, HIGH + 2, MEMORY | CHECKPOINT_FLAG)]
+    assert [(r["opcode"], r["by_seqno"]) for r in got[1:]] == [("DCP_SYSTEM_EVENT", HIGH + 1),
+                                                              ("DCP_MUTATION", HIGH + 2)]
+
+
+def test_a_legacy_memory_snapshot_starts_at_its_first_default_collection_item() -> None:
+    on = cluster()
+    legacy = session(on=on)
+    assert stream(legacy)[0] == "Success"
+    write(on.bucket, HOTEL, b"h")  # HIGH + 1: not the default collection's
+    write(on.bucket, 0, b"d")
+    got = drain(legacy)
+    assert flags_of(got) == [(HIGH + 2, HIGH + 2, MEMORY | CHECKPOINT_FLAG)]
+    assert sent_seqnos(got) == [HIGH + 2]
+
+
 # --- 2. a filtered stream's collection high seqno: ToLatest and the purge rule ------------------------
 def test_to_latest_ends_a_filtered_stream_at_its_collections_high_seqno() -> None:
     conn = session("Collections")
@@ -799,8 +874,9 @@ def test_a_dropped_collection_ends_its_filtered_stream_and_leaves_every_backfill
     bucket.apply_manifest(WITHOUT_AIRLINE)
     bucket.mutate(bucket.vbuckets[0], 100)
     ended = drain(filtered)
-    assert [r["opcode"] for r in ended] == ["DCP_SNAPSHOT_MARKER", "DCP_SYSTEM_EVENT", "DCP_SEQNO_ADVANCED",
-                                            "DCP_STREAM_END"]
+    # the drop is all its memory snapshot holds (the 100 are not its collection's): then its filter is empty
+    assert [r["opcode"] for r in ended] == ["DCP_SNAPSHOT_MARKER", "DCP_SYSTEM_EVENT", "DCP_STREAM_END"]
+    assert flags_of(ended) == [(HIGH + 1, HIGH + 1, MEMORY | CHECKPOINT_FLAG)]
     assert events_of(ended) == [(HIGH + 1, 1, 0, "", 6, 8, AIRLINE)]  # EndCollection
     assert ended[-1]["stream_end_status"] == 7  # FilterEmpty
     seen = drain(everything)
