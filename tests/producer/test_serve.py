@@ -37,6 +37,11 @@ def test_commands_before_authentication_are_refused(server: Server) -> None:
     client.hello("Xerror")
     assert client.call(opcode="SELECT_BUCKET", key="default")["status"] == "Eaccess"
     assert client.call(opcode="DCP_OPEN", key="x", seqno=0, flags=1)["status"] == "Eaccess"
+    # kv_engine lets HELLO, the SASL commands and GET_ERROR_MAP through (Cookie::validateClientRequest), no more
+    assert client.call(opcode="NOOP")["status"] == "Eaccess"
+    assert client.call(opcode="VERSION")["status"] == "Eaccess"
+    assert client.call(opcode="GET_ERROR_MAP", value="0002", value_encoding="hex")["status"] == "Success"
+    assert client.call(opcode="SASL_LIST_MECHS")["status"] == "Success"
     legacy = connect(server)  # without XERROR the server cannot say Eaccess: it disconnects
     legacy.send(opcode="SELECT_BUCKET", key="default")
     with pytest.raises(ConnectionError):
