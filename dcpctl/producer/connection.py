@@ -105,10 +105,13 @@ class HeaderRule:
 
 
 # The commands serve checks as kv_engine's validators do before they run (daemon/mcbp_validators.cc; reference
-# 3.1, 3.2, 3.4, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1, 4.6): each takes raw bytes only, but DCP_OPEN also JSON
+# 3.1, 3.2, 3.4, 3.5, 3.6, 3.14, 3.15, 3.17, 4.1, 4.2, 4.6): each takes raw bytes only, but DCP_OPEN also JSON
 # (its consumer_name value, 3.2). A malformed acknowledgement is thereby answered rather than ignored.
 HEADER_RULES: Final[dict[int, HeaderRule]] = {
-    Opcode.HELLO: HeaderRule(cas_not_set=True), Opcode.DCP_OPEN: HeaderRule(Datatype.JSON),
+    Opcode.HELLO: HeaderRule(cas_not_set=True), Opcode.SASL_LIST_MECHS: HeaderRule(cas_not_set=True),
+    Opcode.SASL_AUTH: HeaderRule(cas_not_set=True), Opcode.SASL_STEP: HeaderRule(cas_not_set=True),
+    Opcode.NOOP: HeaderRule(cas_not_set=True), Opcode.VERSION: HeaderRule(cas_not_set=True),
+    Opcode.DCP_OPEN: HeaderRule(Datatype.JSON),
     Opcode.DCP_CONTROL: HeaderRule(), Opcode.DCP_STREAM_REQ: HeaderRule(), Opcode.DCP_CLOSE_STREAM: HeaderRule(),
     Opcode.DCP_GET_FAILOVER_LOG: HeaderRule(), Opcode.GET_FAILOVER_LOG: HeaderRule(),
     Opcode.DCP_BUFFER_ACKNOWLEDGEMENT: HeaderRule(), Opcode.DCP_SEQNO_ACKNOWLEDGED: HeaderRule(cas_not_set=True),

@@ -1259,6 +1259,25 @@ def test_the_datatype_byte_is_checked_first_and_a_bit_not_enabled_is_named() -> 
         "Einval", "Datatype (snappy,xattr) not enabled for the connection")
 
 
+def test_the_sasl_commands_noop_and_version_are_checked_as_the_server_checks_them() -> None:
+    """sasl_list_mech_validator, sasl_auth_validator (SASL_STEP's too), noop_validator, version_validator."""
+    conn = ProducerConnection(Node(0, cluster()))
+    assert hello(conn) == ["Xerror", "JSON"]
+    refused = [context_of(call(conn, **record)[0]) for record in (
+        {"opcode": "SASL_AUTH", "key": "", "value": "x"},
+        {"opcode": "SASL_STEP", "key": "PLAIN", "value": "x", "cas": 1},
+        {"opcode": "SASL_AUTH", "key": "PLAIN", "value": "{}", "datatype": JSON},
+        {"opcode": "SASL_LIST_MECHS", "value": "x"})]
+    assert refused == [("Einval", "Request must include key"), ("Einval", "Request CAS must not be set"),
+                       ("Einval", "Request datatype invalid"), ("Einval", "Request must not include value")]
+    assert call(conn, opcode="SASL_LIST_MECHS")[0]["status"] == "Success"
+    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
+                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    assert context_of(call(conn, opcode="NOOP", key="k")[0]) == ("Einval", "Request must not include key")
+    assert context_of(call(conn, opcode="VERSION", extras="00")[0]) == ("Einval", "Request must not include extras")
+    assert [call(conn, opcode=opcode)[0]["status"] for opcode in ("NOOP", "VERSION")] == ["Success", "Success"]
+
+
 @pytest.mark.parametrize("collections", [False, True])
 def test_a_dcp_name_is_a_key_of_up_to_the_servers_key_length(collections: bool) -> None:
     """The server's only limit on a connection name is verify_header's on every key: 250 bytes, 251 with
