@@ -66,7 +66,7 @@ from dcpctl.protocol.constants import (
 from dcpctl.protocol.frameinfo import DURABILITY
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
 from dcpctl.protocol.message import DecodeOptions, Message, decode
-from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, DCP, HEADER_LAYOUT
+from dcpctl.protocol.registry import BEFORE_AUTH_OPCODES, DCP, HEADER_LAYOUT, Presence
 
 # HELLO features this server enables when asked (reference 4.1); anything else is silently dropped.
 FEATURES: Final = frozenset({
@@ -97,11 +97,14 @@ DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG})
 @dataclass(frozen=True)
 class HeaderRule:
     """What kv_engine's validator of one command asks of its header (verify_header's arguments, beside the
-    extras, key and value its registry row declares): the datatype bits it takes, and whether its CAS must be
-    0 (ExpectedCas::NotSet)."""
+    extras, key and value its registry row declares): the datatype bits it takes, whether its CAS must be 0
+    (ExpectedCas::NotSet), and a key or value it asks for otherwise than the row declares them (the row is
+    the wire's grammar, this the server's check)."""
 
     datatypes: int = 0
     cas_not_set: bool = False
+    key: Presence | None = None
+    value: Presence | None = None
 
 
 # The commands serve checks as kv_engine's validators do before they run (daemon/mcbp_validators.cc; reference
@@ -111,6 +114,10 @@ HEADER_RULES: Final[dict[int, HeaderRule]] = {
     Opcode.HELLO: HeaderRule(cas_not_set=True), Opcode.SASL_LIST_MECHS: HeaderRule(cas_not_set=True),
     Opcode.SASL_AUTH: HeaderRule(cas_not_set=True), Opcode.SASL_STEP: HeaderRule(cas_not_set=True),
     Opcode.NOOP: HeaderRule(cas_not_set=True), Opcode.VERSION: HeaderRule(cas_not_set=True),
+    # any key (the name is the executor's to find), then any value: its own check says its length
+    Opcode.SELECT_BUCKET: HeaderRule(key=Presence.OPTIONAL),
+    Opcode.GET_ERROR_MAP: HeaderRule(cas_not_set=True, value=Presence.OPTIONAL),
+    Opcode.GET_CLUSTER_CONFIG: HeaderRule(cas_not_set=True),
     Opcode.DCP_OPEN: HeaderRule(Datatype.JSON),
     Opcode.DCP_CONTROL: HeaderRule(), Opcode.DCP_STREAM_REQ: HeaderRule(), Opcode.DCP_CLOSE_STREAM: HeaderRule(),
     Opcode.DCP_GET_FAILOVER_LOG: HeaderRule(), Opcode.GET_FAILOVER_LOG: HeaderRule(),
@@ -125,11 +132,12 @@ STREAM_REQUEST_EXTRAS: Final = g.stream_req_extras.sizeof()  # 48: a v0 request'
 # Every datatype bit a request may carry (reference 6.1); the rest of the byte is Einval.
 ANY_DATATYPE: Final = int(functools.reduce(operator.or_, Datatype))  # an int: an IntFlag's ~ keeps its own bits
 # The extras lengths each command's registry row allows; a stream request's 40-byte legacy layout decodes
-# but the server takes 48 only.
+# but the server takes 48 only. GET_ALL_VB_SEQNOS checks its own after the rest of the header.
 EXTRAS_LENGTHS: Final[dict[int, frozenset[int]]] = {
     opcode: frozenset(v.extras_length for v in spec.variants) if opcode != Opcode.DCP_STREAM_REQ
     else frozenset({STREAM_REQUEST_EXTRAS})
     for opcode in HEADER_RULES if (spec := DCP.spec(Magic.CLIENT_REQUEST, opcode)) is not None}
+LATE_EXTRAS: Final = frozenset({Opcode.GET_ALL_VB_SEQNOS})
 # The decoder's key and value diagnostics as verify_header words them.
 SHAPE_CONTEXTS: Final[dict[str, str]] = {
     "must_not_have_key": "Request must not include key", "must_have_key": "Request must include key",
@@ -704,11 +712,11 @@ class ProducerConnection:
             self._reply(msg)
 
     def _error_map(self, msg: Message) -> None:
-        """kv_engine's error map (producer/errormap.py); its validator and executor's answers otherwise: a
-        vbucket or a value other than the 2-byte version is Einval, version 0 KeyEnoent."""
+        """kv_engine's error map (producer/errormap.py), of the version the value asks for (command_error
+        checked it is 2 bytes, on vbucket 0); version 0 is KeyEnoent, as the executor answers it."""
         version = msg.field("error_map_version")
-        if msg.vbucket_or_status != 0 or len(msg.value) != ERROR_MAP_VERSION_SIZE or version is None:
-            self._error(msg, Status.EINVAL, "the value is the 2-byte version and the vbucket 0")
+        if version is None:  # (not 2 bytes: command_error answered it)
+            self._error(msg, Status.EINVAL, f"Request value must be of length {ERROR_MAP_VERSION_SIZE}")
         elif version == 0:
             self._reply(msg, Status.KEY_ENOENT)
         else:
@@ -1509,14 +1517,19 @@ def request_error(msg: Message, datatypes: int, collections: bool) -> tuple[Stat
 
 def _shape_error(msg: Message, collections: bool) -> str | None:
     """verify_header's extras, key and value checks of a HEADER_RULES command: the extras its row allows
-    (a command that allows several lengths checks them itself, later), the key and value its row asks for,
-    and no key longer than the server's limit. A stream request's value is a filter, which needs HELLO
-    Collections."""
+    (LATE_EXTRAS check theirs after the header), the key and value its row or its rule asks for, and no key
+    longer than the server's limit. A stream request's value is a filter, which needs HELLO Collections."""
     lengths = EXTRAS_LENGTHS[msg.opcode]
-    if len(lengths) == 1 and msg.extras_length not in lengths:
-        (length,) = lengths
+    if msg.extras_length not in lengths and msg.opcode not in LATE_EXTRAS:
+        length = max(lengths)  # a command with extras or none (GET_CLUSTER_CONFIG) asks for the extras' length
         return f"Request must include extras of length {length}" if length else "Request must not include extras"
     found = {diagnostic.name for diagnostic in msg.diagnostics}
+    rule = HEADER_RULES[msg.opcode]
+    for part, presence, present in (("key", rule.key, bool(msg.key)), ("value", rule.value, bool(msg.value))):
+        if presence is not None:  # the server's own expectation in place of the row's
+            found -= {f"must_not_have_{part}", f"must_have_{part}"}
+            if presence is not Presence.OPTIONAL and present != (presence is Presence.REQUIRED):
+                found.add(f"must_have_{part}" if presence is Presence.REQUIRED else f"must_not_have_{part}")
     for name in ("must_not_have_key", "must_have_key"):
         if name in found:
             return SHAPE_CONTEXTS[name]
@@ -1542,6 +1555,17 @@ def command_error(msg: Message) -> tuple[Status, str] | None:
     if msg.opcode == Opcode.GET_ALL_VB_SEQNOS and msg.extras_length not in EXTRAS_LENGTHS[msg.opcode]:
         allowed = " or ".join(str(length) for length in sorted(EXTRAS_LENGTHS[msg.opcode]))
         return Status.EINVAL, f"Request extras must be of length {allowed}"
+    if msg.opcode == Opcode.GET_ERROR_MAP:
+        if msg.vbucket_or_status != 0:
+            return Status.EINVAL, "Request vbucket id must be 0"
+        if len(msg.value) != ERROR_MAP_VERSION_SIZE:
+            return Status.EINVAL, f"Request value must be of length {ERROR_MAP_VERSION_SIZE}"
+    if msg.opcode == Opcode.GET_CLUSTER_CONFIG and msg.extras:
+        # the known version's epoch and revision, signed: revision 1 or more, epoch 1 or more or -1 (whichever
+        # fails, the server says the revision's words)
+        epoch, revision = (_signed64(msg.extras.get(name, 0)) for name in ("epoch", "revision"))
+        if revision < 1 or (epoch < 1 and epoch != -1):
+            return Status.EINVAL, "Revision number must not be less than 1"
     if msg.opcode != Opcode.DCP_STREAM_REQ or msg.extras is None:
         return None
     flags = msg.extras.get("flags", 0)
@@ -1590,6 +1614,10 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
         if not isinstance(item, str):
             return Status.EINVAL, "consumer_name must be a string"
     return None
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _frame_info_error(msg: Message) -> tuple[Status, str] | None:

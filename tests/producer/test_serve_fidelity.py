@@ -1278,6 +1278,43 @@ def test_the_sasl_commands_noop_and_version_are_checked_as_the_server_checks_the
     assert [call(conn, opcode=opcode)[0]["status"] for opcode in ("NOOP", "VERSION")] == ["Success", "Success"]
 
 
+def known_version(epoch: int, revision: int) -> str:
+    """GET_CLUSTER_CONFIG's extras: the epoch and revision the client has, signed 64-bit."""
+    return (epoch % (1 << 64)).to_bytes(8, "big").hex() + (revision % (1 << 64)).to_bytes(8, "big").hex()
+
+
+def test_error_map_bucket_selection_and_cluster_config_are_checked_as_the_server_checks_them() -> None:
+    """get_errmap_validator: no key, any value and no CAS, then vbucket 0 and a 2-byte value;
+    select_bucket_validator: any key, no value, any CAS; get_cluster_config_validator: no extras or 16
+    bytes of them, no CAS, then a revision of 1 or more and an epoch of 1 or more, or -1."""
+    conn = ProducerConnection(Node(0, cluster()))
+    assert hello(conn) == ["Xerror", "JSON"]
+    version = {"value": "0002", "value_encoding": "hex"}
+    checks: list[tuple[dict[str, Any], str]] = [  # GET_ERROR_MAP is allowed before authentication
+        ({"opcode": "GET_ERROR_MAP", **version, "cas": 1}, "Request CAS must not be set"),
+        ({"opcode": "GET_ERROR_MAP", **version, "key": "k"}, "Request must not include key"),
+        ({"opcode": "GET_ERROR_MAP", **version, "vbucket": 1}, "Request vbucket id must be 0"),
+        ({"opcode": "GET_ERROR_MAP"}, "Request value must be of length 2"),
+        ({"opcode": "GET_ERROR_MAP", "value": "000200", "value_encoding": "hex"}, "Request value must be of length 2")]
+    assert [context_of(call(conn, **record)[0]) for record, _ in checks] == [("Einval", text) for _, text in checks]
+    assert call(conn, opcode="GET_ERROR_MAP", **version)[0]["status"] == "Success"
+    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
+                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    assert context_of(call(conn, opcode="SELECT_BUCKET", key="default", value="v")[0]) == (
+        "Einval", "Request must not include value")
+    assert call(conn, opcode="SELECT_BUCKET", key="")[0]["status"] == "KeyEnoent"  # no such bucket, not malformed
+    assert call(conn, opcode="SELECT_BUCKET", key="default", cas=7)[0]["status"] == "Success"
+    checks = [
+        ({"opcode": "GET_CLUSTER_CONFIG", "extras": "00" * 8}, "Request must include extras of length 16"),
+        ({"opcode": "GET_CLUSTER_CONFIG", "cas": 1}, "Request CAS must not be set"),
+        ({"opcode": "GET_CLUSTER_CONFIG", "extras": known_version(1, 0)}, "Revision number must not be less than 1"),
+        ({"opcode": "GET_CLUSTER_CONFIG", "extras": known_version(0, 5)}, "Revision number must not be less than 1"),
+        ({"opcode": "GET_CLUSTER_CONFIG", "extras": known_version(-2, 5)}, "Revision number must not be less than 1")]
+    assert [context_of(call(conn, **record)[0]) for record, _ in checks] == [("Einval", text) for _, text in checks]
+    assert [call(conn, opcode="GET_CLUSTER_CONFIG", **extras)[0]["status"] for extras in (
+        {}, {"extras": known_version(-1, 1)}, {"extras": known_version(1, 1)})] == ["Success"] * 3
+
+
 @pytest.mark.parametrize("collections", [False, True])
 def test_a_dcp_name_is_a_key_of_up_to_the_servers_key_length(collections: bool) -> None:
     """The server's only limit on a connection name is verify_header's on every key: 250 bytes, 251 with
