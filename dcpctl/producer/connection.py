@@ -61,7 +61,7 @@ from dcpctl.protocol.constants import (
     StreamRequestFlag,
     SystemEventId,
     kv_datatype_text,
-    kv_flags_json,
+    kv_flag_names,
 )
 from dcpctl.protocol.frameinfo import DURABILITY
 from dcpctl.protocol.framer import DEFAULT_MAX_BODY_LENGTH, HEADER_LENGTH, Frame, Framer
@@ -1489,6 +1489,14 @@ def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
+def _flags_json(table: type[DcpOpenFlag] | type[StreamRequestFlag], value: int) -> str:
+    """A flag set as kv_engine prints it in an error context (format_as, flag2string: its to_json dumped):
+    ``"None"``, one name as a JSON string, several as an array."""
+    names = kv_flag_names(table, value)
+    shown: str | list[str] = "None" if not names else names[0] if len(names) == 1 else names
+    return json.dumps(shown, separators=(",", ":"))
+
+
 
 def request_error(msg: Message, datatypes: int, collections: bool) -> tuple[Status, str] | None:
     """What kv_engine's validator answers a request before the command runs, None when it passes. A command
@@ -1572,12 +1580,12 @@ def command_error(msg: Message) -> tuple[Status, str] | None:
     if flags & StreamRequestFlag.NO_VALUE:
         return Status.EINVAL, "DCP_ADD_STREAM_FLAG_NO_VALUE{8} flag is no longer used"
     if flags & STREAM_UNKNOWN_FLAGS:
-        return Status.EINVAL, f"Request contains invalid flags: {kv_flags_json(StreamRequestFlag, flags)}"
+        return Status.EINVAL, f"Request contains invalid flags: {_flags_json(StreamRequestFlag, flags)}"
     invalid = flags & ~int(StreamRequestFlag.CACHE_TRANSFER | StreamRequestFlag.TAKE_OVER
                            | StreamRequestFlag.ACTIVE_VB_ONLY)
     if flags & StreamRequestFlag.CACHE_TRANSFER and invalid:
         return Status.EINVAL, "CacheTransfer flag can only be combined with TakeOver or ActiveVbOnly flags. " \
-            f"Invalid combination: {kv_flags_json(StreamRequestFlag, invalid)}"
+            f"Invalid combination: {_flags_json(StreamRequestFlag, invalid)}"
     return None
 
 
@@ -1586,7 +1594,7 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
     object whose only property is a consumer's consumer_name)."""
     flags = (msg.extras or {}).get("flags", 0)
     if flags & OPEN_UNKNOWN_FLAGS:
-        unknown = kv_flags_json(DcpOpenFlag, flags & OPEN_UNKNOWN_FLAGS)
+        unknown = _flags_json(DcpOpenFlag, flags & OPEN_UNKNOWN_FLAGS)
         return Status.EINVAL, f"Request contains invalid flags: {unknown}"
     if flags & DcpOpenFlag.SKIP_DELETES_IN_INITIAL_BACKFILL and not flags & DcpOpenFlag.PRODUCER:
         return Status.EINVAL, "SkipDeletesInInitialBackfill may only be requested on a producer stream"
@@ -1595,7 +1603,7 @@ def _open_error(msg: Message) -> tuple[Status, str] | None:
             "NO_VALUE_WITH_UNDERLYING_DATATYPE)"
     if flags & DcpOpenFlag.INCLUDE_DELETED_USER_XATTRS and not flags & DcpOpenFlag.INCLUDE_XATTRS:
         return Status.EINVAL, "Request contains invalid flags combination - IncludeDeletedUserXattrs but not " \
-            f"IncludeXattrs: {kv_flags_json(DcpOpenFlag, flags)}"
+            f"IncludeXattrs: {_flags_json(DcpOpenFlag, flags)}"
     if not msg.value:
         return (Status.EINVAL, "datatype should be set to RAW") if msg.datatype else None
     if msg.datatype != Datatype.JSON:

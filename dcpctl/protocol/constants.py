@@ -7,7 +7,6 @@ whose UPPER_SNAKE members carry the kv_engine name and meaning, or, for tables n
 
 from __future__ import annotations
 
-import json
 import re
 from enum import IntEnum, IntFlag
 from typing import Any, Final, Self, TypeVar
@@ -524,13 +523,11 @@ KV_JSON_FLAG_NAMES: Final[dict[type[_Flag], dict[int, str]]] = {
 }
 
 
-def kv_flags_json(table: type[_Flag], value: int) -> str:
-    """A DCP_OPEN or stream-request flag set as kv_engine formats it in an error context: ``"None"``, one
-    name as a JSON string, several as an array; a bit it does not name as ``unknown:0x..``."""
+def kv_flag_names(table: type[_Flag], value: int) -> list[str]:
+    """The bits of a DCP_OPEN or stream-request flag set as kv_engine's to_json names them, lowest first; a
+    bit it does not name as ``unknown:0x..``."""
     names = KV_JSON_FLAG_NAMES[table]
-    found = [names.get(1 << bit, f"unknown:{1 << bit:#x}") for bit in range(32) if value >> bit & 1]
-    shown: str | list[str] = "None" if not found else found[0] if len(found) == 1 else found
-    return json.dumps(shown, separators=(",", ":"))
+    return [names.get(1 << bit, f"unknown:{1 << bit:#x}") for bit in range(32) if value >> bit & 1]
 
 # --- 3.8 snapshot marker flags ------------------------------------------------------------------------
 class SnapshotMarkerFlag(_Flag):
