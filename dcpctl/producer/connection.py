@@ -90,8 +90,8 @@ BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
                              if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
 # The commands whose kv_engine validators end in verify_common_dcp_restrictions: after their header checks,
-# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1). Every DCP command but the three
-# the server has no validator for, and GET_FAILOVER_LOG.
+# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1). Every DCP command but the two
+# the server has no validator for and DCP_FLUSH (refused before), and GET_FAILOVER_LOG.
 DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - {
     Opcode.DCP_FLUSH, Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT}
 @dataclass(frozen=True)
@@ -145,9 +145,15 @@ SHAPE_CONTEXTS: Final[dict[str, str]] = {
 # The longest key verify_header lets through (cb::limits::MaxKeyLength; MaxCollectionsKeyLen with
 # Collections, its LEB128 prefix's byte more).
 MAX_KEY_LENGTH: Final = 250
-# Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command, and the plain
-# GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's. Their datatype bits must be ones HELLO negotiated.
-DCP_VALIDATED: Final = NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}
+# DCP commands kv_engine's McbpValidator has no validator for, which it answers UnknownCommand though it
+# knows the opcode (a producer's own messages), and DCP_FLUSH, whose validator refuses it always
+# (not_supported_validator): answered so before any other check.
+NO_VALIDATOR: Final = frozenset({Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT})
+NOT_SUPPORTED_ALWAYS: Final = frozenset({Opcode.DCP_FLUSH})
+# Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command it validates,
+# and the plain GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's. Their datatype bits must be ones HELLO
+# negotiated.
+DCP_VALIDATED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - NO_VALIDATOR - NOT_SUPPORTED_ALWAYS
 # The HELLO feature that lets a client send each datatype bit (reference 6.1; DCP_OPEN adds JSON, 3.2).
 DATATYPE_FEATURES: Final = {Datatype.JSON: HelloFeature.JSON, Datatype.SNAPPY: HelloFeature.SNAPPY,
                             Datatype.XATTR: HelloFeature.XATTR}
@@ -596,6 +602,9 @@ class ProducerConnection:
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, Status.EACCESS, "authenticate first")
             return
+        if opcode in NO_VALIDATOR or opcode in NOT_SUPPORTED_ALWAYS:
+            self._reply(msg, Status.UNKNOWN_COMMAND if opcode in NO_VALIDATOR else Status.NOT_SUPPORTED)
+            return
         refused = request_error(msg, self.datatypes, self.collections) or command_error(msg) \
             if opcode in _KNOWN_OPCODES else None
         if refused is not None:
@@ -982,8 +991,9 @@ class ProducerConnection:
         if self.now < self.node.cluster.requests_hang_until:
             return  # a scenario's hang: the request is never answered (noops go on), as a stuck backfill
         extras = msg.extras
-        if extras is None:
-            return  # (command_error answered it)
+        if extras is None:  # (the header's check had them 48 bytes, which always decode)
+            self._error(msg, Status.EINVAL, f"Request must include extras of length {STREAM_REQUEST_EXTRAS}")
+            return
         flags = extras.get("flags", 0)
         if flags & StreamRequestFlag.CACHE_TRANSFER:
             self._reply(msg, Status.EINVAL)  # valid with TakeOver or ActiveVbOnly, but serve has no cache to send
@@ -1230,7 +1240,7 @@ class ProducerConnection:
             if stream.next_seqno > last:  # caught up: wait for new items
                 return sent + (self._takeover_state(stream, parts) if stream.takeover else 0)
             if stream.next_seqno > stream.snapshot_end:
-                begin = stream.next_seqno
+                begin, advance_only = stream.next_seqno, False
                 if stream.backfill and not stream.markers:  # what the backfill's scan, to last, leaves out
                     stream.backfill_end = last
                     stream.no_tombstones_upto = last if stream.skip_deletes else vb.purge_seqno
@@ -1252,8 +1262,10 @@ class ProducerConnection:
                     if span is None:  # nothing for it: no snapshot
                         self._pass_over(stream, vb, last)
                         continue
-                    begin, last = span
-                flags = self._marker_flags(stream)
+                    begin, last, advance_only = span
+                # a snapshot of nothing the stream is sent, only to be advanced over, is kv_engine's
+                # sendSnapshotAndSeqnoAdvanced: a v1 marker that is never a takeover's to answer
+                flags = self._advance_marker_flags(stream) if advance_only else self._marker_flags(stream)
                 marker: dict[str, int] = {}
                 disk = bool(flags & SnapshotMarkerFlag.DISK)
                 prepared = bucket.high_prepared_seqno(vb, last) if disk and stream.sync_replication else 0
@@ -1264,7 +1276,7 @@ class ProducerConnection:
                     marker = {"marker_version": MARKER_V2_2, "max_visible_seqno": visible,
                               "high_completed_seqno": completed, "purge_seqno": vb.purge_seqno,
                               "high_prepared_seqno": prepared}
-                elif stream.sync_replication:  # the high completed seqno is sent with disk snapshots only
+                elif stream.sync_replication and not advance_only:  # the high completed seqno: disk snapshots only
                     visible, completed = bucket.marker_seqnos(vb, last)
                     marker = {"marker_version": MARKER_V2_0, "max_visible_seqno": visible,
                               "high_completed_seqno": completed if disk else 0}
@@ -1302,12 +1314,13 @@ class ProducerConnection:
             seqno -= 1
         return seqno
 
-    def _memory_span(self, stream: _Stream, vb: VBucket, last: int) -> tuple[int, int] | None:
+    def _memory_span(self, stream: _Stream, vb: VBucket, last: int) -> tuple[int, int, bool] | None:
         """The range of a memory snapshot of the seqnos from the stream's next to ``last``, as kv_engine's
         processItemsInner and ActiveStream::snapshot make it of what its checkpoints hold: from the first item
         the stream is sent to the last, or on to a later one of its collections it is not sent (a prepare or
         abort without sync writes, a ModifyCollection without FlatBuffers) where a DCP_SEQNO_ADVANCED can
-        say so (highNonVisibleSeqno; :meth:`_seqno_advanced` sends it). Nothing to send is no snapshot (None).
+        say so (highNonVisibleSeqno; :meth:`_seqno_advanced` sends it); and whether it holds nothing but that
+        (MB-48368's snapshot, to be advanced over). Nothing to send is no snapshot (None).
         (kv_engine's other case, a first snapshot filtered away whose client is inside a snapshot that ends
         past it, MB-47009, needs a client ahead of the high seqno: the rollback rules answer it first.)"""
         bucket = self.node.cluster.bucket
@@ -1341,8 +1354,8 @@ class ProducerConnection:
             hidden = next((seqno for seqno in range(last, max(seen, stream.next_seqno - 1), -1)
                            if not sent(seqno) and advanced(bucket.item(vb, seqno))), 0)
         if seen:
-            return first, max(seen, hidden)
-        return (hidden, hidden) if hidden else None
+            return first, max(seen, hidden), False
+        return (hidden, hidden, True) if hidden else None
 
     def _pass_over(self, stream: _Stream, vb: VBucket, last: int) -> None:
         """Moves a stream past seqnos it is sent nothing of, reading their system events all the same, as
@@ -1374,6 +1387,15 @@ class ProducerConnection:
         checkpoint = stream.new_checkpoint
         stream.new_checkpoint = False
         return MARKER_TAKEOVER | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
+
+    def _advance_marker_flags(self, stream: _Stream) -> int:
+        """A marker only to be advanced over: memory, and a checkpoint's where one begins, as any other; on a
+        takeover stream not flagged Acknowledge, and no answer awaited."""
+        if not stream.takeover:
+            return MARKER_MEMORY_CHECKPOINT if stream.markers == int(stream.backfill) else MARKER_MEMORY
+        self._takeover_sending(stream)
+        checkpoint, stream.new_checkpoint = stream.new_checkpoint, False
+        return MARKER_MEMORY | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
 
     def _takeover_sending(self, stream: _Stream) -> None:
         """A takeover stream in its sending phase (kv_engine's TakeoverSend): once it has been sending longer than

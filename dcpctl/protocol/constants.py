@@ -426,7 +426,7 @@ DATATYPE_ROWS: Final = rows(Datatype)
 def kv_datatype_text(datatype: int) -> str:
     """A datatype as kv_engine writes it in an error context (cb::mcbp::datatype::to_string): ``raw``, the
     bits set in its order (``snappy,json,xattr``), or ``invalid`` for a bit above them."""
-    if datatype & ~(Datatype.JSON | Datatype.SNAPPY | Datatype.XATTR):
+    if datatype & ~int(Datatype.JSON | Datatype.SNAPPY | Datatype.XATTR):  # (an IntFlag's ~ keeps its own bits)
         return "invalid"
     names = [bit.kv_name.lower() for bit in (Datatype.SNAPPY, Datatype.JSON, Datatype.XATTR) if datatype & bit]
     return ",".join(names) or "raw"

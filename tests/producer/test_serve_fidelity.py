@@ -219,6 +219,23 @@ def test_a_scope_filter_widened_inside_a_memory_snapshot_ends_it_on_the_new_coll
                                                               ("DCP_MUTATION", HIGH + 2)]
 
 
+def test_a_snapshot_only_to_be_advanced_over_has_a_v1_marker() -> None:
+    """sendSnapshotAndSeqnoAdvanced sends its marker without the max visible and high completed seqnos, so
+    a sync-replication consumer, whose markers are v2.0, gets a v1 one there: here for a ModifyCollection,
+    which it is not sent without FlatBuffers."""
+    on = cluster()
+    replica = session("Collections", on=on, controls={"enable_noop": "true", "enable_sync_writes": "true",
+                                                      "consumer_name": "replica"})
+    assert stream(replica)[0] == "Success"
+    on.bucket.apply_manifest(Manifest(6, dict(MANIFEST.collections), dict(MANIFEST.scopes), {HOTEL: 60}))
+    got = drain(replica)
+    assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER", "DCP_SEQNO_ADVANCED"]
+    assert flags_of(got) == [(HIGH + 1, HIGH + 1, MEMORY | CHECKPOINT_FLAG)]
+    assert "max_visible_seqno" not in got[0]
+    write(on.bucket, AIRLINE, b"after")
+    assert "max_visible_seqno" in drain(replica)[0]  # a snapshot of an item it is sent: v2.0 again
+
+
 def test_a_legacy_memory_snapshot_starts_at_its_first_default_collection_item() -> None:
     on = cluster()
     legacy = session(on=on)
@@ -1253,10 +1270,27 @@ def test_the_datatype_byte_is_checked_first_and_a_bit_not_enabled_is_named() -> 
     assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER, value="x",
                            datatype=SNAPPY | XATTR)[0]) == ("Einval", "Request datatype invalid")
     assert call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]["status"] == "Success"
-    # a DCP command without a validator of its own: only the bits the connection enabled (DCP_OPEN added JSON)
-    assert context_of(call(conn, opcode="DCP_SEQNO_ADVANCED", vbucket=0, by_seqno=1,
-                           datatype=SNAPPY | JSON | XATTR)[0]) == (
+    # a command that takes every datatype: only the bits the connection enabled (DCP_OPEN added JSON)
+    mutation = {"opcode": "DCP_MUTATION", "vbucket": 0, "key": "k", "value": "{}", "cas": 1, "by_seqno": 1,
+                "rev_seqno": 1, "flags": 0, "expiration": 0, "lock_time": 0, "nmeta": 0, "nru": 0}
+    assert context_of(call(conn, **mutation, datatype=SNAPPY | JSON | XATTR)[0]) == (
         "Einval", "Datatype (snappy,xattr) not enabled for the connection")
+
+
+def test_a_producers_own_messages_without_a_validator_are_unknown_commands() -> None:
+    """McbpValidator has no validator for DCP_SEQNO_ADVANCED and DCP_OSO_SNAPSHOT: UnknownCommand before any
+    other check, the header's and the DCP connection's too; DCP_FLUSH's validator refuses it (NotSupported).
+    serve checked their datatype and answered NotSupported."""
+    conn = ProducerConnection(Node(0, cluster()))
+    assert hello(conn) == ["Xerror", "JSON"]
+    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
+                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    for _ in ("not DCP", "DCP"):
+        assert [call(conn, opcode=opcode, vbucket=0, **fields)[0]["status"] for opcode, fields in (
+            ("DCP_SEQNO_ADVANCED", {"by_seqno": 1, "datatype": SNAPPY}), ("DCP_OSO_SNAPSHOT", {"oso_flags": 1}),
+            ("DCP_FLUSH", {}))] == ["UnknownCommand", "UnknownCommand", "NotSupported"]
+        call(conn, opcode="SELECT_BUCKET", key="default")
+        call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)
 
 
 def test_the_sasl_commands_noop_and_version_are_checked_as_the_server_checks_them() -> None:
