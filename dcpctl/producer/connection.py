@@ -1320,7 +1320,9 @@ class ProducerConnection:
         the stream is sent to the last, or on to a later one of its collections it is not sent (a prepare or
         abort without sync writes, a ModifyCollection without FlatBuffers) where a DCP_SEQNO_ADVANCED can
         say so (highNonVisibleSeqno; :meth:`_seqno_advanced` sends it); and whether it holds nothing but that
-        (MB-48368's snapshot, to be advanced over). Nothing to send is no snapshot (None).
+        (MB-48368's snapshot, to be advanced over). Nothing to send is no snapshot (None). kv_engine pins a
+        checkpoint's first marker to the checkpoint's start where that is above the last marker's end; serve
+        keeps no checkpoints, so such a marker starts at its first item too.
         (kv_engine's other case, a first snapshot filtered away whose client is inside a snapshot that ends
         past it, MB-47009, needs a client ahead of the high seqno: the rollback rules answer it first.)"""
         bucket = self.node.cluster.bucket
