@@ -422,6 +422,11 @@ class Datatype(_Flag):
 
 
 DATATYPE_ROWS: Final = rows(Datatype)
+DATATYPES = Vocabulary(DATATYPE_ROWS)
+DATATYPE_JSON: Final = int(Datatype.JSON)  # plain ints: the per-message path masks with them
+DATATYPE_SNAPPY: Final = int(Datatype.SNAPPY)
+DATATYPE_XATTR: Final = int(Datatype.XATTR)
+
 
 def kv_datatype_text(datatype: int) -> str:
     """A datatype as kv_engine writes it in an error context (cb::mcbp::datatype::to_string): ``raw``, the
@@ -430,10 +435,7 @@ def kv_datatype_text(datatype: int) -> str:
         return "invalid"
     names = [bit.kv_name.lower() for bit in (Datatype.SNAPPY, Datatype.JSON, Datatype.XATTR) if datatype & bit]
     return ",".join(names) or "raw"
-DATATYPES = Vocabulary(DATATYPE_ROWS)
-DATATYPE_JSON: Final = int(Datatype.JSON)  # plain ints: the per-message path masks with them
-DATATYPE_SNAPPY: Final = int(Datatype.SNAPPY)
-DATATYPE_XATTR: Final = int(Datatype.XATTR)
+
 
 # --- 4.1 HELLO features -------------------------------------------------------------------------------
 class HelloFeature(_Code):
@@ -528,6 +530,7 @@ def kv_flag_names(table: type[_Flag], value: int) -> list[str]:
     bit it does not name as ``unknown:0x..``."""
     names = KV_JSON_FLAG_NAMES[table]
     return [names.get(1 << bit, f"unknown:{1 << bit:#x}") for bit in range(32) if value >> bit & 1]
+
 
 # --- 3.8 snapshot marker flags ------------------------------------------------------------------------
 class SnapshotMarkerFlag(_Flag):
