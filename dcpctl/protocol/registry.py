@@ -479,8 +479,8 @@ OTHER_REQUESTS: Final[list[MessageSpec]] = [
     _spec(REQ, "STAT", _x(name="stat", when=_when_ext(0), key=KeyKind.TEXT, key_presence=Presence.OPTIONAL,
                           key_content=Content.MENTIONS, value=ValueKind.JSON, value_presence=Presence.OPTIONAL,
                           value_content=Content.NAMES)),
-    # not before authentication: kv_engine's Cookie::validateClientRequest lets five commands through, the
-    # HELLO, SASL and GET_ERROR_MAP rows'
+    # not before authentication: kv_engine's Cookie::validateClientRequest lets five commands through, those
+    # of the HELLO, SASL and GET_ERROR_MAP rows
     _spec(REQ, "VERSION", EMPTY),
     _spec(REQ, "NOOP", EMPTY),
 ]
