@@ -89,11 +89,16 @@ BEFORE_AUTH: Final = BEFORE_AUTH_OPCODES
 # connection always has its bucket, so NoBucket never comes first.
 NEEDS_DCP: Final = frozenset(opcode for opcode in Opcode
                              if opcode.name.startswith("DCP_") and opcode != Opcode.DCP_OPEN)
-# The commands whose kv_engine validators end in verify_common_dcp_restrictions: after their header checks,
-# NotSupported on a connection with HELLO UnorderedExecution (reference 3.1). Every DCP command but the two
-# the server has no validator for and DCP_FLUSH (refused before), and GET_FAILOVER_LOG.
-DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - {
-    Opcode.DCP_FLUSH, Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT}
+# DCP commands answered before any check: kv_engine's McbpValidator has no validator for DCP_SEQNO_ADVANCED
+# and DCP_OSO_SNAPSHOT (a producer's own messages), so UnknownCommand though it knows them, and DCP_FLUSH's
+# refuses it always (not_supported_validator).
+UNVALIDATED: Final[dict[int, Status]] = {Opcode.DCP_SEQNO_ADVANCED: Status.UNKNOWN_COMMAND,
+                                         Opcode.DCP_OSO_SNAPSHOT: Status.UNKNOWN_COMMAND,
+                                         Opcode.DCP_FLUSH: Status.NOT_SUPPORTED}
+# The commands whose kv_engine validators end in verify_common_dcp_restrictions (every other DCP command and
+# GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's): after their header checks, whose datatype bits must
+# be ones HELLO negotiated, NotSupported on a connection with HELLO UnorderedExecution (reference 3.1).
+DCP_RESTRICTED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - set(UNVALIDATED)
 @dataclass(frozen=True)
 class HeaderRule:
     """What kv_engine's validator of one command asks of its header (verify_header's arguments, beside the
@@ -145,15 +150,6 @@ SHAPE_CONTEXTS: Final[dict[str, str]] = {
 # The longest key verify_header lets through (cb::limits::MaxKeyLength; MaxCollectionsKeyLen with
 # Collections, its LEB128 prefix's byte more).
 MAX_KEY_LENGTH: Final = 250
-# DCP commands kv_engine's McbpValidator has no validator for, which it answers UnknownCommand though it
-# knows the opcode (a producer's own messages), and DCP_FLUSH, whose validator refuses it always
-# (not_supported_validator): answered so before any other check.
-NO_VALIDATOR: Final = frozenset({Opcode.DCP_SEQNO_ADVANCED, Opcode.DCP_OSO_SNAPSHOT})
-NOT_SUPPORTED_ALWAYS: Final = frozenset({Opcode.DCP_FLUSH})
-# Requests that go through kv_engine's common DCP validator (reference 3.1): every DCP command it validates,
-# and the plain GET_FAILOVER_LOG, which shares DCP_GET_FAILOVER_LOG's. Their datatype bits must be ones HELLO
-# negotiated.
-DCP_VALIDATED: Final = (NEEDS_DCP | {Opcode.DCP_OPEN, Opcode.GET_FAILOVER_LOG}) - NO_VALIDATOR - NOT_SUPPORTED_ALWAYS
 # The HELLO feature that lets a client send each datatype bit (reference 6.1; DCP_OPEN adds JSON, 3.2).
 DATATYPE_FEATURES: Final = {Datatype.JSON: HelloFeature.JSON, Datatype.SNAPPY: HelloFeature.SNAPPY,
                             Datatype.XATTR: HelloFeature.XATTR}
@@ -602,8 +598,9 @@ class ProducerConnection:
         if self.user is None and opcode not in BEFORE_AUTH:
             self._error(msg, Status.EACCESS, "authenticate first")
             return
-        if opcode in NO_VALIDATOR or opcode in NOT_SUPPORTED_ALWAYS:
-            self._reply(msg, Status.UNKNOWN_COMMAND if opcode in NO_VALIDATOR else Status.NOT_SUPPORTED)
+        unvalidated = UNVALIDATED.get(opcode)
+        if unvalidated is not None:
+            self._reply(msg, unvalidated)
             return
         refused = request_error(msg, self.datatypes, self.collections) or command_error(msg) \
             if opcode in _KNOWN_OPCODES else None
@@ -1265,7 +1262,7 @@ class ProducerConnection:
                     begin, last, advance_only = span
                 # a snapshot of nothing the stream is sent, only to be advanced over, is kv_engine's
                 # sendSnapshotAndSeqnoAdvanced: a v1 marker that is never a takeover's to answer
-                flags = self._advance_marker_flags(stream) if advance_only else self._marker_flags(stream)
+                flags = self._marker_flags(stream, answered=not advance_only)
                 marker: dict[str, int] = {}
                 disk = bool(flags & SnapshotMarkerFlag.DISK)
                 prepared = bucket.high_prepared_seqno(vb, last) if disk and stream.sync_replication else 0
@@ -1353,8 +1350,8 @@ class ProducerConnection:
         else:  # what it is sent stays the same over the range: look in from both ends
             first = next((seqno for seqno in range(stream.next_seqno, last + 1) if sent(seqno)), 0)
             seen = next(seqno for seqno in range(last, first - 1, -1) if sent(seqno)) if first else 0
-            hidden = next((seqno for seqno in range(last, max(seen, stream.next_seqno - 1), -1)
-                           if not sent(seqno) and advanced(bucket.item(vb, seqno))), 0)
+            hidden = next((seqno for seqno in range(last, max(seen, stream.next_seqno - 1), -1)  # none sent
+                           if advanced(bucket.item(vb, seqno))), 0)
         if seen:
             return first, max(seen, hidden), False
         return (hidden, hidden, True) if hidden else None
@@ -1375,29 +1372,20 @@ class ProducerConnection:
         yield from range(first, min(last, len(self.node.cluster.bucket.events)) + 1)
         yield from (seqno for seqno in vb.event_seqnos if first <= seqno <= last)
 
-    def _marker_flags(self, stream: _Stream) -> int:
+    def _marker_flags(self, stream: _Stream, *, answered: bool = True) -> int:
         """The first snapshot is the backfill's, if the stream has one, the rest from memory, the first of them
         beginning a checkpoint (kv_engine's move to InMemory sets nextSnapshotIsCheckpoint); on a takeover
         stream each one after the backfill must be answered, and the first of each takeover phase begins a
-        checkpoint."""
+        checkpoint. Not ``answered``: a marker only to be advanced over, which no takeover waits for."""
         if stream.backfill and stream.markers == 0:
             return MARKER_DISK_CHECKPOINT
         if not stream.takeover:
             return MARKER_MEMORY_CHECKPOINT if stream.markers == int(stream.backfill) else MARKER_MEMORY
         self._takeover_sending(stream)
-        stream.marker_acks += 1
+        stream.marker_acks += answered
         checkpoint = stream.new_checkpoint
         stream.new_checkpoint = False
-        return MARKER_TAKEOVER | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
-
-    def _advance_marker_flags(self, stream: _Stream) -> int:
-        """A marker only to be advanced over: memory, and a checkpoint's where one begins, as any other; on a
-        takeover stream not flagged Acknowledge, and no answer awaited."""
-        if not stream.takeover:
-            return MARKER_MEMORY_CHECKPOINT if stream.markers == int(stream.backfill) else MARKER_MEMORY
-        self._takeover_sending(stream)
-        checkpoint, stream.new_checkpoint = stream.new_checkpoint, False
-        return MARKER_MEMORY | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
+        return (MARKER_TAKEOVER if answered else MARKER_MEMORY) | (SnapshotMarkerFlag.CHECKPOINT if checkpoint else 0)
 
     def _takeover_sending(self, stream: _Stream) -> None:
         """A takeover stream in its sending phase (kv_engine's TakeoverSend): once it has been sending longer than
@@ -1529,7 +1517,7 @@ def request_error(msg: Message, datatypes: int, collections: bool) -> tuple[Stat
     the other DCP commands the datatype's and the frame infos'. ``datatypes``: the bits HELLO enabled."""
     opcode = msg.opcode
     rule = HEADER_RULES.get(opcode)
-    if rule is None and opcode not in DCP_VALIDATED:
+    if rule is None and opcode not in DCP_RESTRICTED:
         return _frame_info_error(msg)
     if msg.datatype & ~ANY_DATATYPE:
         return Status.EINVAL, "Request datatype invalid"

@@ -236,6 +236,19 @@ def test_a_snapshot_only_to_be_advanced_over_has_a_v1_marker() -> None:
     assert "max_visible_seqno" in drain(replica)[0]  # a snapshot of an item it is sent: v2.0 again
 
 
+def test_a_takeover_waits_no_answer_for_a_marker_only_to_be_advanced_over() -> None:
+    """sendSnapshotAndSeqnoAdvanced's marker is not flagged Acknowledge, and waitForSnapshot does not count it:
+    the vbucket state goes out once the stream is caught up, with no marker answered."""
+    bucket = Bucket("default", 1, ITEMS, 20, 7, MANIFEST, silent_replicas=1)  # durable writes stay pending
+    conn = session("Collections", on=cluster(bucket))
+    uuid = bucket.vbuckets[0].failover_log[0].vbucket_uuid
+    assert request(conn, start=HIGH, uuid=uuid, flags=TAKE_OVER) == "Success"  # from the high seqno: no backfill
+    write(bucket, AIRLINE, b"p", durable=True)  # a prepare, which this stream is not sent
+    got = drain(conn)
+    assert [r["opcode"] for r in got] == ["DCP_SNAPSHOT_MARKER", "DCP_SEQNO_ADVANCED", "DCP_SET_VBUCKET_STATE"]
+    assert flags_of(got) == [(HIGH, HIGH + 1, MEMORY | CHECKPOINT_FLAG)]
+
+
 def test_a_legacy_memory_snapshot_starts_at_its_first_default_collection_item() -> None:
     on = cluster()
     legacy = session(on=on)
@@ -1110,6 +1123,14 @@ def hello(conn: ProducerConnection, *features: str) -> list[str]:
     return list(call(conn, opcode="HELLO", key="t", features=["Xerror", "JSON", *features])[0]["features"])
 
 
+def log_in(conn: ProducerConnection, bucket: str | None = "default") -> None:
+    """SASL PLAIN as the development user, then SELECT_BUCKET unless ``bucket`` is None."""
+    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
+                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    if bucket is not None:
+        assert call(conn, opcode="SELECT_BUCKET", key=bucket)[0]["status"] == "Success"
+
+
 def test_unordered_execution_is_granted_and_then_dcp_is_not_supported() -> None:
     """kv_engine grants UnorderedExecution to a connection that is not DCP, and DcpSkipDeletesInInitialBackfill
     to any (it says DCP_OPEN takes that flag); serve left both out. A connection with UnorderedExecution gets
@@ -1118,10 +1139,7 @@ def test_unordered_execution_is_granted_and_then_dcp_is_not_supported() -> None:
     conn = ProducerConnection(Node(0, cluster()))
     assert hello(conn, "UnorderedExecution", "DcpSkipDeletesInInitialBackfill") == [
         "Xerror", "JSON", "UnorderedExecution", "DcpSkipDeletesInInitialBackfill"]
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     assert call(conn, opcode="SET", vbucket=0, key="any", value="{}", flags=0, expiration=0)[0][
         "status"] == "Success"  # other commands run as before
     refused = call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=PRODUCER)[0]
@@ -1148,10 +1166,7 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
     the validator's context, even where UnorderedExecution would make the command NotSupported."""
     conn = ProducerConnection(Node(0, cluster()))
     hello(conn, "UnorderedExecution")
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     open_: dict[str, Any] = {"opcode": "DCP_OPEN", "key": "n", "seqno": 0}
     assert context_of(call(conn, **open_, flags=PRODUCER | 0x8000_0000)[0]) == (
         "Einval", 'Request contains invalid flags: "unknown:0x80000000"')
@@ -1200,10 +1215,7 @@ def test_a_commands_own_field_checks_come_before_unordered_executions_refusal() 
 def test_a_dcp_open_context_names_its_flags_as_the_server_does(flags: int, context: str) -> None:
     conn = ProducerConnection(Node(0, cluster()))
     hello(conn)
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=flags)[0]) == ("Einval", context)
 
 
@@ -1260,10 +1272,7 @@ def test_the_datatype_byte_is_checked_first_and_a_bit_not_enabled_is_named() -> 
         "Einval", "Request datatype invalid")
     assert context_of(call(conn, opcode="HELLO", key="t", extras="00")[0]) == (
         "Einval", "Request must not include extras")
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     # DCP_OPEN takes JSON (its consumer_name), but this connection's HELLO did not enable it
     assert context_of(call(conn, opcode="DCP_OPEN", key="n", seqno=0, flags=0, value='{"consumer_name":"c"}',
                            datatype=JSON)[0]) == ("Einval", "Datatype (json) not enabled for the connection")
@@ -1283,8 +1292,7 @@ def test_a_producers_own_messages_without_a_validator_are_unknown_commands() -> 
     serve checked their datatype and answered NotSupported."""
     conn = ProducerConnection(Node(0, cluster()))
     assert hello(conn) == ["Xerror", "JSON"]
-    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
-                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    log_in(conn, bucket=None)
     for _ in ("not DCP", "DCP"):
         assert [call(conn, opcode=opcode, vbucket=0, **fields)[0]["status"] for opcode, fields in (
             ("DCP_SEQNO_ADVANCED", {"by_seqno": 1, "datatype": SNAPPY}), ("DCP_OSO_SNAPSHOT", {"oso_flags": 1}),
@@ -1305,8 +1313,7 @@ def test_the_sasl_commands_noop_and_version_are_checked_as_the_server_checks_the
     assert refused == [("Einval", "Request must include key"), ("Einval", "Request CAS must not be set"),
                        ("Einval", "Request datatype invalid"), ("Einval", "Request must not include value")]
     assert call(conn, opcode="SASL_LIST_MECHS")[0]["status"] == "Success"
-    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
-                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    log_in(conn, bucket=None)
     assert context_of(call(conn, opcode="NOOP", key="k")[0]) == ("Einval", "Request must not include key")
     assert context_of(call(conn, opcode="VERSION", extras="00")[0]) == ("Einval", "Request must not include extras")
     assert [call(conn, opcode=opcode)[0]["status"] for opcode in ("NOOP", "VERSION")] == ["Success", "Success"]
@@ -1332,8 +1339,7 @@ def test_error_map_bucket_selection_and_cluster_config_are_checked_as_the_server
         ({"opcode": "GET_ERROR_MAP", "value": "000200", "value_encoding": "hex"}, "Request value must be of length 2")]
     assert [context_of(call(conn, **record)[0]) for record, _ in checks] == [("Einval", text) for _, text in checks]
     assert call(conn, opcode="GET_ERROR_MAP", **version)[0]["status"] == "Success"
-    assert call(conn, opcode="SASL_AUTH", key="PLAIN", value_encoding="hex",
-                value=plain_message("Administrator", "password").hex())[0]["status"] == "Success"
+    log_in(conn, bucket=None)
     assert context_of(call(conn, opcode="SELECT_BUCKET", key="default", value="v")[0]) == (
         "Einval", "Request must not include value")
     assert call(conn, opcode="SELECT_BUCKET", key="")[0]["status"] == "KeyEnoent"  # no such bucket, not malformed
@@ -1356,10 +1362,7 @@ def test_a_dcp_name_is_a_key_of_up_to_the_servers_key_length(collections: bool) 
     longest = 251 if collections else 250
     conn = ProducerConnection(Node(0, cluster()))
     hello(conn, *(["Collections"] if collections else []))
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     assert context_of(call(conn, opcode="DCP_OPEN", key="n" * (longest + 1), seqno=0, flags=PRODUCER)[0]) == (
         "Einval", f"Key length exceeds {longest}")
     assert context_of(call(conn, opcode="DCP_OPEN", key="", seqno=0, flags=PRODUCER)[0]) == (
@@ -1373,10 +1376,7 @@ def test_the_cas_hello_and_get_all_vb_seqnos_must_not_have_and_their_own_checks_
     assert context_of(call(conn, opcode="HELLO", key="t", cas=5)[0]) == ("Einval", "Request CAS must not be set")
     assert context_of(call(conn, opcode="HELLO", key="t", value="000700", value_encoding="hex")[0]) == (
         "Einval", "Request value must be of even length")
-    for step in ({"opcode": "SASL_AUTH", "key": "PLAIN", "value_encoding": "hex",
-                  "value": plain_message("Administrator", "password").hex()},
-                 {"opcode": "SELECT_BUCKET", "key": "default"}):
-        assert call(conn, **step)[0]["status"] == "Success"
+    log_in(conn)
     # its extras are checked after the rest of the header: the CAS, then the extras' length
     assert context_of(call(conn, opcode="GET_ALL_VB_SEQNOS", extras="0001", cas=5)[0]) == (
         "Einval", "Request CAS must not be set")
